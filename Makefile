@@ -1,0 +1,36 @@
+# The two commands of the README, and a few more. Every target that builds
+# first installs what is missing (deploy/install-deps.sh, Debian packages only).
+BUILD      ?= build
+BUILD_SAN  ?= build-san
+MODE       ?= sync
+JOBS       ?= $(shell nproc)
+DEMO_ARGS  ?=
+
+.PHONY: all deps build build-san demo test clean format
+
+all: build
+
+deps:
+	@bash deploy/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+build-san: deps
+	@cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DPS_SANITIZE=ON >/dev/null
+	@cmake --build $(BUILD_SAN) -j $(JOBS)
+
+# The default job: 2 servers + 2 workers train an MLP on Fashion-MNIST.
+demo: build
+	@$(BUILD)/shardps-cluster --mode $(MODE) $(DEMO_ARGS)
+
+# Every test, built with AddressSanitizer and UndefinedBehaviorSanitizer.
+test: build-san
+	@cd $(BUILD_SAN) && ctest --output-on-failure -j $(JOBS)
+
+format:
+	@clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf $(BUILD) $(BUILD_SAN)

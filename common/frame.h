@@ -1,0 +1,68 @@
+/* The shardps frame: [u32 little-endian header_len][Header (protobuf-c)]
+ * [payload_bytes raw bytes].
+ *
+ * Encoding packs the header and computes the payload's length and CRC32C from
+ * a scatter/gather list, so tensor bytes are never copied into a message.
+ * Decoding is an incremental state machine fed by the transport: every limit
+ * (header length, payload length, protocol version) is checked before any
+ * allocation that depends on it, and a payload is read straight into its own
+ * buffer rather than through a staging copy. */
+#ifndef PS_FRAME_H
+#define PS_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shardps.pb-c.h"
+
+#define PS_PROTOCOL_VERSION       1
+#define PS_MAX_HEADER_BYTES       (64u * 1024u)
+#define PS_DEFAULT_MAX_PAYLOAD    ((size_t)1 << 30)
+#define PS_FRAME_PREFIX_BYTES     4
+
+/* One piece of a payload; the bytes are borrowed, not owned. */
+typedef struct {
+    const void *base;
+    size_t len;
+} ps_iov;
+
+/* A decoded frame. Both pointers belong to the decoder and stay valid until
+ * the next call on it. */
+typedef struct {
+    Shardps__Header *hdr;
+    uint8_t *payload;
+    size_t payload_len;
+} ps_frame;
+
+/* Sets hdr->version, payload_bytes and payload_crc32c from payload[0..n), then
+ * packs [prefix][header] into a new buffer that the caller frees with free().
+ * Returns 0, -PS_ETOOBIG (header over PS_MAX_HEADER_BYTES) or -ENOMEM. */
+int ps_frame_encode(Shardps__Header *hdr, const ps_iov *payload, int n, uint8_t **out,
+                    size_t *out_len);
+
+typedef struct ps_frame_decoder ps_frame_decoder;
+
+/* max_payload: frames announcing more are refused with -PS_ETOOBIG.
+ * Returns 0 and a decoder freed with ps_frame_decoder_free, or -ENOMEM. */
+int ps_frame_decoder_init(ps_frame_decoder **out, size_t max_payload);
+void ps_frame_decoder_free(ps_frame_decoder *d);
+
+/* Where the next bytes from the peer should be written, and how many fit
+ * (always at least 1). Valid until the next call on the decoder. */
+void ps_frame_decoder_buf(ps_frame_decoder *d, uint8_t **buf, size_t *len);
+/* n bytes (at most the length ps_frame_decoder_buf gave) were written there. */
+void ps_frame_decoder_commit(ps_frame_decoder *d, size_t n);
+
+/* Returns 1 and the next complete frame, 0 when more bytes are needed, or a
+ * negative code (-PS_ETOOBIG, -PS_EPROTO, -PS_EVERSION, -PS_ECRC, -ENOMEM)
+ * after which the decoder refuses everything and the connection must close;
+ * ps_frame_decoder_error() then says why in words. */
+int ps_frame_decoder_next(ps_frame_decoder *d, ps_frame *f);
+const char *ps_frame_decoder_error(const ps_frame_decoder *d);
+
+/* For tests and tools: one buf/commit round over a copy of data. Returns the
+ * bytes taken (<= len, 0 once failed); the caller collects frames with
+ * ps_frame_decoder_next and feeds the rest, exactly as a socket reader would. */
+size_t ps_frame_decoder_feed(ps_frame_decoder *d, const void *data, size_t len);
+
+#endif

@@ -1,0 +1,34 @@
+/* Error-code strings: generated from the PS_ERRNO_MAP table so names and
+ * messages can never drift apart from the enum. */
+#include "ps_error.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const char *ps_strerror(int err)
+{
+    int e = err < 0 ? -err : err;
+    switch (e) {
+#define PS__ERR_MSG(name, msg)                                                                     \
+    case PS_E##name:                                                                               \
+        return msg;
+        PS_ERRNO_MAP(PS__ERR_MSG)
+#undef PS__ERR_MSG
+    default:
+        return strerror(e);
+    }
+}
+
+const char *ps_err_name(int err)
+{
+    int e = err < 0 ? -err : err;
+    switch (e) {
+#define PS__ERR_NAME(name, msg)                                                                    \
+    case PS_E##name:                                                                               \
+        return "PS_E" #name;
+        PS_ERRNO_MAP(PS__ERR_NAME)
+#undef PS__ERR_NAME
+    default:
+        return strerrorname_np(e) ? strerrorname_np(e) : "EUNKNOWN";
+    }
+}

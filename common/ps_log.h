@@ -1,0 +1,21 @@
+/* Human-readable logging for daemons and tools.
+ *
+ * One line per event on stderr: wall-clock time, level, the process's role
+ * (set once at start-up, e.g. "server 1" or "worker 0") and the message, so
+ * interleaved output of a local cluster can still be read at 3 a.m. */
+#ifndef PS_LOG_H
+#define PS_LOG_H
+
+typedef enum { PS_LOG_DEBUG, PS_LOG_INFO, PS_LOG_WARN, PS_LOG_ERROR } ps_log_level;
+
+/* role is copied; call before any other thread logs. */
+void ps_log_set_role(const char *role);
+void ps_log_set_level(ps_log_level level);
+void ps_log(ps_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define ps_debug(...) ps_log(PS_LOG_DEBUG, __VA_ARGS__)
+#define ps_info(...)  ps_log(PS_LOG_INFO, __VA_ARGS__)
+#define ps_warn(...)  ps_log(PS_LOG_WARN, __VA_ARGS__)
+#define ps_error(...) ps_log(PS_LOG_ERROR, __VA_ARGS__)
+
+#endif

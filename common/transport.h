@@ -1,0 +1,82 @@
+/* Framed message connections over libuv TCP.
+ *
+ * The bottom layer of shardps: turns a byte stream into frames and back. A
+ * ps_conn owns its socket, its frame decoder and its queued writes. Reads go
+ * straight into the decoder's buffers (a large payload lands in its own buffer,
+ * not a staging copy); writes are scatter/gather, so tensor bytes are sent from
+ * where they live. When more than max_write_queue bytes are waiting to be sent
+ * the connection stops reading, so a peer that does not read cannot make us
+ * buffer without bound.
+ *
+ * Lifecycle: ps_conn_connect / ps_conn_accept -> frames via on_frame ->
+ * ps_conn_close (from anywhere, any number of times) -> on_close, after which
+ * the ps_conn is freed. Memory is released only in libuv's close callback, so a
+ * callback may close its own connection safely. */
+#ifndef PS_TRANSPORT_H
+#define PS_TRANSPORT_H
+
+#include <stddef.h>
+#include <uv.h>
+
+#include "frame.h"
+
+typedef struct ps_conn ps_conn;
+
+/* The frame and its buffers belong to the connection and are valid only during
+ * the callback. */
+typedef void (*ps_conn_frame_cb)(ps_conn *c, const ps_frame *f);
+/* Called once, when the connection is gone: err is 0 after a local close
+ * without error, or why it ended (-PS_ECLOSED for the peer closing, a decoder
+ * or socket error). The connection is freed right after it returns. */
+typedef void (*ps_conn_close_cb)(ps_conn *c, int err);
+/* The payload handed to ps_conn_send may be reused once this runs; status is 0
+ * or a libuv error (UV_ECANCELED when the connection closed first). */
+typedef void (*ps_conn_sent_cb)(ps_conn *c, int status, void *arg);
+/* Result of ps_conn_connect: 0 and a connection, or an error and NULL. */
+typedef void (*ps_conn_connect_cb)(ps_conn *c, int status, void *data);
+
+typedef struct {
+    ps_conn_frame_cb on_frame;
+    ps_conn_close_cb on_close;
+    size_t max_payload;     /* frames announcing more are refused */
+    size_t max_write_queue; /* stop reading above this many queued bytes */
+} ps_conn_config;
+
+/* Accepts one pending connection on listener. cfg is copied; data is the
+ * caller's, returned by ps_conn_data. Returns 0 or a negative libuv/errno
+ * code. */
+int ps_conn_accept(uv_stream_t *listener, const ps_conn_config *cfg, void *data, ps_conn **out);
+
+/* Starts connecting to addr; cb runs once with the result. The connection
+ * starts reading as soon as it is established. Returns 0 or an error (then cb
+ * never runs). */
+int ps_conn_connect(uv_loop_t *loop, const struct sockaddr *addr, const ps_conn_config *cfg,
+                    void *data, ps_conn_connect_cb cb);
+
+/* Queues one frame. hdr is packed now and may be freed on return; the payload
+ * pieces are borrowed until sent runs (sent may be NULL if the caller does not
+ * need to know). Returns 0, -PS_ECLOSED if the connection is closing, or an
+ * encoding error; sent is not called when this fails. */
+int ps_conn_send(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int n,
+                 ps_conn_sent_cb sent, void *arg);
+
+/* Closes the connection; err is passed to on_close (0 for an ordinary close).
+ * Safe to call repeatedly and from inside any callback. */
+void ps_conn_close(ps_conn *c, int err);
+
+void *ps_conn_data(const ps_conn *c);
+void ps_conn_set_data(ps_conn *c, void *data);
+/* "127.0.0.1:54321": the peer's address, for log lines. */
+const char *ps_conn_peer(const ps_conn *c);
+/* The decoder's explanation after a protocol error, else "". */
+const char *ps_conn_error(const ps_conn *c);
+uv_loop_t *ps_conn_loop(const ps_conn *c);
+
+/* Resolves "host:port" (IPv4 or IPv6 literal, or a name resolved once). The
+ * port may be 0 when allow_zero. Returns 0 or -EINVAL / a getaddrinfo failure
+ * mapped to -PS_EUSAGE. */
+int ps_parse_hostport(const char *text, struct sockaddr_storage *addr, int allow_zero);
+/* Formats an address as "host:port" into buf. */
+void ps_format_addr(const struct sockaddr *addr, char *buf, size_t len);
+
+#endif

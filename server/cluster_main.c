@@ -1,0 +1,541 @@
+/* shardps-cluster: a whole parameter-server job on this machine.
+ *
+ * Starts S servers on 127.0.0.1 with ports chosen by the OS (each reports its
+ * port on a pipe, so nothing polls), then W workers pointed at them; turns the
+ * workers' JSON reports into one progress line per interval and a summary, and
+ * stops everything on exit, on Ctrl-C, or as soon as any process fails. It
+ * lives beside the server because it is the servers' supervisor first. */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "flags.h"
+#include "partition.h"
+#include "ps_log.h"
+
+#define PS__MAX_PROCS 256
+
+typedef enum { PS__SERVER, PS__WORKER } ps__role;
+
+typedef struct ps__cluster ps__cluster;
+
+typedef struct {
+    ps__cluster *cl;
+    ps__role role;
+    int index;
+    uv_process_t proc;
+    uv_pipe_t pipe;
+    int running, pipe_open;
+    int killed_on_purpose;
+    char buf[4096];
+    size_t len;
+    /* Latest figures reported by a worker. */
+    double samples_per_second;
+    uint64_t step;
+    int done;
+    double samples, seconds;
+} ps__child;
+
+struct ps__cluster {
+    uv_loop_t loop;
+    uv_signal_t sigint, sigterm;
+    uv_timer_t grace;
+    ps__child children[PS__MAX_PROCS];
+    int n_children;
+    int n_servers, n_workers;
+    int ports_known, workers_exited;
+    int ports[PS__MAX_PROCS];
+    int failed, interrupted, stopping;
+    int kill_rank;
+    uint64_t kill_step;
+    double t_start;
+    double last_accuracy;
+    uint64_t total_steps;
+    /* Options shared by every child. */
+    const char *bin_dir, *mode, *hidden, *data_dir, *dump_weights, *optimizer;
+    int epochs, batch, seed, staleness, steps, progress_every, json, threads;
+    double lr, momentum, chunk_bytes;
+};
+
+static double ps__now(void)
+{
+    return (double)uv_hrtime() * 1e-9;
+}
+
+static const char *ps__child_name(const ps__child *c, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s %d", c->role == PS__SERVER ? "server" : "worker", c->index);
+    return buf;
+}
+
+static void ps__shutdown(ps__cluster *cl)
+{
+    if (cl->stopping)
+        return;
+    cl->stopping = 1;
+    for (int i = 0; i < cl->n_children; i++)
+        if (cl->children[i].running)
+            uv_process_kill(&cl->children[i].proc, SIGTERM);
+    uv_close((uv_handle_t *)&cl->sigint, NULL);
+    uv_close((uv_handle_t *)&cl->sigterm, NULL);
+    if (!uv_is_closing((uv_handle_t *)&cl->grace))
+        uv_close((uv_handle_t *)&cl->grace, NULL);
+}
+
+static void ps__fail(ps__cluster *cl, const char *why)
+{
+    if (!cl->failed && !cl->interrupted)
+        ps_error("%s; stopping the cluster", why);
+    cl->failed = 1;
+    ps__shutdown(cl);
+}
+
+/* Finds "key": in a one-line JSON object and reads the number after it. */
+static int ps__json_num(const char *line, const char *key, double *out)
+{
+    char pat[64];
+    const char *p;
+    char *end;
+
+    snprintf(pat, sizeof(pat), "\"%s\":", key);
+    p = strstr(line, pat);
+    if (p == NULL)
+        return -1;
+    *out = strtod(p + strlen(pat), &end);
+    return end == p + strlen(pat) ? -1 : 0;
+}
+
+static int ps__json_is(const char *line, const char *event)
+{
+    char pat[64];
+    snprintf(pat, sizeof(pat), "\"event\":\"%s\"", event);
+    return strstr(line, pat) != NULL;
+}
+
+static void ps__print_progress(ps__cluster *cl, const char *line)
+{
+    double epoch = 0, loss = 0, sps = 0;
+    uint64_t step = cl->children[cl->n_servers].step;
+
+    for (int r = 0; r < cl->n_workers; r++)
+        sps += cl->children[cl->n_servers + r].samples_per_second;
+    ps__json_num(line, "epoch", &epoch);
+    ps__json_num(line, "loss", &loss);
+    printf("epoch %d/%d  step %" PRIu64 "/%" PRIu64 "  loss %.4f  %.0f samples/s\n", (int)epoch,
+           cl->epochs, step, cl->total_steps, loss, sps);
+    fflush(stdout);
+}
+
+static void ps__worker_line(ps__cluster *cl, ps__child *c, const char *line)
+{
+    double v;
+
+    if (ps__json_is(line, "start")) {
+        if (c->index == 0 && ps__json_num(line, "steps", &v) == 0)
+            cl->total_steps = (uint64_t)v;
+    } else if (ps__json_is(line, "progress")) {
+        if (ps__json_num(line, "step", &v) == 0)
+            c->step = (uint64_t)v;
+        if (ps__json_num(line, "samples_per_second", &v) == 0)
+            c->samples_per_second = v;
+        if (c->index == 0)
+            ps__print_progress(cl, line);
+        if (c->index == cl->kill_rank && c->step >= cl->kill_step && c->running &&
+            !c->killed_on_purpose) {
+            ps_info("killing worker %d at step %" PRIu64 " with SIGKILL, as --kill-worker asked",
+                    c->index, c->step);
+            c->killed_on_purpose = 1;
+            uv_process_kill(&c->proc, SIGKILL);
+        }
+    } else if (ps__json_is(line, "eval")) {
+        double epoch = 0;
+        ps__json_num(line, "epoch", &epoch);
+        if (ps__json_num(line, "test_accuracy", &v) == 0)
+            cl->last_accuracy = v;
+        printf("epoch %d done: test accuracy %.4f\n", (int)epoch, cl->last_accuracy);
+        fflush(stdout);
+    } else if (ps__json_is(line, "done")) {
+        c->done = 1;
+        ps__json_num(line, "samples", &c->samples);
+        ps__json_num(line, "seconds", &c->seconds);
+    }
+}
+
+static void ps__start_workers(ps__cluster *cl);
+
+static void ps__server_line(ps__cluster *cl, ps__child *c, const char *line)
+{
+    char *end;
+    long port = strtol(line, &end, 10);
+
+    if (end == line || port < 1 || port > 65535 || cl->ports[c->index] != 0) {
+        ps__fail(cl, "a server reported a malformed port");
+        return;
+    }
+    cl->ports[c->index] = (int)port;
+    if (++cl->ports_known == cl->n_servers)
+        ps__start_workers(cl);
+}
+
+static void ps__on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    ps__child *c = h->data;
+
+    (void)suggested;
+    *buf = uv_buf_init(c->buf + c->len, (unsigned int)(sizeof(c->buf) - 1 - c->len));
+}
+
+static void ps__on_pipe_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    ps__child *c = s->data;
+    char *nl;
+
+    (void)buf;
+    if (nread < 0) {
+        c->pipe_open = 0;
+        uv_close((uv_handle_t *)s, NULL);
+        return;
+    }
+    c->len += (size_t)nread;
+    c->buf[c->len] = '\0';
+    while ((nl = strchr(c->buf, '\n')) != NULL) {
+        *nl = '\0';
+        if (c->role == PS__SERVER)
+            ps__server_line(c->cl, c, c->buf);
+        else
+            ps__worker_line(c->cl, c, c->buf);
+        c->len -= (size_t)(nl + 1 - c->buf);
+        memmove(c->buf, nl + 1, c->len + 1);
+    }
+    if (c->len == sizeof(c->buf) - 1)
+        c->len = 0; /* an overlong line: drop it rather than stall */
+}
+
+static void ps__on_grace(uv_timer_t *t)
+{
+    ps__cluster *cl = t->data;
+    ps__fail(cl, "servers did not exit within 30 s after the workers finished");
+}
+
+/* A worker has finished once it reported "done" or is gone; servers exit on
+ * their own when every worker has said goodbye, possibly before the worker
+ * processes themselves have exited. */
+static int ps__workers_finished(const ps__cluster *cl)
+{
+    for (int r = 0; r < cl->n_workers; r++) {
+        const ps__child *w = &cl->children[cl->n_servers + r];
+        if (cl->n_children <= cl->n_servers + r || (w->running && !w->done))
+            return 0;
+    }
+    return 1;
+}
+
+static void ps__on_exit(uv_process_t *p, int64_t status, int term_signal)
+{
+    ps__child *c = p->data;
+    ps__cluster *cl = c->cl;
+    char name[32], why[160];
+
+    c->running = 0;
+    uv_close((uv_handle_t *)p, NULL);
+    ps__child_name(c, name, sizeof(name));
+    if (c->killed_on_purpose && term_signal == SIGKILL) {
+        ps_info("%s is gone (killed on purpose); the others carry on", name);
+    } else if (status != 0 || term_signal != 0) {
+        if (term_signal)
+            snprintf(why, sizeof(why), "%s was killed by signal %d (%s)", name, term_signal,
+                     strsignal(term_signal));
+        else
+            snprintf(why, sizeof(why), "%s exited with status %" PRId64 " (see its log above)",
+                     name, status);
+        if (!cl->stopping)
+            ps__fail(cl, why);
+    } else if (c->role == PS__SERVER && !cl->stopping && !ps__workers_finished(cl)) {
+        snprintf(why, sizeof(why), "%s exited before the workers finished", name);
+        ps__fail(cl, why);
+    }
+    if (c->role == PS__WORKER && ++cl->workers_exited == cl->n_workers && !cl->stopping)
+        uv_timer_start(&cl->grace, ps__on_grace, 30000, 0);
+    for (int i = 0; i < cl->n_children; i++)
+        if (cl->children[i].running)
+            return;
+    /* Everyone is gone: release the signal and timer handles so the loop ends. */
+    ps__shutdown(cl);
+}
+
+static int ps__spawn(ps__cluster *cl, ps__role role, int index, char **args)
+{
+    ps__child *c = &cl->children[cl->n_children];
+    uv_process_options_t opt;
+    uv_stdio_container_t stdio[4];
+    char path[PATH_MAX], name[32];
+    int rc;
+
+    memset(c, 0, sizeof(*c));
+    c->cl = cl;
+    c->role = role;
+    c->index = index;
+    snprintf(path, sizeof(path), "%s/%s", cl->bin_dir,
+             role == PS__SERVER ? "shardps-server" : "shardps-worker");
+    args[0] = path;
+    uv_pipe_init(&cl->loop, &c->pipe, 0);
+    c->pipe.data = c;
+    c->proc.data = c;
+    stdio[0].flags = UV_IGNORE;
+    stdio[1].flags = UV_INHERIT_FD;
+    stdio[1].data.fd = 1;
+    stdio[2].flags = UV_INHERIT_FD;
+    stdio[2].data.fd = 2;
+    stdio[3].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+    stdio[3].data.stream = (uv_stream_t *)&c->pipe;
+    memset(&opt, 0, sizeof(opt));
+    opt.file = path;
+    opt.args = args;
+    opt.exit_cb = ps__on_exit;
+    opt.stdio = stdio;
+    opt.stdio_count = 4;
+    rc = uv_spawn(&cl->loop, &c->proc, &opt);
+    if (rc < 0) {
+        ps_error("cannot start %s (%s): %s", ps__child_name(c, name, sizeof(name)), path,
+                 uv_strerror(rc));
+        uv_close((uv_handle_t *)&c->pipe, NULL);
+        return rc;
+    }
+    cl->n_children++;
+    c->running = 1;
+    c->pipe_open = 1;
+    uv_read_start((uv_stream_t *)&c->pipe, ps__on_alloc, ps__on_pipe_read);
+    return 0;
+}
+
+/* Adds "--name value" to argv being built in args. */
+#define PS__ARG(name, fmt, ...)                                                                    \
+    do {                                                                                           \
+        args[n++] = name;                                                                          \
+        snprintf(vals[v], sizeof(vals[v]), fmt, __VA_ARGS__);                                      \
+        args[n++] = vals[v++];                                                                     \
+    } while (0)
+
+/* The options every server and worker must agree on. */
+static int ps__common_args(ps__cluster *cl, char **args, char (*vals)[4096], int *vi)
+{
+    int n = 1, v = *vi;
+
+    PS__ARG("--workers", "%d", cl->n_workers);
+    PS__ARG("--hidden", "%s", cl->hidden);
+    PS__ARG("--seed", "%d", cl->seed);
+    PS__ARG("--chunk-bytes", "%.0f", cl->chunk_bytes);
+    *vi = v;
+    return n;
+}
+
+static void ps__start_servers(ps__cluster *cl)
+{
+    for (int i = 0; i < cl->n_servers && !cl->failed; i++) {
+        char vals[16][4096];
+        char *args[40];
+        int v = 0, n = ps__common_args(cl, args, vals, &v);
+
+        PS__ARG("--listen", "%s", "127.0.0.1:0");
+        PS__ARG("--server-index", "%d", i);
+        PS__ARG("--num-servers", "%d", cl->n_servers);
+        PS__ARG("--mode", "%s", cl->mode);
+        PS__ARG("--staleness", "%d", cl->staleness);
+        PS__ARG("--optimizer", "%s", cl->optimizer);
+        PS__ARG("--lr", "%.9g", cl->lr);
+        PS__ARG("--momentum", "%.9g", cl->momentum);
+        PS__ARG("--ready-fd", "%d", 3);
+        args[n] = NULL;
+        if (ps__spawn(cl, PS__SERVER, i, args) < 0)
+            ps__fail(cl, "a server could not be started");
+    }
+}
+
+static void ps__start_workers(ps__cluster *cl)
+{
+    char servers[4096];
+    size_t off = 0;
+
+    for (int i = 0; i < cl->n_servers; i++)
+        off += (size_t)snprintf(servers + off, sizeof(servers) - off, "%s127.0.0.1:%d",
+                                i ? "," : "", cl->ports[i]);
+    ps_info("%d server%s listening; starting %d worker%s", cl->n_servers,
+            cl->n_servers == 1 ? "" : "s", cl->n_workers, cl->n_workers == 1 ? "" : "s");
+    for (int r = 0; r < cl->n_workers && !cl->failed; r++) {
+        char vals[16][4096];
+        char *args[40];
+        int v = 0, n = ps__common_args(cl, args, vals, &v);
+
+        PS__ARG("--servers", "%s", servers);
+        PS__ARG("--rank", "%d", r);
+        PS__ARG("--batch", "%d", cl->batch);
+        PS__ARG("--epochs", "%d", cl->epochs);
+        PS__ARG("--steps", "%d", cl->steps);
+        PS__ARG("--data-dir", "%s", cl->data_dir);
+        PS__ARG("--threads", "%d", cl->threads);
+        PS__ARG("--progress-every", "%d", cl->progress_every);
+        PS__ARG("--report-fd", "%d", 3);
+        if (r == 0 && cl->dump_weights)
+            PS__ARG("--dump-weights", "%s", cl->dump_weights);
+        args[n] = NULL;
+        if (ps__spawn(cl, PS__WORKER, r, args) < 0)
+            ps__fail(cl, "a worker could not be started");
+    }
+}
+
+static void ps__on_signal(uv_signal_t *h, int signum)
+{
+    ps__cluster *cl = h->data;
+
+    ps_warn("received %s; stopping every process", signum == SIGINT ? "SIGINT" : "SIGTERM");
+    cl->interrupted = 1;
+    ps__shutdown(cl);
+}
+
+static void ps__summary(const ps__cluster *cl, double wall)
+{
+    double samples = 0, seconds = 0, sps;
+
+    for (int r = 0; r < cl->n_workers; r++) {
+        const ps__child *c = &cl->children[cl->n_servers + r];
+        samples += c->samples;
+        if (c->seconds > seconds)
+            seconds = c->seconds;
+    }
+    sps = seconds > 0 ? samples / seconds : 0;
+    printf("\nshardps-cluster summary\n");
+    printf("  mode              %s\n", cl->mode);
+    printf("  servers, workers  %d, %d\n", cl->n_servers, cl->n_workers);
+    printf("  test accuracy     %.4f\n", cl->last_accuracy);
+    printf("  wall time         %.1f s\n", wall);
+    printf("  samples/s         %.0f (all workers, training only)\n", sps);
+    if (cl->json) {
+        char acc[32] = "null";
+        if (!isnan(cl->last_accuracy))
+            snprintf(acc, sizeof(acc), "%.6f", cl->last_accuracy);
+        printf("{\"test_accuracy\":%s,\"wall_seconds\":%.3f,\"samples_per_second\":%.1f,"
+               "\"mode\":\"%s\",\"servers\":%d,\"workers\":%d}\n",
+               acc, wall, sps, cl->mode, cl->n_servers, cl->n_workers);
+    }
+    fflush(stdout);
+}
+
+/* The folder this executable lives in: the other binaries sit beside it. */
+static int ps__self_dir(char *buf, size_t len)
+{
+    size_t n = len;
+    char *slash;
+
+    if (uv_exepath(buf, &n) < 0)
+        return -1;
+    slash = strrchr(buf, '/');
+    if (slash == NULL)
+        return -1;
+    *slash = '\0';
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static ps__cluster cl;
+    char self_dir[PATH_MAX];
+    const char *kill_worker = NULL;
+    int ncpu;
+    const ps_flag flags[] = {
+        {"servers", PS_FLAG_INT, &cl.n_servers, "S", "parameter servers to start", 1, 64, NULL},
+        {"workers", PS_FLAG_INT, &cl.n_workers, "W", "workers to start", 1, 128, NULL},
+        {"mode", PS_FLAG_CHOICE, &cl.mode, "MODE", "consistency: sync (BSP), async, or ssp", 0, 0, "sync|async|ssp"},
+        {"staleness", PS_FLAG_INT, &cl.staleness, "S", "clocks a worker may run ahead in ssp mode", 1, 1000000, NULL},
+        {"epochs", PS_FLAG_INT, &cl.epochs, "E", "passes over the training data", 1, 100000, NULL},
+        {"steps", PS_FLAG_INT, &cl.steps, "N", "stop after N steps (0: run every epoch)", 0, 2147483647, NULL},
+        {"batch", PS_FLAG_INT, &cl.batch, "B", "samples per step on each worker", 1, 65536, NULL},
+        {"optimizer", PS_FLAG_CHOICE, &cl.optimizer, "NAME", "server-side update rule", 0, 0, "sgd|nesterov|adam|adamw|adagrad"},
+        {"lr", PS_FLAG_DOUBLE, &cl.lr, "RATE", "learning rate", 0, 1000, NULL},
+        {"momentum", PS_FLAG_DOUBLE, &cl.momentum, "MU", "momentum for sgd and nesterov", 0, 0.999999, NULL},
+        {"hidden", PS_FLAG_STRING, &cl.hidden, "N,N,...", "hidden layer sizes of the MLP", 0, 0, NULL},
+        {"seed", PS_FLAG_INT, &cl.seed, "N", "seed for weights and data order", 0, 2147483647, NULL},
+        {"chunk-bytes", PS_FLAG_DOUBLE, &cl.chunk_bytes, "BYTES", "largest chunk a tensor is cut into", 4, 1 << 30, NULL},
+        {"data-dir", PS_FLAG_STRING, &cl.data_dir, "DIR", "folder with the Fashion-MNIST IDX files", 0, 0, NULL},
+        {"progress-every", PS_FLAG_INT, &cl.progress_every, "N", "progress line every N steps", 1, 1000000, NULL},
+        {"threads", PS_FLAG_INT, &cl.threads, "N", "BLAS threads per worker (0: cores / workers)", 0, 1024, NULL},
+        {"json", PS_FLAG_BOOL, &cl.json, NULL, "end with the summary as one JSON line", 0, 0, NULL},
+        {"dump-weights", PS_FLAG_STRING, &cl.dump_weights, "FILE", "rank 0 writes the final weights here", 0, 0, NULL},
+        {"kill-worker", PS_FLAG_STRING, &kill_worker, "RANK@STEP", "SIGKILL that worker once it reports that step (fault drills)", 0, 0, NULL},
+        {"bin-dir", PS_FLAG_STRING, &cl.bin_dir, "DIR", "where shardps-server and shardps-worker are (default: beside this program)", 0, 0, NULL},
+    };
+    double wall;
+    int rc;
+
+    cl.n_servers = 2;
+    cl.n_workers = 2;
+    cl.mode = "sync";
+    cl.staleness = 2;
+    cl.epochs = 10;
+    cl.batch = 64;
+    cl.optimizer = "sgd";
+    cl.lr = 0.05;
+    cl.momentum = 0.9;
+    cl.hidden = "256,128";
+    cl.seed = 1;
+    cl.chunk_bytes = PS_DEFAULT_CHUNK_BYTES;
+    cl.data_dir = "/usr/share/datasets/fashion-mnist";
+    cl.progress_every = 200;
+    cl.kill_rank = -1;
+    if (ps__self_dir(self_dir, sizeof(self_dir)) == 0)
+        cl.bin_dir = self_dir;
+    rc = ps_flags_parse(flags, (int)(sizeof(flags) / sizeof(flags[0])), argc, argv,
+                        "shardps-cluster",
+                        "Runs a parameter-server job on this machine: S servers and W workers on "
+                        "127.0.0.1, ports chosen by the OS.");
+    if (rc != 0)
+        return rc > 0 ? 0 : 2;
+    if (kill_worker) {
+        unsigned long long step;
+        if (sscanf(kill_worker, "%d@%llu", &cl.kill_rank, &step) != 2 || cl.kill_rank < 0 ||
+            cl.kill_rank >= cl.n_workers) {
+            fprintf(stderr, "shardps-cluster: --kill-worker '%s' must be RANK@STEP with RANK below "
+                            "--workers, e.g. 1@50; see shardps-cluster --help\n",
+                    kill_worker);
+            return 2;
+        }
+        cl.kill_step = step;
+    }
+    if (cl.bin_dir == NULL) {
+        fprintf(stderr, "shardps-cluster: cannot tell where the shardps binaries are; pass --bin-dir\n");
+        return 2;
+    }
+    ncpu = (int)uv_available_parallelism();
+    if (cl.threads == 0)
+        cl.threads = ncpu / cl.n_workers > 1 ? ncpu / cl.n_workers : 1;
+    ps_log_set_role("cluster");
+    setvbuf(stdout, NULL, _IOLBF, 0);
+
+    uv_loop_init(&cl.loop);
+    uv_signal_init(&cl.loop, &cl.sigint);
+    uv_signal_init(&cl.loop, &cl.sigterm);
+    uv_timer_init(&cl.loop, &cl.grace);
+    cl.sigint.data = cl.sigterm.data = cl.grace.data = &cl;
+    uv_signal_start(&cl.sigint, ps__on_signal, SIGINT);
+    uv_signal_start(&cl.sigterm, ps__on_signal, SIGTERM);
+    ps_info("starting %d server%s and %d worker%s, mode %s, %d epoch%s", cl.n_servers,
+            cl.n_servers == 1 ? "" : "s", cl.n_workers, cl.n_workers == 1 ? "" : "s", cl.mode,
+            cl.epochs, cl.epochs == 1 ? "" : "s");
+    cl.t_start = ps__now();
+    cl.last_accuracy = NAN;
+    ps__start_servers(&cl);
+    uv_run(&cl.loop, UV_RUN_DEFAULT);
+    wall = ps__now() - cl.t_start;
+    uv_loop_close(&cl.loop);
+    if (cl.interrupted)
+        return 130;
+    if (cl.failed)
+        return 1;
+    ps__summary(&cl, wall);
+    return 0;
+}

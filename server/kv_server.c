@@ -1,0 +1,721 @@
+/* Key-value server: handshake, pull gating, push accumulation and apply (see
+ * kv_server.h for the consistency rules). Everything runs on the libuv loop
+ * thread, so shard state needs no locks. */
+#include "kv_server.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "partition.h"
+#include "ps_error.h"
+#include "ps_log.h"
+#include "shard.h"
+#include "transport.h"
+
+/* Pulls one worker may have waiting at once; a well-behaved worker has one. */
+#define PS__MAX_PENDING_PER_PEER 16
+/* Queued reply bytes past which a peer's requests are no longer read. */
+#define PS__MAX_WRITE_QUEUE ((size_t)256 << 20)
+
+typedef enum { PS__PEER_HANDSHAKE, PS__PEER_WORKER, PS__PEER_GONE } ps__peer_state;
+
+typedef struct ps__peer {
+    struct ps__peer *next, *prev; /* every connection, for stop */
+    ps_kv_server *srv;
+    ps_conn *conn;
+    ps__peer_state state;
+    int failed; /* an ERROR is on its way; ignore further frames */
+    uint32_t rank;
+    uint64_t clock;     /* steps fully pushed to this server */
+    int keys_pushed;    /* keys pushed so far at `clock` */
+    uint64_t *pushed;   /* per local chunk: 1 + clock of its last push, 0 if none */
+    int pending;        /* pulls waiting in the server's queue */
+    char name[96];      /* "worker 1 (127.0.0.1:40000)" for logs */
+} ps__peer;
+
+typedef struct ps__pull {
+    struct ps__pull *next;
+    ps__peer *peer;
+    uint64_t request_id;
+    uint64_t clock;
+    size_t n_keys;
+    int *locals; /* local chunk indices, in the order requested */
+} ps__pull;
+
+typedef struct {
+    uint64_t clock;    /* step whose pushes are being accumulated */
+    int pushes;        /* contributions accumulated for `clock` */
+    int live_pushes;   /* of those, from workers still live */
+} ps__chunk_sync;
+
+struct ps_kv_server {
+    uv_loop_t *loop;
+    ps_kv_server_config cfg;
+    ps_partition *part;
+    ps_shard *shard;
+    int n_local;
+    ps__chunk_sync *sync;
+    uint32_t *seen; /* per local chunk: stamp of the request that last named it */
+    uint32_t seen_stamp;
+    uv_tcp_t listener;
+    int listening;
+    int stopping;
+    ps__peer **workers; /* by rank; NULL while not live */
+    int live;
+    int started;        /* every rank has joined once */
+    int joined;         /* ranks that have joined at least once */
+    uint64_t resume_clock; /* where a worker joining with nobody live starts */
+    ps__pull *pulls;    /* waiting pulls, oldest first */
+    ps__peer *peers;    /* every open connection */
+    ps_kv_server_done_cb done;
+    void *done_arg;
+    /* Counters for the summary line. */
+    uint64_t n_pushes, n_pulls, bytes_in, bytes_out, n_applied, n_dropped, n_refused;
+};
+
+static void ps__peer_fail(ps__peer *p, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void ps__on_error_sent(ps_conn *c, int status, void *arg)
+{
+    (void)status;
+    (void)arg;
+    ps_conn_close(c, 0);
+}
+
+/* A protocol violation: tell the peer why, log it, and close once the reason
+ * is written. Nothing the peer sent after this is looked at. */
+static void ps__peer_fail(ps__peer *p, int err, const char *fmt, ...)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    char reason[256];
+    va_list ap;
+
+    if (p->failed)
+        return;
+    p->failed = 1;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof(reason), fmt, ap);
+    va_end(ap);
+    ps_warn("closing %s: %s", p->name, reason);
+    p->srv->n_refused++;
+    h.type = p->state == PS__PEER_HANDSHAKE ? SHARDPS__MSG_TYPE__REJECT : SHARDPS__MSG_TYPE__ERROR;
+    h.status = err;
+    h.reason = reason;
+    if (ps_conn_send(p->conn, &h, NULL, 0, ps__on_error_sent, NULL) < 0)
+        ps_conn_close(p->conn, err);
+}
+
+static uint64_t ps__min_live_clock(const ps_kv_server *s)
+{
+    uint64_t m = UINT64_MAX;
+
+    for (int r = 0; r < s->cfg.world; r++)
+        if (s->workers[r] && s->workers[r]->clock < m)
+            m = s->workers[r]->clock;
+    return m;
+}
+
+static int ps__pull_ready(const ps_kv_server *s, uint64_t clock)
+{
+    uint64_t floor;
+
+    if (!s->started)
+        return 0;
+    if (s->cfg.staleness == PS_STALENESS_UNBOUNDED)
+        return 1;
+    floor = ps__min_live_clock(s);
+    return floor == UINT64_MAX || clock <= floor + s->cfg.staleness;
+}
+
+static void ps__on_reply_sent(ps_conn *c, int status, void *arg)
+{
+    (void)c;
+    (void)status;
+    free(arg);
+}
+
+/* Answers a pull with a snapshot of the weights: a later apply must not
+ * change bytes that are still waiting in the socket's queue, and their CRC
+ * was computed at send time. */
+static void ps__answer_pull(ps_kv_server *s, ps__peer *p, uint64_t request_id, uint64_t clock,
+                            const int *locals, size_t n)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    uint64_t *keys = NULL;
+    uint8_t *buf = NULL;
+    size_t bytes = 0, off = 0;
+    ps_iov iov;
+    int rc = -ENOMEM;
+
+    for (size_t i = 0; i < n; i++)
+        bytes += ps_shard_chunk(s->shard, locals[i])->numel * sizeof(float);
+    keys = malloc(n * sizeof(*keys));
+    buf = malloc(bytes ? bytes : 1);
+    if (keys == NULL || buf == NULL)
+        goto fail;
+    for (size_t i = 0; i < n; i++) {
+        const ps_chunk *c = ps_shard_chunk(s->shard, locals[i]);
+        keys[i] = c->key;
+        memcpy(buf + off, ps_shard_weights(s->shard, locals[i]), c->numel * sizeof(float));
+        off += c->numel * sizeof(float);
+    }
+    h.type = SHARDPS__MSG_TYPE__PULL_REPLY;
+    h.request_id = request_id;
+    h.clock = clock;
+    h.dtype = SHARDPS__DTYPE__DTYPE_F32;
+    h.n_keys = n;
+    h.keys = keys;
+    iov.base = buf;
+    iov.len = bytes;
+    rc = ps_conn_send(p->conn, &h, &iov, 1, ps__on_reply_sent, buf);
+    if (rc < 0)
+        goto fail;
+    s->n_pulls++;
+    s->bytes_out += bytes;
+    free(keys);
+    return;
+fail:
+    free(keys);
+    free(buf);
+    if (rc != -PS_ECLOSED)
+        ps_conn_close(p->conn, rc);
+}
+
+static void ps__release_pulls(ps_kv_server *s)
+{
+    ps__pull **pp = &s->pulls;
+
+    while (*pp) {
+        ps__pull *q = *pp;
+        if (!ps__pull_ready(s, q->clock)) {
+            pp = &q->next;
+            continue;
+        }
+        *pp = q->next;
+        q->peer->pending--;
+        ps__answer_pull(s, q->peer, q->request_id, q->clock, q->locals, q->n_keys);
+        free(q->locals);
+        free(q);
+    }
+}
+
+/* Applies the averaged gradient of a chunk once no live worker still owes a
+ * push for its current step. */
+static void ps__maybe_apply(ps_kv_server *s, int local)
+{
+    ps__chunk_sync *c = &s->sync[local];
+
+    if (c->pushes == 0 || c->live_pushes < s->live)
+        return;
+    ps_shard_apply_accumulated(s->shard, local, c->pushes);
+    c->clock++;
+    c->pushes = 0;
+    c->live_pushes = 0;
+    s->n_applied++;
+}
+
+/* Resolves and checks a request's keys: each must exist on this server and
+ * appear once. Fills locals; returns the payload bytes they span, or -1 after
+ * failing the peer. */
+static long long ps__resolve_keys(ps_kv_server *s, ps__peer *p, const Shardps__Header *h,
+                                  int *locals)
+{
+    long long bytes = 0;
+
+    if (h->n_keys == 0 || h->n_keys > (size_t)s->n_local) {
+        ps__peer_fail(p, -PS_EPROTO, "request names %zu keys; this server holds %d", h->n_keys,
+                      s->n_local);
+        return -1;
+    }
+    if (++s->seen_stamp == 0) {
+        memset(s->seen, 0, (size_t)s->n_local * sizeof(*s->seen));
+        s->seen_stamp = 1;
+    }
+    for (size_t i = 0; i < h->n_keys; i++) {
+        int local = ps_shard_find(s->shard, h->keys[i]);
+        if (local < 0) {
+            ps__peer_fail(p, -PS_EPROTO,
+                          "key %" PRIu64 ":%" PRIu64 " is not held by server %d (wrong partition?)",
+                          h->keys[i] >> 32, h->keys[i] & 0xffffffffu, s->cfg.server_index);
+            return -1;
+        }
+        if (s->seen[local] == s->seen_stamp) {
+            ps__peer_fail(p, -PS_EPROTO, "key %" PRIu64 ":%" PRIu64 " named twice in one request",
+                          h->keys[i] >> 32, h->keys[i] & 0xffffffffu);
+            return -1;
+        }
+        s->seen[local] = s->seen_stamp;
+        locals[i] = local;
+        bytes += (long long)(ps_shard_chunk(s->shard, local)->numel * sizeof(float));
+    }
+    return bytes;
+}
+
+static void ps__handle_pull(ps_kv_server *s, ps__peer *p, const ps_frame *f)
+{
+    const Shardps__Header *h = f->hdr;
+    ps__pull *q = NULL;
+    int *locals = malloc((h->n_keys ? h->n_keys : 1) * sizeof(int));
+
+    if (locals == NULL)
+        goto oom;
+    if (f->payload_len != 0) {
+        ps__peer_fail(p, -PS_EPROTO, "pull carries a %zu-byte payload", f->payload_len);
+        goto out;
+    }
+    if (ps__resolve_keys(s, p, h, locals) < 0)
+        goto out;
+    if (h->clock > p->clock) {
+        ps__peer_fail(p, -PS_EPROTO, "pull for clock %" PRIu64 " but the worker has pushed only %" PRIu64 " steps",
+                      h->clock, p->clock);
+        goto out;
+    }
+    if (ps__pull_ready(s, h->clock)) {
+        ps__answer_pull(s, p, h->request_id, h->clock, locals, h->n_keys);
+        goto out;
+    }
+    if (p->pending >= PS__MAX_PENDING_PER_PEER) {
+        ps__peer_fail(p, -PS_EPROTO, "more than %d pulls waiting", PS__MAX_PENDING_PER_PEER);
+        goto out;
+    }
+    q = calloc(1, sizeof(*q));
+    if (q == NULL)
+        goto oom;
+    q->peer = p;
+    q->request_id = h->request_id;
+    q->clock = h->clock;
+    q->n_keys = h->n_keys;
+    q->locals = locals;
+    locals = NULL;
+    p->pending++;
+    {
+        ps__pull **tail = &s->pulls;
+        while (*tail)
+            tail = &(*tail)->next;
+        *tail = q;
+    }
+    goto out;
+oom:
+    ps_conn_close(p->conn, -ENOMEM);
+out:
+    free(locals);
+}
+
+static void ps__ack_push(ps__peer *p, uint64_t request_id, uint64_t clock, int dropped)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    int rc;
+
+    h.type = SHARDPS__MSG_TYPE__PUSH_REPLY;
+    h.request_id = request_id;
+    h.clock = clock;
+    h.status = dropped;
+    rc = ps_conn_send(p->conn, &h, NULL, 0, NULL, NULL);
+    if (rc < 0 && rc != -PS_ECLOSED)
+        ps_conn_close(p->conn, rc);
+}
+
+static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
+{
+    const Shardps__Header *h = f->hdr;
+    int *locals = malloc((h->n_keys ? h->n_keys : 1) * sizeof(int));
+    const uint8_t *payload = f->payload;
+    long long bytes;
+    int dropped = 0;
+    int sync = s->cfg.staleness == 0;
+
+    if (locals == NULL) {
+        ps_conn_close(p->conn, -ENOMEM);
+        return;
+    }
+    bytes = ps__resolve_keys(s, p, h, locals);
+    if (bytes < 0)
+        goto out;
+    if (h->dtype != SHARDPS__DTYPE__DTYPE_F32) {
+        ps__peer_fail(p, -PS_EPROTO, "push with dtype %d; only float32 (1) is supported", h->dtype);
+        goto out;
+    }
+    if ((size_t)bytes != f->payload_len) {
+        ps__peer_fail(p, -PS_EPROTO, "push payload is %zu bytes, its keys need %lld", f->payload_len,
+                      bytes);
+        goto out;
+    }
+    if (h->clock != p->clock) {
+        ps__peer_fail(p, -PS_EPROTO, "push for clock %" PRIu64 " from a worker at clock %" PRIu64,
+                      h->clock, p->clock);
+        goto out;
+    }
+    for (size_t i = 0; i < h->n_keys; i++) {
+        int local = locals[i];
+        const float *g = (const float *)payload;
+        ps__chunk_sync *c = &s->sync[local];
+
+        payload += ps_shard_chunk(s->shard, local)->numel * sizeof(float);
+        if (p->pushed[local] > h->clock) {
+            ps__peer_fail(p, -PS_EPROTO, "second push of key %" PRIu64 ":%" PRIu64 " at clock %" PRIu64,
+                          h->keys[i] >> 32, h->keys[i] & 0xffffffffu, h->clock);
+            goto out;
+        }
+        p->pushed[local] = h->clock + 1;
+        if (!sync) {
+            ps_shard_apply_grad(s->shard, local, g);
+            s->n_applied++;
+            continue;
+        }
+        if (h->clock < c->clock) {
+            /* The step was already applied without this worker (it joined
+             * late or was counted out); its gradient is for old weights. */
+            dropped++;
+            s->n_dropped++;
+            continue;
+        }
+        if (h->clock > c->clock) {
+            ps__peer_fail(p, -PS_EPROTO, "push for clock %" PRIu64 " before step %" PRIu64 " was applied",
+                          h->clock, c->clock);
+            goto out;
+        }
+        ps_shard_accumulate(s->shard, local, g);
+        c->pushes++;
+        c->live_pushes++;
+        ps__maybe_apply(s, local);
+    }
+    s->n_pushes++;
+    s->bytes_in += f->payload_len;
+    p->keys_pushed += (int)h->n_keys;
+    if (p->keys_pushed >= s->n_local) {
+        p->keys_pushed = 0;
+        p->clock++;
+    }
+    ps__ack_push(p, h->request_id, h->clock, dropped);
+    ps__release_pulls(s);
+out:
+    free(locals);
+}
+
+static const char *ps__model_text(const ps_model_spec *m, char *buf, size_t len)
+{
+    size_t off = 0;
+
+    for (int i = 0; i <= m->n_layers && off < len; i++)
+        off += (size_t)snprintf(buf + off, len - off, "%s%d", i ? "-" : "", m->sizes[i]);
+    return buf;
+}
+
+static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
+{
+    char model[128];
+
+    if (hello == NULL || hello->role != SHARDPS__ROLE__ROLE_WORKER) {
+        ps__peer_fail(p, -PS_EPROTO, "first message must be a worker HELLO");
+        return -1;
+    }
+    if (hello->model_fingerprint != ps_model_spec_fingerprint(&s->cfg.spec)) {
+        ps__peer_fail(p, -PS_EMISMATCH,
+                      "model mismatch: this server trains an MLP %s with seed %" PRIu64
+                      "; start the worker with the same --hidden and --seed",
+                      ps__model_text(&s->cfg.spec, model, sizeof(model)), s->cfg.spec.seed);
+        return -1;
+    }
+    if (hello->num_servers != (uint32_t)s->cfg.num_servers ||
+        hello->chunk_bytes != s->cfg.chunk_bytes) {
+        ps__peer_fail(p, -PS_EMISMATCH,
+                      "partition mismatch: worker has %u servers and %" PRIu64
+                      "-byte chunks, this server %d and %zu; use the same server list and "
+                      "--chunk-bytes everywhere",
+                      hello->num_servers, hello->chunk_bytes, s->cfg.num_servers,
+                      s->cfg.chunk_bytes);
+        return -1;
+    }
+    if (hello->server_index != (uint32_t)s->cfg.server_index) {
+        ps__peer_fail(p, -PS_EMISMATCH,
+                      "the worker lists this address as server %u, but this is server %d; "
+                      "fix the order of --servers",
+                      hello->server_index, s->cfg.server_index);
+        return -1;
+    }
+    if (hello->world != (uint32_t)s->cfg.world || hello->rank >= hello->world) {
+        ps__peer_fail(p, -PS_EMISMATCH,
+                      "worker says rank %u of %u, this server expects %d workers (ranks 0..%d)",
+                      hello->rank, hello->world, s->cfg.world, s->cfg.world - 1);
+        return -1;
+    }
+    if (s->workers[hello->rank]) {
+        ps__peer_fail(p, -PS_EMISMATCH, "rank %u is already connected from %s", hello->rank,
+                      ps_conn_peer(s->workers[hello->rank]->conn));
+        return -1;
+    }
+    return 0;
+}
+
+static void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    Shardps__Welcome w = SHARDPS__WELCOME__INIT;
+    uint64_t floor;
+    int rc;
+
+    if (f->hdr->type != SHARDPS__MSG_TYPE__HELLO) {
+        ps__peer_fail(p, -PS_EPROTO, "expected HELLO, got message type %d", f->hdr->type);
+        return;
+    }
+    if (ps__check_hello(s, p, f->hdr->hello) < 0)
+        return;
+    p->rank = f->hdr->hello->rank;
+    floor = ps__min_live_clock(s);
+    p->clock = floor == UINT64_MAX ? s->resume_clock : floor;
+    /* A joining worker starts at the clock every live worker has reached; a
+     * push of it for a chunk already past that clock is dropped as late. */
+    for (int i = 0; i < s->n_local; i++)
+        p->pushed[i] = p->clock;
+    p->state = PS__PEER_WORKER;
+    s->workers[p->rank] = p;
+    s->live++;
+    snprintf(p->name, sizeof(p->name), "worker %u (%s)", p->rank, ps_conn_peer(p->conn));
+
+    h.type = SHARDPS__MSG_TYPE__WELCOME;
+    h.request_id = f->hdr->request_id;
+    w.clock = p->clock;
+    w.mode = (char *)s->cfg.mode;
+    w.staleness = s->cfg.staleness;
+    h.welcome = &w;
+    rc = ps_conn_send(p->conn, &h, NULL, 0, NULL, NULL);
+    if (rc < 0) {
+        ps_conn_close(p->conn, rc);
+        return;
+    }
+    if (!s->started) {
+        s->joined++;
+        if (s->joined == s->cfg.world) {
+            s->started = 1;
+            ps_info("%s joined; all %d workers present, training starts", p->name, s->cfg.world);
+        } else {
+            ps_info("%s joined; waiting for %d more", p->name, s->cfg.world - s->joined);
+        }
+    } else {
+        ps_info("%s joined at clock %" PRIu64 "; %d live", p->name, p->clock, s->live);
+    }
+    ps__release_pulls(s);
+}
+
+/* Takes a worker out of every barrier: its pending pulls are dropped, its
+ * pushes for unapplied steps stay in the average, and chunks that were only
+ * waiting for it are applied now. */
+static void ps__worker_leave(ps_kv_server *s, ps__peer *p, const char *why)
+{
+    ps__pull **pp = &s->pulls;
+
+    if (p->state != PS__PEER_WORKER)
+        return;
+    p->state = PS__PEER_GONE;
+    s->workers[p->rank] = NULL;
+    s->live--;
+    if (p->clock > s->resume_clock)
+        s->resume_clock = p->clock;
+    while (*pp) {
+        ps__pull *q = *pp;
+        if (q->peer != p) {
+            pp = &q->next;
+            continue;
+        }
+        *pp = q->next;
+        free(q->locals);
+        free(q);
+    }
+    p->pending = 0;
+    for (int i = 0; i < s->n_local; i++)
+        if (p->pushed[i] == s->sync[i].clock + 1 && s->sync[i].pushes > 0)
+            s->sync[i].live_pushes--;
+    if (s->cfg.staleness == 0)
+        for (int i = 0; i < s->n_local; i++)
+            ps__maybe_apply(s, i);
+    if (s->live > 0)
+        ps_info("%s left at clock %" PRIu64 " (%s); %d worker%s still live", p->name, p->clock,
+                why, s->live, s->live == 1 ? "" : "s");
+    else
+        ps_info("%s left at clock %" PRIu64 " (%s); no workers live", p->name, p->clock, why);
+    ps__release_pulls(s);
+    if (s->started && s->live == 0 && s->done)
+        s->done(s, s->done_arg);
+}
+
+static void ps__on_frame(ps_conn *c, const ps_frame *f)
+{
+    ps__peer *p = ps_conn_data(c);
+    ps_kv_server *s = p->srv;
+
+    if (p->failed || p->state == PS__PEER_GONE)
+        return;
+    if (p->state == PS__PEER_HANDSHAKE) {
+        ps__handle_hello(s, p, f);
+        return;
+    }
+    switch (f->hdr->type) {
+    case SHARDPS__MSG_TYPE__PULL:
+        ps__handle_pull(s, p, f);
+        break;
+    case SHARDPS__MSG_TYPE__PUSH:
+        ps__handle_push(s, p, f);
+        break;
+    case SHARDPS__MSG_TYPE__BYE:
+        ps__worker_leave(s, p, "finished");
+        break;
+    default:
+        ps__peer_fail(p, -PS_EPROTO, "unexpected message type %d from a worker", f->hdr->type);
+        break;
+    }
+}
+
+static void ps__on_conn_close(ps_conn *c, int err)
+{
+    ps__peer *p = ps_conn_data(c);
+    ps_kv_server *s = p->srv;
+
+    if (err < 0 && err != -PS_ECLOSED && !p->failed) {
+        const char *detail = ps_conn_error(c);
+        ps_warn("closing %s: %s%s%s", p->name, ps_strerror(err), *detail ? ": " : "", detail);
+        s->n_refused++;
+    }
+    ps__worker_leave(s, p, err == -PS_ECLOSED || err == 0 ? "disconnected" : ps_strerror(err));
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        s->peers = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    free(p->pushed);
+    free(p);
+}
+
+static void ps__on_connection(uv_stream_t *listener, int status)
+{
+    ps_kv_server *s = listener->data;
+    ps_conn_config cc = {ps__on_frame, ps__on_conn_close, s->cfg.max_payload, PS__MAX_WRITE_QUEUE};
+    ps__peer *p;
+    ps_conn *c;
+
+    if (status < 0) {
+        ps_warn("accept failed: %s", uv_strerror(status));
+        return;
+    }
+    p = calloc(1, sizeof(*p));
+    if (p == NULL || (p->pushed = calloc((size_t)s->n_local + 1, sizeof(uint64_t))) == NULL) {
+        free(p);
+        ps_warn("out of memory accepting a connection");
+        return;
+    }
+    p->srv = s;
+    if (ps_conn_accept(listener, &cc, p, &c) < 0) {
+        free(p->pushed);
+        free(p);
+        return;
+    }
+    p->conn = c;
+    snprintf(p->name, sizeof(p->name), "peer %s", ps_conn_peer(c));
+    p->next = s->peers;
+    if (s->peers)
+        s->peers->prev = p;
+    s->peers = p;
+}
+
+int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_config *cfg,
+                      ps_kv_server_done_cb done, void *arg)
+{
+    ps_kv_server *s;
+    int rc = -ENOMEM;
+
+    if (cfg->world < 1 || cfg->num_servers < 1 || cfg->server_index < 0 ||
+        cfg->server_index >= cfg->num_servers)
+        return -EINVAL;
+    s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return -ENOMEM;
+    s->loop = loop;
+    s->cfg = *cfg;
+    s->done = done;
+    s->done_arg = arg;
+    rc = ps_partition_init(&s->part, &cfg->spec, cfg->num_servers, cfg->chunk_bytes);
+    if (rc < 0)
+        goto fail;
+    rc = ps_shard_init(&s->shard, s->part, cfg->server_index, &cfg->spec, &cfg->opt,
+                       cfg->staleness == 0);
+    if (rc < 0)
+        goto fail;
+    rc = -ENOMEM;
+    s->n_local = ps_shard_chunk_count(s->shard);
+    s->sync = calloc((size_t)s->n_local + 1, sizeof(*s->sync));
+    s->seen = calloc((size_t)s->n_local + 1, sizeof(*s->seen));
+    s->workers = calloc((size_t)cfg->world, sizeof(*s->workers));
+    if (s->sync == NULL || s->seen == NULL || s->workers == NULL)
+        goto fail;
+    *out = s;
+    return 0;
+fail:
+    ps_kv_server_close(s);
+    return rc;
+}
+
+int ps_kv_server_start(ps_kv_server *s, const struct sockaddr *addr, int *bound_port)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    int rc;
+
+    uv_tcp_init(s->loop, &s->listener);
+    s->listener.data = s;
+    s->listening = 1;
+    rc = uv_tcp_bind(&s->listener, addr, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&s->listener, 128, ps__on_connection);
+    if (rc == 0)
+        rc = uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len);
+    if (rc < 0)
+        return rc;
+    *bound_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                  : ((struct sockaddr_in *)&ss)->sin_port);
+    ps_info("server %d of %d holds %d chunks (%.1f MiB with optimizer state), mode %s", 
+            s->cfg.server_index, s->cfg.num_servers, s->n_local,
+            (double)ps_shard_memory_bytes(s->shard) / (1 << 20), s->cfg.mode);
+    return 0;
+}
+
+void ps_kv_server_stop(ps_kv_server *s)
+{
+    if (s->stopping)
+        return;
+    s->stopping = 1;
+    if (s->listening && !uv_is_closing((uv_handle_t *)&s->listener))
+        uv_close((uv_handle_t *)&s->listener, NULL);
+    for (ps__peer *p = s->peers; p; p = p->next)
+        ps_conn_close(p->conn, 0);
+}
+
+void ps_kv_server_close(ps_kv_server *s)
+{
+    if (s == NULL)
+        return;
+    while (s->pulls) {
+        ps__pull *q = s->pulls;
+        s->pulls = q->next;
+        free(q->locals);
+        free(q);
+    }
+    ps_shard_free(s->shard);
+    ps_partition_free(s->part);
+    free(s->sync);
+    free(s->seen);
+    free(s->workers);
+    free(s);
+}
+
+void ps_kv_server_log_summary(const ps_kv_server *s)
+{
+    ps_info("summary: %" PRIu64 " pushes (%.1f MB in), %" PRIu64 " pulls (%.1f MB out), %" PRIu64
+            " chunk updates, %" PRIu64 " late pushes dropped, %" PRIu64 " connections refused",
+            s->n_pushes, (double)s->bytes_in / 1e6, s->n_pulls, (double)s->bytes_out / 1e6,
+            s->n_applied, s->n_dropped, s->n_refused);
+}

@@ -1,0 +1,49 @@
+/* Server-side optimizers: the update rule applied to one chunk of weights.
+ *
+ * State (momentum, Adam moments, ...) is a flat float array owned by the
+ * caller, sized by ps_optimizer_state_floats(), laid out per-element so a
+ * chunk's state is sharded exactly like its weights. The rules follow the
+ * conventions of PyTorch's torch.optim (momentum buffer v = mu*v + g, Adam with
+ * bias correction, AdamW with decoupled decay), so results can be compared. */
+#ifndef PS_OPTIMIZER_H
+#define PS_OPTIMIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    PS_OPT_SGD,      /* momentum == 0: w -= lr * g; otherwise heavy-ball */
+    PS_OPT_NESTEROV, /* SGD with Nesterov momentum */
+    PS_OPT_ADAM,
+    PS_OPT_ADAMW,
+    PS_OPT_ADAGRAD,
+} ps_optimizer_kind;
+
+typedef struct {
+    ps_optimizer_kind kind;
+    float lr;
+    float momentum;     /* SGD, Nesterov */
+    float weight_decay; /* L2 added to the gradient; decoupled for AdamW */
+    float beta1, beta2; /* Adam, AdamW */
+    float eps;          /* Adam, AdamW, Adagrad */
+} ps_optimizer_config;
+
+/* Fills cfg with the defaults for kind (lr 0.1 for SGD-family, 1e-3 for Adam,
+ * 0.01 for Adagrad; momentum 0.9; betas 0.9/0.999; eps 1e-8). */
+void ps_optimizer_defaults(ps_optimizer_config *cfg, ps_optimizer_kind kind);
+
+/* Parses "sgd", "nesterov", "adam", "adamw", "adagrad". Returns 0 or -EINVAL. */
+int ps_optimizer_parse(const char *name, ps_optimizer_kind *kind);
+const char *ps_optimizer_name(ps_optimizer_kind kind);
+
+/* Floats of state needed for n weights (0 for plain SGD without momentum). */
+size_t ps_optimizer_state_floats(const ps_optimizer_config *cfg, size_t n);
+
+/* Applies one update to w[0..n) with gradient g[0..n) (g is read only).
+ * step is the 1-based count of updates applied so far including this one
+ * (Adam's bias correction needs it). state is zeroed by the caller before the
+ * first step. */
+void ps_optimizer_apply(const ps_optimizer_config *cfg, float *w, float *state, const float *g,
+                        size_t n, uint64_t step);
+
+#endif

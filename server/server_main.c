@@ -1,0 +1,182 @@
+/* shardps-server: one parameter-server daemon. Parses its options, builds the
+ * model spec and its shard, listens, and runs the event loop until every
+ * worker has finished (or SIGINT/SIGTERM). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "flags.h"
+#include "kv_server.h"
+#include "partition.h"
+#include "ps_error.h"
+#include "ps_log.h"
+#include "transport.h"
+
+typedef struct {
+    uv_loop_t loop;
+    ps_kv_server *srv;
+    uv_signal_t sigint, sigterm;
+    int linger;
+} ps__server_app;
+
+static void ps__stop(ps__server_app *app)
+{
+    ps_kv_server_stop(app->srv);
+    uv_close((uv_handle_t *)&app->sigint, NULL);
+    uv_close((uv_handle_t *)&app->sigterm, NULL);
+}
+
+static void ps__on_signal(uv_signal_t *h, int signum)
+{
+    ps__server_app *app = h->data;
+
+    ps_info("received %s, shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
+    ps__stop(app);
+}
+
+static void ps__on_done(ps_kv_server *s, void *arg)
+{
+    ps__server_app *app = arg;
+
+    (void)s;
+    if (app->linger)
+        return;
+    ps_info("every worker has finished; exiting (use --linger to keep serving)");
+    ps__stop(app);
+}
+
+/* Writes the bound port to the launcher's pipe, so it never has to poll. */
+static int ps__report_port(int fd, int port)
+{
+    char line[16];
+    int n = snprintf(line, sizeof(line), "%d\n", port);
+
+    if (write(fd, line, (size_t)n) != n)
+        return -errno;
+    close(fd);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *listen = "127.0.0.1:7000", *mode = "sync", *hidden = "256,128", *optim = "sgd";
+    int server_index = 0, num_servers = 1, workers = 1, staleness = 2, input = 784, classes = 10;
+    int ready_fd = -1, linger = 0, verbose = 0, seed = 1;
+    double lr = 0.1, momentum = 0.9, weight_decay = 0, chunk_bytes = PS_DEFAULT_CHUNK_BYTES;
+    double max_payload = (double)PS_DEFAULT_MAX_PAYLOAD;
+    const ps_flag flags[] = {
+        {"listen", PS_FLAG_STRING, &listen, "HOST:PORT", "address to listen on (port 0: any free port)", 0, 0, NULL},
+        {"server-index", PS_FLAG_INT, &server_index, "I", "this server's index in the server list", 0, 4095, NULL},
+        {"num-servers", PS_FLAG_INT, &num_servers, "S", "number of servers in the cluster", 1, 4096, NULL},
+        {"workers", PS_FLAG_INT, &workers, "W", "number of workers expected", 1, 65536, NULL},
+        {"mode", PS_FLAG_CHOICE, &mode, "MODE", "consistency: sync (BSP), async, or ssp", 0, 0, "sync|async|ssp"},
+        {"staleness", PS_FLAG_INT, &staleness, "S", "clocks a worker may run ahead in ssp mode", 1, 1000000, NULL},
+        {"hidden", PS_FLAG_STRING, &hidden, "N,N,...", "hidden layer sizes of the MLP", 0, 0, NULL},
+        {"input", PS_FLAG_INT, &input, "N", "input features", 1, 1 << 20, NULL},
+        {"classes", PS_FLAG_INT, &classes, "N", "output classes", 1, 1 << 20, NULL},
+        {"seed", PS_FLAG_INT, &seed, "N", "seed for the initial weights", 0, 2147483647, NULL},
+        {"chunk-bytes", PS_FLAG_DOUBLE, &chunk_bytes, "BYTES", "largest chunk a tensor is cut into", 4, 1 << 30, NULL},
+        {"optimizer", PS_FLAG_CHOICE, &optim, "NAME", "update rule", 0, 0, "sgd|nesterov|adam|adamw|adagrad"},
+        {"lr", PS_FLAG_DOUBLE, &lr, "RATE", "learning rate", 0, 1000, NULL},
+        {"momentum", PS_FLAG_DOUBLE, &momentum, "MU", "momentum for sgd and nesterov", 0, 0.999999, NULL},
+        {"weight-decay", PS_FLAG_DOUBLE, &weight_decay, "L2", "weight decay", 0, 10, NULL},
+        {"max-payload", PS_FLAG_DOUBLE, &max_payload, "BYTES", "largest frame payload accepted", 1024, 1ull << 40, NULL},
+        {"ready-fd", PS_FLAG_INT, &ready_fd, "FD", "write the bound port to this descriptor once listening", -1, 1 << 20, NULL},
+        {"linger", PS_FLAG_BOOL, &linger, NULL, "keep serving after every worker has finished", 0, 0, NULL},
+        {"verbose", PS_FLAG_BOOL, &verbose, NULL, "log debug detail", 0, 0, NULL},
+    };
+    int nflags = (int)(sizeof(flags) / sizeof(flags[0]));
+    ps__server_app app;
+    ps_kv_server_config cfg;
+    ps_optimizer_kind kind;
+    struct sockaddr_storage addr;
+    int sizes[PS_MAX_LAYERS + 1], nh, port, rc;
+    char role[32];
+
+    rc = ps_flags_parse(flags, nflags, argc, argv, "shardps-server",
+                        "Holds a shard of the model's weights and applies workers' gradients.");
+    if (rc != 0)
+        return rc > 0 ? 0 : 2;
+    snprintf(role, sizeof(role), "server %d", server_index);
+    ps_log_set_role(role);
+    if (verbose)
+        ps_log_set_level(PS_LOG_DEBUG);
+    if (server_index >= num_servers) {
+        fprintf(stderr, "shardps-server: --server-index %d must be below --num-servers %d\n",
+                server_index, num_servers);
+        return 2;
+    }
+    nh = ps_model_spec_parse_sizes(hidden, sizes + 1, PS_MAX_LAYERS - 1);
+    if (nh < 0) {
+        fprintf(stderr, "shardps-server: --hidden '%s' is not a list of positive sizes like 256,128\n",
+                hidden);
+        return 2;
+    }
+    if (ps_parse_hostport(listen, &addr, 1) < 0) {
+        fprintf(stderr, "shardps-server: --listen '%s' is not HOST:PORT (e.g. 127.0.0.1:7000)\n",
+                listen);
+        return 2;
+    }
+    sizes[0] = input;
+    sizes[nh + 1] = classes;
+    memset(&cfg, 0, sizeof(cfg));
+    ps_model_spec_init_mlp(&cfg.spec, sizes, nh + 2, (uint64_t)seed);
+    ps_optimizer_parse(optim, &kind);
+    ps_optimizer_defaults(&cfg.opt, kind);
+    cfg.opt.lr = (float)lr;
+    cfg.opt.momentum = (float)momentum;
+    cfg.opt.weight_decay = (float)weight_decay;
+    cfg.server_index = server_index;
+    cfg.num_servers = num_servers;
+    cfg.chunk_bytes = (size_t)chunk_bytes;
+    cfg.world = workers;
+    cfg.mode = mode;
+    cfg.staleness = strcmp(mode, "sync") == 0    ? 0
+                    : strcmp(mode, "async") == 0 ? PS_STALENESS_UNBOUNDED
+                                                 : (uint32_t)staleness;
+    cfg.max_payload = (size_t)max_payload;
+
+    memset(&app, 0, sizeof(app));
+    app.linger = linger;
+    uv_loop_init(&app.loop);
+    rc = ps_kv_server_init(&app.srv, &app.loop, &cfg, ps__on_done, &app);
+    if (rc < 0) {
+        ps_error("cannot set up the shard: %s", ps_strerror(rc));
+        return 1;
+    }
+    rc = ps_kv_server_start(app.srv, (struct sockaddr *)&addr, &port);
+    if (rc < 0) {
+        ps_error("cannot listen on %s: %s", listen, uv_strerror(rc));
+        ps_kv_server_close(app.srv);
+        return 1;
+    }
+    {
+        char bound[80];
+        ((struct sockaddr_in *)&addr)->sin_port = htons((uint16_t)port);
+        if (addr.ss_family == AF_INET6)
+            ((struct sockaddr_in6 *)&addr)->sin6_port = htons((uint16_t)port);
+        ps_format_addr((struct sockaddr *)&addr, bound, sizeof(bound));
+        ps_info("listening on %s for %d worker%s", bound, workers, workers == 1 ? "" : "s");
+        if (strncmp(bound, "127.", 4) != 0 && strncmp(bound, "[::1]", 5) != 0)
+            ps_warn("listening beyond loopback without authentication: anyone who can reach "
+                    "%s can read and change the model", bound);
+    }
+    if (ready_fd >= 0 && (rc = ps__report_port(ready_fd, port)) < 0)
+        ps_warn("could not report the port on descriptor %d: %s", ready_fd, strerror(-rc));
+
+    uv_signal_init(&app.loop, &app.sigint);
+    uv_signal_init(&app.loop, &app.sigterm);
+    app.sigint.data = app.sigterm.data = &app;
+    uv_signal_start(&app.sigint, ps__on_signal, SIGINT);
+    uv_signal_start(&app.sigterm, ps__on_signal, SIGTERM);
+
+    uv_run(&app.loop, UV_RUN_DEFAULT);
+    ps_kv_server_log_summary(app.srv);
+    ps_kv_server_close(app.srv);
+    uv_loop_close(&app.loop);
+    return 0;
+}

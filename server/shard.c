@@ -1,0 +1,158 @@
+/* Chunk storage and update application for one server (see shard.h). */
+#include "shard.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    ps_chunk desc;
+    float *weights;
+    float *state; /* optimizer state, NULL when the optimizer keeps none */
+    float *accum; /* NULL unless with_accumulators */
+    uint64_t updates;
+} ps__shard_chunk;
+
+struct ps_shard {
+    ps_optimizer_config opt;
+    int n;
+    ps__shard_chunk *chunks;
+    size_t memory_bytes;
+};
+
+void ps_shard_free(ps_shard *s)
+{
+    if (s == NULL)
+        return;
+    for (int i = 0; i < s->n; i++) {
+        free(s->chunks[i].weights);
+        free(s->chunks[i].state);
+        free(s->chunks[i].accum);
+    }
+    free(s->chunks);
+    free(s);
+}
+
+int ps_shard_init(ps_shard **out, const ps_partition *part, int server_index,
+                  const ps_model_spec *spec, const ps_optimizer_config *opt,
+                  int with_accumulators)
+{
+    ps_shard *s;
+    int total = ps_partition_chunk_count(part);
+
+    if (server_index < 0 || server_index >= ps_partition_n_servers(part))
+        return -EINVAL;
+    s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return -ENOMEM;
+    s->opt = *opt;
+    s->chunks = calloc((size_t)ps_partition_server_chunk_count(part, server_index) + 1,
+                       sizeof(*s->chunks));
+    if (s->chunks == NULL)
+        goto fail;
+    for (int i = 0; i < total; i++) {
+        const ps_chunk *c = ps_partition_chunk(part, i);
+        ps__shard_chunk *sc;
+        size_t state_n;
+
+        if (c->server != server_index)
+            continue;
+        sc = &s->chunks[s->n++];
+        sc->desc = *c;
+        sc->weights = malloc(c->numel * sizeof(float));
+        if (sc->weights == NULL)
+            goto fail;
+        ps_model_spec_init_values(spec, (int)c->tensor_id, c->offset, c->numel, sc->weights);
+        state_n = ps_optimizer_state_floats(opt, c->numel);
+        if (state_n) {
+            sc->state = calloc(state_n, sizeof(float));
+            if (sc->state == NULL)
+                goto fail;
+        }
+        if (with_accumulators) {
+            sc->accum = calloc(c->numel, sizeof(float));
+            if (sc->accum == NULL)
+                goto fail;
+        }
+        s->memory_bytes += (c->numel * (with_accumulators ? 2 : 1) + state_n) * sizeof(float);
+    }
+    *out = s;
+    return 0;
+fail:
+    ps_shard_free(s);
+    return -ENOMEM;
+}
+
+int ps_shard_chunk_count(const ps_shard *s)
+{
+    return s->n;
+}
+
+int ps_shard_find(const ps_shard *s, uint64_t key)
+{
+    int lo = 0, hi = s->n - 1;
+
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        uint64_t k = s->chunks[mid].desc.key;
+        if (k == key)
+            return mid;
+        if (k < key)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return -1;
+}
+
+const ps_chunk *ps_shard_chunk(const ps_shard *s, int local)
+{
+    return &s->chunks[local].desc;
+}
+
+const float *ps_shard_weights(const ps_shard *s, int local)
+{
+    return s->chunks[local].weights;
+}
+
+size_t ps_shard_memory_bytes(const ps_shard *s)
+{
+    return s->memory_bytes;
+}
+
+void ps_shard_accumulate(ps_shard *s, int local, const float *g)
+{
+    ps__shard_chunk *c = &s->chunks[local];
+    float *restrict acc = c->accum;
+    size_t n = c->desc.numel;
+
+    for (size_t i = 0; i < n; i++)
+        acc[i] += g[i];
+}
+
+void ps_shard_apply_accumulated(ps_shard *s, int local, int count)
+{
+    ps__shard_chunk *c = &s->chunks[local];
+    float *restrict acc = c->accum;
+    size_t n = c->desc.numel;
+    float inv = 1.0f / (float)count;
+
+    if (count > 1)
+        for (size_t i = 0; i < n; i++)
+            acc[i] *= inv;
+    ps_shard_apply_grad(s, local, acc);
+    memset(acc, 0, n * sizeof(float));
+}
+
+void ps_shard_apply_grad(ps_shard *s, int local, const float *g)
+{
+    ps__shard_chunk *c = &s->chunks[local];
+
+    c->updates++;
+    ps_optimizer_apply(&s->opt, c->weights, c->state, g, c->desc.numel, c->updates);
+}
+
+uint64_t ps_shard_updates(const ps_shard *s, int local)
+{
+    return s->chunks[local].updates;
+}

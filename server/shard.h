@@ -1,0 +1,46 @@
+/* The chunks one server owns: weights, optimizer state and, for synchronous
+ * training, a gradient accumulator per chunk.
+ *
+ * A shard knows nothing about connections or clocks; the key-value server
+ * decides when to accumulate and when to apply. Chunks are addressed by their
+ * local index in [0, ps_shard_chunk_count), in key order. */
+#ifndef PS_SHARD_H
+#define PS_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "optimizer.h"
+#include "partition.h"
+
+typedef struct ps_shard ps_shard;
+
+/* Takes the chunks that part places on server_index and fills them with the
+ * spec's initial values. with_accumulators: allocate a gradient accumulator
+ * per chunk (needed when pushes are averaged before applying). part and opt
+ * are read during the call only. Returns 0, -EINVAL or -ENOMEM. */
+int ps_shard_init(ps_shard **out, const ps_partition *part, int server_index,
+                  const ps_model_spec *spec, const ps_optimizer_config *opt,
+                  int with_accumulators);
+void ps_shard_free(ps_shard *s);
+
+int ps_shard_chunk_count(const ps_shard *s);
+/* Local index of key, or -1 when this shard does not hold it. */
+int ps_shard_find(const ps_shard *s, uint64_t key);
+/* The chunk's description (borrowed from the shard). */
+const ps_chunk *ps_shard_chunk(const ps_shard *s, int local);
+const float *ps_shard_weights(const ps_shard *s, int local);
+/* Total bytes of weights plus optimizer state plus accumulators. */
+size_t ps_shard_memory_bytes(const ps_shard *s);
+
+/* Adds g (chunk numel floats, borrowed) into the chunk's accumulator. */
+void ps_shard_accumulate(ps_shard *s, int local, const float *g);
+/* Applies the mean of the count accumulated gradients and clears the
+ * accumulator. */
+void ps_shard_apply_accumulated(ps_shard *s, int local, int count);
+/* Applies g directly (asynchronous training). */
+void ps_shard_apply_grad(ps_shard *s, int local, const float *g);
+/* Updates applied to this chunk so far. */
+uint64_t ps_shard_updates(const ps_shard *s, int local);
+
+#endif

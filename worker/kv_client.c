@@ -1,0 +1,422 @@
+/* Worker-side key-value client (see kv_client.h). Single-threaded: all I/O
+ * happens inside ps_kv_client_connect / _wait on the client's private loop. */
+#include "kv_client.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "frame.h"
+#include "partition.h"
+#include "ps_error.h"
+#include "ps_log.h"
+#include "transport.h"
+
+#define PS__WRITE_QUEUE_LIMIT ((size_t)1 << 30)
+
+typedef struct ps_kv_client ps_kv_client;
+
+typedef struct {
+    ps_kv_client *cl;
+    int index;
+    char addr_text[96];
+    struct sockaddr_storage addr;
+    ps_conn *conn;
+    int welcomed;
+    uint64_t welcome_clock;
+    uint64_t retry_ms;
+    uv_timer_t retry;
+    /* This server's keys in key order, their chunks, and scratch iovecs. */
+    int n_keys;
+    uint64_t *keys;
+    const ps_chunk **chunks;
+    ps_iov *iov;
+    size_t bytes;
+    /* Outstanding requests: at most one pull and one push at a time. */
+    uint64_t pull_id, push_id;
+    float *const *pull_dest;
+} ps__server;
+
+struct ps_kv_client {
+    uv_loop_t loop;
+    ps_kv_client_config cfg;
+    ps_partition *part;
+    ps__server *servers;
+    int n_servers;
+    int n_timers; /* servers whose retry timer is initialised */
+    uint64_t next_id;
+    int outstanding;
+    int error;
+    uint64_t deadline_ms;
+    int connecting;
+    uint64_t dropped, bytes_sent, bytes_received;
+};
+
+static void ps__fail(ps_kv_client *c, int err)
+{
+    if (c->error == 0)
+        c->error = err;
+}
+
+static void ps__handle_welcome(ps__server *sv, const ps_frame *f)
+{
+    const Shardps__Welcome *w = f->hdr->welcome;
+
+    if (w == NULL) {
+        ps_error("server %d (%s) sent WELCOME without details", sv->index, sv->addr_text);
+        ps__fail(sv->cl, -PS_EPROTO);
+        return;
+    }
+    sv->welcomed = 1;
+    sv->welcome_clock = w->clock;
+    sv->cl->connecting--;
+    ps_debug("server %d (%s) welcomed us at clock %" PRIu64 ", mode %s", sv->index, sv->addr_text,
+             w->clock, w->mode);
+}
+
+/* Checks a pull reply against what was asked and copies each chunk to its
+ * place in the caller's tensors. */
+static void ps__handle_pull_reply(ps__server *sv, const ps_frame *f)
+{
+    const Shardps__Header *h = f->hdr;
+    const uint8_t *p = f->payload;
+
+    if (sv->pull_dest == NULL || h->request_id != sv->pull_id) {
+        ps_error("server %d (%s) answered a pull we did not make", sv->index, sv->addr_text);
+        ps__fail(sv->cl, -PS_EPROTO);
+        return;
+    }
+    if (h->n_keys != (size_t)sv->n_keys || f->payload_len != sv->bytes ||
+        memcmp(h->keys, sv->keys, (size_t)sv->n_keys * sizeof(uint64_t)) != 0) {
+        ps_error("server %d (%s) answered with other keys or sizes than requested", sv->index,
+                 sv->addr_text);
+        ps__fail(sv->cl, -PS_EPROTO);
+        return;
+    }
+    for (int i = 0; i < sv->n_keys; i++) {
+        const ps_chunk *ch = sv->chunks[i];
+        memcpy(sv->pull_dest[ch->tensor_id] + ch->offset, p, ch->numel * sizeof(float));
+        p += ch->numel * sizeof(float);
+    }
+    sv->cl->bytes_received += f->payload_len;
+    sv->pull_dest = NULL;
+    sv->cl->outstanding--;
+}
+
+static void ps__on_frame(ps_conn *conn, const ps_frame *f)
+{
+    ps__server *sv = ps_conn_data(conn);
+    ps_kv_client *c = sv->cl;
+    const Shardps__Header *h = f->hdr;
+
+    switch (h->type) {
+    case SHARDPS__MSG_TYPE__WELCOME:
+        ps__handle_welcome(sv, f);
+        break;
+    case SHARDPS__MSG_TYPE__REJECT:
+    case SHARDPS__MSG_TYPE__ERROR:
+        ps_error("server %d (%s) refused us: %s", sv->index, sv->addr_text,
+                 h->reason && *h->reason ? h->reason : "(no reason given)");
+        ps__fail(c, h->type == SHARDPS__MSG_TYPE__REJECT ? -PS_EREJECTED
+                                                          : (h->status < 0 ? h->status : -PS_EPROTO));
+        break;
+    case SHARDPS__MSG_TYPE__PULL_REPLY:
+        ps__handle_pull_reply(sv, f);
+        break;
+    case SHARDPS__MSG_TYPE__PUSH_REPLY:
+        if (h->request_id != sv->push_id) {
+            ps_error("server %d (%s) acknowledged a push we did not make", sv->index,
+                     sv->addr_text);
+            ps__fail(c, -PS_EPROTO);
+            break;
+        }
+        if (h->status > 0)
+            c->dropped += (uint64_t)h->status;
+        sv->push_id = 0;
+        c->outstanding--;
+        break;
+    default:
+        ps_error("server %d (%s) sent unexpected message type %d", sv->index, sv->addr_text,
+                 h->type);
+        ps__fail(c, -PS_EPROTO);
+        break;
+    }
+}
+
+static void ps__on_close(ps_conn *conn, int err)
+{
+    ps__server *sv = ps_conn_data(conn);
+    ps_kv_client *c = sv->cl;
+
+    sv->conn = NULL;
+    if (err == 0)
+        return;
+    if (c->error == 0) {
+        const char *detail = ps_conn_error(conn);
+        ps_error("lost connection to server %d (%s): %s%s%s", sv->index, sv->addr_text,
+                 ps_strerror(err), *detail ? ": " : "", detail);
+    }
+    ps__fail(c, err == -PS_ECLOSED ? -PS_ECLOSED : err);
+}
+
+static void ps__start_connect(ps__server *sv);
+
+static void ps__on_retry(uv_timer_t *t)
+{
+    ps__start_connect(t->data);
+}
+
+static void ps__on_connect(ps_conn *conn, int status, void *data)
+{
+    ps__server *sv = data;
+    ps_kv_client *c = sv->cl;
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    Shardps__Hello hello = SHARDPS__HELLO__INIT;
+    int rc;
+
+    if (status < 0) {
+        if (uv_now(&c->loop) + sv->retry_ms > c->deadline_ms) {
+            ps_error("cannot reach server %d at %s: %s (gave up after the connect timeout; is "
+                     "it running, and is the address right?)",
+                     sv->index, sv->addr_text, uv_strerror(status));
+            ps__fail(c, -PS_ETIMEOUT);
+            return;
+        }
+        ps_debug("server %d (%s) not reachable yet (%s); retrying in %" PRIu64 " ms", sv->index,
+                 sv->addr_text, uv_strerror(status), sv->retry_ms);
+        uv_timer_start(&sv->retry, ps__on_retry, sv->retry_ms, 0);
+        sv->retry_ms = sv->retry_ms * 2 > 1000 ? 1000 : sv->retry_ms * 2;
+        return;
+    }
+    sv->conn = conn;
+    hello.role = SHARDPS__ROLE__ROLE_WORKER;
+    hello.rank = (uint32_t)c->cfg.rank;
+    hello.world = (uint32_t)c->cfg.world;
+    hello.model_fingerprint = ps_model_spec_fingerprint(&c->cfg.spec);
+    hello.num_servers = (uint32_t)c->n_servers;
+    hello.chunk_bytes = c->cfg.chunk_bytes;
+    hello.server_index = (uint32_t)sv->index;
+    h.type = SHARDPS__MSG_TYPE__HELLO;
+    h.request_id = ++c->next_id;
+    h.hello = &hello;
+    rc = ps_conn_send(conn, &h, NULL, 0, NULL, NULL);
+    if (rc < 0)
+        ps__fail(c, rc);
+}
+
+static void ps__start_connect(ps__server *sv)
+{
+    ps_kv_client *c = sv->cl;
+    ps_conn_config cc = {ps__on_frame, ps__on_close, c->cfg.max_payload, PS__WRITE_QUEUE_LIMIT};
+    int rc = ps_conn_connect(&c->loop, (struct sockaddr *)&sv->addr, &cc, sv, ps__on_connect);
+
+    if (rc < 0) {
+        ps_error("cannot connect to server %d (%s): %s", sv->index, sv->addr_text,
+                 uv_strerror(rc));
+        ps__fail(c, rc);
+    }
+}
+
+int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
+{
+    ps_kv_client *c = calloc(1, sizeof(*c));
+    int rc = -ENOMEM;
+
+    if (c == NULL)
+        return -ENOMEM;
+    c->cfg = *cfg;
+    c->cfg.servers = NULL;
+    c->n_servers = cfg->n_servers;
+    uv_loop_init(&c->loop);
+    rc = ps_partition_init(&c->part, &cfg->spec, cfg->n_servers, cfg->chunk_bytes);
+    if (rc < 0)
+        goto fail;
+    rc = -ENOMEM;
+    c->servers = calloc((size_t)cfg->n_servers, sizeof(*c->servers));
+    if (c->servers == NULL)
+        goto fail;
+    for (int s = 0; s < cfg->n_servers; s++) {
+        ps__server *sv = &c->servers[s];
+        int n = ps_partition_server_chunk_count(c->part, s), k = 0;
+
+        sv->cl = c;
+        sv->index = s;
+        snprintf(sv->addr_text, sizeof(sv->addr_text), "%s", cfg->servers[s]);
+        uv_timer_init(&c->loop, &sv->retry);
+        sv->retry.data = sv;
+        c->n_timers = s + 1;
+        sv->keys = calloc((size_t)n + 1, sizeof(*sv->keys));
+        sv->chunks = calloc((size_t)n + 1, sizeof(*sv->chunks));
+        sv->iov = calloc((size_t)n + 1, sizeof(*sv->iov));
+        if (sv->keys == NULL || sv->chunks == NULL || sv->iov == NULL)
+            goto fail;
+        for (int i = 0; i < ps_partition_chunk_count(c->part); i++) {
+            const ps_chunk *ch = ps_partition_chunk(c->part, i);
+            if (ch->server != s)
+                continue;
+            sv->keys[k] = ch->key;
+            sv->chunks[k++] = ch;
+            sv->bytes += ch->numel * sizeof(float);
+        }
+        sv->n_keys = k;
+        rc = ps_parse_hostport(cfg->servers[s], &sv->addr, 0);
+        if (rc < 0) {
+            ps_error("server address '%s' is not HOST:PORT with a reachable host name",
+                     cfg->servers[s]);
+            rc = -EINVAL;
+            goto fail;
+        }
+    }
+    *out = c;
+    return 0;
+fail:
+    ps_kv_client_close(c);
+    return rc;
+}
+
+static int ps__run_until_done(ps_kv_client *c)
+{
+    while (c->error == 0 && (c->outstanding > 0 || c->connecting > 0))
+        uv_run(&c->loop, UV_RUN_ONCE);
+    return c->error;
+}
+
+int ps_kv_client_connect(ps_kv_client *c, uint64_t *start_clock)
+{
+    int rc;
+
+    c->deadline_ms = uv_now(&c->loop) + (uint64_t)(c->cfg.connect_timeout_s * 1000);
+    c->connecting = c->n_servers;
+    for (int s = 0; s < c->n_servers; s++) {
+        c->servers[s].retry_ms = 50;
+        ps__start_connect(&c->servers[s]);
+    }
+    rc = ps__run_until_done(c);
+    if (rc < 0)
+        return rc;
+    for (int s = 1; s < c->n_servers; s++) {
+        if (c->servers[s].welcome_clock != c->servers[0].welcome_clock) {
+            ps_error("servers disagree on the clock to start at (%" PRIu64 " at %s, %" PRIu64
+                     " at %s); restart the job with a consistent set of servers",
+                     c->servers[0].welcome_clock, c->servers[0].addr_text,
+                     c->servers[s].welcome_clock, c->servers[s].addr_text);
+            return -PS_EMISMATCH;
+        }
+    }
+    *start_clock = c->servers[0].welcome_clock;
+    return 0;
+}
+
+int ps_kv_client_pull(ps_kv_client *c, uint64_t clock, float *const *params)
+{
+    for (int s = 0; s < c->n_servers; s++) {
+        ps__server *sv = &c->servers[s];
+        Shardps__Header h = SHARDPS__HEADER__INIT;
+        int rc;
+
+        if (sv->n_keys == 0)
+            continue;
+        if (sv->conn == NULL || sv->pull_dest != NULL)
+            return sv->conn == NULL ? -PS_ECLOSED : -EBUSY;
+        h.type = SHARDPS__MSG_TYPE__PULL;
+        h.request_id = ++c->next_id;
+        h.clock = clock;
+        h.n_keys = (size_t)sv->n_keys;
+        h.keys = sv->keys;
+        rc = ps_conn_send(sv->conn, &h, NULL, 0, NULL, NULL);
+        if (rc < 0)
+            return rc;
+        sv->pull_id = h.request_id;
+        sv->pull_dest = params;
+        c->outstanding++;
+    }
+    return 0;
+}
+
+int ps_kv_client_push(ps_kv_client *c, uint64_t clock, const float *const *grads)
+{
+    for (int s = 0; s < c->n_servers; s++) {
+        ps__server *sv = &c->servers[s];
+        Shardps__Header h = SHARDPS__HEADER__INIT;
+        int rc;
+
+        if (sv->n_keys == 0)
+            continue;
+        if (sv->conn == NULL || sv->push_id != 0)
+            return sv->conn == NULL ? -PS_ECLOSED : -EBUSY;
+        for (int i = 0; i < sv->n_keys; i++) {
+            sv->iov[i].base = grads[sv->chunks[i]->tensor_id] + sv->chunks[i]->offset;
+            sv->iov[i].len = sv->chunks[i]->numel * sizeof(float);
+        }
+        h.type = SHARDPS__MSG_TYPE__PUSH;
+        h.request_id = ++c->next_id;
+        h.clock = clock;
+        h.dtype = SHARDPS__DTYPE__DTYPE_F32;
+        h.n_keys = (size_t)sv->n_keys;
+        h.keys = sv->keys;
+        rc = ps_conn_send(sv->conn, &h, sv->iov, sv->n_keys, NULL, NULL);
+        if (rc < 0)
+            return rc;
+        sv->push_id = h.request_id;
+        c->bytes_sent += sv->bytes;
+        c->outstanding++;
+    }
+    return 0;
+}
+
+int ps_kv_client_wait(ps_kv_client *c)
+{
+    return ps__run_until_done(c);
+}
+
+uint64_t ps_kv_client_dropped(const ps_kv_client *c)
+{
+    return c->dropped;
+}
+
+uint64_t ps_kv_client_bytes_sent(const ps_kv_client *c)
+{
+    return c->bytes_sent;
+}
+
+uint64_t ps_kv_client_bytes_received(const ps_kv_client *c)
+{
+    return c->bytes_received;
+}
+
+static void ps__on_bye_sent(ps_conn *conn, int status, void *arg)
+{
+    (void)status;
+    (void)arg;
+    ps_conn_close(conn, 0);
+}
+
+void ps_kv_client_close(ps_kv_client *c)
+{
+    if (c == NULL)
+        return;
+    for (int s = 0; s < c->n_timers; s++) {
+        ps__server *sv = &c->servers[s];
+        Shardps__Header h = SHARDPS__HEADER__INIT;
+
+        uv_close((uv_handle_t *)&sv->retry, NULL);
+        if (sv->conn == NULL)
+            continue;
+        h.type = SHARDPS__MSG_TYPE__BYE;
+        if (!sv->welcomed || ps_conn_send(sv->conn, &h, NULL, 0, ps__on_bye_sent, NULL) < 0)
+            ps_conn_close(sv->conn, 0);
+    }
+    /* Let the goodbyes reach the wire and every handle finish closing. */
+    uv_run(&c->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&c->loop);
+    for (int s = 0; c->servers && s < c->n_servers; s++) {
+        free(c->servers[s].keys);
+        free(c->servers[s].chunks);
+        free(c->servers[s].iov);
+    }
+    free(c->servers);
+    ps_partition_free(c->part);
+    free(c);
+}

@@ -1,0 +1,374 @@
+/* shardps-worker: trains its shard of the data against the parameter
+ * servers. Each step pulls the weights, computes the gradient of its part of
+ * the global batch, and pushes it; the push of step t and the pull of step t+1
+ * travel together. Rank 0 also evaluates on the test set after every epoch.
+ *
+ * Data sharding: every worker derives the same shuffled order for an epoch;
+ * global batch t is elements [t*W*B, (t+1)*W*B) of it and worker r takes the
+ * r-th slice of B. So W workers with batch B see exactly the samples that one
+ * worker with batch W*B would, which is what makes sync mode comparable to a
+ * single process. */
+#include <cblas.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dataset.h"
+#include "flags.h"
+#include "kv_client.h"
+#include "mlp.h"
+#include "partition.h"
+#include "ps_error.h"
+#include "ps_log.h"
+
+#define PS__MAX_SERVERS 4096
+
+typedef struct {
+    const char *servers, *hidden, *data_dir, *dump_weights;
+    int rank, workers, seed, batch, epochs, steps, threads, report_fd, progress_every, no_eval;
+    int verbose;
+    double chunk_bytes, connect_timeout, max_payload;
+} ps__worker_opts;
+
+static double ps__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Splits "a:1,b:2" in place into list; returns the count or -EINVAL. */
+static int ps__split_servers(char *text, const char **list, int max)
+{
+    int n = 0;
+
+    for (char *tok = strtok(text, ","); tok; tok = strtok(NULL, ",")) {
+        if (n == max)
+            return -EINVAL;
+        list[n++] = tok;
+    }
+    return n > 0 ? n : -EINVAL;
+}
+
+static void ps__report(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* One JSON object per line on the launcher's pipe; nothing when run alone. */
+static void ps__report(int fd, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    int n;
+
+    if (fd < 0)
+        return;
+    va_start(ap, fmt);
+    n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0 || n >= (int)sizeof(line) - 1)
+        return;
+    line[n++] = '\n';
+    if (write(fd, line, (size_t)n) != n)
+        ps_warn("could not write a progress report: %s", strerror(errno));
+}
+
+static int ps__evaluate(ps_mlp *m, const ps_dataset *test, const float *x, int epoch,
+                        uint64_t step, const ps__worker_opts *o, double *acc_out)
+{
+    float loss;
+    int correct, rc;
+
+    rc = ps_mlp_evaluate(m, x, test->labels, test->n, &loss, &correct);
+    if (rc < 0)
+        return rc;
+    *acc_out = (double)correct / test->n;
+    ps_info("epoch %d: test accuracy %.4f, test loss %.4f", epoch, *acc_out, loss);
+    ps__report(o->report_fd,
+               "{\"event\":\"eval\",\"rank\":%d,\"epoch\":%d,\"step\":%" PRIu64
+               ",\"test_accuracy\":%.6f,\"test_loss\":%.6f}",
+               o->rank, epoch, step, *acc_out, loss);
+    return 0;
+}
+
+static int ps__dump_weights(const char *path, const ps_model_spec *spec, ps_mlp *m)
+{
+    FILE *f = fopen(path, "wb");
+    int rc = 0;
+
+    if (f == NULL) {
+        ps_error("cannot write --dump-weights %s: %s", path, strerror(errno));
+        return -errno;
+    }
+    for (int t = 0; t < spec->n_tensors && rc == 0; t++)
+        if (fwrite(ps_mlp_param(m, t), sizeof(float), spec->tensors[t].numel, f) !=
+            spec->tensors[t].numel)
+            rc = -EIO;
+    if (fclose(f) != 0 || rc < 0) {
+        ps_error("cannot write --dump-weights %s: %s", path, strerror(EIO));
+        return -EIO;
+    }
+    return 0;
+}
+
+typedef struct {
+    ps_dataset train, test;
+    float *test_x, *batch_x;
+    uint8_t *batch_y;
+    uint32_t *order;
+    ps_mlp *mlp;
+    ps_kv_client *kv;
+} ps__worker;
+
+static void ps__worker_free(ps__worker *w)
+{
+    ps_kv_client_close(w->kv);
+    ps_mlp_free(w->mlp);
+    ps_dataset_free(&w->train);
+    ps_dataset_free(&w->test);
+    free(w->test_x);
+    free(w->batch_x);
+    free(w->batch_y);
+    free(w->order);
+}
+
+static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const char **servers,
+                     int n_servers)
+{
+    ps__worker w;
+    ps_kv_client_config kc;
+    float *params[PS_MAX_TENSORS];
+    const float *grads[PS_MAX_TENSORS];
+    char err[512];
+    int features, rc, steps_per_epoch, epoch = -1, eval = o->rank == 0 && !o->no_eval;
+    uint64_t clock, total, start;
+    double t0, last_t, acc = -1, loss_sum = 0;
+    int loss_n = 0;
+    uint64_t last_step;
+
+    memset(&w, 0, sizeof(w));
+    rc = ps_dataset_load_dir(&w.train, o->data_dir, 1, err, sizeof(err));
+    if (rc == 0 && eval)
+        rc = ps_dataset_load_dir(&w.test, o->data_dir, 0, err, sizeof(err));
+    if (rc < 0) {
+        ps_error("%s", err);
+        goto out;
+    }
+    features = w.train.rows * w.train.cols;
+    if (features != spec->sizes[0]) {
+        ps_error("the data has %d features per sample but the model's input is %d", features,
+                 spec->sizes[0]);
+        rc = -PS_EMISMATCH;
+        goto out;
+    }
+    steps_per_epoch = w.train.n / (o->batch * o->workers);
+    if (steps_per_epoch == 0) {
+        ps_error("--batch %d x %d workers exceeds the %d training samples; use a smaller batch",
+                 o->batch, o->workers, w.train.n);
+        rc = -EINVAL;
+        goto out;
+    }
+    total = (uint64_t)steps_per_epoch * (uint64_t)o->epochs;
+    if (o->steps > 0 && (uint64_t)o->steps < total)
+        total = (uint64_t)o->steps;
+
+    rc = -ENOMEM;
+    w.order = malloc((size_t)w.train.n * sizeof(uint32_t));
+    w.batch_x = malloc((size_t)o->batch * (size_t)features * sizeof(float));
+    w.batch_y = malloc((size_t)o->batch);
+    if (w.order == NULL || w.batch_x == NULL || w.batch_y == NULL)
+        goto out;
+    if (eval) {
+        uint32_t *all = malloc((size_t)w.test.n * sizeof(uint32_t));
+        w.test_x = malloc((size_t)w.test.n * (size_t)features * sizeof(float));
+        if (all == NULL || w.test_x == NULL) {
+            free(all);
+            goto out;
+        }
+        for (int i = 0; i < w.test.n; i++)
+            all[i] = (uint32_t)i;
+        ps_dataset_gather(&w.test, all, w.test.n, w.test_x, w.test.labels);
+        free(all);
+    }
+    rc = ps_mlp_init(&w.mlp, spec, o->batch > 256 ? o->batch : 256);
+    if (rc < 0)
+        goto out;
+    for (int t = 0; t < spec->n_tensors; t++) {
+        params[t] = ps_mlp_param(w.mlp, t);
+        grads[t] = ps_mlp_grad(w.mlp, t);
+    }
+
+    memset(&kc, 0, sizeof(kc));
+    kc.spec = *spec;
+    kc.rank = o->rank;
+    kc.world = o->workers;
+    kc.servers = servers;
+    kc.n_servers = n_servers;
+    kc.chunk_bytes = (size_t)o->chunk_bytes;
+    kc.connect_timeout_s = o->connect_timeout;
+    kc.max_payload = (size_t)o->max_payload;
+    rc = ps_kv_client_init(&w.kv, &kc);
+    if (rc < 0)
+        goto out;
+    rc = ps_kv_client_connect(w.kv, &start);
+    if (rc < 0)
+        goto out;
+    ps_info("connected to %d server%s; %d steps per epoch of %d x %d samples, starting at step "
+            "%" PRIu64 " of %" PRIu64,
+            n_servers, n_servers == 1 ? "" : "s", steps_per_epoch, o->workers, o->batch, start,
+            total);
+    ps__report(o->report_fd,
+               "{\"event\":\"start\",\"rank\":%d,\"step\":%" PRIu64 ",\"steps\":%" PRIu64
+               ",\"steps_per_epoch\":%d}",
+               o->rank, start, total, steps_per_epoch);
+
+    t0 = last_t = ps__now();
+    last_step = start;
+    rc = ps_kv_client_pull(w.kv, start, params);
+    if (rc == 0)
+        rc = ps_kv_client_wait(w.kv);
+    for (clock = start; rc == 0 && clock < total; clock++) {
+        int e = (int)(clock / (uint64_t)steps_per_epoch);
+        size_t first = (size_t)(clock % (uint64_t)steps_per_epoch) * (size_t)o->workers *
+                           (size_t)o->batch + (size_t)o->rank * (size_t)o->batch;
+        float loss;
+        int correct;
+
+        if (e != epoch) {
+            if (eval && clock > start && (rc = ps__evaluate(w.mlp, &w.test, w.test_x, e, clock, o, &acc)) < 0)
+                break;
+            epoch = e;
+            ps_dataset_epoch_order((uint64_t)o->seed, epoch, w.train.n, w.order);
+        }
+        ps_dataset_gather(&w.train, w.order + first, o->batch, w.batch_x, w.batch_y);
+        rc = ps_mlp_train_step(w.mlp, w.batch_x, w.batch_y, o->batch, &loss, &correct);
+        if (rc < 0)
+            break;
+        loss_sum += loss;
+        loss_n++;
+        rc = ps_kv_client_push(w.kv, clock, grads);
+        if (rc == 0)
+            rc = ps_kv_client_pull(w.kv, clock + 1, params);
+        if (rc == 0)
+            rc = ps_kv_client_wait(w.kv);
+        if (rc == 0 && ((clock + 1) % (uint64_t)o->progress_every == 0 || clock + 1 == total)) {
+            double now = ps__now();
+            double sps = (double)(clock + 1 - last_step) * o->batch / (now - last_t);
+            if (o->report_fd < 0)
+                ps_info("epoch %d/%d step %" PRIu64 "/%" PRIu64 " loss %.4f %.0f samples/s",
+                        epoch + 1, o->epochs, clock + 1, total, loss_sum / loss_n, sps);
+            ps__report(o->report_fd,
+                       "{\"event\":\"progress\",\"rank\":%d,\"epoch\":%d,\"step\":%" PRIu64
+                       ",\"steps\":%" PRIu64 ",\"loss\":%.6f,\"samples_per_second\":%.1f}",
+                       o->rank, epoch + 1, clock + 1, total, loss_sum / loss_n, sps);
+            last_t = now;
+            last_step = clock + 1;
+            loss_sum = 0;
+            loss_n = 0;
+        }
+    }
+    if (rc < 0)
+        goto out;
+    if (eval && (rc = ps__evaluate(w.mlp, &w.test, w.test_x, epoch + 1, total, o, &acc)) < 0)
+        goto out;
+    if (o->dump_weights && (rc = ps__dump_weights(o->dump_weights, spec, w.mlp)) < 0)
+        goto out;
+    {
+        double secs = ps__now() - t0;
+        double samples = (double)(total - start) * o->batch;
+        ps_info("done: %" PRIu64 " steps in %.1f s, %.0f samples/s, %.1f MB pushed, %.1f MB "
+                "pulled",
+                total - start, secs, samples / secs, ps_kv_client_bytes_sent(w.kv) / 1e6,
+                ps_kv_client_bytes_received(w.kv) / 1e6);
+        ps__report(o->report_fd,
+                   "{\"event\":\"done\",\"rank\":%d,\"steps\":%" PRIu64
+                   ",\"samples\":%.0f,\"seconds\":%.3f,\"test_accuracy\":%.6f,\"dropped\":%" PRIu64
+                   "}",
+                   o->rank, total - start, samples, secs, acc, ps_kv_client_dropped(w.kv));
+    }
+out:
+    ps__worker_free(&w);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    ps__worker_opts o = {
+        .servers = "127.0.0.1:7000",
+        .hidden = "256,128",
+        .data_dir = PS_DEFAULT_DATA_DIR,
+        .workers = 1,
+        .seed = 1,
+        .batch = 64,
+        .epochs = 10,
+        .report_fd = -1,
+        .progress_every = 100,
+        .chunk_bytes = PS_DEFAULT_CHUNK_BYTES,
+        .connect_timeout = 30,
+        .max_payload = (double)((size_t)1 << 30),
+    };
+    const ps_flag flags[] = {
+        {"servers", PS_FLAG_STRING, &o.servers, "HOST:PORT,...", "parameter servers, in server-index order", 0, 0, NULL},
+        {"rank", PS_FLAG_INT, &o.rank, "R", "this worker's rank, 0..workers-1", 0, 65535, NULL},
+        {"workers", PS_FLAG_INT, &o.workers, "W", "number of workers in the job", 1, 65536, NULL},
+        {"hidden", PS_FLAG_STRING, &o.hidden, "N,N,...", "hidden layer sizes of the MLP", 0, 0, NULL},
+        {"seed", PS_FLAG_INT, &o.seed, "N", "seed for initial weights and data order", 0, 2147483647, NULL},
+        {"batch", PS_FLAG_INT, &o.batch, "B", "samples per step on this worker", 1, 65536, NULL},
+        {"epochs", PS_FLAG_INT, &o.epochs, "E", "passes over the training data", 1, 100000, NULL},
+        {"steps", PS_FLAG_INT, &o.steps, "N", "stop after N steps in all (0: run every epoch)", 0, 2147483647, NULL},
+        {"data-dir", PS_FLAG_STRING, &o.data_dir, "DIR", "folder with the Fashion-MNIST IDX files", 0, 0, NULL},
+        {"chunk-bytes", PS_FLAG_DOUBLE, &o.chunk_bytes, "BYTES", "chunk size; must match the servers", 4, 1 << 30, NULL},
+        {"connect-timeout", PS_FLAG_DOUBLE, &o.connect_timeout, "SECONDS", "how long to keep trying to reach the servers", 0, 86400, NULL},
+        {"threads", PS_FLAG_INT, &o.threads, "N", "BLAS threads (0: OpenBLAS's default)", 0, 1024, NULL},
+        {"no-eval", PS_FLAG_BOOL, &o.no_eval, NULL, "skip the test-set evaluation on rank 0", 0, 0, NULL},
+        {"progress-every", PS_FLAG_INT, &o.progress_every, "N", "report progress every N steps", 1, 1000000, NULL},
+        {"dump-weights", PS_FLAG_STRING, &o.dump_weights, "FILE", "write the final weights (raw float32, tensor order) here", 0, 0, NULL},
+        {"report-fd", PS_FLAG_INT, &o.report_fd, "FD", "write JSON progress lines to this descriptor (used by shardps-cluster)", -1, 1 << 20, NULL},
+        {"max-payload", PS_FLAG_DOUBLE, &o.max_payload, "BYTES", "largest frame payload accepted", 1024, 1ull << 40, NULL},
+        {"verbose", PS_FLAG_BOOL, &o.verbose, NULL, "log debug detail", 0, 0, NULL},
+    };
+    const char *servers[PS__MAX_SERVERS];
+    ps_model_spec spec;
+    char role[32], *server_text;
+    int sizes[PS_MAX_LAYERS + 1], nh, n_servers, rc;
+
+    rc = ps_flags_parse(flags, (int)(sizeof(flags) / sizeof(flags[0])), argc, argv,
+                        "shardps-worker",
+                        "Trains an MLP on its shard of Fashion-MNIST against parameter servers.");
+    if (rc != 0)
+        return rc > 0 ? 0 : 2;
+    if (o.rank >= o.workers) {
+        fprintf(stderr, "shardps-worker: --rank %d must be below --workers %d\n", o.rank,
+                o.workers);
+        return 2;
+    }
+    nh = ps_model_spec_parse_sizes(o.hidden, sizes + 1, PS_MAX_LAYERS - 1);
+    if (nh < 0) {
+        fprintf(stderr, "shardps-worker: --hidden '%s' is not a list of positive sizes like 256,128\n",
+                o.hidden);
+        return 2;
+    }
+    server_text = strdup(o.servers);
+    n_servers = server_text ? ps__split_servers(server_text, servers, PS__MAX_SERVERS) : -ENOMEM;
+    if (n_servers < 0) {
+        fprintf(stderr, "shardps-worker: --servers '%s' is not a comma-separated list of HOST:PORT\n",
+                o.servers);
+        free(server_text);
+        return 2;
+    }
+    snprintf(role, sizeof(role), "worker %d", o.rank);
+    ps_log_set_role(role);
+    if (o.verbose)
+        ps_log_set_level(PS_LOG_DEBUG);
+    if (o.threads > 0)
+        openblas_set_num_threads(o.threads);
+    sizes[0] = 784;
+    sizes[nh + 1] = 10;
+    ps_model_spec_init_mlp(&spec, sizes, nh + 2, (uint64_t)o.seed);
+    rc = ps__train(&o, &spec, servers, n_servers);
+    free(server_text);
+    return rc < 0 ? 1 : 0;
+}
