@@ -1,0 +1,648 @@
+/* In-process tests of the key-value server over real loopback TCP. The server
+ * runs on its own libuv loop in a second thread, listening on an ephemeral
+ * port that is read back from ps_kv_server_start; the test thread plays the
+ * peers. Misbehaving peers are plain blocking sockets with a 5-second receive
+ * timeout, so a server that fails to hang up makes the test fail instead of
+ * hang: random bytes, an impossible length prefix, a frame of the wrong
+ * protocol version, a HELLO for another model, and garbage after a good
+ * handshake must each end with the server closing the connection. A real
+ * worker built on ps_kv_client must meanwhile still join, pull the initial
+ * weights and see its gradients applied by plain SGD, and a second worker
+ * claiming a rank that is live must be refused. Nothing here waits on a
+ * sleep: the port read-back, blocking receives and a uv_async_t that stops
+ * the server on its own thread are the only synchronisation. */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "frame.h"
+#include "kv_client.h"
+#include "kv_server.h"
+#include "ps_error.h"
+
+/* Small chunks, so the model spans several chunks per tensor and a request
+ * carries many keys. */
+#define CHUNK_BYTES 64
+#define LR          0.1f
+/* More than a maximal header plus its prefix: whatever length random bytes
+ * announce, the header is complete and the server must judge it. */
+#define GARBAGE_BYTES (PS_MAX_HEADER_BYTES + 4 + 4096)
+/* SGD results are compared with w - LR * g computed here in float; the server
+ * averages one push (an exact division by 1) and may round the product
+ * differently, so allow a few ulps of the O(1) weights. */
+#define TOL 1e-6f
+
+/* The server under test and the thread running its loop. */
+static struct {
+    uv_loop_t loop;
+    uv_async_t stop;
+    ps_kv_server *srv;
+    pthread_t thread;
+    int running;
+    int done_calls; /* written on the server thread, read after the join */
+    int port;
+    char addr[32];
+    ps_model_spec spec;
+} fx;
+
+static void on_stop(uv_async_t *a)
+{
+    /* Runs on the server's thread, the only one allowed to touch it. */
+    ps_kv_server_stop(fx.srv);
+    uv_close((uv_handle_t *)a, NULL);
+}
+
+static void on_done(ps_kv_server *s, void *arg)
+{
+    (void)s;
+    (void)arg;
+    fx.done_calls++;
+}
+
+static void *server_thread(void *arg)
+{
+    (void)arg;
+    uv_run(&fx.loop, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+static void server_up(void)
+{
+    static const int sizes[] = {5, 16, 3};
+    ps_kv_server_config cfg;
+    struct sockaddr_in addr;
+
+    /* libuv writes with write(2), so a peer that resets while a reply is
+     * queued would raise SIGPIPE and kill the test process; daemons and
+     * libuv's own test runner ignore it for the same reason. */
+    signal(SIGPIPE, SIG_IGN);
+    memset(&fx, 0, sizeof(fx));
+    cr_assert_eq(ps_model_spec_init_mlp(&fx.spec, sizes, 3, 1234), 0);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.spec = fx.spec;
+    ps_optimizer_defaults(&cfg.opt, PS_OPT_SGD);
+    cfg.opt.lr = LR;
+    cfg.opt.momentum = 0.0f;
+    cfg.server_index = 0;
+    cfg.num_servers = 1;
+    cfg.chunk_bytes = CHUNK_BYTES;
+    cfg.world = 1;
+    cfg.staleness = 0;
+    cfg.mode = "sync";
+    cfg.max_payload = (size_t)1 << 20;
+
+    cr_assert_eq(uv_loop_init(&fx.loop), 0);
+    cr_assert_eq(ps_kv_server_init(&fx.srv, &fx.loop, &cfg, on_done, NULL), 0);
+    cr_assert_eq(uv_ip4_addr("127.0.0.1", 0, &addr), 0);
+    cr_assert_eq(ps_kv_server_start(fx.srv, (const struct sockaddr *)&addr, &fx.port), 0);
+    cr_assert_gt(fx.port, 0);
+    snprintf(fx.addr, sizeof(fx.addr), "127.0.0.1:%d", fx.port);
+    cr_assert_eq(uv_async_init(&fx.loop, &fx.stop, on_stop), 0);
+    /* Everything above happened before the thread exists, so it sees it all. */
+    cr_assert_eq(pthread_create(&fx.thread, NULL, server_thread, NULL), 0);
+    fx.running = 1;
+}
+
+static void server_down(void)
+{
+    if (!fx.running)
+        return;
+    fx.running = 0;
+    cr_assert_eq(uv_async_send(&fx.stop), 0);
+    cr_assert_eq(pthread_join(fx.thread, NULL), 0);
+    ps_kv_server_log_summary(fx.srv);
+    ps_kv_server_close(fx.srv);
+    /* Every handle (listener, connections, the async) must have closed. */
+    cr_assert_eq(uv_loop_close(&fx.loop), 0);
+}
+
+/* ---- raw peers --------------------------------------------------------- */
+
+static int raw_connect(void)
+{
+    struct timeval tv = {.tv_sec = 5, .tv_usec = 0};
+    struct sockaddr_in addr;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    cr_assert_geq(fd, 0, "socket: %s", strerror(errno));
+    cr_assert_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+    cr_assert_eq(setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)), 0);
+    memset(&addr, 0, sizeof(addr));
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)fx.port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0, "connect: %s",
+                 strerror(errno));
+    return fd;
+}
+
+/* Sends everything, or stops early when the server has already hung up
+ * (which is what the garbage senders provoke). Returns 0 or -errno. */
+static int raw_send(int fd, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            cr_assert(errno == EPIPE || errno == ECONNRESET, "send: %s", strerror(errno));
+            return -errno;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static void raw_send_frame(int fd, Shardps__Header *h)
+{
+    uint8_t *head;
+    size_t len;
+
+    cr_assert_eq(ps_frame_encode(h, NULL, 0, &head, &len), 0);
+    cr_assert_eq(raw_send(fd, head, len), 0);
+    free(head);
+}
+
+/* The server must end the connection: EOF or a reset, within the receive
+ * timeout. Anything it says first (a REJECT or ERROR) is skipped. */
+static void expect_closed(int fd, const char *what)
+{
+    uint8_t buf[4096];
+
+    for (;;) {
+        ssize_t n = recv(fd, buf, sizeof(buf), 0);
+        if (n > 0)
+            continue;
+        if (n == 0)
+            break;
+        if (errno == EINTR)
+            continue;
+        cr_assert(errno != EAGAIN && errno != EWOULDBLOCK,
+                  "%s: the server kept the connection open for 5 s", what);
+        break; /* ECONNRESET: the server closed with our bytes unread. */
+    }
+    close(fd);
+}
+
+/* Reads until d yields a frame; fails on EOF, error or timeout. The frame
+ * belongs to d until the next call on it. */
+static void raw_read_frame(int fd, ps_frame_decoder *d, ps_frame *f, const char *what)
+{
+    for (;;) {
+        uint8_t *buf;
+        size_t room;
+        ssize_t n;
+        int rc = ps_frame_decoder_next(d, f);
+
+        cr_assert_geq(rc, 0, "%s: bad frame from the server: %s", what, ps_frame_decoder_error(d));
+        if (rc == 1)
+            return;
+        ps_frame_decoder_buf(d, &buf, &room);
+        n = recv(fd, buf, room, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        cr_assert_gt(n, 0, "%s: no frame from the server (%s)", what,
+                     n == 0 ? "it closed" : strerror(errno));
+        ps_frame_decoder_commit(d, (size_t)n);
+    }
+}
+
+/* A HELLO as ps_kv_client would send it for rank 0 of world 1. */
+static void make_hello(Shardps__Header *h, Shardps__Hello *hello, uint64_t fingerprint)
+{
+    shardps__header__init(h);
+    shardps__hello__init(hello);
+    hello->role = SHARDPS__ROLE__ROLE_WORKER;
+    hello->rank = 0;
+    hello->world = 1;
+    hello->model_fingerprint = fingerprint;
+    hello->num_servers = 1;
+    hello->chunk_bytes = CHUNK_BYTES;
+    hello->server_index = 0;
+    h->type = SHARDPS__MSG_TYPE__HELLO;
+    h->request_id = 1;
+    h->hello = hello;
+}
+
+/* Random bytes, after an optional length prefix of header_len (0: none, so
+ * the prefix is random too and almost surely over the limit). */
+static void send_garbage(int fd, uint64_t seed, uint32_t header_len)
+{
+    uint8_t *buf = malloc(GARBAGE_BYTES);
+    uint64_t x = seed;
+
+    cr_assert_not_null(buf);
+    for (size_t i = 0; i < GARBAGE_BYTES; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        buf[i] = (uint8_t)(x >> 56);
+    }
+    if (header_len) {
+        buf[0] = (uint8_t)header_len;
+        buf[1] = (uint8_t)(header_len >> 8);
+        buf[2] = (uint8_t)(header_len >> 16);
+        buf[3] = (uint8_t)(header_len >> 24);
+    }
+    raw_send(fd, buf, GARBAGE_BYTES);
+    free(buf);
+}
+
+/* ---- the well-behaved worker ------------------------------------------ */
+
+/* Full-model buffers indexed by tensor id, as ps_kv_client wants them. */
+typedef struct {
+    float *t[PS_MAX_TENSORS];
+} model_bufs;
+
+static void bufs_alloc(model_bufs *b)
+{
+    for (int i = 0; i < fx.spec.n_tensors; i++) {
+        b->t[i] = calloc(fx.spec.tensors[i].numel, sizeof(float));
+        cr_assert_not_null(b->t[i]);
+    }
+}
+
+static void bufs_free(model_bufs *b)
+{
+    for (int i = 0; i < fx.spec.n_tensors; i++)
+        free(b->t[i]);
+}
+
+/* A gradient that differs per tensor, element and step, with both signs. */
+static void fill_grad(model_bufs *g, int step)
+{
+    for (int i = 0; i < fx.spec.n_tensors; i++)
+        for (size_t j = 0; j < fx.spec.tensors[i].numel; j++)
+            g->t[i][j] =
+                (float)((int)((j * 7 + (size_t)i * 3 + (size_t)step * 5) % 11) - 5) * 0.25f;
+}
+
+static void check_weights(const model_bufs *got, const model_bufs *want, const char *when)
+{
+    for (int i = 0; i < fx.spec.n_tensors; i++)
+        for (size_t j = 0; j < fx.spec.tensors[i].numel; j++) {
+            float w = want->t[i][j], g = got->t[i][j];
+            cr_assert(fabsf(g - w) <= TOL * (1.0f + fabsf(w)), "%s: %s[%zu] = %.9g, want %.9g",
+                      when, fx.spec.tensors[i].name, j, (double)g, (double)w);
+        }
+}
+
+static ps_kv_client *worker_connect(int expect_rc)
+{
+    const char *servers[1] = {fx.addr};
+    ps_kv_client_config cfg = {0};
+    ps_kv_client *c = NULL;
+    uint64_t start_clock = UINT64_MAX;
+    int rc;
+
+    cfg.spec = fx.spec;
+    cfg.rank = 0;
+    cfg.world = 1;
+    cfg.servers = servers;
+    cfg.n_servers = 1;
+    cfg.chunk_bytes = CHUNK_BYTES;
+    cfg.connect_timeout_s = 5.0;
+    cfg.max_payload = (size_t)1 << 20;
+    cr_assert_eq(ps_kv_client_init(&c, &cfg), 0);
+    rc = ps_kv_client_connect(c, &start_clock);
+    cr_assert_eq(rc, expect_rc, "connect returned %s, want %s", ps_err_name(rc),
+                 ps_err_name(expect_rc));
+    if (expect_rc == 0)
+        cr_assert_eq(start_clock, 0);
+    return c;
+}
+
+/* Pulls at clock 0 and checks the weights are the spec's initial values. */
+static void pull_initial(ps_kv_client *c, model_bufs *w)
+{
+    model_bufs want;
+
+    bufs_alloc(&want);
+    for (int i = 0; i < fx.spec.n_tensors; i++)
+        ps_model_spec_init_values(&fx.spec, i, 0, fx.spec.tensors[i].numel, want.t[i]);
+    cr_assert_eq(ps_kv_client_pull(c, 0, w->t), 0);
+    cr_assert_eq(ps_kv_client_wait(c), 0);
+    for (int i = 0; i < fx.spec.n_tensors; i++)
+        cr_assert(memcmp(w->t[i], want.t[i], fx.spec.tensors[i].numel * sizeof(float)) == 0,
+                  "initial %s differs from ps_model_spec_init_values", fx.spec.tensors[i].name);
+    bufs_free(&want);
+}
+
+/* Trains two steps of plain SGD and checks w <- w - LR * g after each. The
+ * second step overlaps the push with the next pull, as a worker does. */
+static void train_two_steps(ps_kv_client *c)
+{
+    model_bufs w, g, want;
+
+    bufs_alloc(&w);
+    bufs_alloc(&g);
+    bufs_alloc(&want);
+    pull_initial(c, &w);
+
+    fill_grad(&g, 0);
+    for (int i = 0; i < fx.spec.n_tensors; i++)
+        for (size_t j = 0; j < fx.spec.tensors[i].numel; j++)
+            want.t[i][j] = w.t[i][j] - LR * g.t[i][j];
+    cr_assert_eq(ps_kv_client_push(c, 0, (const float *const *)g.t), 0);
+    cr_assert_eq(ps_kv_client_wait(c), 0);
+    cr_assert_eq(ps_kv_client_dropped(c), 0);
+    cr_assert_eq(ps_kv_client_pull(c, 1, w.t), 0);
+    cr_assert_eq(ps_kv_client_wait(c), 0);
+    check_weights(&w, &want, "after step 0");
+
+    fill_grad(&g, 1);
+    for (int i = 0; i < fx.spec.n_tensors; i++)
+        for (size_t j = 0; j < fx.spec.tensors[i].numel; j++)
+            want.t[i][j] = w.t[i][j] - LR * g.t[i][j];
+    cr_assert_eq(ps_kv_client_push(c, 1, (const float *const *)g.t), 0);
+    cr_assert_eq(ps_kv_client_pull(c, 2, w.t), 0);
+    cr_assert_eq(ps_kv_client_wait(c), 0);
+    check_weights(&w, &want, "after step 1");
+    cr_assert_eq(ps_kv_client_dropped(c), 0);
+
+    bufs_free(&w);
+    bufs_free(&g);
+    bufs_free(&want);
+}
+
+/* ---- tests ------------------------------------------------------------- */
+
+TestSuite(kv_server, .init = server_up, .fini = server_down, .timeout = 30);
+
+Test(kv_server, random_bytes_are_refused, .timeout = 30)
+{
+    int fd = raw_connect();
+
+    send_garbage(fd, 1, 0);
+    expect_closed(fd, "random bytes");
+
+    /* A believable length, so the random header itself must be judged. */
+    fd = raw_connect();
+    send_garbage(fd, 5, 200);
+    expect_closed(fd, "random header");
+}
+
+Test(kv_server, impossible_length_prefix_is_refused, .timeout = 30)
+{
+    static const uint8_t prefix[4] = {0xff, 0xff, 0xff, 0xff};
+    int fd = raw_connect();
+
+    /* Nothing follows: the server must not wait for 4 GiB of header. */
+    cr_assert_eq(raw_send(fd, prefix, sizeof(prefix)), 0);
+    expect_closed(fd, "length 0xFFFFFFFF");
+}
+
+Test(kv_server, wrong_protocol_version_is_refused, .timeout = 30)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+    size_t hlen;
+    uint8_t *buf;
+    int fd = raw_connect();
+
+    /* A HELLO that would be accepted but for its version; ps_frame_encode
+     * always writes the right version, so pack it by hand. */
+    make_hello(&h, &hello, ps_model_spec_fingerprint(&fx.spec));
+    h.version = PS_PROTOCOL_VERSION + 1;
+    hlen = shardps__header__get_packed_size(&h);
+    buf = malloc(4 + hlen);
+    cr_assert_not_null(buf);
+    buf[0] = (uint8_t)hlen;
+    buf[1] = (uint8_t)(hlen >> 8);
+    buf[2] = (uint8_t)(hlen >> 16);
+    buf[3] = (uint8_t)(hlen >> 24);
+    shardps__header__pack(&h, buf + 4);
+    cr_assert_eq(raw_send(fd, buf, 4 + hlen), 0);
+    free(buf);
+    expect_closed(fd, "wrong version");
+}
+
+Test(kv_server, hello_for_another_model_is_rejected_with_a_reason, .timeout = 30)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+    ps_frame_decoder *d;
+    ps_frame f;
+    int fd = raw_connect();
+
+    cr_assert_eq(ps_frame_decoder_init(&d, 1 << 20), 0);
+    make_hello(&h, &hello, ps_model_spec_fingerprint(&fx.spec) + 1);
+    raw_send_frame(fd, &h);
+    raw_read_frame(fd, d, &f, "wrong model");
+    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__REJECT);
+    cr_assert_eq(f.hdr->status, -PS_EMISMATCH);
+    cr_assert_not_null(f.hdr->reason);
+    cr_assert(strstr(f.hdr->reason, "model") != NULL, "reason: %s", f.hdr->reason);
+    ps_frame_decoder_free(d);
+    expect_closed(fd, "wrong model");
+}
+
+Test(kv_server, request_before_hello_is_rejected, .timeout = 30)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    uint64_t key = 0;
+    ps_frame_decoder *d;
+    ps_frame f;
+    int fd = raw_connect();
+
+    cr_assert_eq(ps_frame_decoder_init(&d, 1 << 20), 0);
+    h.type = SHARDPS__MSG_TYPE__PULL;
+    h.request_id = 1;
+    h.n_keys = 1;
+    h.keys = &key;
+    raw_send_frame(fd, &h);
+    raw_read_frame(fd, d, &f, "pull before hello");
+    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__REJECT);
+    cr_assert_eq(f.hdr->status, -PS_EPROTO);
+    cr_assert(f.hdr->reason && strstr(f.hdr->reason, "HELLO"), "reason: %s", f.hdr->reason);
+    ps_frame_decoder_free(d);
+    expect_closed(fd, "pull before hello");
+}
+
+Test(kv_server, garbage_after_handshake_is_refused, .timeout = 30)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+    ps_frame_decoder *d;
+    ps_frame f;
+    int fd = raw_connect();
+
+    cr_assert_eq(ps_frame_decoder_init(&d, 1 << 20), 0);
+    make_hello(&h, &hello, ps_model_spec_fingerprint(&fx.spec));
+    raw_send_frame(fd, &h);
+    raw_read_frame(fd, d, &f, "hello");
+    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__WELCOME);
+    cr_assert_not_null(f.hdr->welcome);
+    cr_assert_eq(f.hdr->welcome->clock, 0);
+    send_garbage(fd, 2, 0);
+    ps_frame_decoder_free(d);
+    expect_closed(fd, "garbage after hello");
+}
+
+Test(kv_server, key_not_on_this_server_gets_an_error, .timeout = 30)
+{
+    Shardps__Header h, req = SHARDPS__HEADER__INIT;
+    Shardps__Hello hello;
+    uint64_t key = (uint64_t)99 << 32; /* tensor 99 does not exist */
+    ps_frame_decoder *d;
+    ps_frame f;
+    int fd = raw_connect();
+
+    cr_assert_eq(ps_frame_decoder_init(&d, 1 << 20), 0);
+    make_hello(&h, &hello, ps_model_spec_fingerprint(&fx.spec));
+    raw_send_frame(fd, &h);
+    raw_read_frame(fd, d, &f, "hello");
+    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__WELCOME);
+    req.type = SHARDPS__MSG_TYPE__PULL;
+    req.request_id = 2;
+    req.n_keys = 1;
+    req.keys = &key;
+    raw_send_frame(fd, &req);
+    raw_read_frame(fd, d, &f, "pull of a missing key");
+    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__ERROR);
+    cr_assert_eq(f.hdr->status, -PS_EPROTO);
+    cr_assert(f.hdr->reason && strstr(f.hdr->reason, "not held"), "reason: %s", f.hdr->reason);
+    ps_frame_decoder_free(d);
+    expect_closed(fd, "missing key");
+}
+
+Test(kv_server, good_worker_trains_after_and_beside_bad_peers, .timeout = 30)
+{
+    static const uint8_t huge[4] = {0xff, 0xff, 0xff, 0xff};
+    static const uint8_t half_prefix[2] = {0x10, 0x00};
+    Shardps__Header h;
+    Shardps__Hello hello;
+    ps_frame_decoder *d;
+    ps_frame f;
+    ps_kv_client *c;
+    uint8_t probe;
+    int fd, idle;
+
+    cr_assert_eq(ps_frame_decoder_init(&d, 1 << 20), 0);
+
+    /* A peer that stalls mid-prefix stays connected through everything; the
+     * server must keep serving others around it. */
+    idle = raw_connect();
+    cr_assert_eq(raw_send(idle, half_prefix, sizeof(half_prefix)), 0);
+
+    fd = raw_connect();
+    send_garbage(fd, 3, 0);
+    expect_closed(fd, "random bytes");
+
+    fd = raw_connect();
+    cr_assert_eq(raw_send(fd, huge, sizeof(huge)), 0);
+    expect_closed(fd, "length 0xFFFFFFFF");
+
+    fd = raw_connect();
+    make_hello(&h, &hello, ps_model_spec_fingerprint(&fx.spec) ^ 0x5a5a);
+    raw_send_frame(fd, &h);
+    raw_read_frame(fd, d, &f, "wrong model");
+    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__REJECT);
+    cr_assert(f.hdr->reason && strstr(f.hdr->reason, "model"), "reason: %s", f.hdr->reason);
+    expect_closed(fd, "wrong model");
+
+    /* This one takes rank 0 and is then thrown out for garbage. The server
+     * frees the rank in the close callback, which libuv runs in the same loop
+     * iteration as the close; our EOF can only come after the close, and the
+     * worker's HELLO below is read in a later iteration, so the rank is free
+     * by then. */
+    ps_frame_decoder_free(d);
+    cr_assert_eq(ps_frame_decoder_init(&d, 1 << 20), 0);
+    fd = raw_connect();
+    make_hello(&h, &hello, ps_model_spec_fingerprint(&fx.spec));
+    raw_send_frame(fd, &h);
+    raw_read_frame(fd, d, &f, "hello");
+    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__WELCOME);
+    send_garbage(fd, 4, 0);
+    expect_closed(fd, "garbage after hello");
+
+    c = worker_connect(0);
+    train_two_steps(c);
+    ps_kv_client_close(c);
+
+    /* The stalled peer was neither served nor dropped: nothing to read, and
+     * no EOF. */
+    cr_assert_eq(recv(idle, &probe, 1, MSG_DONTWAIT), -1);
+    cr_assert(errno == EAGAIN || errno == EWOULDBLOCK, "stalled peer: %s", strerror(errno));
+    close(idle);
+    ps_frame_decoder_free(d);
+}
+
+Test(kv_server, second_worker_with_a_live_rank_is_refused, .timeout = 30)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+    ps_frame_decoder *d;
+    ps_frame f;
+    ps_kv_client *first, *second;
+    model_bufs w;
+    int fd;
+
+    first = worker_connect(0);
+    /* The same configuration again: rank 0 is live, so the handshake fails. */
+    second = worker_connect(-PS_EREJECTED);
+
+    /* The reason names the rank that is taken. */
+    cr_assert_eq(ps_frame_decoder_init(&d, 1 << 20), 0);
+    fd = raw_connect();
+    make_hello(&h, &hello, ps_model_spec_fingerprint(&fx.spec));
+    raw_send_frame(fd, &h);
+    raw_read_frame(fd, d, &f, "duplicate rank");
+    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__REJECT);
+    cr_assert_eq(f.hdr->status, -PS_EMISMATCH);
+    cr_assert(f.hdr->reason && strstr(f.hdr->reason, "rank 0"), "reason: %s", f.hdr->reason);
+    expect_closed(fd, "duplicate rank");
+    ps_frame_decoder_free(d);
+    ps_kv_client_close(second);
+
+    /* The refusals did not disturb the worker that holds the rank. */
+    bufs_alloc(&w);
+    pull_initial(first, &w);
+    bufs_free(&w);
+    ps_kv_client_close(first);
+}
+
+Test(kv_server, worker_of_another_world_is_refused, .timeout = 30)
+{
+    const char *servers[1] = {fx.addr};
+    ps_kv_client_config cfg = {0};
+    ps_kv_client *c = NULL;
+    uint64_t start_clock;
+
+    cfg.spec = fx.spec;
+    cfg.rank = 1;
+    cfg.world = 2;
+    cfg.servers = servers;
+    cfg.n_servers = 1;
+    cfg.chunk_bytes = CHUNK_BYTES;
+    cfg.connect_timeout_s = 5.0;
+    cfg.max_payload = (size_t)1 << 20;
+    cr_assert_eq(ps_kv_client_init(&c, &cfg), 0);
+    cr_assert_eq(ps_kv_client_connect(c, &start_clock), -PS_EREJECTED);
+    ps_kv_client_close(c);
+
+    /* The server is still fine for the right worker. */
+    c = worker_connect(0);
+    train_two_steps(c);
+    ps_kv_client_close(c);
+
+    /* The refused worker never joined, so only the good worker's goodbye
+     * ends the job. */
+    server_down();
+    cr_assert_eq(fx.done_calls, 1);
+}
