@@ -1,0 +1,26 @@
+# Shared helpers for the integration tests: each test is a real cluster of
+# processes on 127.0.0.1 with OS-chosen ports. Usage: source it after setting
+# BUILD (the build folder) from $1.
+set -euo pipefail
+BUILD=${1:?build dir}
+WDIFF=${2:-}
+CLUSTER="$BUILD/shardps-cluster"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+# One BLAS thread per process: tests run several processes on two cores.
+export OPENBLAS_NUM_THREADS=1
+
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+
+# json_field LINE KEY: the number after "KEY": in a one-line JSON object.
+json_field() {
+    printf '%s' "$1" | sed -n "s/.*\"$2\":\([-0-9.enull]*\).*/\1/p"
+}
+
+# at_least A B: succeeds when the number A >= B.
+at_least() {
+    awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 >= b + 0) }'
+}
