@@ -9,10 +9,11 @@
 
 #include "ps_error.h"
 
-static int ps__flag_error(const char *prog, const char *name, const char *fmt, const char *value,
+/* origin is how the user gave the value: "--lr" or "SHARDPS_LR". */
+static int ps__flag_error(const char *prog, const char *origin, const char *fmt, const char *value,
                           const ps_flag *f)
 {
-    fprintf(stderr, "%s: --%s: ", prog, name);
+    fprintf(stderr, "%s: %s: ", prog, origin);
     fprintf(stderr, fmt, value);
     if (f && (f->type == PS_FLAG_INT || f->type == PS_FLAG_DOUBLE))
         fprintf(stderr, " (accepted: %g to %g)", f->min, f->max);
@@ -37,7 +38,7 @@ static int ps__is_choice(const char *choices, const char *v)
     return 0;
 }
 
-static int ps__flag_set(const ps_flag *f, const char *value, const char *prog)
+static int ps__flag_set(const ps_flag *f, const char *value, const char *prog, const char *origin)
 {
     char *end;
     double d;
@@ -52,13 +53,13 @@ static int ps__flag_set(const ps_flag *f, const char *value, const char *prog)
             *(int *)f->dest = 0;
             return 0;
         }
-        return ps__flag_error(prog, f->name, "'%s' is not a boolean (1/0/true/false)", value, NULL);
+        return ps__flag_error(prog, origin, "'%s' is not a boolean (1/0/true/false)", value, NULL);
     case PS_FLAG_STRING:
         *(const char **)f->dest = value;
         return 0;
     case PS_FLAG_CHOICE:
         if (!ps__is_choice(f->choices, value))
-            return ps__flag_error(prog, f->name, "'%s' is not a known value", value, f);
+            return ps__flag_error(prog, origin, "'%s' is not a known value", value, f);
         *(const char **)f->dest = value;
         return 0;
     case PS_FLAG_INT:
@@ -66,12 +67,12 @@ static int ps__flag_set(const ps_flag *f, const char *value, const char *prog)
         errno = 0;
         d = f->type == PS_FLAG_INT ? (double)strtoll(value, &end, 10) : strtod(value, &end);
         if (errno || end == value || *end != '\0' || !isfinite(d))
-            return ps__flag_error(prog, f->name,
+            return ps__flag_error(prog, origin,
                                   f->type == PS_FLAG_INT ? "'%s' is not an integer"
                                                          : "'%s' is not a number",
                                   value, f);
         if (d < f->min || d > f->max)
-            return ps__flag_error(prog, f->name, "'%s' is out of range", value, f);
+            return ps__flag_error(prog, origin, "'%s' is out of range", value, f);
         if (f->type == PS_FLAG_INT)
             *(int *)f->dest = (int)d;
         else
@@ -93,17 +94,15 @@ static void ps__env_name(const char *name, char *buf, size_t len)
 int ps_flags_parse(const ps_flag *flags, int n, int argc, char **argv, const char *prog,
                    const char *summary)
 {
-    char env[96];
+    char origin[96];
     int rc;
 
     for (int i = 0; i < n; i++) {
         const char *v;
-        ps__env_name(flags[i].name, env, sizeof(env));
-        v = getenv(env);
-        if (v && *v && (rc = ps__flag_set(&flags[i], v, prog)) < 0) {
-            fprintf(stderr, "%s: (the value came from the environment variable %s)\n", prog, env);
+        ps__env_name(flags[i].name, origin, sizeof(origin));
+        v = getenv(origin);
+        if (v && *v && (rc = ps__flag_set(&flags[i], v, prog, origin)) < 0)
             return rc;
-        }
     }
     for (int a = 1; a < argc; a++) {
         const char *arg = argv[a], *eq, *value = NULL;
@@ -140,7 +139,8 @@ int ps_flags_parse(const ps_flag *flags, int n, int argc, char **argv, const cha
             }
             value = argv[++a];
         }
-        rc = ps__flag_set(f, value, prog);
+        snprintf(origin, sizeof(origin), "--%s", f->name);
+        rc = ps__flag_set(f, value, prog, origin);
         if (rc < 0)
             return rc;
     }
@@ -149,8 +149,8 @@ int ps_flags_parse(const ps_flag *flags, int n, int argc, char **argv, const cha
 
 void ps_flags_usage(FILE *out, const ps_flag *flags, int n, const char *prog, const char *summary)
 {
-    fprintf(out, "Usage: %s [options]\n%s\n\nOptions (each also read from SHARDPS_<NAME>):\n",
-            prog, summary);
+    fprintf(out, "Usage: %s [options]\n%s\n\nOptions (each also read from SHARDPS_<NAME>):\n", prog,
+            summary);
     for (int i = 0; i < n; i++) {
         const ps_flag *f = &flags[i];
         char left[64];

@@ -34,7 +34,6 @@ typedef struct {
  * arguments are refused. */
 int ps_flags_parse(const ps_flag *flags, int n, int argc, char **argv, const char *prog,
                    const char *summary);
-void ps_flags_usage(FILE *out, const ps_flag *flags, int n, const char *prog,
-                    const char *summary);
+void ps_flags_usage(FILE *out, const ps_flag *flags, int n, const char *prog, const char *summary);
 
 #endif

@@ -158,8 +158,7 @@ static int ps__dec_accept_header(ps_frame_decoder *d)
     if (d->payload_len > d->payload_cap) {
         uint8_t *p = realloc(d->payload, d->payload_len);
         if (p == NULL)
-            return ps__dec_fail(d, -ENOMEM, "no memory for a payload of %zu bytes",
-                                d->payload_len);
+            return ps__dec_fail(d, -ENOMEM, "no memory for a payload of %zu bytes", d->payload_len);
         d->payload = p;
         d->payload_cap = d->payload_len;
     }
@@ -190,8 +189,8 @@ int ps_frame_decoder_next(ps_frame_decoder *d, ps_frame *f)
             if (d->stage_end - d->stage_pos < PS_FRAME_PREFIX_BYTES)
                 return 0;
             p = d->stage + d->stage_pos;
-            d->header_len = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                            (uint32_t)p[3] << 24;
+            d->header_len =
+                (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
             if (d->header_len == 0)
                 return ps__dec_fail(d, -PS_EPROTO, "empty header");
             if (d->header_len > PS_MAX_HEADER_BYTES)

@@ -32,10 +32,10 @@ typedef struct {
 
 /* A plain value type: callers read the fields, nothing inside needs freeing. */
 typedef struct {
-    int n_layers;                  /* linear layers */
-    int sizes[PS_MAX_LAYERS + 1];  /* n_layers + 1 entries: input, hidden..., classes */
+    int n_layers;                 /* linear layers */
+    int sizes[PS_MAX_LAYERS + 1]; /* n_layers + 1 entries: input, hidden..., classes */
     uint64_t seed;
-    int n_tensors;                 /* 2 * n_layers: weight then bias per layer */
+    int n_tensors; /* 2 * n_layers: weight then bias per layer */
     ps_tensor_spec tensors[PS_MAX_TENSORS];
     size_t total_numel;
 } ps_model_spec;

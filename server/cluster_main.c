@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -450,24 +451,38 @@ int main(int argc, char **argv)
     const ps_flag flags[] = {
         {"servers", PS_FLAG_INT, &cl.n_servers, "S", "parameter servers to start", 1, 64, NULL},
         {"workers", PS_FLAG_INT, &cl.n_workers, "W", "workers to start", 1, 128, NULL},
-        {"mode", PS_FLAG_CHOICE, &cl.mode, "MODE", "consistency: sync (BSP), async, or ssp", 0, 0, "sync|async|ssp"},
-        {"staleness", PS_FLAG_INT, &cl.staleness, "S", "clocks a worker may run ahead in ssp mode", 1, 1000000, NULL},
+        {"mode", PS_FLAG_CHOICE, &cl.mode, "MODE", "consistency: sync (BSP), async, or ssp", 0, 0,
+         "sync|async|ssp"},
+        {"staleness", PS_FLAG_INT, &cl.staleness, "S", "clocks a worker may run ahead in ssp mode",
+         1, 1000000, NULL},
         {"epochs", PS_FLAG_INT, &cl.epochs, "E", "passes over the training data", 1, 100000, NULL},
-        {"steps", PS_FLAG_INT, &cl.steps, "N", "stop after N steps (0: run every epoch)", 0, 2147483647, NULL},
+        {"steps", PS_FLAG_INT, &cl.steps, "N", "stop after N steps (0: run every epoch)", 0,
+         2147483647, NULL},
         {"batch", PS_FLAG_INT, &cl.batch, "B", "samples per step on each worker", 1, 65536, NULL},
-        {"optimizer", PS_FLAG_CHOICE, &cl.optimizer, "NAME", "server-side update rule", 0, 0, "sgd|nesterov|adam|adamw|adagrad"},
+        {"optimizer", PS_FLAG_CHOICE, &cl.optimizer, "NAME", "server-side update rule", 0, 0,
+         "sgd|nesterov|adam|adamw|adagrad"},
         {"lr", PS_FLAG_DOUBLE, &cl.lr, "RATE", "learning rate", 0, 1000, NULL},
-        {"momentum", PS_FLAG_DOUBLE, &cl.momentum, "MU", "momentum for sgd and nesterov", 0, 0.999999, NULL},
-        {"hidden", PS_FLAG_STRING, &cl.hidden, "N,N,...", "hidden layer sizes of the MLP", 0, 0, NULL},
-        {"seed", PS_FLAG_INT, &cl.seed, "N", "seed for weights and data order", 0, 2147483647, NULL},
-        {"chunk-bytes", PS_FLAG_DOUBLE, &cl.chunk_bytes, "BYTES", "largest chunk a tensor is cut into", 4, 1 << 30, NULL},
-        {"data-dir", PS_FLAG_STRING, &cl.data_dir, "DIR", "folder with the Fashion-MNIST IDX files", 0, 0, NULL},
-        {"progress-every", PS_FLAG_INT, &cl.progress_every, "N", "progress line every N steps", 1, 1000000, NULL},
-        {"threads", PS_FLAG_INT, &cl.threads, "N", "BLAS threads per worker (0: cores / workers)", 0, 1024, NULL},
+        {"momentum", PS_FLAG_DOUBLE, &cl.momentum, "MU", "momentum for sgd and nesterov", 0,
+         0.999999, NULL},
+        {"hidden", PS_FLAG_STRING, &cl.hidden, "N,N,...", "hidden layer sizes of the MLP", 0, 0,
+         NULL},
+        {"seed", PS_FLAG_INT, &cl.seed, "N", "seed for weights and data order", 0, 2147483647,
+         NULL},
+        {"chunk-bytes", PS_FLAG_DOUBLE, &cl.chunk_bytes, "BYTES",
+         "largest chunk a tensor is cut into", 4, 1 << 30, NULL},
+        {"data-dir", PS_FLAG_STRING, &cl.data_dir, "DIR", "folder with the Fashion-MNIST IDX files",
+         0, 0, NULL},
+        {"progress-every", PS_FLAG_INT, &cl.progress_every, "N", "progress line every N steps", 1,
+         1000000, NULL},
+        {"threads", PS_FLAG_INT, &cl.threads, "N", "BLAS threads per worker (0: cores / workers)",
+         0, 1024, NULL},
         {"json", PS_FLAG_BOOL, &cl.json, NULL, "end with the summary as one JSON line", 0, 0, NULL},
-        {"dump-weights", PS_FLAG_STRING, &cl.dump_weights, "FILE", "rank 0 writes the final weights here", 0, 0, NULL},
-        {"kill-worker", PS_FLAG_STRING, &kill_worker, "RANK@STEP", "SIGKILL that worker once it reports that step (fault drills)", 0, 0, NULL},
-        {"bin-dir", PS_FLAG_STRING, &cl.bin_dir, "DIR", "where shardps-server and shardps-worker are (default: beside this program)", 0, 0, NULL},
+        {"dump-weights", PS_FLAG_STRING, &cl.dump_weights, "FILE",
+         "rank 0 writes the final weights here", 0, 0, NULL},
+        {"kill-worker", PS_FLAG_STRING, &kill_worker, "RANK@STEP",
+         "SIGKILL that worker once it reports that step (fault drills)", 0, 0, NULL},
+        {"bin-dir", PS_FLAG_STRING, &cl.bin_dir, "DIR",
+         "where shardps-server and shardps-worker are (default: beside this program)", 0, 0, NULL},
     };
     double wall;
     int rc;
@@ -478,8 +493,8 @@ int main(int argc, char **argv)
     cl.staleness = 2;
     cl.epochs = 10;
     cl.batch = 64;
-    cl.optimizer = "sgd";
-    cl.lr = 0.05;
+    cl.optimizer = "adam";
+    cl.lr = 0.001;
     cl.momentum = 0.9;
     cl.hidden = "256,128";
     cl.seed = 1;
@@ -489,6 +504,9 @@ int main(int argc, char **argv)
     cl.kill_rank = -1;
     if (ps__self_dir(self_dir, sizeof(self_dir)) == 0)
         cl.bin_dir = self_dir;
+    /* A peer that resets while we write must cost a connection, not the
+     * process: take write errors as EPIPE instead of the signal. */
+    signal(SIGPIPE, SIG_IGN);
     rc = ps_flags_parse(flags, (int)(sizeof(flags) / sizeof(flags[0])), argc, argv,
                         "shardps-cluster",
                         "Runs a parameter-server job on this machine: S servers and W workers on "
@@ -499,15 +517,17 @@ int main(int argc, char **argv)
         unsigned long long step;
         if (sscanf(kill_worker, "%d@%llu", &cl.kill_rank, &step) != 2 || cl.kill_rank < 0 ||
             cl.kill_rank >= cl.n_workers) {
-            fprintf(stderr, "shardps-cluster: --kill-worker '%s' must be RANK@STEP with RANK below "
-                            "--workers, e.g. 1@50; see shardps-cluster --help\n",
+            fprintf(stderr,
+                    "shardps-cluster: --kill-worker '%s' must be RANK@STEP with RANK below "
+                    "--workers, e.g. 1@50; see shardps-cluster --help\n",
                     kill_worker);
             return 2;
         }
         cl.kill_step = step;
     }
     if (cl.bin_dir == NULL) {
-        fprintf(stderr, "shardps-cluster: cannot tell where the shardps binaries are; pass --bin-dir\n");
+        fprintf(stderr,
+                "shardps-cluster: cannot tell where the shardps binaries are; pass --bin-dir\n");
         return 2;
     }
     ncpu = (int)uv_available_parallelism();

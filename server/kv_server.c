@@ -30,11 +30,11 @@ typedef struct ps__peer {
     ps__peer_state state;
     int failed; /* an ERROR is on its way; ignore further frames */
     uint32_t rank;
-    uint64_t clock;     /* steps fully pushed to this server */
-    int keys_pushed;    /* keys pushed so far at `clock` */
-    uint64_t *pushed;   /* per local chunk: 1 + clock of its last push, 0 if none */
-    int pending;        /* pulls waiting in the server's queue */
-    char name[96];      /* "worker 1 (127.0.0.1:40000)" for logs */
+    uint64_t clock;   /* steps fully pushed to this server */
+    int keys_pushed;  /* keys pushed so far at `clock` */
+    uint64_t *pushed; /* per local chunk: 1 + clock of its last push, 0 if none */
+    int pending;      /* pulls waiting in the server's queue */
+    char name[96];    /* "worker 1 (127.0.0.1:40000)" for logs */
 } ps__peer;
 
 typedef struct ps__pull {
@@ -47,9 +47,9 @@ typedef struct ps__pull {
 } ps__pull;
 
 typedef struct {
-    uint64_t clock;    /* step whose pushes are being accumulated */
-    int pushes;        /* contributions accumulated for `clock` */
-    int live_pushes;   /* of those, from workers still live */
+    uint64_t clock;  /* step whose pushes are being accumulated */
+    int pushes;      /* contributions accumulated for `clock` */
+    int live_pushes; /* of those, from workers still live */
 } ps__chunk_sync;
 
 struct ps_kv_server {
@@ -66,11 +66,11 @@ struct ps_kv_server {
     int stopping;
     ps__peer **workers; /* by rank; NULL while not live */
     int live;
-    int started;        /* every rank has joined once */
-    int joined;         /* ranks that have joined at least once */
+    int started;           /* every rank has joined once */
+    int joined;            /* ranks that have joined at least once */
     uint64_t resume_clock; /* where a worker joining with nobody live starts */
-    ps__pull *pulls;    /* waiting pulls, oldest first */
-    ps__peer *peers;    /* every open connection */
+    ps__pull *pulls;       /* waiting pulls, oldest first */
+    ps__peer *peers;       /* every open connection */
     ps_kv_server_done_cb done;
     void *done_arg;
     /* Counters for the summary line. */
@@ -271,7 +271,8 @@ static void ps__handle_pull(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     if (ps__resolve_keys(s, p, h, locals) < 0)
         goto out;
     if (h->clock > p->clock) {
-        ps__peer_fail(p, -PS_EPROTO, "pull for clock %" PRIu64 " but the worker has pushed only %" PRIu64 " steps",
+        ps__peer_fail(p, -PS_EPROTO,
+                      "pull for clock %" PRIu64 " but the worker has pushed only %" PRIu64 " steps",
                       h->clock, p->clock);
         goto out;
     }
@@ -341,8 +342,8 @@ static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
         goto out;
     }
     if ((size_t)bytes != f->payload_len) {
-        ps__peer_fail(p, -PS_EPROTO, "push payload is %zu bytes, its keys need %lld", f->payload_len,
-                      bytes);
+        ps__peer_fail(p, -PS_EPROTO, "push payload is %zu bytes, its keys need %lld",
+                      f->payload_len, bytes);
         goto out;
     }
     if (h->clock != p->clock) {
@@ -357,7 +358,8 @@ static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
 
         payload += ps_shard_chunk(s->shard, local)->numel * sizeof(float);
         if (p->pushed[local] > h->clock) {
-            ps__peer_fail(p, -PS_EPROTO, "second push of key %" PRIu64 ":%" PRIu64 " at clock %" PRIu64,
+            ps__peer_fail(p, -PS_EPROTO,
+                          "second push of key %" PRIu64 ":%" PRIu64 " at clock %" PRIu64,
                           h->keys[i] >> 32, h->keys[i] & 0xffffffffu, h->clock);
             goto out;
         }
@@ -375,7 +377,8 @@ static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
             continue;
         }
         if (h->clock > c->clock) {
-            ps__peer_fail(p, -PS_EPROTO, "push for clock %" PRIu64 " before step %" PRIu64 " was applied",
+            ps__peer_fail(p, -PS_EPROTO,
+                          "push for clock %" PRIu64 " before step %" PRIu64 " was applied",
                           h->clock, c->clock);
             goto out;
         }
@@ -534,8 +537,8 @@ static void ps__worker_leave(ps_kv_server *s, ps__peer *p, const char *why)
         for (int i = 0; i < s->n_local; i++)
             ps__maybe_apply(s, i);
     if (s->live > 0)
-        ps_info("%s left at clock %" PRIu64 " (%s); %d worker%s still live", p->name, p->clock,
-                why, s->live, s->live == 1 ? "" : "s");
+        ps_info("%s left at clock %" PRIu64 " (%s); %d worker%s still live", p->name, p->clock, why,
+                s->live, s->live == 1 ? "" : "s");
     else
         ps_info("%s left at clock %" PRIu64 " (%s); no workers live", p->name, p->clock, why);
     ps__release_pulls(s);
@@ -676,8 +679,8 @@ int ps_kv_server_start(ps_kv_server *s, const struct sockaddr *addr, int *bound_
     if (rc < 0)
         return rc;
     *bound_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                                  : ((struct sockaddr_in *)&ss)->sin_port);
-    ps_info("server %d of %d holds %d chunks (%.1f MiB with optimizer state), mode %s", 
+                                                 : ((struct sockaddr_in *)&ss)->sin_port);
+    ps_info("server %d of %d holds %d chunks (%.1f MiB with optimizer state), mode %s",
             s->cfg.server_index, s->cfg.num_servers, s->n_local,
             (double)ps_shard_memory_bytes(s->shard) / (1 << 20), s->cfg.mode);
     return 0;

@@ -38,15 +38,17 @@ typedef struct {
 
 typedef struct ps_kv_server ps_kv_server;
 
-/* Called once when every worker has joined and then left; the server stays
- * usable (a worker may still rejoin) until stopped. */
+/* Called each time the last live worker leaves once training has started
+ * (every rank joined); the server stays usable, and a worker may rejoin, until
+ * it is stopped. */
 typedef void (*ps_kv_server_done_cb)(ps_kv_server *s, void *arg);
 
 /* cfg is copied. Returns 0, -EINVAL or -ENOMEM. */
 int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_config *cfg,
                       ps_kv_server_done_cb done, void *arg);
 /* Binds and listens on addr; writes the port actually bound (useful with port
- * 0). Returns 0 or a negative libuv error. */
+ * 0). Returns 0 or a negative libuv error; after an error, stop the server and
+ * run the loop before closing it, as after a successful start. */
 int ps_kv_server_start(ps_kv_server *s, const struct sockaddr *addr, int *bound_port);
 /* Stops listening and closes every connection; returns at once, the handles
  * finish closing as the loop runs. */

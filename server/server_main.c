@@ -3,6 +3,7 @@
  * worker has finished (or SIGINT/SIGTERM). */
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,30 +64,41 @@ static int ps__report_port(int fd, int port)
 
 int main(int argc, char **argv)
 {
-    const char *listen = "127.0.0.1:7000", *mode = "sync", *hidden = "256,128", *optim = "sgd";
+    const char *listen = "127.0.0.1:7000", *mode = "sync", *hidden = "256,128", *optim = "adam";
     int server_index = 0, num_servers = 1, workers = 1, staleness = 2, input = 784, classes = 10;
     int ready_fd = -1, linger = 0, verbose = 0, seed = 1;
-    double lr = 0.1, momentum = 0.9, weight_decay = 0, chunk_bytes = PS_DEFAULT_CHUNK_BYTES;
+    double lr = 0.001, momentum = 0.9, weight_decay = 0, chunk_bytes = PS_DEFAULT_CHUNK_BYTES;
     double max_payload = (double)PS_DEFAULT_MAX_PAYLOAD;
     const ps_flag flags[] = {
-        {"listen", PS_FLAG_STRING, &listen, "HOST:PORT", "address to listen on (port 0: any free port)", 0, 0, NULL},
-        {"server-index", PS_FLAG_INT, &server_index, "I", "this server's index in the server list", 0, 4095, NULL},
-        {"num-servers", PS_FLAG_INT, &num_servers, "S", "number of servers in the cluster", 1, 4096, NULL},
+        {"listen", PS_FLAG_STRING, &listen, "HOST:PORT",
+         "address to listen on (port 0: any free port)", 0, 0, NULL},
+        {"server-index", PS_FLAG_INT, &server_index, "I", "this server's index in the server list",
+         0, 4095, NULL},
+        {"num-servers", PS_FLAG_INT, &num_servers, "S", "number of servers in the cluster", 1, 4096,
+         NULL},
         {"workers", PS_FLAG_INT, &workers, "W", "number of workers expected", 1, 65536, NULL},
-        {"mode", PS_FLAG_CHOICE, &mode, "MODE", "consistency: sync (BSP), async, or ssp", 0, 0, "sync|async|ssp"},
-        {"staleness", PS_FLAG_INT, &staleness, "S", "clocks a worker may run ahead in ssp mode", 1, 1000000, NULL},
+        {"mode", PS_FLAG_CHOICE, &mode, "MODE", "consistency: sync (BSP), async, or ssp", 0, 0,
+         "sync|async|ssp"},
+        {"staleness", PS_FLAG_INT, &staleness, "S", "clocks a worker may run ahead in ssp mode", 1,
+         1000000, NULL},
         {"hidden", PS_FLAG_STRING, &hidden, "N,N,...", "hidden layer sizes of the MLP", 0, 0, NULL},
         {"input", PS_FLAG_INT, &input, "N", "input features", 1, 1 << 20, NULL},
         {"classes", PS_FLAG_INT, &classes, "N", "output classes", 1, 1 << 20, NULL},
         {"seed", PS_FLAG_INT, &seed, "N", "seed for the initial weights", 0, 2147483647, NULL},
-        {"chunk-bytes", PS_FLAG_DOUBLE, &chunk_bytes, "BYTES", "largest chunk a tensor is cut into", 4, 1 << 30, NULL},
-        {"optimizer", PS_FLAG_CHOICE, &optim, "NAME", "update rule", 0, 0, "sgd|nesterov|adam|adamw|adagrad"},
+        {"chunk-bytes", PS_FLAG_DOUBLE, &chunk_bytes, "BYTES", "largest chunk a tensor is cut into",
+         4, 1 << 30, NULL},
+        {"optimizer", PS_FLAG_CHOICE, &optim, "NAME", "update rule", 0, 0,
+         "sgd|nesterov|adam|adamw|adagrad"},
         {"lr", PS_FLAG_DOUBLE, &lr, "RATE", "learning rate", 0, 1000, NULL},
-        {"momentum", PS_FLAG_DOUBLE, &momentum, "MU", "momentum for sgd and nesterov", 0, 0.999999, NULL},
+        {"momentum", PS_FLAG_DOUBLE, &momentum, "MU", "momentum for sgd and nesterov", 0, 0.999999,
+         NULL},
         {"weight-decay", PS_FLAG_DOUBLE, &weight_decay, "L2", "weight decay", 0, 10, NULL},
-        {"max-payload", PS_FLAG_DOUBLE, &max_payload, "BYTES", "largest frame payload accepted", 1024, 1ull << 40, NULL},
-        {"ready-fd", PS_FLAG_INT, &ready_fd, "FD", "write the bound port to this descriptor once listening", -1, 1 << 20, NULL},
-        {"linger", PS_FLAG_BOOL, &linger, NULL, "keep serving after every worker has finished", 0, 0, NULL},
+        {"max-payload", PS_FLAG_DOUBLE, &max_payload, "BYTES", "largest frame payload accepted",
+         1024, 1ull << 40, NULL},
+        {"ready-fd", PS_FLAG_INT, &ready_fd, "FD",
+         "write the bound port to this descriptor once listening", -1, 1 << 20, NULL},
+        {"linger", PS_FLAG_BOOL, &linger, NULL, "keep serving after every worker has finished", 0,
+         0, NULL},
         {"verbose", PS_FLAG_BOOL, &verbose, NULL, "log debug detail", 0, 0, NULL},
     };
     int nflags = (int)(sizeof(flags) / sizeof(flags[0]));
@@ -97,6 +109,9 @@ int main(int argc, char **argv)
     int sizes[PS_MAX_LAYERS + 1], nh, port, rc;
     char role[32];
 
+    /* A peer that resets while we write must cost a connection, not the
+     * process: take write errors as EPIPE instead of the signal. */
+    signal(SIGPIPE, SIG_IGN);
     rc = ps_flags_parse(flags, nflags, argc, argv, "shardps-server",
                         "Holds a shard of the model's weights and applies workers' gradients.");
     if (rc != 0)
@@ -112,7 +127,8 @@ int main(int argc, char **argv)
     }
     nh = ps_model_spec_parse_sizes(hidden, sizes + 1, PS_MAX_LAYERS - 1);
     if (nh < 0) {
-        fprintf(stderr, "shardps-server: --hidden '%s' is not a list of positive sizes like 256,128\n",
+        fprintf(stderr,
+                "shardps-server: --hidden '%s' is not a list of positive sizes like 256,128\n",
                 hidden);
         return 2;
     }
@@ -124,8 +140,12 @@ int main(int argc, char **argv)
     sizes[0] = input;
     sizes[nh + 1] = classes;
     memset(&cfg, 0, sizeof(cfg));
-    ps_model_spec_init_mlp(&cfg.spec, sizes, nh + 2, (uint64_t)seed);
-    ps_optimizer_parse(optim, &kind);
+    if (ps_model_spec_init_mlp(&cfg.spec, sizes, nh + 2, (uint64_t)seed) < 0 ||
+        ps_optimizer_parse(optim, &kind) < 0) {
+        fprintf(stderr, "shardps-server: the model or optimizer options are inconsistent; see "
+                        "shardps-server --help\n");
+        return 2;
+    }
     ps_optimizer_defaults(&cfg.opt, kind);
     cfg.opt.lr = (float)lr;
     cfg.opt.momentum = (float)momentum;
@@ -151,6 +171,8 @@ int main(int argc, char **argv)
     rc = ps_kv_server_start(app.srv, (struct sockaddr *)&addr, &port);
     if (rc < 0) {
         ps_error("cannot listen on %s: %s", listen, uv_strerror(rc));
+        ps_kv_server_stop(app.srv);
+        uv_run(&app.loop, UV_RUN_DEFAULT);
         ps_kv_server_close(app.srv);
         return 1;
     }
@@ -163,7 +185,8 @@ int main(int argc, char **argv)
         ps_info("listening on %s for %d worker%s", bound, workers, workers == 1 ? "" : "s");
         if (strncmp(bound, "127.", 4) != 0 && strncmp(bound, "[::1]", 5) != 0)
             ps_warn("listening beyond loopback without authentication: anyone who can reach "
-                    "%s can read and change the model", bound);
+                    "%s can read and change the model",
+                    bound);
     }
     if (ready_fd >= 0 && (rc = ps__report_port(ready_fd, port)) < 0)
         ps_warn("could not report the port on descriptor %d: %s", ready_fd, strerror(-rc));

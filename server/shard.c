@@ -34,8 +34,7 @@ void ps_shard_free(ps_shard *s)
 }
 
 int ps_shard_init(ps_shard **out, const ps_partition *part, int server_index,
-                  const ps_model_spec *spec, const ps_optimizer_config *opt,
-                  int with_accumulators)
+                  const ps_model_spec *spec, const ps_optimizer_config *opt, int with_accumulators)
 {
     ps_shard *s;
     int total = ps_partition_chunk_count(part);
@@ -46,8 +45,8 @@ int ps_shard_init(ps_shard **out, const ps_partition *part, int server_index,
     if (s == NULL)
         return -ENOMEM;
     s->opt = *opt;
-    s->chunks = calloc((size_t)ps_partition_server_chunk_count(part, server_index) + 1,
-                       sizeof(*s->chunks));
+    s->chunks =
+        calloc((size_t)ps_partition_server_chunk_count(part, server_index) + 1, sizeof(*s->chunks));
     if (s->chunks == NULL)
         goto fail;
     for (int i = 0; i < total; i++) {

@@ -20,8 +20,7 @@ typedef struct ps_shard ps_shard;
  * per chunk (needed when pushes are averaged before applying). part and opt
  * are read during the call only. Returns 0, -EINVAL or -ENOMEM. */
 int ps_shard_init(ps_shard **out, const ps_partition *part, int server_index,
-                  const ps_model_spec *spec, const ps_optimizer_config *opt,
-                  int with_accumulators);
+                  const ps_model_spec *spec, const ps_optimizer_config *opt, int with_accumulators);
 void ps_shard_free(ps_shard *s);
 
 int ps_shard_chunk_count(const ps_shard *s);

@@ -119,8 +119,9 @@ static void ps__on_frame(ps_conn *conn, const ps_frame *f)
     case SHARDPS__MSG_TYPE__ERROR:
         ps_error("server %d (%s) refused us: %s", sv->index, sv->addr_text,
                  h->reason && *h->reason ? h->reason : "(no reason given)");
-        ps__fail(c, h->type == SHARDPS__MSG_TYPE__REJECT ? -PS_EREJECTED
-                                                          : (h->status < 0 ? h->status : -PS_EPROTO));
+        ps__fail(c, h->type == SHARDPS__MSG_TYPE__REJECT
+                        ? -PS_EREJECTED
+                        : (h->status < 0 ? h->status : -PS_EPROTO));
         break;
     case SHARDPS__MSG_TYPE__PULL_REPLY:
         ps__handle_pull_reply(sv, f);
@@ -213,8 +214,7 @@ static void ps__start_connect(ps__server *sv)
     int rc = ps_conn_connect(&c->loop, (struct sockaddr *)&sv->addr, &cc, sv, ps__on_connect);
 
     if (rc < 0) {
-        ps_error("cannot connect to server %d (%s): %s", sv->index, sv->addr_text,
-                 uv_strerror(rc));
+        ps_error("cannot connect to server %d (%s): %s", sv->index, sv->addr_text, uv_strerror(rc));
         ps__fail(c, rc);
     }
 }

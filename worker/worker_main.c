@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,8 +77,8 @@ static void ps__report(int fd, const char *fmt, ...)
         ps_warn("could not write a progress report: %s", strerror(errno));
 }
 
-static int ps__evaluate(ps_mlp *m, const ps_dataset *test, const float *x, int epoch,
-                        uint64_t step, const ps__worker_opts *o, double *acc_out)
+static int ps__evaluate(ps_mlp *m, const ps_dataset *test, const float *x, int epoch, uint64_t step,
+                        const ps__worker_opts *o, double *acc_out)
 {
     float loss;
     int correct, rc;
@@ -232,13 +233,15 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
         rc = ps_kv_client_wait(w.kv);
     for (clock = start; rc == 0 && clock < total; clock++) {
         int e = (int)(clock / (uint64_t)steps_per_epoch);
-        size_t first = (size_t)(clock % (uint64_t)steps_per_epoch) * (size_t)o->workers *
-                           (size_t)o->batch + (size_t)o->rank * (size_t)o->batch;
+        size_t first =
+            (size_t)(clock % (uint64_t)steps_per_epoch) * (size_t)o->workers * (size_t)o->batch +
+            (size_t)o->rank * (size_t)o->batch;
         float loss;
         int correct;
 
         if (e != epoch) {
-            if (eval && clock > start && (rc = ps__evaluate(w.mlp, &w.test, w.test_x, e, clock, o, &acc)) < 0)
+            if (eval && clock > start &&
+                (rc = ps__evaluate(w.mlp, &w.test, w.test_x, e, clock, o, &acc)) < 0)
                 break;
             epoch = e;
             ps_dataset_epoch_order((uint64_t)o->seed, epoch, w.train.n, w.order);
@@ -311,23 +314,37 @@ int main(int argc, char **argv)
         .max_payload = (double)((size_t)1 << 30),
     };
     const ps_flag flags[] = {
-        {"servers", PS_FLAG_STRING, &o.servers, "HOST:PORT,...", "parameter servers, in server-index order", 0, 0, NULL},
+        {"servers", PS_FLAG_STRING, &o.servers, "HOST:PORT,...",
+         "parameter servers, in server-index order", 0, 0, NULL},
         {"rank", PS_FLAG_INT, &o.rank, "R", "this worker's rank, 0..workers-1", 0, 65535, NULL},
         {"workers", PS_FLAG_INT, &o.workers, "W", "number of workers in the job", 1, 65536, NULL},
-        {"hidden", PS_FLAG_STRING, &o.hidden, "N,N,...", "hidden layer sizes of the MLP", 0, 0, NULL},
-        {"seed", PS_FLAG_INT, &o.seed, "N", "seed for initial weights and data order", 0, 2147483647, NULL},
+        {"hidden", PS_FLAG_STRING, &o.hidden, "N,N,...", "hidden layer sizes of the MLP", 0, 0,
+         NULL},
+        {"seed", PS_FLAG_INT, &o.seed, "N", "seed for initial weights and data order", 0,
+         2147483647, NULL},
         {"batch", PS_FLAG_INT, &o.batch, "B", "samples per step on this worker", 1, 65536, NULL},
         {"epochs", PS_FLAG_INT, &o.epochs, "E", "passes over the training data", 1, 100000, NULL},
-        {"steps", PS_FLAG_INT, &o.steps, "N", "stop after N steps in all (0: run every epoch)", 0, 2147483647, NULL},
-        {"data-dir", PS_FLAG_STRING, &o.data_dir, "DIR", "folder with the Fashion-MNIST IDX files", 0, 0, NULL},
-        {"chunk-bytes", PS_FLAG_DOUBLE, &o.chunk_bytes, "BYTES", "chunk size; must match the servers", 4, 1 << 30, NULL},
-        {"connect-timeout", PS_FLAG_DOUBLE, &o.connect_timeout, "SECONDS", "how long to keep trying to reach the servers", 0, 86400, NULL},
-        {"threads", PS_FLAG_INT, &o.threads, "N", "BLAS threads (0: OpenBLAS's default)", 0, 1024, NULL},
-        {"no-eval", PS_FLAG_BOOL, &o.no_eval, NULL, "skip the test-set evaluation on rank 0", 0, 0, NULL},
-        {"progress-every", PS_FLAG_INT, &o.progress_every, "N", "report progress every N steps", 1, 1000000, NULL},
-        {"dump-weights", PS_FLAG_STRING, &o.dump_weights, "FILE", "write the final weights (raw float32, tensor order) here", 0, 0, NULL},
-        {"report-fd", PS_FLAG_INT, &o.report_fd, "FD", "write JSON progress lines to this descriptor (used by shardps-cluster)", -1, 1 << 20, NULL},
-        {"max-payload", PS_FLAG_DOUBLE, &o.max_payload, "BYTES", "largest frame payload accepted", 1024, 1ull << 40, NULL},
+        {"steps", PS_FLAG_INT, &o.steps, "N", "stop after N steps in all (0: run every epoch)", 0,
+         2147483647, NULL},
+        {"data-dir", PS_FLAG_STRING, &o.data_dir, "DIR", "folder with the Fashion-MNIST IDX files",
+         0, 0, NULL},
+        {"chunk-bytes", PS_FLAG_DOUBLE, &o.chunk_bytes, "BYTES",
+         "chunk size; must match the servers", 4, 1 << 30, NULL},
+        {"connect-timeout", PS_FLAG_DOUBLE, &o.connect_timeout, "SECONDS",
+         "how long to keep trying to reach the servers", 0, 86400, NULL},
+        {"threads", PS_FLAG_INT, &o.threads, "N", "BLAS threads (0: OpenBLAS's default)", 0, 1024,
+         NULL},
+        {"no-eval", PS_FLAG_BOOL, &o.no_eval, NULL, "skip the test-set evaluation on rank 0", 0, 0,
+         NULL},
+        {"progress-every", PS_FLAG_INT, &o.progress_every, "N", "report progress every N steps", 1,
+         1000000, NULL},
+        {"dump-weights", PS_FLAG_STRING, &o.dump_weights, "FILE",
+         "write the final weights (raw float32, tensor order) here", 0, 0, NULL},
+        {"report-fd", PS_FLAG_INT, &o.report_fd, "FD",
+         "write JSON progress lines to this descriptor (used by shardps-cluster)", -1, 1 << 20,
+         NULL},
+        {"max-payload", PS_FLAG_DOUBLE, &o.max_payload, "BYTES", "largest frame payload accepted",
+         1024, 1ull << 40, NULL},
         {"verbose", PS_FLAG_BOOL, &o.verbose, NULL, "log debug detail", 0, 0, NULL},
     };
     const char *servers[PS__MAX_SERVERS];
@@ -335,9 +352,12 @@ int main(int argc, char **argv)
     char role[32], *server_text;
     int sizes[PS_MAX_LAYERS + 1], nh, n_servers, rc;
 
-    rc = ps_flags_parse(flags, (int)(sizeof(flags) / sizeof(flags[0])), argc, argv,
-                        "shardps-worker",
-                        "Trains an MLP on its shard of Fashion-MNIST against parameter servers.");
+    /* A peer that resets while we write must cost a connection, not the
+     * process: take write errors as EPIPE instead of the signal. */
+    signal(SIGPIPE, SIG_IGN);
+    rc =
+        ps_flags_parse(flags, (int)(sizeof(flags) / sizeof(flags[0])), argc, argv, "shardps-worker",
+                       "Trains an MLP on its shard of Fashion-MNIST against parameter servers.");
     if (rc != 0)
         return rc > 0 ? 0 : 2;
     if (o.rank >= o.workers) {
@@ -347,14 +367,16 @@ int main(int argc, char **argv)
     }
     nh = ps_model_spec_parse_sizes(o.hidden, sizes + 1, PS_MAX_LAYERS - 1);
     if (nh < 0) {
-        fprintf(stderr, "shardps-worker: --hidden '%s' is not a list of positive sizes like 256,128\n",
+        fprintf(stderr,
+                "shardps-worker: --hidden '%s' is not a list of positive sizes like 256,128\n",
                 o.hidden);
         return 2;
     }
     server_text = strdup(o.servers);
     n_servers = server_text ? ps__split_servers(server_text, servers, PS__MAX_SERVERS) : -ENOMEM;
     if (n_servers < 0) {
-        fprintf(stderr, "shardps-worker: --servers '%s' is not a comma-separated list of HOST:PORT\n",
+        fprintf(stderr,
+                "shardps-worker: --servers '%s' is not a comma-separated list of HOST:PORT\n",
                 o.servers);
         free(server_text);
         return 2;
@@ -367,7 +389,11 @@ int main(int argc, char **argv)
         openblas_set_num_threads(o.threads);
     sizes[0] = 784;
     sizes[nh + 1] = 10;
-    ps_model_spec_init_mlp(&spec, sizes, nh + 2, (uint64_t)o.seed);
+    if (ps_model_spec_init_mlp(&spec, sizes, nh + 2, (uint64_t)o.seed) < 0) {
+        fprintf(stderr, "shardps-worker: --hidden '%s' gives an invalid model\n", o.hidden);
+        free(server_text);
+        return 2;
+    }
     rc = ps__train(&o, &spec, servers, n_servers);
     free(server_text);
     return rc < 0 ? 1 : 0;
