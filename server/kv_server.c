@@ -30,11 +30,12 @@ typedef struct ps__peer {
     ps__peer_state state;
     int failed; /* an ERROR is on its way; ignore further frames */
     uint32_t rank;
-    uint64_t clock;   /* steps fully pushed to this server */
-    int keys_pushed;  /* keys pushed so far at `clock` */
-    uint64_t *pushed; /* per local chunk: 1 + clock of its last push, 0 if none */
-    int pending;      /* pulls waiting in the server's queue */
-    char name[96];    /* "worker 1 (127.0.0.1:40000)" for logs */
+    uint64_t clock;     /* steps fully pushed to this server */
+    int keys_pushed;    /* keys pushed so far at `clock` */
+    uint64_t *pushed;   /* per local chunk: 1 + clock of its last push, 0 if none */
+    int pending;        /* pulls waiting in the server's queue */
+    uint64_t last_seen; /* loop time (ms) of its last frame */
+    char name[96];      /* "worker 1 (127.0.0.1:40000)" for logs */
 } ps__peer;
 
 typedef struct ps__pull {
@@ -47,10 +48,14 @@ typedef struct ps__pull {
 } ps__pull;
 
 typedef struct {
-    uint64_t clock;  /* step whose pushes are being accumulated */
+    uint64_t clock;  /* sync: step whose pushes are being accumulated */
     int pushes;      /* contributions accumulated for `clock` */
     int live_pushes; /* of those, from workers still live */
+    uint64_t newest; /* 1 + newest step applied (0: none), for staleness */
 } ps__chunk_sync;
+
+/* Staleness of applied gradients: exact counts up to PS__STALE_BINS - 1. */
+#define PS__STALE_BINS 256
 
 struct ps_kv_server {
     uv_loop_t *loop;
@@ -73,6 +78,11 @@ struct ps_kv_server {
     ps__peer *peers;       /* every open connection */
     ps_kv_server_done_cb done;
     void *done_arg;
+    uv_timer_t heartbeat;
+    int heartbeat_on;
+    uint64_t total_steps; /* for the lr schedule: configured, or the largest a worker planned */
+    uint64_t stale_hist[PS__STALE_BINS];
+    uint64_t stale_sum, stale_max;
     /* Counters for the summary line. */
     uint64_t n_pushes, n_pulls, bytes_in, bytes_out, n_applied, n_dropped, n_refused;
 };
@@ -120,16 +130,41 @@ static uint64_t ps__min_live_clock(const ps_kv_server *s)
     return m;
 }
 
+/* Sync mode: steps applied to every chunk of this server. */
+static uint64_t ps__server_clock(const ps_kv_server *s)
+{
+    uint64_t m = UINT64_MAX;
+
+    for (int i = 0; i < s->n_local; i++)
+        if (s->sync[i].clock < m)
+            m = s->sync[i].clock;
+    return m == UINT64_MAX ? 0 : m;
+}
+
 static int ps__pull_ready(const ps_kv_server *s, uint64_t clock)
 {
     uint64_t floor;
 
     if (!s->started)
         return 0;
+    if (s->cfg.staleness == 0)
+        return clock <= ps__server_clock(s);
     if (s->cfg.staleness == PS_STALENESS_UNBOUNDED)
         return 1;
     floor = ps__min_live_clock(s);
     return floor == UINT64_MAX || clock <= floor + s->cfg.staleness;
+}
+
+/* The clock a pull reply reports: in sync mode the steps applied (a worker
+ * that fell behind catches up to it); otherwise the worker's own step. */
+static uint64_t ps__reply_clock(const ps_kv_server *s, uint64_t asked)
+{
+    uint64_t c;
+
+    if (s->cfg.staleness != 0)
+        return asked;
+    c = ps__server_clock(s);
+    return c > asked ? c : asked;
 }
 
 static void ps__on_reply_sent(ps_conn *c, int status, void *arg)
@@ -166,7 +201,7 @@ static void ps__answer_pull(ps_kv_server *s, ps__peer *p, uint64_t request_id, u
     }
     h.type = SHARDPS__MSG_TYPE__PULL_REPLY;
     h.request_id = request_id;
-    h.clock = clock;
+    h.clock = ps__reply_clock(s, clock);
     h.dtype = SHARDPS__DTYPE__DTYPE_F32;
     h.n_keys = n;
     h.keys = keys;
@@ -206,13 +241,42 @@ static void ps__release_pulls(ps_kv_server *s)
 
 /* Applies the averaged gradient of a chunk once no live worker still owes a
  * push for its current step. */
+static float ps__lr(const ps_kv_server *s, uint64_t step, uint64_t staleness)
+{
+    ps_lr_schedule sched = s->cfg.lr;
+    double lr;
+
+    sched.total_steps = s->total_steps;
+    lr = ps_lr_schedule_at(&sched, step);
+    if (s->cfg.staleness_damping)
+        lr /= (double)(1 + staleness);
+    return (float)lr;
+}
+
+static void ps__record_staleness(ps_kv_server *s, uint64_t staleness)
+{
+    s->stale_hist[staleness < PS__STALE_BINS ? staleness : PS__STALE_BINS - 1]++;
+    s->stale_sum += staleness;
+    if (staleness > s->stale_max)
+        s->stale_max = staleness;
+}
+
+/* Pushes that complete a step: the quorum, or every live worker if fewer are
+ * live. */
+static int ps__pushes_needed(const ps_kv_server *s)
+{
+    int q = s->cfg.quorum > 0 ? s->cfg.quorum : s->cfg.world;
+    return q < s->live ? q : s->live;
+}
+
 static void ps__maybe_apply(ps_kv_server *s, int local)
 {
     ps__chunk_sync *c = &s->sync[local];
 
-    if (c->pushes == 0 || c->live_pushes < s->live)
+    if (c->pushes == 0 || c->live_pushes < ps__pushes_needed(s))
         return;
-    ps_shard_apply_accumulated(s->shard, local, c->pushes);
+    ps_shard_apply_accumulated(s->shard, local, c->pushes, ps__lr(s, c->clock, 0));
+    c->newest = c->clock + 1;
     c->clock++;
     c->pushes = 0;
     c->live_pushes = 0;
@@ -270,9 +334,12 @@ static void ps__handle_pull(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     }
     if (ps__resolve_keys(s, p, h, locals) < 0)
         goto out;
-    if (h->clock > p->clock) {
-        ps__peer_fail(p, -PS_EPROTO,
-                      "pull for clock %" PRIu64 " but the worker has pushed only %" PRIu64 " steps",
+    /* A worker pulls the step after its last push, or (sync) catches up to
+     * the steps already applied; in ssp and async the gate trusts its clock,
+     * so there it must be exactly the clock its pushes have earned. */
+    if (s->cfg.staleness != 0 ? h->clock != p->clock
+                              : h->clock > p->clock && h->clock > ps__server_clock(s)) {
+        ps__peer_fail(p, -PS_EPROTO, "pull for clock %" PRIu64 " from a worker at clock %" PRIu64,
                       h->clock, p->clock);
         goto out;
     }
@@ -307,7 +374,8 @@ out:
     free(locals);
 }
 
-static void ps__ack_push(ps__peer *p, uint64_t request_id, uint64_t clock, int dropped)
+static void ps__ack_push(ps__peer *p, uint64_t request_id, uint64_t clock, int dropped,
+                         uint64_t staleness)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
     int rc;
@@ -316,9 +384,52 @@ static void ps__ack_push(ps__peer *p, uint64_t request_id, uint64_t clock, int d
     h.request_id = request_id;
     h.clock = clock;
     h.status = dropped;
+    h.staleness = staleness > UINT32_MAX ? UINT32_MAX : (uint32_t)staleness;
     rc = ps_conn_send(p->conn, &h, NULL, 0, NULL, NULL);
     if (rc < 0 && rc != -PS_ECLOSED)
         ps_conn_close(p->conn, rc);
+}
+
+/* Sync: adds the gradient of one chunk to the step it was computed for, or
+ * drops it when that step was already applied without it. Returns 1 when
+ * dropped, 0 when accumulated, -1 after failing the peer. */
+static int ps__push_sync(ps_kv_server *s, ps__peer *p, int local, uint64_t key, uint64_t clock,
+                         const float *g)
+{
+    ps__chunk_sync *c = &s->sync[local];
+
+    if (clock < c->clock) {
+        s->n_dropped++;
+        return 1;
+    }
+    if (clock > c->clock) {
+        ps__peer_fail(p, -PS_EPROTO,
+                      "push for step %" PRIu64 " of key %" PRIu64 ":%" PRIu64
+                      " before step %" PRIu64 " was applied",
+                      clock, key >> 32, key & 0xffffffffu, c->clock);
+        return -1;
+    }
+    ps_shard_accumulate(s->shard, local, g);
+    ps__record_staleness(s, 0);
+    c->pushes++;
+    c->live_pushes++;
+    ps__maybe_apply(s, local);
+    return 0;
+}
+
+/* Async and ssp: applies the gradient now; its staleness is how many newer
+ * steps this chunk has already taken in. */
+static uint64_t ps__push_now(ps_kv_server *s, int local, uint64_t clock, const float *g)
+{
+    ps__chunk_sync *c = &s->sync[local];
+    uint64_t staleness = c->newest > clock + 1 ? c->newest - (clock + 1) : 0;
+
+    ps_shard_apply_grad(s->shard, local, g, ps__lr(s, clock, staleness));
+    ps__record_staleness(s, staleness);
+    if (clock + 1 > c->newest)
+        c->newest = clock + 1;
+    s->n_applied++;
+    return staleness;
 }
 
 static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
@@ -327,6 +438,7 @@ static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     int *locals = malloc((h->n_keys ? h->n_keys : 1) * sizeof(int));
     const uint8_t *payload = f->payload;
     long long bytes;
+    uint64_t max_stale = 0;
     int dropped = 0;
     int sync = s->cfg.staleness == 0;
 
@@ -346,7 +458,7 @@ static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
                       f->payload_len, bytes);
         goto out;
     }
-    if (h->clock != p->clock) {
+    if (!sync && h->clock != p->clock) {
         ps__peer_fail(p, -PS_EPROTO, "push for clock %" PRIu64 " from a worker at clock %" PRIu64,
                       h->clock, p->clock);
         goto out;
@@ -354,7 +466,7 @@ static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     for (size_t i = 0; i < h->n_keys; i++) {
         int local = locals[i];
         const float *g = (const float *)payload;
-        ps__chunk_sync *c = &s->sync[local];
+        int rc;
 
         payload += ps_shard_chunk(s->shard, local)->numel * sizeof(float);
         if (p->pushed[local] > h->clock) {
@@ -365,36 +477,24 @@ static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
         }
         p->pushed[local] = h->clock + 1;
         if (!sync) {
-            ps_shard_apply_grad(s->shard, local, g);
-            s->n_applied++;
+            uint64_t st = ps__push_now(s, local, h->clock, g);
+            if (st > max_stale)
+                max_stale = st;
             continue;
         }
-        if (h->clock < c->clock) {
-            /* The step was already applied without this worker (it joined
-             * late or was counted out); its gradient is for old weights. */
-            dropped++;
-            s->n_dropped++;
-            continue;
-        }
-        if (h->clock > c->clock) {
-            ps__peer_fail(p, -PS_EPROTO,
-                          "push for clock %" PRIu64 " before step %" PRIu64 " was applied",
-                          h->clock, c->clock);
+        rc = ps__push_sync(s, p, local, h->keys[i], h->clock, g);
+        if (rc < 0)
             goto out;
-        }
-        ps_shard_accumulate(s->shard, local, g);
-        c->pushes++;
-        c->live_pushes++;
-        ps__maybe_apply(s, local);
+        dropped += rc;
     }
     s->n_pushes++;
     s->bytes_in += f->payload_len;
     p->keys_pushed += (int)h->n_keys;
     if (p->keys_pushed >= s->n_local) {
         p->keys_pushed = 0;
-        p->clock++;
+        p->clock = h->clock + 1;
     }
-    ps__ack_push(p, h->request_id, h->clock, dropped);
+    ps__ack_push(p, h->request_id, h->clock, dropped, max_stale);
     ps__release_pulls(s);
 out:
     free(locals);
@@ -469,10 +569,16 @@ static void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     if (ps__check_hello(s, p, f->hdr->hello) < 0)
         return;
     p->rank = f->hdr->hello->rank;
+    if (f->hdr->hello->total_steps > s->total_steps)
+        s->total_steps = f->hdr->hello->total_steps;
+    /* A joining worker starts where the job is: the steps applied (sync), or
+     * the clock every live worker has reached; a push of it for a chunk
+     * already past that clock is dropped as late. */
     floor = ps__min_live_clock(s);
-    p->clock = floor == UINT64_MAX ? s->resume_clock : floor;
-    /* A joining worker starts at the clock every live worker has reached; a
-     * push of it for a chunk already past that clock is dropped as late. */
+    if (s->cfg.staleness == 0)
+        p->clock = ps__server_clock(s);
+    else
+        p->clock = floor == UINT64_MAX ? s->resume_clock : floor;
     for (int i = 0; i < s->n_local; i++)
         p->pushed[i] = p->clock;
     p->state = PS__PEER_WORKER;
@@ -485,6 +591,7 @@ static void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     w.clock = p->clock;
     w.mode = (char *)s->cfg.mode;
     w.staleness = s->cfg.staleness;
+    w.heartbeat_ms = s->cfg.heartbeat_timeout_ms / 4;
     h.welcome = &w;
     rc = ps_conn_send(p->conn, &h, NULL, 0, NULL, NULL);
     if (rc < 0) {
@@ -553,6 +660,7 @@ static void ps__on_frame(ps_conn *c, const ps_frame *f)
 
     if (p->failed || p->state == PS__PEER_GONE)
         return;
+    p->last_seen = uv_now(s->loop);
     if (p->state == PS__PEER_HANDSHAKE) {
         ps__handle_hello(s, p, f);
         return;
@@ -566,6 +674,8 @@ static void ps__on_frame(ps_conn *c, const ps_frame *f)
         break;
     case SHARDPS__MSG_TYPE__BYE:
         ps__worker_leave(s, p, "finished");
+        break;
+    case SHARDPS__MSG_TYPE__HEARTBEAT:
         break;
     default:
         ps__peer_fail(p, -PS_EPROTO, "unexpected message type %d from a worker", f->hdr->type);
@@ -594,6 +704,25 @@ static void ps__on_conn_close(ps_conn *c, int err)
     free(p);
 }
 
+/* A worker that has sent nothing for the heartbeat timeout (stopped,
+ * partitioned, or hung) leaves the barrier; its connection is closed so that,
+ * if it wakes up, it reconnects and rejoins at the current clock. */
+static void ps__on_heartbeat_check(uv_timer_t *t)
+{
+    ps_kv_server *s = t->data;
+    uint64_t now = uv_now(s->loop);
+
+    for (int r = 0; r < s->cfg.world; r++) {
+        ps__peer *p = s->workers[r];
+        if (p == NULL || now - p->last_seen <= s->cfg.heartbeat_timeout_ms)
+            continue;
+        ps_warn("%s silent for %.1f s (heartbeat timeout %.1f s)", p->name,
+                (double)(now - p->last_seen) / 1000, s->cfg.heartbeat_timeout_ms / 1000.0);
+        ps__worker_leave(s, p, "heartbeat timeout");
+        ps_conn_close(p->conn, -PS_ETIMEOUT);
+    }
+}
+
 static void ps__on_connection(uv_stream_t *listener, int status)
 {
     ps_kv_server *s = listener->data;
@@ -618,6 +747,7 @@ static void ps__on_connection(uv_stream_t *listener, int status)
         return;
     }
     p->conn = c;
+    p->last_seen = uv_now(s->loop);
     snprintf(p->name, sizeof(p->name), "peer %s", ps_conn_peer(c));
     p->next = s->peers;
     if (s->peers)
@@ -641,6 +771,8 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
     s->cfg = *cfg;
     s->done = done;
     s->done_arg = arg;
+    s->cfg.lr.base_lr = cfg->opt.lr;
+    s->total_steps = cfg->lr.total_steps;
     rc = ps_partition_init(&s->part, &cfg->spec, cfg->num_servers, cfg->chunk_bytes);
     if (rc < 0)
         goto fail;
@@ -678,6 +810,13 @@ int ps_kv_server_start(ps_kv_server *s, const struct sockaddr *addr, int *bound_
         rc = uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len);
     if (rc < 0)
         return rc;
+    if (s->cfg.heartbeat_timeout_ms > 0) {
+        uint64_t every = s->cfg.heartbeat_timeout_ms / 4 ? s->cfg.heartbeat_timeout_ms / 4 : 1;
+        uv_timer_init(s->loop, &s->heartbeat);
+        s->heartbeat.data = s;
+        s->heartbeat_on = 1;
+        uv_timer_start(&s->heartbeat, ps__on_heartbeat_check, every, every);
+    }
     *bound_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                  : ((struct sockaddr_in *)&ss)->sin_port);
     ps_info("server %d of %d holds %d chunks (%.1f MiB with optimizer state), mode %s",
@@ -693,6 +832,8 @@ void ps_kv_server_stop(ps_kv_server *s)
     s->stopping = 1;
     if (s->listening && !uv_is_closing((uv_handle_t *)&s->listener))
         uv_close((uv_handle_t *)&s->listener, NULL);
+    if (s->heartbeat_on)
+        uv_close((uv_handle_t *)&s->heartbeat, NULL);
     for (ps__peer *p = s->peers; p; p = p->next)
         ps_conn_close(p->conn, 0);
 }
@@ -715,10 +856,43 @@ void ps_kv_server_close(ps_kv_server *s)
     free(s);
 }
 
+void ps_kv_server_stats_get(const ps_kv_server *s, ps_kv_server_stats *out)
+{
+    uint64_t n = 0, seen = 0;
+
+    memset(out, 0, sizeof(*out));
+    out->pushes = s->n_pushes;
+    out->pulls = s->n_pulls;
+    out->bytes_in = s->bytes_in;
+    out->bytes_out = s->bytes_out;
+    out->updates = s->n_applied;
+    out->dropped = s->n_dropped;
+    out->refused = s->n_refused;
+    out->live_workers = s->live;
+    for (int b = 0; b < PS__STALE_BINS; b++)
+        n += s->stale_hist[b];
+    out->staleness_count = n;
+    out->staleness_max = s->stale_max;
+    if (n == 0)
+        return;
+    out->staleness_mean = (double)s->stale_sum / (double)n;
+    for (int b = 0; b < PS__STALE_BINS; b++) {
+        seen += s->stale_hist[b];
+        if ((double)seen >= 0.99 * (double)n) {
+            out->staleness_p99 = b;
+            break;
+        }
+    }
+}
+
 void ps_kv_server_log_summary(const ps_kv_server *s)
 {
+    ps_kv_server_stats st;
+
+    ps_kv_server_stats_get(s, &st);
     ps_info("summary: %" PRIu64 " pushes (%.1f MB in), %" PRIu64 " pulls (%.1f MB out), %" PRIu64
-            " chunk updates, %" PRIu64 " late pushes dropped, %" PRIu64 " connections refused",
-            s->n_pushes, (double)s->bytes_in / 1e6, s->n_pulls, (double)s->bytes_out / 1e6,
-            s->n_applied, s->n_dropped, s->n_refused);
+            " chunk updates, %" PRIu64 " late pushes dropped, %" PRIu64
+            " connections refused; staleness mean %.2f, p99 %.0f, max %" PRIu64,
+            st.pushes, (double)st.bytes_in / 1e6, st.pulls, (double)st.bytes_out / 1e6, st.updates,
+            st.dropped, st.refused, st.staleness_mean, st.staleness_p99, st.staleness_max);
 }

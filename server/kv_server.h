@@ -2,14 +2,21 @@
  * answers pulls and applies pushes to its shard under the configured
  * consistency.
  *
- * One mechanism serves every mode. A worker's clock at this server is the
- * number of steps whose gradients it has pushed for all of this server's keys.
- * A pull at clock t is answered once t - (lowest clock among live workers) <=
- * staleness; sync is staleness 0, async is unbounded. With staleness 0 pushes
- * for a step are averaged and applied once every live worker has pushed that
- * chunk; otherwise each push is applied as it arrives. A worker that leaves
- * (BYE, disconnect) stops counting toward both rules at once, so the others
+ * One mechanism serves every mode: a pull is answered once the weights it
+ * asks for are fresh enough. With staleness 0 (sync) pushes for a step are
+ * averaged and applied once per chunk when `quorum` live workers have pushed
+ * it (default: all of them), and a pull for step t is answered once step t-1
+ * is applied everywhere on this server. With staleness s > 0 (ssp) each push
+ * is applied on arrival and a worker at clock c is answered once c - (lowest
+ * clock among live workers) <= s; async is s unbounded. A worker that leaves
+ * (BYE, disconnect, missed heartbeats) stops counting at once, so the others
  * never wait for it; one that joins later starts at the current clock.
+ *
+ * Every pull reply carries the clock of its weights and every push names the
+ * clock it was computed on, so the server drops gradients for steps already
+ * applied (backup workers) and measures each applied gradient's staleness:
+ * the newest step already applied to that chunk minus the step the gradient
+ * was computed on.
  *
  * Training begins (pulls are answered) once all `world` ranks have said hello,
  * so every run sees the same sequence of barriers whatever the start-up order. */
@@ -19,6 +26,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "lr_schedule.h"
 #include "model_spec.h"
 #include "optimizer.h"
 
@@ -34,7 +42,19 @@ typedef struct {
     uint32_t staleness; /* 0 = sync; PS_STALENESS_UNBOUNDED = async */
     const char *mode;   /* name for logs and the Welcome: "sync", "async", "ssp" */
     size_t max_payload;
+    int quorum;                    /* sync: pushes that complete a step; 0 = every live worker */
+    uint32_t heartbeat_timeout_ms; /* a live worker silent this long leaves; 0 = never */
+    int staleness_damping;         /* async/ssp: scale the rate by 1 / (1 + staleness) */
+    ps_lr_schedule lr;             /* shape of the rate over steps; base_lr is opt.lr */
 } ps_kv_server_config;
+
+/* What the server has seen so far; a plain snapshot. */
+typedef struct {
+    uint64_t pushes, pulls, bytes_in, bytes_out, updates, dropped, refused;
+    uint64_t staleness_count, staleness_max;
+    double staleness_mean, staleness_p99;
+    int live_workers;
+} ps_kv_server_stats;
 
 typedef struct ps_kv_server ps_kv_server;
 
@@ -56,6 +76,7 @@ void ps_kv_server_stop(ps_kv_server *s);
 /* Frees the server; call after stop once the loop has run dry. */
 void ps_kv_server_close(ps_kv_server *s);
 
+void ps_kv_server_stats_get(const ps_kv_server *s, ps_kv_server_stats *out);
 /* Logs one summary line of what the server did. */
 void ps_kv_server_log_summary(const ps_kv_server *s);
 

@@ -66,7 +66,10 @@ int main(int argc, char **argv)
 {
     const char *listen = "127.0.0.1:7000", *mode = "sync", *hidden = "256,128", *optim = "adam";
     int server_index = 0, num_servers = 1, workers = 1, staleness = 2, input = 784, classes = 10;
-    int ready_fd = -1, linger = 0, verbose = 0, seed = 1;
+    int ready_fd = -1, linger = 0, verbose = 0, seed = 1, quorum = 0, damping = 0;
+    int warmup_steps = 0, total_steps = 0, lr_step_size = 0;
+    double heartbeat_timeout = 10, lr_gamma = 0.1, min_lr = 0;
+    const char *lr_schedule = "constant";
     double lr = 0.001, momentum = 0.9, weight_decay = 0, chunk_bytes = PS_DEFAULT_CHUNK_BYTES;
     double max_payload = (double)PS_DEFAULT_MAX_PAYLOAD;
     const ps_flag flags[] = {
@@ -93,6 +96,23 @@ int main(int argc, char **argv)
         {"momentum", PS_FLAG_DOUBLE, &momentum, "MU", "momentum for sgd and nesterov", 0, 0.999999,
          NULL},
         {"weight-decay", PS_FLAG_DOUBLE, &weight_decay, "L2", "weight decay", 0, 10, NULL},
+        {"lr-schedule", PS_FLAG_CHOICE, &lr_schedule, "KIND", "learning-rate schedule", 0, 0,
+         "constant|step|cosine"},
+        {"warmup-steps", PS_FLAG_INT, &warmup_steps, "N", "linear warm-up over the first N steps",
+         0, 2147483647, NULL},
+        {"total-steps", PS_FLAG_INT, &total_steps, "N",
+         "steps a cosine schedule spans (0: as planned by the workers)", 0, 2147483647, NULL},
+        {"lr-step-size", PS_FLAG_INT, &lr_step_size, "N", "step schedule: decay every N steps", 0,
+         2147483647, NULL},
+        {"lr-gamma", PS_FLAG_DOUBLE, &lr_gamma, "G", "step schedule: decay factor", 0, 1, NULL},
+        {"min-lr", PS_FLAG_DOUBLE, &min_lr, "RATE", "cosine schedule: final rate", 0, 1000, NULL},
+        {"sync-quorum", PS_FLAG_INT, &quorum, "K",
+         "sync: apply a step once K workers pushed it; later pushes are dropped (0: all)", 0, 65536,
+         NULL},
+        {"staleness-damping", PS_FLAG_BOOL, &damping, NULL,
+         "async/ssp: scale the rate by 1/(1+staleness) of each gradient", 0, 0, NULL},
+        {"heartbeat-timeout", PS_FLAG_DOUBLE, &heartbeat_timeout, "SECONDS",
+         "a worker silent this long leaves the barrier (0: never)", 0, 86400, NULL},
         {"max-payload", PS_FLAG_DOUBLE, &max_payload, "BYTES", "largest frame payload accepted",
          1024, 1ull << 40, NULL},
         {"ready-fd", PS_FLAG_INT, &ready_fd, "FD",
@@ -159,6 +179,19 @@ int main(int argc, char **argv)
                     : strcmp(mode, "async") == 0 ? PS_STALENESS_UNBOUNDED
                                                  : (uint32_t)staleness;
     cfg.max_payload = (size_t)max_payload;
+    cfg.quorum = quorum;
+    cfg.staleness_damping = damping;
+    cfg.heartbeat_timeout_ms = (uint32_t)(heartbeat_timeout * 1000);
+    ps_lr_schedule_parse(lr_schedule, &cfg.lr.kind);
+    cfg.lr.warmup_steps = (uint64_t)warmup_steps;
+    cfg.lr.total_steps = (uint64_t)total_steps;
+    cfg.lr.step_size = (uint64_t)lr_step_size;
+    cfg.lr.gamma = lr_gamma;
+    cfg.lr.min_lr = min_lr;
+    if (quorum > workers) {
+        fprintf(stderr, "shardps-server: --sync-quorum %d exceeds --workers %d\n", quorum, workers);
+        return 2;
+    }
 
     memset(&app, 0, sizeof(app));
     app.linger = linger;

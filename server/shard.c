@@ -129,7 +129,7 @@ void ps_shard_accumulate(ps_shard *s, int local, const float *g)
         acc[i] += g[i];
 }
 
-void ps_shard_apply_accumulated(ps_shard *s, int local, int count)
+void ps_shard_apply_accumulated(ps_shard *s, int local, int count, float lr)
 {
     ps__shard_chunk *c = &s->chunks[local];
     float *restrict acc = c->accum;
@@ -139,16 +139,18 @@ void ps_shard_apply_accumulated(ps_shard *s, int local, int count)
     if (count > 1)
         for (size_t i = 0; i < n; i++)
             acc[i] *= inv;
-    ps_shard_apply_grad(s, local, acc);
+    ps_shard_apply_grad(s, local, acc, lr);
     memset(acc, 0, n * sizeof(float));
 }
 
-void ps_shard_apply_grad(ps_shard *s, int local, const float *g)
+void ps_shard_apply_grad(ps_shard *s, int local, const float *g, float lr)
 {
     ps__shard_chunk *c = &s->chunks[local];
+    ps_optimizer_config opt = s->opt;
 
+    opt.lr = lr;
     c->updates++;
-    ps_optimizer_apply(&s->opt, c->weights, c->state, g, c->desc.numel, c->updates);
+    ps_optimizer_apply(&opt, c->weights, c->state, g, c->desc.numel, c->updates);
 }
 
 uint64_t ps_shard_updates(const ps_shard *s, int local)

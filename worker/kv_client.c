@@ -26,6 +26,8 @@ typedef struct {
     ps_conn *conn;
     int welcomed;
     uint64_t welcome_clock;
+    uint32_t heartbeat_ms;
+    uint64_t pulled_clock; /* clock of the weights in the last pull reply */
     uint64_t retry_ms;
     uv_timer_t retry;
     /* This server's keys in key order, their chunks, and scratch iovecs. */
@@ -51,7 +53,8 @@ struct ps_kv_client {
     int error;
     uint64_t deadline_ms;
     int connecting;
-    uint64_t dropped, bytes_sent, bytes_received;
+    uv_timer_t heartbeat;
+    ps_kv_client_stats stats;
 };
 
 static void ps__fail(ps_kv_client *c, int err)
@@ -71,6 +74,8 @@ static void ps__handle_welcome(ps__server *sv, const ps_frame *f)
     }
     sv->welcomed = 1;
     sv->welcome_clock = w->clock;
+    sv->pulled_clock = w->clock;
+    sv->heartbeat_ms = w->heartbeat_ms;
     sv->cl->connecting--;
     ps_debug("server %d (%s) welcomed us at clock %" PRIu64 ", mode %s", sv->index, sv->addr_text,
              w->clock, w->mode);
@@ -100,7 +105,8 @@ static void ps__handle_pull_reply(ps__server *sv, const ps_frame *f)
         memcpy(sv->pull_dest[ch->tensor_id] + ch->offset, p, ch->numel * sizeof(float));
         p += ch->numel * sizeof(float);
     }
-    sv->cl->bytes_received += f->payload_len;
+    sv->cl->stats.bytes_received += f->payload_len;
+    sv->pulled_clock = h->clock;
     sv->pull_dest = NULL;
     sv->cl->outstanding--;
 }
@@ -134,7 +140,11 @@ static void ps__on_frame(ps_conn *conn, const ps_frame *f)
             break;
         }
         if (h->status > 0)
-            c->dropped += (uint64_t)h->status;
+            c->stats.dropped += (uint64_t)h->status;
+        c->stats.staleness_sum += h->staleness;
+        c->stats.staleness_count++;
+        if (h->staleness > c->stats.staleness_max)
+            c->stats.staleness_max = h->staleness;
         sv->push_id = 0;
         c->outstanding--;
         break;
@@ -199,6 +209,7 @@ static void ps__on_connect(ps_conn *conn, int status, void *data)
     hello.num_servers = (uint32_t)c->n_servers;
     hello.chunk_bytes = c->cfg.chunk_bytes;
     hello.server_index = (uint32_t)sv->index;
+    hello.total_steps = c->cfg.total_steps;
     h.type = SHARDPS__MSG_TYPE__HELLO;
     h.request_id = ++c->next_id;
     h.hello = &hello;
@@ -230,6 +241,8 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
     c->cfg.servers = NULL;
     c->n_servers = cfg->n_servers;
     uv_loop_init(&c->loop);
+    uv_timer_init(&c->loop, &c->heartbeat);
+    c->heartbeat.data = c;
     rc = ps_partition_init(&c->part, &cfg->spec, cfg->n_servers, cfg->chunk_bytes);
     if (rc < 0)
         goto fail;
@@ -276,10 +289,37 @@ fail:
     return rc;
 }
 
+static void ps__on_heartbeat(uv_timer_t *t)
+{
+    ps_kv_client *c = t->data;
+
+    for (int s = 0; s < c->n_servers; s++) {
+        ps__server *sv = &c->servers[s];
+        Shardps__Header h = SHARDPS__HEADER__INIT;
+
+        if (sv->conn == NULL || !sv->welcomed || sv->heartbeat_ms == 0)
+            continue;
+        h.type = SHARDPS__MSG_TYPE__HEARTBEAT;
+        if (ps_conn_send(sv->conn, &h, NULL, 0, NULL, NULL) < 0)
+            ps__fail(c, -PS_ECLOSED);
+    }
+}
+
+/* The loop only runs inside connect and wait, so the heartbeat timer fires
+ * exactly while the worker is waiting on the servers; while it computes, its
+ * pushes and pulls are its sign of life. */
 static int ps__run_until_done(ps_kv_client *c)
 {
+    uint64_t every = 0;
+
+    for (int s = 0; s < c->n_servers; s++)
+        if (c->servers[s].heartbeat_ms && (every == 0 || c->servers[s].heartbeat_ms < every))
+            every = c->servers[s].heartbeat_ms;
+    if (every)
+        uv_timer_start(&c->heartbeat, ps__on_heartbeat, every, every);
     while (c->error == 0 && (c->outstanding > 0 || c->connecting > 0))
         uv_run(&c->loop, UV_RUN_ONCE);
+    uv_timer_stop(&c->heartbeat);
     return c->error;
 }
 
@@ -335,7 +375,7 @@ int ps_kv_client_pull(ps_kv_client *c, uint64_t clock, float *const *params)
     return 0;
 }
 
-int ps_kv_client_push(ps_kv_client *c, uint64_t clock, const float *const *grads)
+int ps_kv_client_push(ps_kv_client *c, const float *const *grads)
 {
     for (int s = 0; s < c->n_servers; s++) {
         ps__server *sv = &c->servers[s];
@@ -352,7 +392,7 @@ int ps_kv_client_push(ps_kv_client *c, uint64_t clock, const float *const *grads
         }
         h.type = SHARDPS__MSG_TYPE__PUSH;
         h.request_id = ++c->next_id;
-        h.clock = clock;
+        h.clock = sv->pulled_clock;
         h.dtype = SHARDPS__DTYPE__DTYPE_F32;
         h.n_keys = (size_t)sv->n_keys;
         h.keys = sv->keys;
@@ -360,7 +400,7 @@ int ps_kv_client_push(ps_kv_client *c, uint64_t clock, const float *const *grads
         if (rc < 0)
             return rc;
         sv->push_id = h.request_id;
-        c->bytes_sent += sv->bytes;
+        c->stats.bytes_sent += sv->bytes;
         c->outstanding++;
     }
     return 0;
@@ -371,19 +411,19 @@ int ps_kv_client_wait(ps_kv_client *c)
     return ps__run_until_done(c);
 }
 
-uint64_t ps_kv_client_dropped(const ps_kv_client *c)
+uint64_t ps_kv_client_weights_clock(const ps_kv_client *c)
 {
-    return c->dropped;
+    uint64_t m = UINT64_MAX;
+
+    for (int s = 0; s < c->n_servers; s++)
+        if (c->servers[s].n_keys > 0 && c->servers[s].pulled_clock < m)
+            m = c->servers[s].pulled_clock;
+    return m == UINT64_MAX ? 0 : m;
 }
 
-uint64_t ps_kv_client_bytes_sent(const ps_kv_client *c)
+void ps_kv_client_stats_get(const ps_kv_client *c, ps_kv_client_stats *out)
 {
-    return c->bytes_sent;
-}
-
-uint64_t ps_kv_client_bytes_received(const ps_kv_client *c)
-{
-    return c->bytes_received;
+    *out = c->stats;
 }
 
 static void ps__on_bye_sent(ps_conn *conn, int status, void *arg)
@@ -397,6 +437,7 @@ void ps_kv_client_close(ps_kv_client *c)
 {
     if (c == NULL)
         return;
+    uv_close((uv_handle_t *)&c->heartbeat, NULL);
     for (int s = 0; s < c->n_timers; s++) {
         ps__server *sv = &c->servers[s];
         Shardps__Header h = SHARDPS__HEADER__INIT;

@@ -4,6 +4,8 @@
  * Requests are started without blocking (ps_kv_client_pull / _push) and
  * completed together by ps_kv_client_wait, which runs the client's own libuv
  * loop; so a push of step t and the pull of step t+1 travel at the same time.
+ * While it waits, the client sends the heartbeats the servers asked for, so a
+ * worker blocked at a barrier is never mistaken for a dead one.
  * Buffers passed to a request are borrowed until wait returns: a push sends
  * straight from the gradient buffers, a pull writes straight into the
  * parameter buffers. */
@@ -23,7 +25,16 @@ typedef struct {
     size_t chunk_bytes;
     double connect_timeout_s; /* keep retrying refused connections this long */
     size_t max_payload;
+    uint64_t total_steps; /* steps this worker plans; servers use it for lr schedules */
 } ps_kv_client_config;
+
+/* Running totals since the client was created. */
+typedef struct {
+    uint64_t dropped; /* chunks the servers dropped as late */
+    uint64_t bytes_sent, bytes_received;
+    uint64_t staleness_max; /* largest staleness a server reported for our pushes */
+    uint64_t staleness_sum, staleness_count;
+} ps_kv_client_stats;
 
 typedef struct ps_kv_client ps_kv_client;
 
@@ -37,20 +48,22 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg);
  * negative code. */
 int ps_kv_client_connect(ps_kv_client *c, uint64_t *start_clock);
 
-/* Starts pulling every tensor at clock into params[tensor_id]. */
+/* Starts pulling every tensor for step clock into params[tensor_id]. */
 int ps_kv_client_pull(ps_kv_client *c, uint64_t clock, float *const *params);
-/* Starts pushing grads[tensor_id] as the gradients of step clock. */
-int ps_kv_client_push(ps_kv_client *c, uint64_t clock, const float *const *grads);
+/* Starts pushing grads[tensor_id], computed on the weights of the last pull;
+ * each server learns which clock those weights had. */
+int ps_kv_client_push(ps_kv_client *c, const float *const *grads);
 /* Runs until every started request has completed. Returns 0 or the first
  * error (-PS_ECLOSED when a server went away, the server's code for a refused
  * request); errors are logged with the server's address. */
 int ps_kv_client_wait(ps_kv_client *c);
 
-/* Pushes dropped by servers as late so far (joined mid-step). */
-uint64_t ps_kv_client_dropped(const ps_kv_client *c);
-/* Payload bytes sent and received so far. */
-uint64_t ps_kv_client_bytes_sent(const ps_kv_client *c);
-uint64_t ps_kv_client_bytes_received(const ps_kv_client *c);
+/* The oldest clock among the weights of the last pull. In sync mode a worker
+ * that fell behind (backup workers, a rejoin) receives newer weights than it
+ * asked for, and continues from this clock. */
+uint64_t ps_kv_client_weights_clock(const ps_kv_client *c);
+
+void ps_kv_client_stats_get(const ps_kv_client *c, ps_kv_client_stats *out);
 
 /* Says goodbye to every server (so barriers stop counting this worker at
  * once), closes the connections and frees the client. NULL is allowed. */

@@ -11,6 +11,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,7 +33,8 @@
 typedef struct {
     const char *servers, *hidden, *data_dir, *dump_weights;
     int rank, workers, seed, batch, epochs, steps, threads, report_fd, progress_every, no_eval;
-    int verbose;
+    int verbose, slow_ms, max_reconnects;
+    double clip_norm;
     double chunk_bytes, connect_timeout, max_payload;
 } ps__worker_opts;
 
@@ -136,6 +138,52 @@ static void ps__worker_free(ps__worker *w)
     free(w->order);
 }
 
+/* Errors after which rejoining makes sense: the connection went away. A
+ * server that refused us or found us misbehaving would refuse us again. */
+static int ps__is_connection_loss(int rc)
+{
+    return rc != -PS_EREJECTED && rc != -PS_EPROTO && rc != -PS_EMISMATCH && rc != -ENOMEM &&
+           rc != -EINVAL && rc != -PS_ETIMEOUT;
+}
+
+/* (Re)creates the client and joins the job; writes the clock to start at. */
+static int ps__connect(ps__worker *w, const ps_kv_client_config *kc, uint64_t *start)
+{
+    int rc;
+
+    ps_kv_client_close(w->kv);
+    w->kv = NULL;
+    rc = ps_kv_client_init(&w->kv, kc);
+    if (rc == 0)
+        rc = ps_kv_client_connect(w->kv, start);
+    return rc;
+}
+
+/* Scales each tensor's gradient to an L2 norm of at most max_norm. The worker
+ * holds whole tensors, so the norm is the tensor's, not a chunk's. */
+static void ps__clip_gradients(ps_mlp *m, const ps_model_spec *spec, float max_norm)
+{
+    for (int t = 0; t < spec->n_tensors; t++) {
+        float *g = ps_mlp_grad(m, t);
+        double sq = 0;
+        for (size_t i = 0; i < spec->tensors[t].numel; i++)
+            sq += (double)g[i] * g[i];
+        if (sq > (double)max_norm * max_norm) {
+            float scale = (float)(max_norm / sqrt(sq));
+            for (size_t i = 0; i < spec->tensors[t].numel; i++)
+                g[i] *= scale;
+        }
+    }
+}
+
+/* --slow-ms: an artificial straggler for experiments (backup workers, ssp). */
+static void ps__slow_down(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
 static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const char **servers,
                      int n_servers)
 {
@@ -145,10 +193,9 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
     const float *grads[PS_MAX_TENSORS];
     char err[512];
     int features, rc, steps_per_epoch, epoch = -1, eval = o->rank == 0 && !o->no_eval;
-    uint64_t clock, total, start;
+    uint64_t clock, total, start, steps_done = 0, last_step;
     double t0, last_t, acc = -1, loss_sum = 0;
-    int loss_n = 0;
-    uint64_t last_step;
+    int loss_n = 0, reconnects = 0;
 
     memset(&w, 0, sizeof(w));
     rc = ps_dataset_load_dir(&w.train, o->data_dir, 1, err, sizeof(err));
@@ -211,10 +258,8 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
     kc.chunk_bytes = (size_t)o->chunk_bytes;
     kc.connect_timeout_s = o->connect_timeout;
     kc.max_payload = (size_t)o->max_payload;
-    rc = ps_kv_client_init(&w.kv, &kc);
-    if (rc < 0)
-        goto out;
-    rc = ps_kv_client_connect(w.kv, &start);
+    kc.total_steps = total;
+    rc = ps__connect(&w, &kc, &start);
     if (rc < 0)
         goto out;
     ps_info("connected to %d server%s; %d steps per epoch of %d x %d samples, starting at step "
@@ -231,7 +276,7 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
     rc = ps_kv_client_pull(w.kv, start, params);
     if (rc == 0)
         rc = ps_kv_client_wait(w.kv);
-    for (clock = start; rc == 0 && clock < total; clock++) {
+    for (clock = start; clock < total; clock++) {
         int e = (int)(clock / (uint64_t)steps_per_epoch);
         size_t first =
             (size_t)(clock % (uint64_t)steps_per_epoch) * (size_t)o->workers * (size_t)o->batch +
@@ -239,6 +284,26 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
         float loss;
         int correct;
 
+        if (rc < 0) {
+            /* The connection to a server was lost: rejoin at the job's current
+             * clock, or give up if it cannot be reached again. */
+            if (!ps__is_connection_loss(rc) || ++reconnects > o->max_reconnects)
+                break;
+            ps_warn("reconnecting to the servers (attempt %d of %d)", reconnects,
+                    o->max_reconnects);
+            rc = ps__connect(&w, &kc, &clock);
+            if (rc == 0)
+                rc = ps_kv_client_pull(w.kv, clock, params);
+            if (rc == 0)
+                rc = ps_kv_client_wait(w.kv);
+            if (rc < 0 || clock >= total)
+                continue;
+            ps_info("rejoined at step %" PRIu64, clock);
+            e = (int)(clock / (uint64_t)steps_per_epoch);
+            first = (size_t)(clock % (uint64_t)steps_per_epoch) * (size_t)o->workers *
+                        (size_t)o->batch +
+                    (size_t)o->rank * (size_t)o->batch;
+        }
         if (e != epoch) {
             if (eval && clock > start &&
                 (rc = ps__evaluate(w.mlp, &w.test, w.test_x, e, clock, o, &acc)) < 0)
@@ -250,25 +315,45 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
         rc = ps_mlp_train_step(w.mlp, w.batch_x, w.batch_y, o->batch, &loss, &correct);
         if (rc < 0)
             break;
+        if (o->clip_norm > 0)
+            ps__clip_gradients(w.mlp, spec, (float)o->clip_norm);
+        if (o->slow_ms > 0)
+            ps__slow_down(o->slow_ms);
         loss_sum += loss;
         loss_n++;
-        rc = ps_kv_client_push(w.kv, clock, grads);
+        rc = ps_kv_client_push(w.kv, grads);
         if (rc == 0)
             rc = ps_kv_client_pull(w.kv, clock + 1, params);
         if (rc == 0)
             rc = ps_kv_client_wait(w.kv);
-        if (rc == 0 && ((clock + 1) % (uint64_t)o->progress_every == 0 || clock + 1 == total)) {
+        if (rc < 0)
+            continue;
+        steps_done++;
+        /* Sync with backup workers: the step may have been applied without
+         * us; the pull brought newer weights, so skip to where they are. */
+        if (ps_kv_client_weights_clock(w.kv) > clock + 1)
+            clock = ps_kv_client_weights_clock(w.kv) - 1;
+        if ((clock + 1) % (uint64_t)o->progress_every == 0 || clock + 1 >= total) {
+            ps_kv_client_stats ks;
             double now = ps__now();
-            double sps = (double)(clock + 1 - last_step) * o->batch / (now - last_t);
+            double sps = (double)(steps_done - last_step) * o->batch / (now - last_t);
+            ps_kv_client_stats_get(w.kv, &ks);
             if (o->report_fd < 0)
-                ps_info("epoch %d/%d step %" PRIu64 "/%" PRIu64 " loss %.4f %.0f samples/s",
-                        epoch + 1, o->epochs, clock + 1, total, loss_sum / loss_n, sps);
+                ps_info("epoch %d/%d step %" PRIu64 "/%" PRIu64 " loss %.4f %.0f samples/s "
+                        "staleness mean %.2f max %" PRIu64,
+                        epoch + 1, o->epochs, clock + 1, total, loss_sum / loss_n, sps,
+                        ks.staleness_count ? (double)ks.staleness_sum / ks.staleness_count : 0.0,
+                        ks.staleness_max);
             ps__report(o->report_fd,
                        "{\"event\":\"progress\",\"rank\":%d,\"epoch\":%d,\"step\":%" PRIu64
-                       ",\"steps\":%" PRIu64 ",\"loss\":%.6f,\"samples_per_second\":%.1f}",
-                       o->rank, epoch + 1, clock + 1, total, loss_sum / loss_n, sps);
+                       ",\"steps\":%" PRIu64 ",\"loss\":%.6f,\"samples_per_second\":%.1f"
+                       ",\"staleness_mean\":%.3f,\"staleness_max\":%" PRIu64 ",\"dropped\":%" PRIu64
+                       "}",
+                       o->rank, epoch + 1, clock + 1, total, loss_sum / loss_n, sps,
+                       ks.staleness_count ? (double)ks.staleness_sum / ks.staleness_count : 0.0,
+                       ks.staleness_max, ks.dropped);
             last_t = now;
-            last_step = clock + 1;
+            last_step = steps_done;
             loss_sum = 0;
             loss_n = 0;
         }
@@ -280,17 +365,19 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
     if (o->dump_weights && (rc = ps__dump_weights(o->dump_weights, spec, w.mlp)) < 0)
         goto out;
     {
+        ps_kv_client_stats ks;
         double secs = ps__now() - t0;
-        double samples = (double)(total - start) * o->batch;
+        double samples = (double)steps_done * o->batch;
+        ps_kv_client_stats_get(w.kv, &ks);
         ps_info("done: %" PRIu64 " steps in %.1f s, %.0f samples/s, %.1f MB pushed, %.1f MB "
-                "pulled",
-                total - start, secs, samples / secs, ps_kv_client_bytes_sent(w.kv) / 1e6,
-                ps_kv_client_bytes_received(w.kv) / 1e6);
+                "pulled, %" PRIu64 " late chunks dropped",
+                steps_done, secs, samples / secs, ks.bytes_sent / 1e6, ks.bytes_received / 1e6,
+                ks.dropped);
         ps__report(o->report_fd,
                    "{\"event\":\"done\",\"rank\":%d,\"steps\":%" PRIu64
                    ",\"samples\":%.0f,\"seconds\":%.3f,\"test_accuracy\":%.6f,\"dropped\":%" PRIu64
                    "}",
-                   o->rank, total - start, samples, secs, acc, ps_kv_client_dropped(w.kv));
+                   o->rank, steps_done, samples, secs, acc, ks.dropped);
     }
 out:
     ps__worker_free(&w);
@@ -312,6 +399,7 @@ int main(int argc, char **argv)
         .chunk_bytes = PS_DEFAULT_CHUNK_BYTES,
         .connect_timeout = 30,
         .max_payload = (double)((size_t)1 << 30),
+        .max_reconnects = 10,
     };
     const ps_flag flags[] = {
         {"servers", PS_FLAG_STRING, &o.servers, "HOST:PORT,...",
@@ -345,6 +433,12 @@ int main(int argc, char **argv)
          NULL},
         {"max-payload", PS_FLAG_DOUBLE, &o.max_payload, "BYTES", "largest frame payload accepted",
          1024, 1ull << 40, NULL},
+        {"clip-norm", PS_FLAG_DOUBLE, &o.clip_norm, "NORM",
+         "scale each tensor's gradient to at most this L2 norm (0: off)", 0, 1e9, NULL},
+        {"max-reconnects", PS_FLAG_INT, &o.max_reconnects, "N",
+         "rejoin the job at most N times after losing a server", 0, 1000000, NULL},
+        {"slow-ms", PS_FLAG_INT, &o.slow_ms, "MS",
+         "wait this long every step: an artificial straggler for experiments", 0, 3600000, NULL},
         {"verbose", PS_FLAG_BOOL, &o.verbose, NULL, "log debug detail", 0, 0, NULL},
     };
     const char *servers[PS__MAX_SERVERS];
