@@ -55,13 +55,19 @@ struct ps__cluster {
     int failed, interrupted, stopping;
     int kill_rank;
     uint64_t kill_step;
+    int pause_rank;      /* --pause-worker: SIGSTOP at pause_step, SIGCONT once */
+    uint64_t pause_step; /* another worker reports pause_step + pause_for */
+    uint64_t pause_for;
+    int paused, resumed;
+    int slow_rank, slow_ms;
     double t_start;
     double last_accuracy;
     uint64_t total_steps;
     /* Options shared by every child. */
-    const char *bin_dir, *mode, *hidden, *data_dir, *dump_weights, *optimizer;
-    int epochs, batch, seed, staleness, steps, progress_every, json, threads;
-    double lr, momentum, chunk_bytes;
+    const char *bin_dir, *mode, *hidden, *data_dir, *dump_weights, *optimizer, *lr_schedule;
+    int epochs, batch, seed, staleness, steps, progress_every, json, threads, quorum;
+    int warmup_steps, damping;
+    double lr, momentum, chunk_bytes, heartbeat_timeout, clip_norm;
 };
 
 static double ps__now(void)
@@ -133,6 +139,30 @@ static void ps__print_progress(ps__cluster *cl, const char *line)
     fflush(stdout);
 }
 
+/* --pause-worker R@STEP:N: stop worker R with SIGSTOP once it reports STEP,
+ * and let it go on with SIGCONT once another worker has gone N steps further,
+ * which can only happen if the servers let the others proceed without it. */
+static void ps__pause_drill(ps__cluster *cl, ps__child *c)
+{
+    ps__child *target;
+
+    if (cl->pause_rank < 0 || cl->resumed)
+        return;
+    target = &cl->children[cl->n_servers + cl->pause_rank];
+    if (!cl->paused && c == target && c->step >= cl->pause_step && c->running) {
+        ps_info("pausing worker %d at step %" PRIu64 " with SIGSTOP, as --pause-worker asked",
+                c->index, c->step);
+        uv_process_kill(&c->proc, SIGSTOP);
+        cl->paused = 1;
+    } else if (cl->paused && c != target && c->step >= cl->pause_step + cl->pause_for &&
+               target->running) {
+        ps_info("worker %d reached step %" PRIu64 " without worker %d; resuming it with SIGCONT",
+                c->index, c->step, cl->pause_rank);
+        uv_process_kill(&target->proc, SIGCONT);
+        cl->resumed = 1;
+    }
+}
+
 static void ps__worker_line(ps__cluster *cl, ps__child *c, const char *line)
 {
     double v;
@@ -147,6 +177,7 @@ static void ps__worker_line(ps__cluster *cl, ps__child *c, const char *line)
             c->samples_per_second = v;
         if (c->index == 0)
             ps__print_progress(cl, line);
+        ps__pause_drill(cl, c);
         if (c->index == cl->kill_rank && c->step >= cl->kill_step && c->running &&
             !c->killed_on_purpose) {
             ps_info("killing worker %d at step %" PRIu64 " with SIGKILL, as --kill-worker asked",
@@ -339,8 +370,8 @@ static int ps__common_args(ps__cluster *cl, char **args, char (*vals)[4096], int
 static void ps__start_servers(ps__cluster *cl)
 {
     for (int i = 0; i < cl->n_servers && !cl->failed; i++) {
-        char vals[16][4096];
-        char *args[40];
+        char vals[24][4096];
+        char *args[56];
         int v = 0, n = ps__common_args(cl, args, vals, &v);
 
         PS__ARG("--listen", "%s", "127.0.0.1:0");
@@ -351,6 +382,12 @@ static void ps__start_servers(ps__cluster *cl)
         PS__ARG("--optimizer", "%s", cl->optimizer);
         PS__ARG("--lr", "%.9g", cl->lr);
         PS__ARG("--momentum", "%.9g", cl->momentum);
+        PS__ARG("--lr-schedule", "%s", cl->lr_schedule);
+        PS__ARG("--warmup-steps", "%d", cl->warmup_steps);
+        PS__ARG("--sync-quorum", "%d", cl->quorum);
+        PS__ARG("--heartbeat-timeout", "%.9g", cl->heartbeat_timeout);
+        if (cl->damping)
+            args[n++] = "--staleness-damping";
         PS__ARG("--ready-fd", "%d", 3);
         args[n] = NULL;
         if (ps__spawn(cl, PS__SERVER, i, args) < 0)
@@ -369,8 +406,8 @@ static void ps__start_workers(ps__cluster *cl)
     ps_info("%d server%s listening; starting %d worker%s", cl->n_servers,
             cl->n_servers == 1 ? "" : "s", cl->n_workers, cl->n_workers == 1 ? "" : "s");
     for (int r = 0; r < cl->n_workers && !cl->failed; r++) {
-        char vals[16][4096];
-        char *args[40];
+        char vals[24][4096];
+        char *args[56];
         int v = 0, n = ps__common_args(cl, args, vals, &v);
 
         PS__ARG("--servers", "%s", servers);
@@ -384,6 +421,10 @@ static void ps__start_workers(ps__cluster *cl)
         PS__ARG("--report-fd", "%d", 3);
         if (r == 0 && cl->dump_weights)
             PS__ARG("--dump-weights", "%s", cl->dump_weights);
+        if (r == cl->slow_rank)
+            PS__ARG("--slow-ms", "%d", cl->slow_ms);
+        if (cl->clip_norm > 0)
+            PS__ARG("--clip-norm", "%.9g", cl->clip_norm);
         args[n] = NULL;
         if (ps__spawn(cl, PS__WORKER, r, args) < 0)
             ps__fail(cl, "a worker could not be started");
@@ -446,7 +487,7 @@ int main(int argc, char **argv)
 {
     static ps__cluster cl;
     char self_dir[PATH_MAX];
-    const char *kill_worker = NULL;
+    const char *kill_worker = NULL, *slow_worker = NULL, *pause_worker = NULL;
     int ncpu;
     const ps_flag flags[] = {
         {"servers", PS_FLAG_INT, &cl.n_servers, "S", "parameter servers to start", 1, 64, NULL},
@@ -454,7 +495,7 @@ int main(int argc, char **argv)
         {"mode", PS_FLAG_CHOICE, &cl.mode, "MODE", "consistency: sync (BSP), async, or ssp", 0, 0,
          "sync|async|ssp"},
         {"staleness", PS_FLAG_INT, &cl.staleness, "S", "clocks a worker may run ahead in ssp mode",
-         1, 1000000, NULL},
+         0, 1000000, NULL},
         {"epochs", PS_FLAG_INT, &cl.epochs, "E", "passes over the training data", 1, 100000, NULL},
         {"steps", PS_FLAG_INT, &cl.steps, "N", "stop after N steps (0: run every epoch)", 0,
          2147483647, NULL},
@@ -476,6 +517,22 @@ int main(int argc, char **argv)
          1000000, NULL},
         {"threads", PS_FLAG_INT, &cl.threads, "N", "BLAS threads per worker (0: cores / workers)",
          0, 1024, NULL},
+        {"lr-schedule", PS_FLAG_CHOICE, &cl.lr_schedule, "KIND",
+         "learning-rate schedule over the planned steps", 0, 0, "constant|step|cosine"},
+        {"warmup-steps", PS_FLAG_INT, &cl.warmup_steps, "N", "linear warm-up over N steps", 0,
+         2147483647, NULL},
+        {"sync-quorum", PS_FLAG_INT, &cl.quorum, "K",
+         "sync: apply a step once K workers pushed it (backup workers; 0: all)", 0, 128, NULL},
+        {"staleness-damping", PS_FLAG_BOOL, &cl.damping, NULL,
+         "async/ssp: scale the rate by 1/(1+staleness)", 0, 0, NULL},
+        {"heartbeat-timeout", PS_FLAG_DOUBLE, &cl.heartbeat_timeout, "SECONDS",
+         "a worker silent this long leaves the barrier", 0, 86400, NULL},
+        {"clip-norm", PS_FLAG_DOUBLE, &cl.clip_norm, "NORM",
+         "clip each tensor's gradient to this L2 norm (0: off)", 0, 1e9, NULL},
+        {"slow-worker", PS_FLAG_STRING, &slow_worker, "RANK:MS",
+         "make that worker wait MS every step (straggler experiments)", 0, 0, NULL},
+        {"pause-worker", PS_FLAG_STRING, &pause_worker, "RANK@STEP:N",
+         "SIGSTOP that worker at STEP, SIGCONT once another is N steps further", 0, 0, NULL},
         {"json", PS_FLAG_BOOL, &cl.json, NULL, "end with the summary as one JSON line", 0, 0, NULL},
         {"dump-weights", PS_FLAG_STRING, &cl.dump_weights, "FILE",
          "rank 0 writes the final weights here", 0, 0, NULL},
@@ -502,6 +559,10 @@ int main(int argc, char **argv)
     cl.data_dir = "/usr/share/datasets/fashion-mnist";
     cl.progress_every = 200;
     cl.kill_rank = -1;
+    cl.pause_rank = -1;
+    cl.slow_rank = -1;
+    cl.lr_schedule = "constant";
+    cl.heartbeat_timeout = 10;
     if (ps__self_dir(self_dir, sizeof(self_dir)) == 0)
         cl.bin_dir = self_dir;
     /* A peer that resets while we write must cost a connection, not the
@@ -524,6 +585,28 @@ int main(int argc, char **argv)
             return 2;
         }
         cl.kill_step = step;
+    }
+    if (slow_worker && (sscanf(slow_worker, "%d:%d", &cl.slow_rank, &cl.slow_ms) != 2 ||
+                        cl.slow_rank < 0 || cl.slow_rank >= cl.n_workers || cl.slow_ms < 0)) {
+        fprintf(stderr,
+                "shardps-cluster: --slow-worker '%s' must be RANK:MS with RANK below "
+                "--workers, e.g. 2:50; see shardps-cluster --help\n",
+                slow_worker);
+        return 2;
+    }
+    if (pause_worker) {
+        unsigned long long at, n;
+        if (sscanf(pause_worker, "%d@%llu:%llu", &cl.pause_rank, &at, &n) != 3 ||
+            cl.pause_rank < 0 || cl.pause_rank >= cl.n_workers || cl.n_workers < 2) {
+            fprintf(stderr,
+                    "shardps-cluster: --pause-worker '%s' must be RANK@STEP:N with RANK "
+                    "below --workers (2 or more), e.g. 1@50:30; see shardps-cluster "
+                    "--help\n",
+                    pause_worker);
+            return 2;
+        }
+        cl.pause_step = at;
+        cl.pause_for = n;
     }
     if (cl.bin_dir == NULL) {
         fprintf(stderr,

@@ -82,7 +82,7 @@ int main(int argc, char **argv)
         {"workers", PS_FLAG_INT, &workers, "W", "number of workers expected", 1, 65536, NULL},
         {"mode", PS_FLAG_CHOICE, &mode, "MODE", "consistency: sync (BSP), async, or ssp", 0, 0,
          "sync|async|ssp"},
-        {"staleness", PS_FLAG_INT, &staleness, "S", "clocks a worker may run ahead in ssp mode", 1,
+        {"staleness", PS_FLAG_INT, &staleness, "S", "clocks a worker may run ahead in ssp mode", 0,
          1000000, NULL},
         {"hidden", PS_FLAG_STRING, &hidden, "N,N,...", "hidden layer sizes of the MLP", 0, 0, NULL},
         {"input", PS_FLAG_INT, &input, "N", "input features", 1, 1 << 20, NULL},
