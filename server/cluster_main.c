@@ -561,7 +561,7 @@ int main(int argc, char **argv)
     cl.kill_rank = -1;
     cl.pause_rank = -1;
     cl.slow_rank = -1;
-    cl.lr_schedule = "constant";
+    cl.lr_schedule = "cosine";
     cl.heartbeat_timeout = 10;
     if (ps__self_dir(self_dir, sizeof(self_dir)) == 0)
         cl.bin_dir = self_dir;

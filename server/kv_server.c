@@ -34,6 +34,7 @@ typedef struct ps__peer {
     int keys_pushed;    /* keys pushed so far at `clock` */
     uint64_t *pushed;   /* per local chunk: 1 + clock of its last push, 0 if none */
     int pending;        /* pulls waiting in the server's queue */
+    uint64_t fed;       /* sync: 1 + step its last push went into (0: none) */
     uint64_t last_seen; /* loop time (ms) of its last frame */
     char name[96];      /* "worker 1 (127.0.0.1:40000)" for logs */
 } ps__peer;
@@ -141,14 +142,17 @@ static uint64_t ps__server_clock(const ps_kv_server *s)
     return m == UINT64_MAX ? 0 : m;
 }
 
-static int ps__pull_ready(const ps_kv_server *s, uint64_t clock)
+/* Whether a pull for `clock` by p may be answered now. In sync mode the
+ * server's clock must have passed both the step asked for and the step p's
+ * last push went into, so p never gets back the weights it just pushed for. */
+static int ps__pull_ready(const ps_kv_server *s, const ps__peer *p, uint64_t clock)
 {
     uint64_t floor;
 
     if (!s->started)
         return 0;
     if (s->cfg.staleness == 0)
-        return clock <= ps__server_clock(s);
+        return clock <= ps__server_clock(s) && p->fed <= ps__server_clock(s);
     if (s->cfg.staleness == PS_STALENESS_UNBOUNDED)
         return 1;
     floor = ps__min_live_clock(s);
@@ -227,7 +231,7 @@ static void ps__release_pulls(ps_kv_server *s)
 
     while (*pp) {
         ps__pull *q = *pp;
-        if (!ps__pull_ready(s, q->clock)) {
+        if (!ps__pull_ready(s, q->peer, q->clock)) {
             pp = &q->next;
             continue;
         }
@@ -334,16 +338,24 @@ static void ps__handle_pull(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     }
     if (ps__resolve_keys(s, p, h, locals) < 0)
         goto out;
-    /* A worker pulls the step after its last push, or (sync) catches up to
-     * the steps already applied; in ssp and async the gate trusts its clock,
-     * so there it must be exactly the clock its pushes have earned. */
-    if (s->cfg.staleness != 0 ? h->clock != p->clock
-                              : h->clock > p->clock && h->clock > ps__server_clock(s)) {
+    /* A worker's clock only moves forward. It pulls the step after its last
+     * push, or a later one when it joins mid-run or (sync) catches up to the
+     * steps already applied. Going back would let it slip past the ssp gate. */
+    if (h->clock < p->clock && s->cfg.staleness != 0) {
         ps__peer_fail(p, -PS_EPROTO, "pull for clock %" PRIu64 " from a worker at clock %" PRIu64,
                       h->clock, p->clock);
         goto out;
     }
-    if (ps__pull_ready(s, h->clock)) {
+    if (h->clock > p->clock) {
+        if (p->keys_pushed != 0) {
+            ps__peer_fail(p, -PS_EPROTO,
+                          "pull for clock %" PRIu64 " in the middle of pushing step %" PRIu64,
+                          h->clock, p->clock);
+            goto out;
+        }
+        p->clock = h->clock;
+    }
+    if (ps__pull_ready(s, p, h->clock)) {
         ps__answer_pull(s, p, h->request_id, h->clock, locals, h->n_keys);
         goto out;
     }
@@ -411,6 +423,8 @@ static int ps__push_sync(ps_kv_server *s, ps__peer *p, int local, uint64_t key, 
     }
     ps_shard_accumulate(s->shard, local, g);
     ps__record_staleness(s, 0);
+    if (clock + 1 > p->fed)
+        p->fed = clock + 1;
     c->pushes++;
     c->live_pushes++;
     ps__maybe_apply(s, local);

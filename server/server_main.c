@@ -22,10 +22,15 @@ typedef struct {
     ps_kv_server *srv;
     uv_signal_t sigint, sigterm;
     int linger;
+    int stopped;
 } ps__server_app;
 
+/* Reached from the last worker leaving and from signals, possibly both. */
 static void ps__stop(ps__server_app *app)
 {
+    if (app->stopped)
+        return;
+    app->stopped = 1;
     ps_kv_server_stop(app->srv);
     uv_close((uv_handle_t *)&app->sigint, NULL);
     uv_close((uv_handle_t *)&app->sigterm, NULL);
@@ -69,7 +74,7 @@ int main(int argc, char **argv)
     int ready_fd = -1, linger = 0, verbose = 0, seed = 1, quorum = 0, damping = 0;
     int warmup_steps = 0, total_steps = 0, lr_step_size = 0;
     double heartbeat_timeout = 10, lr_gamma = 0.1, min_lr = 0;
-    const char *lr_schedule = "constant";
+    const char *lr_schedule = "cosine";
     double lr = 0.001, momentum = 0.9, weight_decay = 0, chunk_bytes = PS_DEFAULT_CHUNK_BYTES;
     double max_payload = (double)PS_DEFAULT_MAX_PAYLOAD;
     const ps_flag flags[] = {

@@ -54,6 +54,7 @@ struct ps_kv_client {
     uint64_t deadline_ms;
     int connecting;
     uv_timer_t heartbeat;
+    int sync_mode; /* the servers average pushes per step (staleness 0) */
     ps_kv_client_stats stats;
 };
 
@@ -76,6 +77,7 @@ static void ps__handle_welcome(ps__server *sv, const ps_frame *f)
     sv->welcome_clock = w->clock;
     sv->pulled_clock = w->clock;
     sv->heartbeat_ms = w->heartbeat_ms;
+    sv->cl->sync_mode = w->staleness == 0;
     sv->cl->connecting--;
     ps_debug("server %d (%s) welcomed us at clock %" PRIu64 ", mode %s", sv->index, sv->addr_text,
              w->clock, w->mode);
@@ -336,16 +338,17 @@ int ps_kv_client_connect(ps_kv_client *c, uint64_t *start_clock)
     rc = ps__run_until_done(c);
     if (rc < 0)
         return rc;
-    for (int s = 1; s < c->n_servers; s++) {
-        if (c->servers[s].welcome_clock != c->servers[0].welcome_clock) {
-            ps_error("servers disagree on the clock to start at (%" PRIu64 " at %s, %" PRIu64
-                     " at %s); restart the job with a consistent set of servers",
-                     c->servers[0].welcome_clock, c->servers[0].addr_text,
-                     c->servers[s].welcome_clock, c->servers[s].addr_text);
-            return -PS_EMISMATCH;
-        }
-    }
+    /* Servers advance independently, so a worker joining mid-run may be
+     * welcomed at different clocks. In sync mode it starts at the lowest: each
+     * push is labelled with the clock of the weights it came from, so every
+     * server gets a gradient for its own current step. Elsewhere it starts at
+     * the highest, and the others move its clock forward on its first pull. */
     *start_clock = c->servers[0].welcome_clock;
+    for (int s = 1; s < c->n_servers; s++) {
+        uint64_t w = c->servers[s].welcome_clock;
+        if (c->sync_mode ? w < *start_clock : w > *start_clock)
+            *start_clock = w;
+    }
     return 0;
 }
 
