@@ -30,11 +30,12 @@ typedef struct ps__peer {
     ps__peer_state state;
     int failed; /* an ERROR is on its way; ignore further frames */
     uint32_t rank;
-    uint64_t clock;     /* steps fully pushed to this server */
-    int keys_pushed;    /* keys pushed so far at `clock` */
-    uint64_t *pushed;   /* per local chunk: 1 + clock of its last push, 0 if none */
-    int pending;        /* pulls waiting in the server's queue */
-    uint64_t fed;       /* sync: 1 + step its last push went into (0: none) */
+    uint64_t clock;   /* steps fully pushed to this server */
+    int keys_pushed;  /* keys pushed so far at `clock` */
+    uint64_t *pushed; /* per local chunk: 1 + clock of its last push, 0 if none */
+    int pending;      /* pulls waiting in the server's queue */
+    uint64_t fed;     /* sync: 1 + step its last push went into (0: none) */
+    uint64_t n_pushes, n_pulls, bytes_in, bytes_out;
     uint64_t last_seen; /* loop time (ms) of its last frame */
     char name[96];      /* "worker 1 (127.0.0.1:40000)" for logs */
 } ps__peer;
@@ -216,6 +217,8 @@ static void ps__answer_pull(ps_kv_server *s, ps__peer *p, uint64_t request_id, u
         goto fail;
     s->n_pulls++;
     s->bytes_out += bytes;
+    p->n_pulls++;
+    p->bytes_out += bytes;
     free(keys);
     return;
 fail:
@@ -503,6 +506,8 @@ static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     }
     s->n_pushes++;
     s->bytes_in += f->payload_len;
+    p->n_pushes++;
+    p->bytes_in += f->payload_len;
     p->keys_pushed += (int)h->n_keys;
     if (p->keys_pushed >= s->n_local) {
         p->keys_pushed = 0;
@@ -897,6 +902,30 @@ void ps_kv_server_stats_get(const ps_kv_server *s, ps_kv_server_stats *out)
             break;
         }
     }
+}
+
+int ps_kv_server_worker_get(const ps_kv_server *s, int rank, ps_kv_server_worker *out)
+{
+    const ps__peer *p;
+
+    if (rank < 0 || rank >= s->cfg.world || s->workers[rank] == NULL)
+        return -ENOENT;
+    p = s->workers[rank];
+    memset(out, 0, sizeof(*out));
+    out->rank = p->rank;
+    out->clock = p->clock;
+    out->pushes = p->n_pushes;
+    out->pulls = p->n_pulls;
+    out->bytes_in = p->bytes_in;
+    out->bytes_out = p->bytes_out;
+    out->seconds_since_seen = (double)(uv_now(s->loop) - p->last_seen) / 1000;
+    snprintf(out->peer, sizeof(out->peer), "%s", ps_conn_peer(p->conn));
+    return 0;
+}
+
+const ps_kv_server_config *ps_kv_server_config_get(const ps_kv_server *s)
+{
+    return &s->cfg;
 }
 
 void ps_kv_server_log_summary(const ps_kv_server *s)

@@ -76,7 +76,22 @@ void ps_kv_server_stop(ps_kv_server *s);
 /* Frees the server; call after stop once the loop has run dry. */
 void ps_kv_server_close(ps_kv_server *s);
 
+/* One live worker as this server sees it; a plain snapshot. */
+typedef struct {
+    uint32_t rank;
+    uint64_t clock;         /* steps it has pushed here (or joined at) */
+    uint64_t pushes, pulls; /* requests served for it on this connection */
+    uint64_t bytes_in, bytes_out;
+    double seconds_since_seen; /* since its last frame */
+    char peer[64];             /* "127.0.0.1:40000" */
+} ps_kv_server_worker;
+
 void ps_kv_server_stats_get(const ps_kv_server *s, ps_kv_server_stats *out);
+/* Fills out for the live worker of this rank; returns 0, or -ENOENT when no
+ * worker of that rank is live (or rank is out of range). */
+int ps_kv_server_worker_get(const ps_kv_server *s, int rank, ps_kv_server_worker *out);
+/* The configuration the server runs with (borrowed, lives as long as s). */
+const ps_kv_server_config *ps_kv_server_config_get(const ps_kv_server *s);
 /* Logs one summary line of what the server did. */
 void ps_kv_server_log_summary(const ps_kv_server *s);
 
