@@ -1,10 +1,23 @@
-/* Table-driven command-line options shared by every shardps binary.
+/* Table-driven options shared by every shardps binary, from four layers:
+ * built-in default < cluster file < SHARDPS_<NAME> environment variable <
+ * command-line flag.
  *
  * Each binary declares one table: name, type, bounds, help text and the
- * variable that holds the default. The same table parses argv, reads
- * SHARDPS_<NAME> environment variables (for containers; flags win), prints
- * --help with the defaults, and turns a bad value into one line that names the
- * option, the problem and the accepted range. */
+ * variable that holds the default. The same table parses argv, reads the
+ * environment (for containers), reads the cluster file named by --cluster or
+ * SHARDPS_CLUSTER (an INI file that every process of a job shares), prints
+ * --help with bounds and defaults, prints the effective settings with where
+ * each came from (--print-config), and turns a bad value into one line that
+ * names the option (or file:line and key), the problem and the accepted range.
+ *
+ * The cluster file has sections. [cluster], [model] and [optimizer] hold the
+ * settings every process of the job must agree on (server list, worker count,
+ * mode, model shape, optimizer); their keys form one fixed list here, so a
+ * server and a worker accept exactly the same file, and each takes from it
+ * the keys its own table has. [server] and [worker] hold any other option of
+ * that program by its flag name; each program reads its own section and
+ * skips the other's. A key that is in no list is an error naming file:line,
+ * so a typo is never silently ignored. */
 #ifndef PS_FLAGS_H
 #define PS_FLAGS_H
 
@@ -13,7 +26,7 @@
 typedef enum {
     PS_FLAG_INT,    /* int *, bounded by [min, max] */
     PS_FLAG_DOUBLE, /* double *, bounded by [min, max] */
-    PS_FLAG_STRING, /* const char **, points into argv/environ (not copied) */
+    PS_FLAG_STRING, /* const char **, points into argv/environ or the context (not copied) */
     PS_FLAG_BOOL,   /* int *, set to 1 by --name, no value */
     PS_FLAG_CHOICE, /* const char **, one of the '|'-separated words in choices */
 } ps_flag_type;
@@ -28,10 +41,59 @@ typedef struct {
     const char *choices; /* CHOICE: "sync|async|ssp" */
 } ps_flag;
 
-/* Parses env then argv into the table's variables. Returns 0 to go on, 1 when
- * --help was printed (exit 0), or -PS_EUSAGE after printing one line to stderr
- * ("prog: --lr: '-1' is below the minimum 0 (see --help)"). Non-option
- * arguments are refused. */
+/* Where an option's effective value came from, weakest first. */
+typedef enum {
+    PS_FLAG_FROM_DEFAULT,
+    PS_FLAG_FROM_FILE,
+    PS_FLAG_FROM_ENV,
+    PS_FLAG_FROM_ARGV,
+    PS_FLAG_FROM_DERIVED, /* set by the program from other settings */
+} ps_flag_origin;
+
+/* One program's parse. The caller fills the first block; ps_flags_load fills
+ * the rest, which the context owns until ps_flags_release (STRING and CHOICE
+ * variables may point into it, so release only when done with them). */
+typedef struct {
+    const ps_flag *flags;
+    int n;
+    const char *prog;    /* "shardps-server" */
+    const char *summary; /* one sentence for --help */
+    /* The cluster file section of this program ("server" or "worker"), or
+     * NULL when the program reads no cluster file. The file is read when the
+     * table has a STRING option named "cluster" and it is set. */
+    const char *section;
+    /* '|'-separated options that are never read from the cluster file
+     * because they differ between the processes sharing it ("rank"). */
+    const char *per_process;
+
+    const char *file;       /* the cluster file read, or NULL */
+    ps_flag_origin *origin; /* n entries */
+    int *line;              /* n entries: the file line of a FROM_FILE value */
+    char **notes;           /* n entries: why a FROM_DERIVED value (owned), or NULL */
+    char **strings;         /* values read from the file (owned) */
+    int n_strings;
+} ps_flags_ctx;
+
+/* Applies the file, then the environment, then argv to the table's variables.
+ * Returns 0 to go on, 1 when --help was printed (exit 0), or -PS_EUSAGE after
+ * printing one line to stderr ("prog: --lr: '-1' is out of range (accepted:
+ * 0 to 1000); see prog --help", "prog: cluster.ini:7: unknown key 'lrr' in
+ * [optimizer]; ..."). Non-option arguments are refused. Call ps_flags_release
+ * afterwards whatever it returned. */
+int ps_flags_load(ps_flags_ctx *ctx, int argc, char **argv);
+void ps_flags_release(ps_flags_ctx *ctx);
+
+/* Where the option called name got its value (DEFAULT for an unknown name). */
+ps_flag_origin ps_flags_origin(const ps_flags_ctx *ctx, const char *name);
+/* Records that the program set option name from other settings; why ("from
+ * servers[1]") is copied and shown by --print-config. Returns 0, -ENOENT for
+ * an unknown name, or -ENOMEM. */
+int ps_flags_set_derived(ps_flags_ctx *ctx, const char *name, const char *why);
+/* Prints every option as "name = value  # origin", one per line. */
+void ps_flags_print_config(const ps_flags_ctx *ctx, FILE *out);
+
+/* ps_flags_load without a cluster file or origins, for programs that need
+ * neither; the same return values. */
 int ps_flags_parse(const ps_flag *flags, int n, int argc, char **argv, const char *prog,
                    const char *summary);
 void ps_flags_usage(FILE *out, const ps_flag *flags, int n, const char *prog, const char *summary);
