@@ -9,6 +9,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <ini.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -344,6 +345,17 @@ static int ps__apply_entry(ps_flags_ctx *ctx, ps__entry *e, const ps__entry *ear
     }
     if (*e->value == '\0')
         return ps__file_error(ctx, e->line, "'%s' has no value", e->key);
+    /* "a:1, b:2" is how people write lists in INI files; the programs split
+     * on bare commas. */
+    for (char *r = e->value, *w = e->value;; r++) {
+        if ((*r == ' ' || *r == '\t') && (w > e->value && w[-1] == ','))
+            continue;
+        if (*r == ',')
+            while (w > e->value && (w[-1] == ' ' || w[-1] == '\t'))
+                w--;
+        if ((*w++ = *r) == '\0')
+            break;
+    }
     /* The variable may point at the value: the context keeps it from now on. */
     ctx->strings[ctx->n_strings++] = e->value;
     snprintf(origin, sizeof(origin), "%s:%d: %s", ctx->file, e->line, e->key);
@@ -577,6 +589,31 @@ static const char *ps__value_text(const ps_flag *f, char *buf, size_t len)
     return *(const char **)f->dest ? *(const char **)f->dest : "";
 }
 
+const char *ps_flags_describe_origin(const ps_flags_ctx *ctx, const char *name, char *buf,
+                                     size_t len)
+{
+    int i = ps__find(ctx, name);
+
+    switch (i >= 0 && ctx->origin ? ctx->origin[i] : PS_FLAG_FROM_DEFAULT) {
+    case PS_FLAG_FROM_DEFAULT:
+        snprintf(buf, len, "the default");
+        break;
+    case PS_FLAG_FROM_FILE:
+        snprintf(buf, len, "%s:%d", ctx->file, ctx->line[i]);
+        break;
+    case PS_FLAG_FROM_ENV:
+        ps__env_name(name, buf, len);
+        break;
+    case PS_FLAG_FROM_ARGV:
+        snprintf(buf, len, "the command line");
+        break;
+    case PS_FLAG_FROM_DERIVED:
+        snprintf(buf, len, "derived %s", ctx->notes[i] ? ctx->notes[i] : "");
+        break;
+    }
+    return buf;
+}
+
 void ps_flags_print_config(const ps_flags_ctx *ctx, FILE *out)
 {
     fprintf(out,
@@ -585,29 +622,12 @@ void ps_flags_print_config(const ps_flags_ctx *ctx, FILE *out)
             ctx->prog, ctx->file ? ctx->file : "(none)");
     for (int i = 0; i < ctx->n; i++) {
         const ps_flag *f = &ctx->flags[i];
-        char buf[64], env[96];
+        char buf[64], from[PATH_MAX + 32];
 
         if (strcmp(f->name, "print-config") == 0)
             continue;
-        fprintf(out, "%-20s = %-24s # ", f->name, ps__value_text(f, buf, sizeof(buf)));
-        switch (ctx->origin[i]) {
-        case PS_FLAG_FROM_DEFAULT:
-            fprintf(out, "default\n");
-            break;
-        case PS_FLAG_FROM_FILE:
-            fprintf(out, "file %s:%d\n", ctx->file, ctx->line[i]);
-            break;
-        case PS_FLAG_FROM_ENV:
-            ps__env_name(f->name, env, sizeof(env));
-            fprintf(out, "env %s\n", env);
-            break;
-        case PS_FLAG_FROM_ARGV:
-            fprintf(out, "flag --%s\n", f->name);
-            break;
-        case PS_FLAG_FROM_DERIVED:
-            fprintf(out, "derived %s\n", ctx->notes[i] ? ctx->notes[i] : "");
-            break;
-        }
+        fprintf(out, "%-20s = %-24s # %s\n", f->name, ps__value_text(f, buf, sizeof(buf)),
+                ps_flags_describe_origin(ctx, f->name, from, sizeof(from)));
     }
 }
 

@@ -89,6 +89,11 @@ ps_flag_origin ps_flags_origin(const ps_flags_ctx *ctx, const char *name);
  * servers[1]") is copied and shown by --print-config. Returns 0, -ENOENT for
  * an unknown name, or -ENOMEM. */
 int ps_flags_set_derived(ps_flags_ctx *ctx, const char *name, const char *why);
+/* Where option name's value came from, for messages that must say which
+ * setting is wrong: "cluster.ini:4", "SHARDPS_WORKERS", "--workers",
+ * "the default", or "derived from ...". Writes into buf and returns it. */
+const char *ps_flags_describe_origin(const ps_flags_ctx *ctx, const char *name, char *buf,
+                                     size_t len);
 /* Prints every option as "name = value  # origin", one per line. */
 void ps_flags_print_config(const ps_flags_ctx *ctx, FILE *out);
 

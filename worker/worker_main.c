@@ -11,6 +11,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <signal.h>
@@ -401,7 +402,12 @@ int main(int argc, char **argv)
         .max_payload = (double)((size_t)1 << 30),
         .max_reconnects = 10,
     };
+    const char *cluster = NULL;
+    int print_config = 0;
     const ps_flag flags[] = {
+        {"cluster", PS_FLAG_STRING, &cluster, "FILE",
+         "cluster file (INI) shared by the job's servers and workers; see docs/deploy.md", 0, 0,
+         NULL},
         {"servers", PS_FLAG_STRING, &o.servers, "HOST:PORT,...",
          "parameter servers, in server-index order", 0, 0, NULL},
         {"rank", PS_FLAG_INT, &o.rank, "R", "this worker's rank, 0..workers-1", 0, 65535, NULL},
@@ -439,8 +445,14 @@ int main(int argc, char **argv)
          "rejoin the job at most N times after losing a server", 0, 1000000, NULL},
         {"slow-ms", PS_FLAG_INT, &o.slow_ms, "MS",
          "wait this long every step: an artificial straggler for experiments", 0, 3600000, NULL},
+        {"print-config", PS_FLAG_BOOL, &print_config, NULL,
+         "print the effective settings and where each came from, then exit", 0, 0, NULL},
         {"verbose", PS_FLAG_BOOL, &o.verbose, NULL, "log debug detail", 0, 0, NULL},
     };
+    /* Static: the settings last as long as the process, and the table's
+     * strings may point into the cluster file's values it holds. */
+    static ps_flags_ctx ctx;
+    char rank_from[PATH_MAX + 64], workers_from[PATH_MAX + 64];
     const char *servers[PS__MAX_SERVERS];
     ps_model_spec spec;
     char role[32], *server_text;
@@ -449,14 +461,26 @@ int main(int argc, char **argv)
     /* A peer that resets while we write must cost a connection, not the
      * process: take write errors as EPIPE instead of the signal. */
     signal(SIGPIPE, SIG_IGN);
-    rc =
-        ps_flags_parse(flags, (int)(sizeof(flags) / sizeof(flags[0])), argc, argv, "shardps-worker",
-                       "Trains an MLP on its shard of Fashion-MNIST against parameter servers.");
+    ctx.flags = flags;
+    ctx.n = (int)(sizeof(flags) / sizeof(flags[0]));
+    ctx.prog = "shardps-worker";
+    ctx.summary = "Trains an MLP on its shard of Fashion-MNIST against parameter servers.";
+    ctx.section = "worker";
+    ctx.per_process = "rank|report-fd";
+    rc = ps_flags_load(&ctx, argc, argv);
     if (rc != 0)
         return rc > 0 ? 0 : 2;
+    if (print_config) {
+        ps_flags_print_config(&ctx, stdout);
+        return 0;
+    }
     if (o.rank >= o.workers) {
-        fprintf(stderr, "shardps-worker: --rank %d must be below --workers %d\n", o.rank,
-                o.workers);
+        fprintf(stderr,
+                "shardps-worker: --rank %d must be below --workers %d (rank from %s, workers "
+                "from %s)\n",
+                o.rank, o.workers,
+                ps_flags_describe_origin(&ctx, "rank", rank_from, sizeof(rank_from)),
+                ps_flags_describe_origin(&ctx, "workers", workers_from, sizeof(workers_from)));
         return 2;
     }
     nh = ps_model_spec_parse_sizes(o.hidden, sizes + 1, PS_MAX_LAYERS - 1);

@@ -146,6 +146,7 @@ Test(flags, layers_in_order_with_origins, .init = defaults)
 Test(flags, server_takes_its_share_of_the_same_file, .init = defaults)
 {
     ps_flags_ctx ctx;
+    char want[96], path2[96];
 
     write_file(shared_file);
     setenv("SHARDPS_CLUSTER", path, 1);
@@ -156,6 +157,11 @@ Test(flags, server_takes_its_share_of_the_same_file, .init = defaults)
     cr_assert_float_eq(heartbeat, 2.5, 1e-12);
     cr_assert_eq(batch, 64, "the server must skip [worker]");
     cr_assert_eq(ps_flags_origin(&ctx, "cluster"), PS_FLAG_FROM_ENV);
+    cr_assert_str_eq(ps_flags_describe_origin(&ctx, "cluster", want, sizeof(want)),
+                     "SHARDPS_CLUSTER");
+    snprintf(path2, sizeof(path2), "%s:11", path);
+    cr_assert_str_eq(ps_flags_describe_origin(&ctx, "heartbeat-timeout", want, sizeof(want)),
+                     path2);
     ps_flags_release(&ctx);
     unlink(path);
 }
@@ -177,11 +183,11 @@ Test(flags, print_config_names_each_origin, .init = defaults)
     n = fread(out, 1, sizeof(out) - 1, f);
     out[n] = '\0';
     fclose(f);
-    snprintf(want, sizeof(want), "# file %s:7", path);
+    snprintf(want, sizeof(want), "# %s:7", path);
     cr_assert(strstr(out, want) && strstr(out, "hidden "), "%s", out);
-    cr_assert(strstr(out, "# flag --rank"), "%s", out);
+    cr_assert(strstr(out, "# the command line"), "%s", out);
     cr_assert(strstr(out, "# derived from nothing"), "%s", out);
-    cr_assert(strstr(out, "# default"), "%s", out);
+    cr_assert(strstr(out, "# the default"), "%s", out);
     cr_assert_null(strstr(out, "print-config"), "%s", out);
     ps_flags_release(&ctx);
     unlink(path);
@@ -244,9 +250,9 @@ Test(flags, indented_lines_continue_a_list, .init = defaults)
     ps_flags_ctx ctx;
     const char *args[] = {"--cluster", path, NULL};
 
-    write_file("[cluster]\nservers = a:1,\n  b:2\n\tc:3\nworkers = 2\n");
+    write_file("[cluster]\nservers = a:1 ,\n  b:2\n\tc:3, d:4\nworkers = 2\n");
     cr_assert_eq(load(&ctx, 0, args), 0, "%s", err);
-    cr_assert_str_eq(servers, "a:1,b:2,c:3");
+    cr_assert_str_eq(servers, "a:1,b:2,c:3,d:4");
     ps_flags_release(&ctx);
     unlink(path);
 }
