@@ -5,8 +5,9 @@ BUILD_SAN  ?= build-san
 MODE       ?= sync
 JOBS       ?= $(shell nproc)
 DEMO_ARGS  ?=
+BENCH_ARGS ?=
 
-.PHONY: all deps build build-san demo test clean format
+.PHONY: all deps build build-san demo test bench clean format
 
 all: build
 
@@ -28,6 +29,15 @@ demo: build
 # Every test, built with AddressSanitizer and UndefinedBehaviorSanitizer.
 test: build-san
 	@cd $(BUILD_SAN) && ctest --output-on-failure -j $(JOBS)
+
+# The benchmarks on the Release build: optimizer apply against plain loops,
+# then push+pull against raw loopback TCP (about two minutes). Not part of
+# `make test`: they report numbers, they do not pass or fail. Options for
+# bench-pushpull go through BENCH_ARGS, e.g. BENCH_ARGS="--sizes 4K,4M".
+bench: build
+	@$(BUILD)/tests/bench/bench-apply
+	@echo
+	@$(BUILD)/tests/bench/bench-pushpull $(BENCH_ARGS)
 
 format:
 	@clang-format -i $$(git ls-files '*.c' '*.h')

@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "flags.h"
 #include "kv_client.h"
 #include "partition.h"
@@ -48,12 +49,12 @@
 /* Latency samples kept per measurement; a step of 4 KiB takes tens of
  * microseconds, so this bounds a measurement at a few seconds of them. */
 #define PS__MAX_ITERS 200000
-#define PS__MIN_ITERS 5
 
 typedef struct {
     double seconds;  /* measured time per method and configuration */
-    double warmup_s; /* unmeasured steps first, at least 2 */
+    double warmup_s; /* unmeasured steps first, at least 1 */
     int rounds;      /* alternating raw/shardps blocks the time is split into */
+    int min_steps;   /* measured steps per method at the least, over all rounds */
     double chunk_bytes;
     int server_logs;
     const char *server_bin;
@@ -91,14 +92,6 @@ typedef struct {
     float *params[PS_MAX_TENSORS], *grads[PS_MAX_TENSORS];
     int n_tensors;
 } ps__ps_client;
-
-static double ps__now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* ---- child processes ---------------------------------------------------- */
 
@@ -428,11 +421,11 @@ static int ps__usage_of(const ps__child *kids, int n, double *cpu_s, uint64_t *m
     return 0;
 }
 
-/* Runs steps for at least `seconds` and PS__MIN_ITERS steps (unless the
- * sample store is full), appending each step's latency and the CPU time and
- * faults of this process and of the servers to res. */
+/* Runs steps for at least `seconds` and min_steps steps (unless the sample
+ * store is full), appending each step's latency and the CPU time and faults
+ * of this process and of the servers to res. */
 static int ps__measure(ps__step_fn step, void *ctx, const ps__child *kids, int n_kids,
-                       double seconds, ps__result *res)
+                       double seconds, int min_steps, ps__result *res)
 {
     double c_cpu0, c_cpu1, s_cpu0, s_cpu1, t0, start;
     uint64_t c_flt0, c_flt1, s_flt0, s_flt1;
@@ -443,14 +436,15 @@ static int ps__measure(ps__step_fn step, void *ctx, const ps__child *kids, int n
     rc = ps__usage_of(kids, n_kids, &s_cpu0, &s_flt0);
     if (rc < 0)
         return rc;
-    start = ps__now();
-    while (res->n < PS__MAX_ITERS && (done < PS__MIN_ITERS || ps__now() - start < seconds)) {
-        t0 = ps__now();
+    start = ps_bench_now();
+    while (res->n < PS__MAX_ITERS &&
+           (done < (size_t)min_steps || ps_bench_now() - start < seconds)) {
+        t0 = ps_bench_now();
         rc = step(ctx);
         if (rc < 0)
             return rc;
-        res->lat_us[res->n++] = (ps__now() - t0) * 1e6;
-        res->total_s += ps__now() - t0;
+        res->lat_us[res->n++] = (ps_bench_now() - t0) * 1e6;
+        res->total_s += ps_bench_now() - t0;
         done++;
     }
     ps__self_usage(&c_cpu1, &c_flt1);
@@ -466,27 +460,14 @@ static int ps__measure(ps__step_fn step, void *ctx, const ps__child *kids, int n
 
 static int ps__warmup(ps__step_fn step, void *ctx, double seconds)
 {
-    double start = ps__now();
+    double start = ps_bench_now();
 
-    for (int i = 0; i < 2 || ps__now() - start < seconds; i++) {
+    for (int i = 0; i < 1 || ps_bench_now() - start < seconds; i++) {
         int rc = step(ctx);
         if (rc < 0)
             return rc;
     }
     return 0;
-}
-
-static int ps__cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile of sorted v[0..n). */
-static double ps__pct(const double *v, size_t n, double q)
-{
-    size_t k = (size_t)ceil(q * (double)n);
-    return n == 0 ? NAN : v[k == 0 ? 0 : k - 1];
 }
 
 /* ---- one configuration -------------------------------------------------- */
@@ -669,8 +650,9 @@ static int ps__run_config(const ps__opts *o, ps__config *cf)
         goto out;
     for (int r = 0; r < o->rounds; r++) {
         double each = o->seconds / o->rounds;
-        if ((rc = ps__measure(ps__raw_step, &rawc, raw, cf->servers, each, &cf->raw)) < 0 ||
-            (rc = ps__measure(ps__ps_step, &pc, srv, cf->servers, each, &cf->ps)) < 0)
+        int min = (o->min_steps + o->rounds - 1) / o->rounds;
+        if ((rc = ps__measure(ps__raw_step, &rawc, raw, cf->servers, each, min, &cf->raw)) < 0 ||
+            (rc = ps__measure(ps__ps_step, &pc, srv, cf->servers, each, min, &cf->ps)) < 0)
             goto out;
     }
 out:
@@ -717,26 +699,15 @@ static void ps__summarise(ps__result *r, size_t payload, ps__summary *s)
 {
     double n = (double)r->n;
 
-    qsort(r->lat_us, r->n, sizeof(double), ps__cmp_double);
+    ps_bench_sort(r->lat_us, r->n);
     /* Both directions move the payload once per step. */
     s->gbps = 2.0 * (double)payload * n / r->total_s / 1e9;
-    s->p50 = ps__pct(r->lat_us, r->n, 0.50);
-    s->p99 = ps__pct(r->lat_us, r->n, 0.99);
+    s->p50 = ps_bench_pct(r->lat_us, r->n, 0.50);
+    s->p99 = ps_bench_pct(r->lat_us, r->n, 0.99);
     s->cli_cpu_us = r->client_cpu_s / n * 1e6;
     s->srv_cpu_us = r->server_cpu_s / n * 1e6;
     s->cli_flt = (double)r->client_minflt / n;
     s->srv_flt = (double)r->server_minflt / n;
-}
-
-static const char *ps__size_text(size_t b, char *buf, size_t len)
-{
-    if (b >= (1u << 20) && b % (1u << 20) == 0)
-        snprintf(buf, len, "%zu MiB", b >> 20);
-    else if (b >= 1024 && b % 1024 == 0)
-        snprintf(buf, len, "%zu KiB", b >> 10);
-    else
-        snprintf(buf, len, "%zu B", b);
-    return buf;
 }
 
 static void ps__print_header(void)
@@ -756,8 +727,8 @@ static void ps__report(const ps__config *cf, ps__summary *ps, ps__summary *raw, 
 
     printf("%-9s %2d %8s | %7.3f %9.1f %9.1f | %7.3f %9.1f %9.1f | %6.3f | %9.0f %9.0f %8.0f "
            "%8.0f\n",
-           ps__size_text(cf->size, sz, sizeof(sz)), cf->servers,
-           ps__size_text(cf->chunk, ch, sizeof(ch)), ps->gbps, ps->p50, ps->p99, raw->gbps,
+           ps_bench_size_text(cf->size, sz, sizeof(sz)), cf->servers,
+           ps_bench_size_text(cf->chunk, ch, sizeof(ch)), ps->gbps, ps->p50, ps->p99, raw->gbps,
            raw->p50, raw->p99, ratio, ps->cli_cpu_us, ps->srv_cpu_us, ps->cli_flt, ps->srv_flt);
     fflush(stdout);
     snprintf(json, json_len,
@@ -772,31 +743,6 @@ static void ps__report(const ps__config *cf, ps__summary *ps, ps__summary *raw, 
              raw->cli_cpu_us, raw->srv_cpu_us, ps->cli_flt, ps->srv_flt);
 }
 
-/* "4K,256K,4M" -> bytes. Returns the count or -EINVAL. */
-static int ps__parse_sizes(const char *text, size_t *out, int max)
-{
-    int n = 0;
-    const char *p = text;
-
-    while (*p) {
-        char *end;
-        unsigned long long v = strtoull(p, &end, 10);
-        if (end == p || n == max)
-            return -EINVAL;
-        if (*end == 'K' || *end == 'k')
-            v <<= 10, end++;
-        else if (*end == 'M' || *end == 'm')
-            v <<= 20, end++;
-        else if (*end == 'G' || *end == 'g')
-            v <<= 30, end++;
-        if (*end != ',' && *end != '\0')
-            return -EINVAL;
-        out[n++] = (size_t)v;
-        p = *end ? end + 1 : end;
-    }
-    return n;
-}
-
 int main(int argc, char **argv)
 {
     const char *sizes_text = "4K,256K,4M,64M,256M", *servers_text = "1,2";
@@ -807,6 +753,7 @@ int main(int argc, char **argv)
     ps__opts o = {.seconds = 1.0,
                   .warmup_s = 0.2,
                   .rounds = 2,
+                  .min_steps = 4,
                   .chunk_bytes = 0,
                   .server_bin = PS_SERVER_BIN};
     const ps_flag flags[] = {
@@ -814,7 +761,10 @@ int main(int argc, char **argv)
         {"servers", PS_FLAG_STRING, &servers_text, "LIST", "server counts to try", 0, 0, NULL},
         {"seconds", PS_FLAG_DOUBLE, &o.seconds, "S",
          "measured time per method (shardps, raw) and configuration", 0.01, 600, NULL},
-        {"warmup", PS_FLAG_DOUBLE, &o.warmup_s, "S", "unmeasured steps first (at least 2)", 0, 60,
+        {"warmup", PS_FLAG_DOUBLE, &o.warmup_s, "S", "unmeasured steps first (at least 1)", 0, 60,
+         NULL},
+        {"min-steps", PS_FLAG_INT, &o.min_steps, "N",
+         "measured steps per method at the least (large tensors take seconds per step)", 1, 100000,
          NULL},
         {"rounds", PS_FLAG_INT, &o.rounds, "N", "alternating raw/shardps blocks per configuration",
          1, 100, NULL},
@@ -839,8 +789,8 @@ int main(int argc, char **argv)
     if (raw_server)
         return ps__raw_serve(3) < 0 ? 1 : 0;
     ps_log_set_role("bench");
-    n_sizes = ps__parse_sizes(sizes_text, sizes, PS__MAX_SIZES);
-    n_counts = ps__parse_sizes(servers_text, counts, PS__MAX_SIZES);
+    n_sizes = ps_bench_parse_sizes(sizes_text, sizes, PS__MAX_SIZES);
+    n_counts = ps_bench_parse_sizes(servers_text, counts, PS__MAX_SIZES);
     if (n_sizes <= 0 || n_counts <= 0) {
         fprintf(stderr, "bench-pushpull: --sizes and --servers take lists like 4K,4M and 1,2\n");
         return 2;

@@ -1,0 +1,333 @@
+/* bench-apply: the server's optimizer apply against plain C loops over the
+ * same arrays, in bytes touched per second.
+ *
+ * For plain SGD, SGD with momentum and Adam it times ps_optimizer_apply (what
+ * the server runs for every pushed chunk) on weights of 1 MiB (in cache) and
+ * 64 MiB (memory bound), and in the same run two loops compiled here: the
+ * baseline, which reads and writes exactly the arrays the rule does with the
+ * least arithmetic (for SGD that is the rule itself, w[i] -= lr*g[i]; for
+ * momentum and Adam a streaming add over w, g and the state, the ceiling for
+ * that memory traffic), and the rule written naively as one plain loop, which
+ * tells the cost of the arithmetic apart from the cost of the code around it.
+ * Bytes touched per element: SGD 12 (read w, g; write w), momentum 20 (read w,
+ * g, v; write w, v), Adam 28 (read w, g, m, v; write w, m, v). Timed blocks of
+ * the three alternate and each figure is the median over rounds, so load from
+ * elsewhere hits all three alike. A second table times the other per-byte work
+ * a push+pull does on the server and client (CRC32C, a copy into a reused
+ * buffer, and a copy into a fresh malloc, as the pull snapshot does), for the
+ * analysis in docs/performance.md. */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "crc32c.h"
+#include "bench_util.h"
+#include "flags.h"
+#include "optimizer.h"
+
+#define PS__MAX_ROUNDS 99
+
+typedef enum { PS__SGD, PS__MOMENTUM, PS__ADAM, PS__N_RULES } ps__rule;
+
+static const char *const ps__rule_names[] = {"sgd", "momentum", "adam"};
+/* Floats read plus floats written per element, and state floats per weight. */
+static const int ps__words[] = {3, 5, 7};
+static const int ps__state[] = {0, 1, 2};
+
+typedef struct {
+    float *w, *g, *s, *dst;
+    size_t n;
+    ps_optimizer_config cfg;
+    uint64_t step;
+    ps__rule rule;
+    uint32_t sink;
+} ps__arrays;
+
+typedef void (*ps__kernel)(ps__arrays *a);
+
+/* ---- the kernels -------------------------------------------------------- */
+
+static void ps__k_server(ps__arrays *a)
+{
+    ps_optimizer_apply(&a->cfg, a->w, a->s, a->g, a->n, ++a->step);
+}
+
+/* The baselines are kept out of line and without restrict, as a plain loop
+ * somebody would write; GCC still vectorises them behind an alias check. */
+__attribute__((noinline)) static void ps__k_base_sgd(ps__arrays *a)
+{
+    float *w = a->w, lr = a->cfg.lr;
+    const float *g = a->g;
+
+    for (size_t i = 0; i < a->n; i++)
+        w[i] -= lr * g[i];
+}
+
+__attribute__((noinline)) static void ps__k_base_momentum(ps__arrays *a)
+{
+    float *w = a->w, *v = a->s;
+    const float *g = a->g;
+
+    for (size_t i = 0; i < a->n; i++) {
+        v[i] += g[i];
+        w[i] += v[i];
+    }
+}
+
+__attribute__((noinline)) static void ps__k_base_adam(ps__arrays *a)
+{
+    float *w = a->w, *s = a->s;
+    const float *g = a->g;
+
+    for (size_t i = 0; i < a->n; i++) {
+        s[2 * i] += g[i];
+        s[2 * i + 1] += g[i];
+        w[i] += g[i];
+    }
+}
+
+/* The update rules as one naive loop each (torch.optim's formulas). */
+__attribute__((noinline)) static void ps__k_naive_momentum(ps__arrays *a)
+{
+    float *w = a->w, *v = a->s, lr = a->cfg.lr, mu = a->cfg.momentum;
+    const float *g = a->g;
+
+    for (size_t i = 0; i < a->n; i++) {
+        v[i] = mu * v[i] + g[i];
+        w[i] -= lr * v[i];
+    }
+}
+
+__attribute__((noinline)) static void ps__k_naive_adam(ps__arrays *a)
+{
+    float *w = a->w, *s = a->s;
+    const float *g = a->g;
+    float b1 = a->cfg.beta1, b2 = a->cfg.beta2, eps = a->cfg.eps;
+    double t = (double)++a->step;
+    float step_size = (float)(a->cfg.lr / (1.0 - pow(b1, t)));
+    float bc2 = (float)(1.0 - pow(b2, t));
+
+    for (size_t i = 0; i < a->n; i++) {
+        float m = b1 * s[2 * i] + (1.0f - b1) * g[i];
+        float v = b2 * s[2 * i + 1] + (1.0f - b2) * g[i] * g[i];
+        s[2 * i] = m;
+        s[2 * i + 1] = v;
+        w[i] -= step_size * m / (sqrtf(v / bc2) + eps);
+    }
+}
+
+/* Per-byte work of the push/pull path, for the second table. */
+static void ps__k_crc(ps__arrays *a)
+{
+    a->sink ^= ps_crc32c(0, a->g, a->n * sizeof(float));
+}
+
+static void ps__k_copy(ps__arrays *a)
+{
+    memcpy(a->dst, a->g, a->n * sizeof(float));
+}
+
+/* What the server does for every pull reply: a fresh buffer, a copy, and a
+ * free once sent. Large blocks come from mmap, so every page faults again. */
+static void ps__k_snapshot(ps__arrays *a)
+{
+    uint8_t *p = malloc(a->n * sizeof(float));
+
+    if (p == NULL)
+        return;
+    memcpy(p, a->g, a->n * sizeof(float));
+    a->sink ^= p[a->n];
+    free(p);
+}
+
+/* ---- timing ------------------------------------------------------------- */
+
+/* Calls k repeatedly for at least min_s and returns seconds per call. */
+static double ps__time(ps__kernel k, ps__arrays *a, double min_s)
+{
+    double t0 = ps_bench_now(), t;
+    long calls = 0;
+
+    do {
+        k(a);
+        calls++;
+        t = ps_bench_now() - t0;
+    } while (t < min_s);
+    return t / (double)calls;
+}
+
+static double ps__median(double *v, int n)
+{
+    ps_bench_sort(v, (size_t)n);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Times up to three kernels in alternating blocks; writes the median seconds
+ * per call of each (NULL kernels are skipped). */
+static void ps__race(ps__kernel *k, int nk, ps__arrays *a, int rounds, double block_s, double *out)
+{
+    double t[3][PS__MAX_ROUNDS];
+
+    for (int j = 0; j < nk; j++)
+        if (k[j])
+            ps__time(k[j], a, block_s / 4); /* warm caches, TLB, frequency */
+    for (int r = 0; r < rounds; r++)
+        for (int j = 0; j < nk; j++)
+            if (k[j])
+                t[j][r] = ps__time(k[j], a, block_s);
+    for (int j = 0; j < nk; j++)
+        out[j] = k[j] ? ps__median(t[j], rounds) : NAN;
+}
+
+/* ---- setup -------------------------------------------------------------- */
+
+static void ps__free_arrays(ps__arrays *a)
+{
+    free(a->w);
+    free(a->g);
+    free(a->s);
+    free(a->dst);
+    memset(a, 0, sizeof(*a));
+}
+
+/* Allocates and touches every array, so no timed call takes a first-use
+ * fault. Gradients are small and varied; weights O(1). */
+static int ps__alloc_arrays(ps__arrays *a, size_t n, ps__rule rule)
+{
+    size_t ns = (size_t)ps__state[rule] * n;
+
+    memset(a, 0, sizeof(*a));
+    a->n = n;
+    a->rule = rule;
+    a->w = malloc(n * sizeof(float));
+    a->g = malloc(n * sizeof(float));
+    a->dst = malloc(n * sizeof(float));
+    a->s = calloc(ns ? ns : 1, sizeof(float));
+    if (a->w == NULL || a->g == NULL || a->s == NULL || a->dst == NULL) {
+        ps__free_arrays(a);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        a->w[i] = (float)(i % 97) * 0.01f - 0.5f;
+        a->g[i] = (float)(i % 89) * 1e-4f - 4e-3f;
+    }
+    memset(a->dst, 0, n * sizeof(float));
+    ps_optimizer_defaults(&a->cfg, rule == PS__ADAM ? PS_OPT_ADAM : PS_OPT_SGD);
+    /* Tiny steps keep the weights O(1) over thousands of repeated updates. */
+    a->cfg.lr = 1e-6f;
+    a->cfg.momentum = rule == PS__MOMENTUM ? 0.9f : 0.0f;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *sizes_text = "1M,64M";
+    int rounds = 7, n_sizes, rc = 0;
+    double block_s = 0.05;
+    size_t sizes[8];
+    /* JSON lines go after the tables, so the tables read as one block. */
+    char json[8 * 5][320];
+    int n_json = 0;
+    const ps_flag flags[] = {
+        {"sizes", PS_FLAG_STRING, &sizes_text, "LIST", "weight array sizes (suffix K, M)", 0, 0,
+         NULL},
+        {"rounds", PS_FLAG_INT, &rounds, "N", "alternating timed blocks; the median is reported", 1,
+         PS__MAX_ROUNDS, NULL},
+        {"block", PS_FLAG_DOUBLE, &block_s, "S", "seconds per timed block", 0.001, 10, NULL},
+    };
+    char sz[32];
+
+    rc = ps_flags_parse(flags, (int)(sizeof(flags) / sizeof(flags[0])), argc, argv, "bench-apply",
+                        "Optimizer apply and data-path work against plain C loops.");
+    if (rc != 0)
+        return rc > 0 ? 0 : 2;
+    n_sizes = ps_bench_parse_sizes(sizes_text, sizes, 8);
+    /* Whole blocks of 64 floats, so every kernel runs its vector loop only. */
+    for (int i = 0; i < n_sizes; i++)
+        if (sizes[i] < 1024 || sizes[i] % 256 != 0)
+            n_sizes = -EINVAL;
+    if (n_sizes <= 0) {
+        fprintf(stderr, "bench-apply: --sizes takes a list like 1M,64M (multiples of 256 bytes, "
+                        "at least 1K)\n");
+        return 2;
+    }
+
+    printf("bench-apply: GB/s = bytes read + written per second (sgd 12, momentum 20, adam 28 "
+           "per weight);\nbaseline: sgd = plain w[i] -= lr*g[i]; momentum, adam = streaming add "
+           "over the same arrays;\nnaive = the rule as one plain loop; median of %d rounds of "
+           "%.3g s\n\n",
+           rounds, block_s);
+    printf("%-9s %-9s | %8s %9s %8s | %6s %12s\n", "rule", "size", "GB/s", "baseline", "naive",
+           "ratio", "ns/element");
+    for (int i = 0; i < n_sizes; i++) {
+        for (int r = 0; r < PS__N_RULES; r++) {
+            static const ps__kernel base[] = {ps__k_base_sgd, ps__k_base_momentum, ps__k_base_adam};
+            static const ps__kernel naive[] = {NULL, ps__k_naive_momentum, ps__k_naive_adam};
+            ps__kernel k[3] = {ps__k_server, base[r], naive[r]};
+            size_t n = sizes[i] / sizeof(float);
+            double t[3], bytes = (double)ps__words[r] * sizeof(float) * (double)n, gb[3];
+            ps__arrays a;
+
+            if (ps__alloc_arrays(&a, n, (ps__rule)r) < 0) {
+                fprintf(stderr, "bench-apply: out of memory for %zu bytes\n", sizes[i]);
+                return 1;
+            }
+            ps__race(k, 3, &a, rounds, block_s, t);
+            for (int j = 0; j < 3; j++)
+                gb[j] = bytes / t[j] / 1e9;
+            /* For SGD the baseline is the naive rule itself. */
+            if (naive[r] == NULL)
+                gb[2] = gb[1];
+            printf("%-9s %-9s | %8.2f %9.2f %8.2f | %6.3f %12.3f\n", ps__rule_names[r],
+                   ps_bench_size_text(sizes[i], sz, sizeof(sz)), gb[0], gb[1], gb[2], gb[0] / gb[1],
+                   t[0] / (double)n * 1e9);
+            snprintf(
+                json[n_json++], sizeof(json[0]),
+                "{\"bench\":\"apply\",\"rule\":\"%s\",\"size_bytes\":%zu,\"bytes_touched\":%.0f,"
+                "\"gbps\":%.3f,\"raw_gbps\":%.3f,\"ratio\":%.4f,\"naive_gbps\":%.3f,"
+                "\"ns_per_element\":%.4f}",
+                ps__rule_names[r], sizes[i], bytes, gb[0], gb[1], gb[0] / gb[1], gb[2],
+                t[0] / (double)n * 1e9);
+            ps__free_arrays(&a);
+        }
+    }
+
+    printf("\nper-byte work of a push+pull (GB/s of payload; copy = memcpy into a reused "
+           "buffer;\nsnapshot = malloc + memcpy + free, as the server's pull reply does)\n\n");
+    printf("%-9s %-9s | %8s %9s | %6s\n", "work", "size", "GB/s", "copy", "ratio");
+    for (int i = 0; i < n_sizes; i++) {
+        ps__kernel k[3] = {ps__k_crc, ps__k_copy, ps__k_snapshot};
+        static const char *const names[] = {"crc32c", "copy", "snapshot"};
+        size_t n = sizes[i] / sizeof(float);
+        double t[3];
+        ps__arrays a;
+
+        if (ps__alloc_arrays(&a, n, PS__SGD) < 0) {
+            fprintf(stderr, "bench-apply: out of memory for %zu bytes\n", sizes[i]);
+            return 1;
+        }
+        ps__race(k, 3, &a, rounds, block_s, t);
+        for (int j = 0; j < 3; j++) {
+            double gb = (double)sizes[i] / t[j] / 1e9, copy = (double)sizes[i] / t[1] / 1e9;
+            if (j == 1)
+                continue;
+            printf("%-9s %-9s | %8.2f %9.2f | %6.3f\n", names[j],
+                   ps_bench_size_text(sizes[i], sz, sizeof(sz)), gb, copy, gb / copy);
+            snprintf(json[n_json++], sizeof(json[0]),
+                     "{\"bench\":\"datapath\",\"work\":\"%s\",\"size_bytes\":%zu,\"gbps\":%.3f,"
+                     "\"raw_gbps\":%.3f,\"ratio\":%.4f}",
+                     names[j], sizes[i], gb, copy, gb / copy);
+        }
+        if (a.sink == 0xdeadbeef)
+            printf("(sink)\n");
+        ps__free_arrays(&a);
+    }
+    printf("\n");
+    for (int j = 0; j < n_json; j++)
+        printf("%s\n", json[j]);
+    return 0;
+}
