@@ -12,6 +12,7 @@
 
 #include "flags.h"
 #include "kv_server.h"
+#include "metrics_http.h"
 #include "partition.h"
 #include "ps_error.h"
 #include "ps_log.h"
@@ -20,6 +21,7 @@
 typedef struct {
     uv_loop_t loop;
     ps_kv_server *srv;
+    ps_metrics *metrics; /* NULL without --metrics-port/--metrics-file */
     uv_signal_t sigint, sigterm;
     int linger;
     int stopped;
@@ -31,6 +33,9 @@ static void ps__stop(ps__server_app *app)
     if (app->stopped)
         return;
     app->stopped = 1;
+    /* First, so the metrics file ends with the final figures. */
+    ps_metrics_stop(app->metrics);
+    app->metrics = NULL;
     ps_kv_server_stop(app->srv);
     uv_close((uv_handle_t *)&app->sigint, NULL);
     uv_close((uv_handle_t *)&app->sigterm, NULL);
@@ -77,6 +82,9 @@ int main(int argc, char **argv)
     const char *lr_schedule = "cosine";
     double lr = 0.001, momentum = 0.9, weight_decay = 0, chunk_bytes = PS_DEFAULT_CHUNK_BYTES;
     double max_payload = (double)PS_DEFAULT_MAX_PAYLOAD;
+    int metrics_port = -1;
+    double metrics_interval = 1;
+    const char *metrics_file = NULL;
     const ps_flag flags[] = {
         {"listen", PS_FLAG_STRING, &listen, "HOST:PORT",
          "address to listen on (port 0: any free port)", 0, 0, NULL},
@@ -122,6 +130,14 @@ int main(int argc, char **argv)
          1024, 1ull << 40, NULL},
         {"ready-fd", PS_FLAG_INT, &ready_fd, "FD",
          "write the bound port to this descriptor once listening", -1, 1 << 20, NULL},
+        {"metrics-port", PS_FLAG_INT, &metrics_port, "PORT",
+         "serve Prometheus metrics at http://HOST:PORT/metrics on the --listen host (0: any "
+         "free port, logged; -1: off)",
+         -1, 65535, NULL},
+        {"metrics-file", PS_FLAG_STRING, &metrics_file, "FILE",
+         "append a JSON line of this server's figures every --metrics-interval", 0, 0, NULL},
+        {"metrics-interval", PS_FLAG_DOUBLE, &metrics_interval, "SECONDS",
+         "seconds between --metrics-file lines", 0.01, 86400, NULL},
         {"linger", PS_FLAG_BOOL, &linger, NULL, "keep serving after every worker has finished", 0,
          0, NULL},
         {"verbose", PS_FLAG_BOOL, &verbose, NULL, "log debug detail", 0, 0, NULL},
@@ -225,6 +241,27 @@ int main(int argc, char **argv)
             ps_warn("listening beyond loopback without authentication: anyone who can reach "
                     "%s can read and change the model",
                     bound);
+    }
+    /* Before the port is reported, so whoever reads it can scrape at once. */
+    if (metrics_port >= 0 || metrics_file != NULL) {
+        ps_metrics_config mc = {(struct sockaddr *)&addr, metrics_port, metrics_file,
+                                metrics_interval};
+        int mport;
+        rc = ps_metrics_start(&app.metrics, &app.loop, app.srv, &mc, &mport);
+        if (rc < 0) {
+            ps_kv_server_stop(app.srv);
+            uv_run(&app.loop, UV_RUN_DEFAULT);
+            ps_kv_server_close(app.srv);
+            return 1;
+        }
+        if (mport >= 0) {
+            char where[80];
+            ((struct sockaddr_in *)&addr)->sin_port = htons((uint16_t)mport);
+            if (addr.ss_family == AF_INET6)
+                ((struct sockaddr_in6 *)&addr)->sin6_port = htons((uint16_t)mport);
+            ps_format_addr((struct sockaddr *)&addr, where, sizeof(where));
+            ps_info("metrics on http://%s/metrics", where);
+        }
     }
     if (ready_fd >= 0 && (rc = ps__report_port(ready_fd, port)) < 0)
         ps_warn("could not report the port on descriptor %d: %s", ready_fd, strerror(-rc));
