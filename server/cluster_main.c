@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -62,6 +63,13 @@ struct ps__cluster {
     int slow_rank, slow_ms;
     double t_start;
     double last_accuracy;
+    /* Observability: --metrics-dir (per-process JSON lines), --metrics-port
+     * (servers' /metrics), --eval-every; tty: stdout is a terminal, so
+     * progress is one line redrawn in place. */
+    const char *metrics_dir;
+    int metrics_port, eval_every, tty, progress_shown;
+    int steps_per_epoch;
+    double t_train; /* when worker 0 started training */
     uint64_t total_steps;
     /* Options shared by every child. */
     const char *bin_dir, *mode, *hidden, *data_dir, *dump_weights, *optimizer, *lr_schedule;
@@ -125,18 +133,47 @@ static int ps__json_is(const char *line, const char *event)
     return strstr(line, pat) != NULL;
 }
 
+/* On a terminal: one line redrawn in place with a bar through the current
+ * epoch, throughput, staleness and the time left; elsewhere (logs, tests that
+ * grep) one plain line per report. */
 static void ps__print_progress(ps__cluster *cl, const char *line)
 {
-    double epoch = 0, loss = 0, sps = 0;
+    double epoch = 0, loss = 0, sps = 0, stale = 0;
     uint64_t step = cl->children[cl->n_servers].step;
 
     for (int r = 0; r < cl->n_workers; r++)
         sps += cl->children[cl->n_servers + r].samples_per_second;
     ps__json_num(line, "epoch", &epoch);
     ps__json_num(line, "loss", &loss);
-    printf("epoch %d/%d  step %" PRIu64 "/%" PRIu64 "  loss %.4f  %.0f samples/s\n", (int)epoch,
-           cl->epochs, step, cl->total_steps, loss, sps);
+    if (!cl->tty) {
+        printf("epoch %d/%d  step %" PRIu64 "/%" PRIu64 "  loss %.4f  %.0f samples/s\n", (int)epoch,
+               cl->epochs, step, cl->total_steps, loss, sps);
+    } else {
+        char bar[21];
+        int spe = cl->steps_per_epoch > 0 ? cl->steps_per_epoch : 1;
+        int fill = (int)(20 * (double)(step - (uint64_t)(epoch - 1) * (uint64_t)spe) / spe);
+        double t = ps__now() - cl->t_train, eta = 0;
+        for (int i = 0; i < 20; i++)
+            bar[i] = i < fill ? '#' : '.';
+        bar[20] = '\0';
+        if (step > 0 && cl->total_steps > step)
+            eta = t / (double)step * (double)(cl->total_steps - step);
+        ps__json_num(line, "staleness_mean", &stale);
+        printf("\r\033[Kepoch %d/%d [%s] step %" PRIu64 "/%" PRIu64
+               "  loss %.4f  %.0f samples/s  staleness %.2f  ETA %d:%02d",
+               (int)epoch, cl->epochs, bar, step, cl->total_steps, loss, sps, stale, (int)eta / 60,
+               (int)eta % 60);
+        cl->progress_shown = 1;
+    }
     fflush(stdout);
+}
+
+/* Ends the redrawn progress line before anything else is printed. */
+static void ps__end_progress(ps__cluster *cl)
+{
+    if (cl->progress_shown)
+        printf("\r\033[K");
+    cl->progress_shown = 0;
 }
 
 /* --pause-worker R@STEP:N: stop worker R with SIGSTOP once it reports STEP,
@@ -170,6 +207,10 @@ static void ps__worker_line(ps__cluster *cl, ps__child *c, const char *line)
     if (ps__json_is(line, "start")) {
         if (c->index == 0 && ps__json_num(line, "steps", &v) == 0)
             cl->total_steps = (uint64_t)v;
+        if (c->index == 0 && ps__json_num(line, "steps_per_epoch", &v) == 0)
+            cl->steps_per_epoch = (int)v;
+        if (c->index == 0)
+            cl->t_train = ps__now();
     } else if (ps__json_is(line, "progress")) {
         if (ps__json_num(line, "step", &v) == 0)
             c->step = (uint64_t)v;
@@ -190,6 +231,7 @@ static void ps__worker_line(ps__cluster *cl, ps__child *c, const char *line)
         ps__json_num(line, "epoch", &epoch);
         if (ps__json_num(line, "test_accuracy", &v) == 0)
             cl->last_accuracy = v;
+        ps__end_progress(cl);
         printf("epoch %d done: test accuracy %.4f\n", (int)epoch, cl->last_accuracy);
         fflush(stdout);
     } else if (ps__json_is(line, "done")) {
@@ -389,6 +431,10 @@ static void ps__start_servers(ps__cluster *cl)
         if (cl->damping)
             args[n++] = "--staleness-damping";
         PS__ARG("--ready-fd", "%d", 3);
+        if (cl->metrics_port >= 0)
+            PS__ARG("--metrics-port", "%d", cl->metrics_port ? cl->metrics_port + i : 0);
+        if (cl->metrics_dir)
+            PS__ARG("--metrics-file", "%s/server-%d.jsonl", cl->metrics_dir, i);
         args[n] = NULL;
         if (ps__spawn(cl, PS__SERVER, i, args) < 0)
             ps__fail(cl, "a server could not be started");
@@ -419,6 +465,10 @@ static void ps__start_workers(ps__cluster *cl)
         PS__ARG("--threads", "%d", cl->threads);
         PS__ARG("--progress-every", "%d", cl->progress_every);
         PS__ARG("--report-fd", "%d", 3);
+        if (cl->metrics_dir)
+            PS__ARG("--metrics-file", "%s/worker-%d.jsonl", cl->metrics_dir, r);
+        if (cl->eval_every > 0)
+            PS__ARG("--eval-every", "%d", cl->eval_every);
         if (r == 0 && cl->dump_weights)
             PS__ARG("--dump-weights", "%s", cl->dump_weights);
         if (r == cl->slow_rank)
@@ -533,6 +583,15 @@ int main(int argc, char **argv)
          "make that worker wait MS every step (straggler experiments)", 0, 0, NULL},
         {"pause-worker", PS_FLAG_STRING, &pause_worker, "RANK@STEP:N",
          "SIGSTOP that worker at STEP, SIGCONT once another is N steps further", 0, 0, NULL},
+        {"metrics-dir", PS_FLAG_STRING, &cl.metrics_dir, "DIR",
+         "write JSON-lines metrics of every process here (server-I.jsonl, worker-R.jsonl)", 0, 0,
+         NULL},
+        {"metrics-port", PS_FLAG_INT, &cl.metrics_port, "PORT",
+         "servers serve Prometheus /metrics on PORT+index (0: any free port, logged; -1: off)", -1,
+         65535, NULL},
+        {"eval-every", PS_FLAG_INT, &cl.eval_every, "N",
+         "rank 0 also evaluates on the test set every N steps (0: once per epoch)", 0, 2147483647,
+         NULL},
         {"json", PS_FLAG_BOOL, &cl.json, NULL, "end with the summary as one JSON line", 0, 0, NULL},
         {"dump-weights", PS_FLAG_STRING, &cl.dump_weights, "FILE",
          "rank 0 writes the final weights here", 0, 0, NULL},
@@ -559,6 +618,7 @@ int main(int argc, char **argv)
     cl.data_dir = "/usr/share/datasets/fashion-mnist";
     cl.progress_every = 200;
     cl.kill_rank = -1;
+    cl.metrics_port = -1;
     cl.pause_rank = -1;
     cl.slow_rank = -1;
     cl.lr_schedule = "cosine";
@@ -616,6 +676,22 @@ int main(int argc, char **argv)
     ncpu = (int)uv_available_parallelism();
     if (cl.threads == 0)
         cl.threads = ncpu / cl.n_workers > 1 ? ncpu / cl.n_workers : 1;
+    if (cl.metrics_dir && mkdir(cl.metrics_dir, 0777) < 0 && errno != EEXIST) {
+        fprintf(stderr, "shardps-cluster: cannot create --metrics-dir %s: %s\n", cl.metrics_dir,
+                strerror(errno));
+        return 2;
+    }
+    /* Servers append to their files, so that one restarted with --restore
+     * goes on with its history; a new job starts from empty files. */
+    for (int i = 0; cl.metrics_dir && i < cl.n_servers; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/server-%d.jsonl", cl.metrics_dir, i);
+        if (truncate(path, 0) < 0 && errno != ENOENT) {
+            fprintf(stderr, "shardps-cluster: cannot empty %s: %s\n", path, strerror(errno));
+            return 2;
+        }
+    }
+    cl.tty = isatty(STDOUT_FILENO);
     ps_log_set_role("cluster");
     setvbuf(stdout, NULL, _IOLBF, 0);
 
@@ -634,6 +710,7 @@ int main(int argc, char **argv)
     ps__start_servers(&cl);
     uv_run(&cl.loop, UV_RUN_DEFAULT);
     wall = ps__now() - cl.t_start;
+    ps__end_progress(&cl);
     uv_loop_close(&cl.loop);
     if (cl.interrupted)
         return 130;

@@ -28,6 +28,7 @@
 #include "partition.h"
 #include "ps_error.h"
 #include "ps_log.h"
+#include "train_metrics.h"
 
 #define PS__MAX_SERVERS 4096
 
@@ -36,6 +37,8 @@ typedef struct {
     int rank, workers, seed, batch, epochs, steps, threads, report_fd, progress_every, no_eval;
     int verbose, slow_ms, max_reconnects;
     double clip_norm;
+    const char *metrics_file; /* --metrics-file: JSON lines, see train_metrics.h */
+    int eval_every;
     double chunk_bytes, connect_timeout, max_payload;
 } ps__worker_opts;
 
@@ -81,15 +84,24 @@ static void ps__report(int fd, const char *fmt, ...)
 }
 
 static int ps__evaluate(ps_mlp *m, const ps_dataset *test, const float *x, int epoch, uint64_t step,
-                        const ps__worker_opts *o, double *acc_out)
+                        const ps__worker_opts *o, double *acc_out,
+                        ps_train_metrics *tm, int epoch_end)
 {
     float loss;
     int correct, rc;
+    double t = ps__now();
 
     rc = ps_mlp_evaluate(m, x, test->labels, test->n, &loss, &correct);
     if (rc < 0)
         return rc;
     *acc_out = (double)correct / test->n;
+    ps_train_metrics_eval(tm, step, *acc_out, loss, ps__now() - t);
+    /* --eval-every: within an epoch, a log line and the metrics file only; the
+     * launcher's "epoch done" reports stay one per epoch. */
+    if (!epoch_end) {
+        ps_info("step %" PRIu64 ": test accuracy %.4f, test loss %.4f", step, *acc_out, loss);
+        return 0;
+    }
     ps_info("epoch %d: test accuracy %.4f, test loss %.4f", epoch, *acc_out, loss);
     ps__report(o->report_fd,
                "{\"event\":\"eval\",\"rank\":%d,\"epoch\":%d,\"step\":%" PRIu64
@@ -197,8 +209,11 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
     uint64_t clock, total, start, steps_done = 0, last_step;
     double t0, last_t, acc = -1, loss_sum = 0;
     int loss_n = 0, reconnects = 0;
+    ps_train_metrics tm;
+    double t_step, t_exchange;
 
     memset(&w, 0, sizeof(w));
+    memset(&tm, 0, sizeof(tm));
     rc = ps_dataset_load_dir(&w.train, o->data_dir, 1, err, sizeof(err));
     if (rc == 0 && eval)
         rc = ps_dataset_load_dir(&w.test, o->data_dir, 0, err, sizeof(err));
@@ -272,6 +287,11 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
                ",\"steps_per_epoch\":%d}",
                o->rank, start, total, steps_per_epoch);
 
+    rc = ps_train_metrics_open(&tm, o->metrics_file, o->rank, steps_per_epoch);
+    if (rc < 0) {
+        ps_error("cannot write --metrics-file %s: %s", o->metrics_file, strerror(-rc));
+        goto out;
+    }
     t0 = last_t = ps__now();
     last_step = start;
     rc = ps_kv_client_pull(w.kv, start, params);
@@ -307,11 +327,16 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
         }
         if (e != epoch) {
             if (eval && clock > start &&
-                (rc = ps__evaluate(w.mlp, &w.test, w.test_x, e, clock, o, &acc)) < 0)
+                (rc = ps__evaluate(w.mlp, &w.test, w.test_x, e, clock, o, &acc, &tm, 1)) < 0)
                 break;
             epoch = e;
             ps_dataset_epoch_order((uint64_t)o->seed, epoch, w.train.n, w.order);
+        } else if (eval && o->eval_every > 0 && clock > start &&
+                   clock % (uint64_t)o->eval_every == 0 &&
+                   (rc = ps__evaluate(w.mlp, &w.test, w.test_x, e, clock, o, &acc, &tm, 0)) < 0) {
+            break;
         }
+        t_step = ps__now();
         ps_dataset_gather(&w.train, w.order + first, o->batch, w.batch_x, w.batch_y);
         rc = ps_mlp_train_step(w.mlp, w.batch_x, w.batch_y, o->batch, &loss, &correct);
         if (rc < 0)
@@ -320,6 +345,7 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
             ps__clip_gradients(w.mlp, spec, (float)o->clip_norm);
         if (o->slow_ms > 0)
             ps__slow_down(o->slow_ms);
+        t_exchange = ps__now();
         loss_sum += loss;
         loss_n++;
         rc = ps_kv_client_push(w.kv, grads);
@@ -330,6 +356,8 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
         if (rc < 0)
             continue;
         steps_done++;
+        ps_train_metrics_step(&tm, t_exchange - t_step, ps__now() - t_exchange, loss, correct,
+                              o->batch);
         /* Sync with backup workers: the step may have been applied without
          * us; the pull brought newer weights, so skip to where they are. */
         if (ps_kv_client_weights_clock(w.kv) > clock + 1)
@@ -339,6 +367,7 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
             double now = ps__now();
             double sps = (double)(steps_done - last_step) * o->batch / (now - last_t);
             ps_kv_client_stats_get(w.kv, &ks);
+            ps_train_metrics_interval(&tm, clock + 1, ps_kv_client_weights_clock(w.kv), &ks);
             if (o->report_fd < 0)
                 ps_info("epoch %d/%d step %" PRIu64 "/%" PRIu64 " loss %.4f %.0f samples/s "
                         "staleness mean %.2f max %" PRIu64,
@@ -361,7 +390,7 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
     }
     if (rc < 0)
         goto out;
-    if (eval && (rc = ps__evaluate(w.mlp, &w.test, w.test_x, epoch + 1, total, o, &acc)) < 0)
+    if (eval && (rc = ps__evaluate(w.mlp, &w.test, w.test_x, epoch + 1, total, o, &acc, &tm, 1)) < 0)
         goto out;
     if (o->dump_weights && (rc = ps__dump_weights(o->dump_weights, spec, w.mlp)) < 0)
         goto out;
@@ -370,6 +399,7 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
         double secs = ps__now() - t0;
         double samples = (double)steps_done * o->batch;
         ps_kv_client_stats_get(w.kv, &ks);
+        ps_train_metrics_close(&tm, total, &ks);
         ps_info("done: %" PRIu64 " steps in %.1f s, %.0f samples/s, %.1f MB pushed, %.1f MB "
                 "pulled, %" PRIu64 " late chunks dropped",
                 steps_done, secs, samples / secs, ks.bytes_sent / 1e6, ks.bytes_received / 1e6,
@@ -381,6 +411,7 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
                    o->rank, steps_done, samples, secs, acc, ks.dropped);
     }
 out:
+    ps_train_metrics_close(&tm, 0, NULL);
     ps__worker_free(&w);
     return rc;
 }
@@ -430,6 +461,11 @@ int main(int argc, char **argv)
          NULL},
         {"no-eval", PS_FLAG_BOOL, &o.no_eval, NULL, "skip the test-set evaluation on rank 0", 0, 0,
          NULL},
+        {"eval-every", PS_FLAG_INT, &o.eval_every, "N",
+         "rank 0 also evaluates on the test set every N steps (0: once per epoch)", 0, 2147483647,
+         NULL},
+        {"metrics-file", PS_FLAG_STRING, &o.metrics_file, "FILE",
+         "write JSON lines of progress, time split and evaluations here", 0, 0, NULL},
         {"progress-every", PS_FLAG_INT, &o.progress_every, "N", "report progress every N steps", 1,
          1000000, NULL},
         {"dump-weights", PS_FLAG_STRING, &o.dump_weights, "FILE",
