@@ -5,9 +5,11 @@ BUILD_SAN  ?= build-san
 MODE       ?= sync
 JOBS       ?= $(shell nproc)
 DEMO_ARGS  ?=
+GRID       ?= deploy/experiment.grid
+EXPERIMENT ?= runs/experiment
 BENCH_ARGS ?=
 
-.PHONY: all deps build build-san demo test bench clean format
+.PHONY: all deps build build-san demo test bench experiment clean format
 
 all: build
 
@@ -25,6 +27,11 @@ build-san: deps
 # The default job: 2 servers + 2 workers train an MLP on Fashion-MNIST.
 demo: build
 	@$(BUILD)/shardps-cluster --mode $(MODE) $(DEMO_ARGS)
+
+# The grid in GRID, each combination a local cluster; a report with a table
+# and plots in EXPERIMENT/summary.md (see docs/experiments.md).
+experiment: build
+	@$(BUILD)/shardps-experiment --grid $(GRID) --out $(EXPERIMENT)
 
 # Every test, built with AddressSanitizer and UndefinedBehaviorSanitizer.
 test: build-san
