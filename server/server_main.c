@@ -3,6 +3,7 @@
  * worker has finished (or SIGINT/SIGTERM). */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,68 @@ static void ps__on_done(ps_kv_server *s, void *arg)
     ps__stop(app);
 }
 
+/* With the job's server list (usually from the cluster file), this server's
+ * entry gives --num-servers and, unless --listen was given, the address to
+ * listen on (copied into own), so one file describes every server. An index
+ * with no entry, or a --num-servers given elsewhere that disagrees, is
+ * refused, saying where each side came from. Returns 0 or -PS_EUSAGE. */
+static int ps__apply_servers(ps_flags_ctx *ctx, const char *servers, int index, int *num_servers,
+                             const char **listen, char *own, size_t own_len)
+{
+    char from[PATH_MAX + 64], other[PATH_MAX + 64], why[2 * PATH_MAX + 64];
+    const char *p = servers, *colon;
+    int n = 0;
+
+    if (servers == NULL)
+        return 0;
+    ps_flags_describe_origin(ctx, "servers", from, sizeof(from));
+    own[0] = '\0';
+    for (; p != NULL; n++) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == 0 || len >= own_len) {
+            fprintf(stderr,
+                    "shardps-server: servers '%s' (from %s) has an empty or overlong entry\n",
+                    servers, from);
+            return -PS_EUSAGE;
+        }
+        if (n == index)
+            snprintf(own, own_len, "%.*s", (int)len, p);
+        p = comma ? comma + 1 : NULL;
+    }
+    if (index >= n) {
+        fprintf(stderr,
+                "shardps-server: --server-index %d (from %s) has no entry in the servers list "
+                "(from %s), which names %d server%s, indices 0..%d: %s\n",
+                index, ps_flags_describe_origin(ctx, "server-index", other, sizeof(other)), from, n,
+                n == 1 ? "" : "s", n - 1, servers);
+        return -PS_EUSAGE;
+    }
+    if (ps_flags_origin(ctx, "num-servers") != PS_FLAG_FROM_DEFAULT && *num_servers != n) {
+        fprintf(stderr,
+                "shardps-server: --num-servers %d (from %s) disagrees with the %d servers listed "
+                "in servers (from %s); drop one of them\n",
+                *num_servers, ps_flags_describe_origin(ctx, "num-servers", other, sizeof(other)), n,
+                from);
+        return -PS_EUSAGE;
+    }
+    *num_servers = n;
+    snprintf(why, sizeof(why), "from the %d entries of servers (%s)", n, from);
+    ps_flags_set_derived(ctx, "num-servers", why);
+    if (ps_flags_origin(ctx, "listen") == PS_FLAG_FROM_DEFAULT) {
+        *listen = own;
+        snprintf(why, sizeof(why), "from servers[%d] (%s)", index, from);
+        ps_flags_set_derived(ctx, "listen", why);
+    } else if ((colon = strrchr(*listen, ':')) != NULL && strrchr(own, ':') != NULL &&
+               strcmp(colon, strrchr(own, ':')) != 0 && strcmp(colon, ":0") != 0) {
+        /* Legitimate behind port forwarding, so a warning, not an error. */
+        ps_warn("--listen %s uses another port than this server's entry %s in the servers list; "
+                "workers will connect to %s",
+                *listen, own, own);
+    }
+    return 0;
+}
+
 /* Writes the bound port to the launcher's pipe, so it never has to poll. */
 static int ps__report_port(int fd, int port)
 {
@@ -75,6 +138,8 @@ static int ps__report_port(int fd, int port)
 int main(int argc, char **argv)
 {
     const char *listen = "127.0.0.1:7000", *mode = "sync", *hidden = "256,128", *optim = "adam";
+    const char *cluster = NULL, *servers = NULL;
+    int print_config = 0;
     int server_index = 0, num_servers = 1, workers = 1, staleness = 2, input = 784, classes = 10;
     int ready_fd = -1, linger = 0, verbose = 0, seed = 1, quorum = 0, damping = 0;
     int warmup_steps = 0, total_steps = 0, lr_step_size = 0;
@@ -86,6 +151,12 @@ int main(int argc, char **argv)
     double metrics_interval = 1;
     const char *metrics_file = NULL;
     const ps_flag flags[] = {
+        {"cluster", PS_FLAG_STRING, &cluster, "FILE",
+         "cluster file (INI) shared by the job's servers and workers; see docs/deploy.md", 0, 0,
+         NULL},
+        {"servers", PS_FLAG_STRING, &servers, "HOST:PORT,...",
+         "every server of the job in index order: sets --num-servers and, unless given, --listen",
+         0, 0, NULL},
         {"listen", PS_FLAG_STRING, &listen, "HOST:PORT",
          "address to listen on (port 0: any free port)", 0, 0, NULL},
         {"server-index", PS_FLAG_INT, &server_index, "I", "this server's index in the server list",
@@ -140,8 +211,14 @@ int main(int argc, char **argv)
          "seconds between --metrics-file lines", 0.01, 86400, NULL},
         {"linger", PS_FLAG_BOOL, &linger, NULL, "keep serving after every worker has finished", 0,
          0, NULL},
+        {"print-config", PS_FLAG_BOOL, &print_config, NULL,
+         "print the effective settings and where each came from, then exit", 0, 0, NULL},
         {"verbose", PS_FLAG_BOOL, &verbose, NULL, "log debug detail", 0, 0, NULL},
     };
+    /* Static: the settings last as long as the process, and the table's
+     * strings may point into the cluster file's values it holds. */
+    static ps_flags_ctx ctx;
+    char own_listen[256];
     int nflags = (int)(sizeof(flags) / sizeof(flags[0]));
     ps__server_app app;
     ps_kv_server_config cfg;
@@ -153,10 +230,22 @@ int main(int argc, char **argv)
     /* A peer that resets while we write must cost a connection, not the
      * process: take write errors as EPIPE instead of the signal. */
     signal(SIGPIPE, SIG_IGN);
-    rc = ps_flags_parse(flags, nflags, argc, argv, "shardps-server",
-                        "Holds a shard of the model's weights and applies workers' gradients.");
+    ctx.flags = flags;
+    ctx.n = nflags;
+    ctx.prog = "shardps-server";
+    ctx.summary = "Holds a shard of the model's weights and applies workers' gradients.";
+    ctx.section = "server";
+    ctx.per_process = "listen|server-index|ready-fd";
+    rc = ps_flags_load(&ctx, argc, argv);
+    if (rc == 0)
+        rc = ps__apply_servers(&ctx, servers, server_index, &num_servers, &listen, own_listen,
+                               sizeof(own_listen));
     if (rc != 0)
         return rc > 0 ? 0 : 2;
+    if (print_config) {
+        ps_flags_print_config(&ctx, stdout);
+        return 0;
+    }
     snprintf(role, sizeof(role), "server %d", server_index);
     ps_log_set_role(role);
     if (verbose)
@@ -173,9 +262,14 @@ int main(int argc, char **argv)
                 hidden);
         return 2;
     }
-    if (ps_parse_hostport(listen, &addr, 1) < 0) {
-        fprintf(stderr, "shardps-server: --listen '%s' is not HOST:PORT (e.g. 127.0.0.1:7000)\n",
-                listen);
+    /* A host name is resolved once, here; the log names the address bound. */
+    rc = ps_parse_hostport(listen, &addr, 1);
+    if (rc < 0) {
+        char from[PATH_MAX + 64];
+        fprintf(stderr, "shardps-server: listen address '%s' (from %s) %s\n", listen,
+                ps_flags_describe_origin(&ctx, "listen", from, sizeof(from)),
+                rc == -EINVAL ? "is not HOST:PORT (e.g. 127.0.0.1:7000)"
+                              : "names a host that does not resolve here");
         return 2;
     }
     sizes[0] = input;
@@ -236,7 +330,11 @@ int main(int argc, char **argv)
         if (addr.ss_family == AF_INET6)
             ((struct sockaddr_in6 *)&addr)->sin6_port = htons((uint16_t)port);
         ps_format_addr((struct sockaddr *)&addr, bound, sizeof(bound));
-        ps_info("listening on %s for %d worker%s", bound, workers, workers == 1 ? "" : "s");
+        if (strncmp(bound, listen, (size_t)(strrchr(bound, ':') - bound) + 1) == 0)
+            ps_info("listening on %s for %d worker%s", bound, workers, workers == 1 ? "" : "s");
+        else
+            ps_info("listening on %s (%s, resolved once at start-up) for %d worker%s", bound,
+                    listen, workers, workers == 1 ? "" : "s");
         if (strncmp(bound, "127.", 4) != 0 && strncmp(bound, "[::1]", 5) != 0)
             ps_warn("listening beyond loopback without authentication: anyone who can reach "
                     "%s can read and change the model",
