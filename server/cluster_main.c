@@ -71,6 +71,8 @@ struct ps__cluster {
     int steps_per_epoch;
     double t_train; /* when worker 0 started training */
     uint64_t total_steps;
+    const char *device; /* --device and --tf32, handed to every worker */
+    int tf32;
     /* Options shared by every child. */
     const char *bin_dir, *mode, *hidden, *data_dir, *dump_weights, *optimizer, *lr_schedule;
     int epochs, batch, seed, staleness, steps, progress_every, json, threads, quorum;
@@ -463,6 +465,9 @@ static void ps__start_workers(ps__cluster *cl)
         PS__ARG("--steps", "%d", cl->steps);
         PS__ARG("--data-dir", "%s", cl->data_dir);
         PS__ARG("--threads", "%d", cl->threads);
+        PS__ARG("--device", "%s", cl->device);
+        if (cl->tf32)
+            args[n++] = "--tf32";
         PS__ARG("--progress-every", "%d", cl->progress_every);
         PS__ARG("--report-fd", "%d", 3);
         if (cl->metrics_dir)
@@ -567,6 +572,10 @@ int main(int argc, char **argv)
          1000000, NULL},
         {"threads", PS_FLAG_INT, &cl.threads, "N", "BLAS threads per worker (0: cores / workers)",
          0, 1024, NULL},
+        {"device", PS_FLAG_CHOICE, &cl.device, "DEV",
+         "where workers compute: auto (CUDA if a usable GPU is present, else CPU), cpu, cuda", 0, 0,
+         "auto|cpu|cuda"},
+        {"tf32", PS_FLAG_BOOL, &cl.tf32, NULL, "CUDA workers: matrix products in TF32", 0, 0, NULL},
         {"lr-schedule", PS_FLAG_CHOICE, &cl.lr_schedule, "KIND",
          "learning-rate schedule over the planned steps", 0, 0, "constant|step|cosine"},
         {"warmup-steps", PS_FLAG_INT, &cl.warmup_steps, "N", "linear warm-up over N steps", 0,
@@ -613,6 +622,7 @@ int main(int argc, char **argv)
     cl.lr = 0.001;
     cl.momentum = 0.9;
     cl.hidden = "256,128";
+    cl.device = "auto";
     cl.seed = 1;
     cl.chunk_bytes = PS_DEFAULT_CHUNK_BYTES;
     cl.data_dir = "/usr/share/datasets/fashion-mnist";

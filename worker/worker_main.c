@@ -21,10 +21,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "dataset.h"
 #include "flags.h"
 #include "kv_client.h"
-#include "mlp.h"
 #include "partition.h"
 #include "ps_error.h"
 #include "ps_log.h"
@@ -33,9 +33,9 @@
 #define PS__MAX_SERVERS 4096
 
 typedef struct {
-    const char *servers, *hidden, *data_dir, *dump_weights;
+    const char *servers, *hidden, *data_dir, *dump_weights, *device;
     int rank, workers, seed, batch, epochs, steps, threads, report_fd, progress_every, no_eval;
-    int verbose, slow_ms, max_reconnects;
+    int verbose, slow_ms, max_reconnects, tf32;
     double clip_norm;
     const char *metrics_file; /* --metrics-file: JSON lines, see train_metrics.h */
     int eval_every;
@@ -83,15 +83,15 @@ static void ps__report(int fd, const char *fmt, ...)
         ps_warn("could not write a progress report: %s", strerror(errno));
 }
 
-static int ps__evaluate(ps_mlp *m, const ps_dataset *test, const float *x, int epoch, uint64_t step,
-                        const ps__worker_opts *o, double *acc_out,
+static int ps__evaluate(ps_backend *be, const ps_dataset *test, const float *x, int epoch,
+                        uint64_t step, const ps__worker_opts *o, double *acc_out,
                         ps_train_metrics *tm, int epoch_end)
 {
     float loss;
     int correct, rc;
     double t = ps__now();
 
-    rc = ps_mlp_evaluate(m, x, test->labels, test->n, &loss, &correct);
+    rc = ps_backend_evaluate(be, x, test->labels, test->n, &loss, &correct);
     if (rc < 0)
         return rc;
     *acc_out = (double)correct / test->n;
@@ -110,7 +110,7 @@ static int ps__evaluate(ps_mlp *m, const ps_dataset *test, const float *x, int e
     return 0;
 }
 
-static int ps__dump_weights(const char *path, const ps_model_spec *spec, ps_mlp *m)
+static int ps__dump_weights(const char *path, const ps_model_spec *spec, ps_backend *be)
 {
     FILE *f = fopen(path, "wb");
     int rc = 0;
@@ -120,7 +120,7 @@ static int ps__dump_weights(const char *path, const ps_model_spec *spec, ps_mlp 
         return -errno;
     }
     for (int t = 0; t < spec->n_tensors && rc == 0; t++)
-        if (fwrite(ps_mlp_param(m, t), sizeof(float), spec->tensors[t].numel, f) !=
+        if (fwrite(ps_backend_params(be, t), sizeof(float), spec->tensors[t].numel, f) !=
             spec->tensors[t].numel)
             rc = -EIO;
     if (fclose(f) != 0 || rc < 0) {
@@ -135,14 +135,14 @@ typedef struct {
     float *test_x, *batch_x;
     uint8_t *batch_y;
     uint32_t *order;
-    ps_mlp *mlp;
+    ps_backend *be;
     ps_kv_client *kv;
 } ps__worker;
 
 static void ps__worker_free(ps__worker *w)
 {
     ps_kv_client_close(w->kv);
-    ps_mlp_free(w->mlp);
+    ps_backend_free(w->be);
     ps_dataset_free(&w->train);
     ps_dataset_free(&w->test);
     free(w->test_x);
@@ -174,10 +174,10 @@ static int ps__connect(ps__worker *w, const ps_kv_client_config *kc, uint64_t *s
 
 /* Scales each tensor's gradient to an L2 norm of at most max_norm. The worker
  * holds whole tensors, so the norm is the tensor's, not a chunk's. */
-static void ps__clip_gradients(ps_mlp *m, const ps_model_spec *spec, float max_norm)
+static void ps__clip_gradients(ps_backend *be, const ps_model_spec *spec, float max_norm)
 {
     for (int t = 0; t < spec->n_tensors; t++) {
-        float *g = ps_mlp_grad(m, t);
+        float *g = ps_backend_grads(be, t);
         double sq = 0;
         for (size_t i = 0; i < spec->tensors[t].numel; i++)
             sq += (double)g[i] * g[i];
@@ -201,6 +201,7 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
                      int n_servers)
 {
     ps__worker w;
+    ps_backend_config bc;
     ps_kv_client_config kc;
     float *params[PS_MAX_TENSORS];
     const float *grads[PS_MAX_TENSORS];
@@ -214,6 +215,19 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
 
     memset(&w, 0, sizeof(w));
     memset(&tm, 0, sizeof(tm));
+    /* The device first, so the first log line says what computes and a
+     * missing GPU fails before anything is loaded or connected. */
+    memset(&bc, 0, sizeof(bc));
+    rc = ps_backend_parse_device(o->device, &bc.device);
+    if (rc < 0)
+        goto out;
+    bc.max_batch = o->batch > 256 ? o->batch : 256;
+    bc.tf32 = o->tf32;
+    bc.device_index = o->rank;
+    rc = ps_backend_init(&w.be, spec, &bc);
+    if (rc < 0)
+        goto out;
+    ps_info("compute on %s", ps_backend_describe(w.be));
     rc = ps_dataset_load_dir(&w.train, o->data_dir, 1, err, sizeof(err));
     if (rc == 0 && eval)
         rc = ps_dataset_load_dir(&w.test, o->data_dir, 0, err, sizeof(err));
@@ -257,12 +271,9 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
         ps_dataset_gather(&w.test, all, w.test.n, w.test_x, w.test.labels);
         free(all);
     }
-    rc = ps_mlp_init(&w.mlp, spec, o->batch > 256 ? o->batch : 256);
-    if (rc < 0)
-        goto out;
     for (int t = 0; t < spec->n_tensors; t++) {
-        params[t] = ps_mlp_param(w.mlp, t);
-        grads[t] = ps_mlp_grad(w.mlp, t);
+        params[t] = ps_backend_params(w.be, t);
+        grads[t] = ps_backend_grads(w.be, t);
     }
 
     memset(&kc, 0, sizeof(kc));
@@ -297,6 +308,8 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
     rc = ps_kv_client_pull(w.kv, start, params);
     if (rc == 0)
         rc = ps_kv_client_wait(w.kv);
+    if (rc == 0)
+        rc = ps_backend_load_params(w.be);
     for (clock = start; clock < total; clock++) {
         int e = (int)(clock / (uint64_t)steps_per_epoch);
         size_t first =
@@ -317,6 +330,8 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
                 rc = ps_kv_client_pull(w.kv, clock, params);
             if (rc == 0)
                 rc = ps_kv_client_wait(w.kv);
+            if (rc == 0)
+                rc = ps_backend_load_params(w.be);
             if (rc < 0 || clock >= total)
                 continue;
             ps_info("rejoined at step %" PRIu64, clock);
@@ -327,22 +342,22 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
         }
         if (e != epoch) {
             if (eval && clock > start &&
-                (rc = ps__evaluate(w.mlp, &w.test, w.test_x, e, clock, o, &acc, &tm, 1)) < 0)
+                (rc = ps__evaluate(w.be, &w.test, w.test_x, e, clock, o, &acc, &tm, 1)) < 0)
                 break;
             epoch = e;
             ps_dataset_epoch_order((uint64_t)o->seed, epoch, w.train.n, w.order);
         } else if (eval && o->eval_every > 0 && clock > start &&
                    clock % (uint64_t)o->eval_every == 0 &&
-                   (rc = ps__evaluate(w.mlp, &w.test, w.test_x, e, clock, o, &acc, &tm, 0)) < 0) {
+                   (rc = ps__evaluate(w.be, &w.test, w.test_x, e, clock, o, &acc, &tm, 0)) < 0) {
             break;
         }
         t_step = ps__now();
         ps_dataset_gather(&w.train, w.order + first, o->batch, w.batch_x, w.batch_y);
-        rc = ps_mlp_train_step(w.mlp, w.batch_x, w.batch_y, o->batch, &loss, &correct);
+        rc = ps_backend_train_step(w.be, w.batch_x, w.batch_y, o->batch, &loss, &correct);
         if (rc < 0)
             break;
         if (o->clip_norm > 0)
-            ps__clip_gradients(w.mlp, spec, (float)o->clip_norm);
+            ps__clip_gradients(w.be, spec, (float)o->clip_norm);
         if (o->slow_ms > 0)
             ps__slow_down(o->slow_ms);
         t_exchange = ps__now();
@@ -353,6 +368,8 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
             rc = ps_kv_client_pull(w.kv, clock + 1, params);
         if (rc == 0)
             rc = ps_kv_client_wait(w.kv);
+        if (rc == 0)
+            rc = ps_backend_load_params(w.be);
         if (rc < 0)
             continue;
         steps_done++;
@@ -390,9 +407,9 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
     }
     if (rc < 0)
         goto out;
-    if (eval && (rc = ps__evaluate(w.mlp, &w.test, w.test_x, epoch + 1, total, o, &acc, &tm, 1)) < 0)
+    if (eval && (rc = ps__evaluate(w.be, &w.test, w.test_x, epoch + 1, total, o, &acc, &tm, 1)) < 0)
         goto out;
-    if (o->dump_weights && (rc = ps__dump_weights(o->dump_weights, spec, w.mlp)) < 0)
+    if (o->dump_weights && (rc = ps__dump_weights(o->dump_weights, spec, w.be)) < 0)
         goto out;
     {
         ps_kv_client_stats ks;
@@ -422,6 +439,7 @@ int main(int argc, char **argv)
         .servers = "127.0.0.1:7000",
         .hidden = "256,128",
         .data_dir = PS_DEFAULT_DATA_DIR,
+        .device = "auto",
         .workers = 1,
         .seed = 1,
         .batch = 64,
@@ -457,6 +475,12 @@ int main(int argc, char **argv)
          "chunk size; must match the servers", 4, 1 << 30, NULL},
         {"connect-timeout", PS_FLAG_DOUBLE, &o.connect_timeout, "SECONDS",
          "how long to keep trying to reach the servers", 0, 86400, NULL},
+        {"device", PS_FLAG_CHOICE, &o.device, "DEV",
+         "where to compute: auto (CUDA if a usable GPU is present, else CPU), cpu, cuda", 0, 0,
+         "auto|cpu|cuda"},
+        {"tf32", PS_FLAG_BOOL, &o.tf32, NULL,
+         "CUDA: matrix products in TF32 on tensor cores (faster, ~1e-3 relative error)", 0, 0,
+         NULL},
         {"threads", PS_FLAG_INT, &o.threads, "N", "BLAS threads (0: OpenBLAS's default)", 0, 1024,
          NULL},
         {"no-eval", PS_FLAG_BOOL, &o.no_eval, NULL, "skip the test-set evaluation on rank 0", 0, 0,

@@ -1,0 +1,81 @@
+/* The worker's compute backend: where the MLP's forward and backward passes
+ * run. Two implementations sit behind this one interface: "cpu" (the ps_mlp
+ * of mlp.c on OpenBLAS, which is also the reference the other is tested
+ * against) and "cuda" (cuBLAS and the kernels of kernels/cuda_kernels.cu,
+ * weights, activations and gradients kept on the GPU). --device auto picks
+ * CUDA when a usable GPU is present and the CPU otherwise.
+ *
+ * The key-value client moves weights and gradients between the servers and
+ * host memory, so the backend hands out host buffers indexed by tensor id: the
+ * client pulls into ps_backend_params() and pushes from ps_backend_grads().
+ * On the CPU those are the model's own arrays; on CUDA they are pinned host
+ * mirrors, uploaded by ps_backend_load_params() and filled by train_step
+ * before it returns. */
+#ifndef PS_BACKEND_H
+#define PS_BACKEND_H
+
+#include <stdint.h>
+
+#include "model_spec.h"
+
+typedef enum {
+    PS_DEVICE_AUTO, /* CUDA when a usable GPU is present, else the CPU */
+    PS_DEVICE_CPU,
+    PS_DEVICE_CUDA,
+} ps_device;
+
+typedef struct {
+    ps_device device;
+    int max_batch;    /* largest B of train_step, and evaluate's batch size */
+    int tf32;         /* CUDA: matrix products in TF32 on tensor cores; ignored on the CPU */
+    int device_index; /* CUDA: use GPU device_index % (GPUs visible), e.g. the worker's rank */
+} ps_backend_config;
+
+typedef struct ps_backend ps_backend;
+
+/* "auto", "cpu" or "cuda" to a ps_device. Returns 0 or -EINVAL. */
+int ps_backend_parse_device(const char *name, ps_device *out);
+
+/* Creates the model on the configured device, parameters at the spec's
+ * initial values; the spec is copied. Returns 0 or a negative code, having
+ * logged one line that says why: -ENODEV when --device cuda finds no usable
+ * GPU (or the build has no CUDA), -EINVAL for a bad spec or max_batch,
+ * -ENOMEM, -EIO for any other CUDA or cuBLAS failure. */
+int ps_backend_init(ps_backend **out, const ps_model_spec *spec, const ps_backend_config *cfg);
+/* Frees everything the backend allocated, host and device. NULL is allowed. */
+void ps_backend_free(ps_backend *b);
+
+/* The device actually chosen: PS_DEVICE_CPU or PS_DEVICE_CUDA. */
+ps_device ps_backend_device(const ps_backend *b);
+/* One line for the log saying what computes, and under --device auto why;
+ * owned by the backend. */
+const char *ps_backend_describe(const ps_backend *b);
+
+/* Host buffers of spec->tensors[tensor_id].numel floats, owned by the
+ * backend and valid until ps_backend_free. Write the parameters into the
+ * first, then call ps_backend_load_params; read the gradients from the second
+ * after train_step. */
+float *ps_backend_params(ps_backend *b, int tensor_id);
+float *ps_backend_grads(ps_backend *b, int tensor_id);
+
+/* Makes the host parameter buffers the model's parameters (on CUDA: starts
+ * their upload, first layer first, so the next forward pass can begin before
+ * the last layer has arrived). The parameter buffers must not be written
+ * again until the next train_step or evaluate has returned. Returns 0 or a
+ * negative code. */
+int ps_backend_load_params(ps_backend *b);
+
+/* Forward and backward on x[B, input] and labels y[B] (host memory, read
+ * only); leaves the gradient of the mean loss in the grad buffers and writes
+ * the mean loss and the count of correct predictions. Returns 0, -EINVAL if B
+ * is outside [1, max_batch], or a device error (after which the backend is
+ * only good for ps_backend_free). */
+int ps_backend_train_step(ps_backend *b, const float *x, const uint8_t *y, int B, float *loss,
+                          int *correct);
+
+/* Forward only over n rows, in batches of max_batch; writes the mean loss and
+ * the number correct. Returns 0, -EINVAL if n < 1, or a device error. */
+int ps_backend_evaluate(ps_backend *b, const float *x, const uint8_t *y, int n, float *loss,
+                        int *correct);
+
+#endif

@@ -1,0 +1,80 @@
+/* The CPU compute backend: a thin wrapper over ps_mlp (mlp.c), whose
+ * parameter and gradient arrays are themselves the host buffers the
+ * key-value client pulls into and pushes from, so nothing is copied and
+ * loading parameters is a no-op. Being ps_mlp, it is by construction the same
+ * computation the MLP's own tests check, and the reference the CUDA backend is
+ * compared with. */
+#include <cblas.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend_impl.h"
+#include "mlp.h"
+
+typedef struct {
+    ps_backend base; /* first, so a ps_backend * is a ps__cpu * */
+    ps_mlp *mlp;     /* owned */
+} ps__cpu;
+
+static void ps__cpu_free(ps_backend *b)
+{
+    ps__cpu *c = (ps__cpu *)b;
+
+    ps_mlp_free(c->mlp);
+    free(c);
+}
+
+static int ps__cpu_load_params(ps_backend *b)
+{
+    (void)b;
+    return 0;
+}
+
+static int ps__cpu_train_step(ps_backend *b, const float *x, const uint8_t *y, int B, float *loss,
+                              int *correct)
+{
+    return ps_mlp_train_step(((ps__cpu *)b)->mlp, x, y, B, loss, correct);
+}
+
+static int ps__cpu_evaluate(ps_backend *b, const float *x, const uint8_t *y, int n, float *loss,
+                            int *correct)
+{
+    return ps_mlp_evaluate(((ps__cpu *)b)->mlp, x, y, n, loss, correct);
+}
+
+static const ps__backend_ops ps__cpu_ops = {
+    .free = ps__cpu_free,
+    .load_params = ps__cpu_load_params,
+    .train_step = ps__cpu_train_step,
+    .evaluate = ps__cpu_evaluate,
+};
+
+int ps__backend_cpu_init(ps_backend **out, const ps_model_spec *spec, const ps_backend_config *cfg)
+{
+    ps__cpu *c = calloc(1, sizeof(*c));
+    int rc, threads;
+
+    *out = NULL;
+    if (c == NULL)
+        return -ENOMEM;
+    rc = ps_mlp_init(&c->mlp, spec, cfg->max_batch);
+    if (rc < 0)
+        goto fail;
+    c->base.ops = &ps__cpu_ops;
+    c->base.device = PS_DEVICE_CPU;
+    c->base.max_batch = cfg->max_batch;
+    for (int t = 0; t < spec->n_tensors; t++) {
+        c->base.params[t] = ps_mlp_param(c->mlp, t);
+        c->base.grads[t] = ps_mlp_grad(c->mlp, t);
+    }
+    threads = openblas_get_num_threads();
+    snprintf(c->base.describe, sizeof(c->base.describe), "cpu: OpenBLAS, %d thread%s, FP32",
+             threads, threads == 1 ? "" : "s");
+    *out = &c->base;
+    return 0;
+
+fail:
+    ps__cpu_free(&c->base);
+    return rc;
+}
