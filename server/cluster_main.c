@@ -61,6 +61,10 @@ struct ps__cluster {
     uint64_t pause_for;
     int paused, resumed;
     int slow_rank, slow_ms;
+    int kill_server;           /* --kill-server: SIGKILL it at kill_server_step, then */
+    uint64_t kill_server_step; /* start it again with --restore on the same port */
+    int server_killed;
+    ps__child *server_slot[PS__MAX_PROCS]; /* current process of each server index */
     double t_start;
     double last_accuracy;
     /* Observability: --metrics-dir (per-process JSON lines), --metrics-port
@@ -76,7 +80,8 @@ struct ps__cluster {
     /* Options shared by every child. */
     const char *bin_dir, *mode, *hidden, *data_dir, *dump_weights, *optimizer, *lr_schedule;
     int epochs, batch, seed, staleness, steps, progress_every, json, threads, quorum;
-    int warmup_steps, damping;
+    int warmup_steps, damping, checkpoint_every, restore, restore_clock;
+    const char *checkpoint_dir;
     double lr, momentum, chunk_bytes, heartbeat_timeout, clip_norm;
 };
 
@@ -221,6 +226,16 @@ static void ps__worker_line(ps__cluster *cl, ps__child *c, const char *line)
         if (c->index == 0)
             ps__print_progress(cl, line);
         ps__pause_drill(cl, c);
+        if (c->index == 0 && cl->kill_server >= 0 && !cl->server_killed &&
+            c->step >= cl->kill_server_step && cl->server_slot[cl->kill_server]->running) {
+            ps__child *sv = cl->server_slot[cl->kill_server];
+            ps_info("killing server %d at step %" PRIu64
+                    " with SIGKILL, as --kill-server asked; it restarts with --restore",
+                    sv->index, c->step);
+            cl->server_killed = 1;
+            sv->killed_on_purpose = 1;
+            uv_process_kill(&sv->proc, SIGKILL);
+        }
         if (c->index == cl->kill_rank && c->step >= cl->kill_step && c->running &&
             !c->killed_on_purpose) {
             ps_info("killing worker %d at step %" PRIu64 " with SIGKILL, as --kill-worker asked",
@@ -250,8 +265,13 @@ static void ps__server_line(ps__cluster *cl, ps__child *c, const char *line)
     char *end;
     long port = strtol(line, &end, 10);
 
-    if (end == line || port < 1 || port > 65535 || cl->ports[c->index] != 0) {
-        ps__fail(cl, "a server reported a malformed port");
+    if (end == line || port < 1 || port > 65535 ||
+        (cl->ports[c->index] != 0 && cl->ports[c->index] != port)) {
+        ps__fail(cl, "a server reported a malformed or changed port");
+        return;
+    }
+    if (cl->ports[c->index] != 0) {
+        ps_info("server %d is back on port %ld", c->index, port);
         return;
     }
     cl->ports[c->index] = (int)port;
@@ -296,7 +316,26 @@ static void ps__on_pipe_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 static void ps__on_grace(uv_timer_t *t)
 {
     ps__cluster *cl = t->data;
-    ps__fail(cl, "servers did not exit within 30 s after the workers finished");
+    ps__fail(cl, "servers did not exit within 30 s of being asked to stop");
+}
+
+/* The job is over once every worker is gone: servers still waiting for a
+ * worker that was lost (and may never rejoin) are asked to stop, which makes
+ * them write their final checkpoint and exit 0. */
+static void ps__stop_servers(ps__cluster *cl)
+{
+    int asked = 0;
+
+    for (int i = 0; i < cl->n_children; i++) {
+        ps__child *c = &cl->children[i];
+        if (c->role == PS__SERVER && c->running) {
+            uv_process_kill(&c->proc, SIGTERM);
+            asked++;
+        }
+    }
+    if (asked)
+        ps_info("every worker is done; asking %d server%s to stop", asked, asked == 1 ? "" : "s");
+    uv_timer_start(&cl->grace, ps__on_grace, 30000, 0);
 }
 
 /* A worker has finished once it reported "done" or is gone; servers exit on
@@ -312,6 +351,8 @@ static int ps__workers_finished(const ps__cluster *cl)
     return 1;
 }
 
+static void ps__spawn_server(ps__cluster *cl, int i, int restore);
+
 static void ps__on_exit(uv_process_t *p, int64_t status, int term_signal)
 {
     ps__child *c = p->data;
@@ -321,7 +362,11 @@ static void ps__on_exit(uv_process_t *p, int64_t status, int term_signal)
     c->running = 0;
     uv_close((uv_handle_t *)p, NULL);
     ps__child_name(c, name, sizeof(name));
-    if (c->killed_on_purpose && term_signal == SIGKILL) {
+    if (c->killed_on_purpose && term_signal == SIGKILL && c->role == PS__SERVER) {
+        ps_info("%s is gone (killed on purpose); starting it again with --restore", name);
+        if (!cl->stopping)
+            ps__spawn_server(cl, c->index, 1);
+    } else if (c->killed_on_purpose && term_signal == SIGKILL) {
         ps_info("%s is gone (killed on purpose); the others carry on", name);
     } else if (status != 0 || term_signal != 0) {
         if (term_signal)
@@ -337,7 +382,7 @@ static void ps__on_exit(uv_process_t *p, int64_t status, int term_signal)
         ps__fail(cl, why);
     }
     if (c->role == PS__WORKER && ++cl->workers_exited == cl->n_workers && !cl->stopping)
-        uv_timer_start(&cl->grace, ps__on_grace, 30000, 0);
+        ps__stop_servers(cl);
     for (int i = 0; i < cl->n_children; i++)
         if (cl->children[i].running)
             return;
@@ -411,36 +456,55 @@ static int ps__common_args(ps__cluster *cl, char **args, char (*vals)[4096], int
     return n;
 }
 
+/* Starts server i: on a port of the OS's choosing the first time, and on the
+ * same port when it is restarted, so the workers' server list stays right. */
+static void ps__spawn_server(ps__cluster *cl, int i, int restore)
+{
+    char vals[24][4096];
+    char *args[56];
+    int v = 0, n = ps__common_args(cl, args, vals, &v);
+    char listen[32];
+
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", cl->ports[i]);
+    PS__ARG("--listen", "%s", listen);
+    PS__ARG("--server-index", "%d", i);
+    PS__ARG("--num-servers", "%d", cl->n_servers);
+    PS__ARG("--mode", "%s", cl->mode);
+    PS__ARG("--staleness", "%d", cl->staleness);
+    PS__ARG("--optimizer", "%s", cl->optimizer);
+    PS__ARG("--lr", "%.9g", cl->lr);
+    PS__ARG("--momentum", "%.9g", cl->momentum);
+    PS__ARG("--lr-schedule", "%s", cl->lr_schedule);
+    PS__ARG("--warmup-steps", "%d", cl->warmup_steps);
+    PS__ARG("--sync-quorum", "%d", cl->quorum);
+    PS__ARG("--heartbeat-timeout", "%.9g", cl->heartbeat_timeout);
+    if (cl->damping)
+        args[n++] = "--staleness-damping";
+    PS__ARG("--ready-fd", "%d", 3);
+    if (cl->metrics_port >= 0)
+        PS__ARG("--metrics-port", "%d", cl->metrics_port ? cl->metrics_port + i : 0);
+    if (cl->metrics_dir)
+        PS__ARG("--metrics-file", "%s/server-%d.jsonl", cl->metrics_dir, i);
+    if (cl->checkpoint_dir) {
+        PS__ARG("--checkpoint-dir", "%s", cl->checkpoint_dir);
+        PS__ARG("--checkpoint-every", "%d", cl->checkpoint_every);
+    }
+    if (restore)
+        args[n++] = "--restore";
+    if (restore && cl->restore_clock >= 0)
+        PS__ARG("--restore-clock", "%d", cl->restore_clock);
+    args[n] = NULL;
+    if (ps__spawn(cl, PS__SERVER, i, args) < 0) {
+        ps__fail(cl, "a server could not be started");
+        return;
+    }
+    cl->server_slot[i] = &cl->children[cl->n_children - 1];
+}
+
 static void ps__start_servers(ps__cluster *cl)
 {
-    for (int i = 0; i < cl->n_servers && !cl->failed; i++) {
-        char vals[24][4096];
-        char *args[56];
-        int v = 0, n = ps__common_args(cl, args, vals, &v);
-
-        PS__ARG("--listen", "%s", "127.0.0.1:0");
-        PS__ARG("--server-index", "%d", i);
-        PS__ARG("--num-servers", "%d", cl->n_servers);
-        PS__ARG("--mode", "%s", cl->mode);
-        PS__ARG("--staleness", "%d", cl->staleness);
-        PS__ARG("--optimizer", "%s", cl->optimizer);
-        PS__ARG("--lr", "%.9g", cl->lr);
-        PS__ARG("--momentum", "%.9g", cl->momentum);
-        PS__ARG("--lr-schedule", "%s", cl->lr_schedule);
-        PS__ARG("--warmup-steps", "%d", cl->warmup_steps);
-        PS__ARG("--sync-quorum", "%d", cl->quorum);
-        PS__ARG("--heartbeat-timeout", "%.9g", cl->heartbeat_timeout);
-        if (cl->damping)
-            args[n++] = "--staleness-damping";
-        PS__ARG("--ready-fd", "%d", 3);
-        if (cl->metrics_port >= 0)
-            PS__ARG("--metrics-port", "%d", cl->metrics_port ? cl->metrics_port + i : 0);
-        if (cl->metrics_dir)
-            PS__ARG("--metrics-file", "%s/server-%d.jsonl", cl->metrics_dir, i);
-        args[n] = NULL;
-        if (ps__spawn(cl, PS__SERVER, i, args) < 0)
-            ps__fail(cl, "a server could not be started");
-    }
+    for (int i = 0; i < cl->n_servers && !cl->failed; i++)
+        ps__spawn_server(cl, i, cl->restore);
 }
 
 static void ps__start_workers(ps__cluster *cl)
@@ -542,7 +606,7 @@ int main(int argc, char **argv)
 {
     static ps__cluster cl;
     char self_dir[PATH_MAX];
-    const char *kill_worker = NULL, *slow_worker = NULL, *pause_worker = NULL;
+    const char *kill_worker = NULL, *slow_worker = NULL, *pause_worker = NULL, *kill_server = NULL;
     int ncpu;
     const ps_flag flags[] = {
         {"servers", PS_FLAG_INT, &cl.n_servers, "S", "parameter servers to start", 1, 64, NULL},
@@ -592,6 +656,18 @@ int main(int argc, char **argv)
          "make that worker wait MS every step (straggler experiments)", 0, 0, NULL},
         {"pause-worker", PS_FLAG_STRING, &pause_worker, "RANK@STEP:N",
          "SIGSTOP that worker at STEP, SIGCONT once another is N steps further", 0, 0, NULL},
+        {"checkpoint-dir", PS_FLAG_STRING, &cl.checkpoint_dir, "DIR",
+         "servers checkpoint here (periodically, on SIGTERM and at the end)", 0, 0, NULL},
+        {"checkpoint-every", PS_FLAG_INT, &cl.checkpoint_every, "STEPS",
+         "with --checkpoint-dir: checkpoint every N steps (0: only at the end)", 0, 2147483647,
+         NULL},
+        {"restore", PS_FLAG_BOOL, &cl.restore, NULL,
+         "servers resume from --checkpoint-dir (same options as the first run)", 0, 0, NULL},
+        {"restore-clock", PS_FLAG_INT, &cl.restore_clock, "N",
+         "with --restore: every server takes its newest checkpoint at or before clock N", -1,
+         2147483647, NULL},
+        {"kill-server", PS_FLAG_STRING, &kill_server, "I@STEP",
+         "SIGKILL server I once worker 0 reports STEP, then restart it with --restore", 0, 0, NULL},
         {"metrics-dir", PS_FLAG_STRING, &cl.metrics_dir, "DIR",
          "write JSON-lines metrics of every process here (server-I.jsonl, worker-R.jsonl)", 0, 0,
          NULL},
@@ -630,6 +706,8 @@ int main(int argc, char **argv)
     cl.kill_rank = -1;
     cl.metrics_port = -1;
     cl.pause_rank = -1;
+    cl.kill_server = -1;
+    cl.restore_clock = -1;
     cl.slow_rank = -1;
     cl.lr_schedule = "cosine";
     cl.heartbeat_timeout = 10;
@@ -655,6 +733,24 @@ int main(int argc, char **argv)
             return 2;
         }
         cl.kill_step = step;
+    }
+    if (kill_server) {
+        unsigned long long at;
+        if (sscanf(kill_server, "%d@%llu", &cl.kill_server, &at) != 2 || cl.kill_server < 0 ||
+            cl.kill_server >= cl.n_servers || cl.checkpoint_dir == NULL) {
+            fprintf(stderr,
+                    "shardps-cluster: --kill-server '%s' must be I@STEP with I below "
+                    "--servers, and needs --checkpoint-dir to restart from; see "
+                    "shardps-cluster --help\n",
+                    kill_server);
+            return 2;
+        }
+        cl.kill_server_step = at;
+    }
+    if (cl.restore && cl.checkpoint_dir == NULL) {
+        fprintf(stderr, "shardps-cluster: --restore needs --checkpoint-dir DIR; see "
+                        "shardps-cluster --help\n");
+        return 2;
     }
     if (slow_worker && (sscanf(slow_worker, "%d:%d", &cl.slow_rank, &cl.slow_ms) != 2 ||
                         cl.slow_rank < 0 || cl.slow_rank >= cl.n_workers || cl.slow_ms < 0)) {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint.h"
 #include "partition.h"
 #include "ps_error.h"
 #include "ps_log.h"
@@ -32,7 +33,7 @@ typedef struct ps__peer {
     uint32_t rank;
     uint64_t clock;   /* steps fully pushed to this server */
     int keys_pushed;  /* keys pushed so far at `clock` */
-    uint64_t *pushed; /* per local chunk: 1 + clock of its last push, 0 if none */
+    uint64_t *pushed; /* the rank's push record (borrowed from the server) */
     int pending;      /* pulls waiting in the server's queue */
     uint64_t fed;     /* sync: 1 + step its last push went into (0: none) */
     uint64_t n_pushes, n_pulls, bytes_in, bytes_out;
@@ -72,6 +73,11 @@ struct ps_kv_server {
     int listening;
     int stopping;
     ps__peer **workers; /* by rank; NULL while not live */
+    /* By rank, per local chunk: 1 + the step of its last push (0: none). Kept
+     * across reconnects, so a rank that rejoins and repeats a push for a step
+     * it already fed is recognised and the repeat dropped: exactly once. */
+    uint64_t **rank_pushed;
+    uint8_t *finished; /* by rank: said goodbye */
     int live;
     int started;           /* every rank has joined once */
     int joined;            /* ranks that have joined at least once */
@@ -82,11 +88,15 @@ struct ps_kv_server {
     void *done_arg;
     uv_timer_t heartbeat;
     int heartbeat_on;
+    uv_timer_t ckpt_timer;
+    int ckpt_timer_on;
+    uint64_t ckpt_clock;  /* progress clock of the last checkpoint written or restored */
     uint64_t total_steps; /* for the lr schedule: configured, or the largest a worker planned */
     uint64_t stale_hist[PS__STALE_BINS];
     uint64_t stale_sum, stale_max;
     /* Counters for the summary line. */
     uint64_t n_pushes, n_pulls, bytes_in, bytes_out, n_applied, n_dropped, n_refused;
+    uint64_t n_nonfinite;
 };
 
 static void ps__peer_fail(ps__peer *p, int err, const char *fmt, ...)
@@ -146,6 +156,20 @@ static uint64_t ps__server_clock(const ps_kv_server *s)
 /* Whether a pull for `clock` by p may be answered now. In sync mode the
  * server's clock must have passed both the step asked for and the step p's
  * last push went into, so p never gets back the weights it just pushed for. */
+/* How far training has come here: steps applied (sync) or the newest step
+ * applied (async, ssp). */
+static uint64_t ps__progress_clock(const ps_kv_server *s)
+{
+    uint64_t m = 0;
+
+    if (s->cfg.staleness == 0)
+        return ps__server_clock(s);
+    for (int i = 0; i < s->n_local; i++)
+        if (s->sync[i].newest > m)
+            m = s->sync[i].newest;
+    return m;
+}
+
 static int ps__pull_ready(const ps_kv_server *s, const ps__peer *p, uint64_t clock)
 {
     uint64_t floor;
@@ -228,6 +252,114 @@ fail:
         ps_conn_close(p->conn, rc);
 }
 
+static int ps__write_checkpoint(ps_kv_server *s, const char *why)
+{
+    ps_checkpoint_meta meta;
+    ps_checkpoint_clocks clocks;
+    char path[4096];
+    uint64_t t0 = uv_hrtime();
+    int rc = -ENOMEM;
+
+    meta.server_index = (uint32_t)s->cfg.server_index;
+    meta.num_servers = (uint32_t)s->cfg.num_servers;
+    meta.optimizer = (uint32_t)s->cfg.opt.kind;
+    meta.fingerprint = ps_model_spec_fingerprint(&s->cfg.spec);
+    meta.chunk_bytes = s->cfg.chunk_bytes;
+    meta.clock = ps__progress_clock(s);
+    meta.total_steps = s->total_steps;
+    clocks.clock = malloc(((size_t)s->n_local + 1) * sizeof(uint64_t));
+    clocks.newest = malloc(((size_t)s->n_local + 1) * sizeof(uint64_t));
+    if (clocks.clock && clocks.newest) {
+        for (int i = 0; i < s->n_local; i++) {
+            clocks.clock[i] = s->sync[i].clock;
+            clocks.newest[i] = s->sync[i].newest;
+        }
+        rc = ps_checkpoint_write(s->cfg.checkpoint_dir, s->cfg.keep_checkpoints, &meta, s->shard,
+                                 &clocks, path, sizeof(path));
+    }
+    free(clocks.clock);
+    free(clocks.newest);
+    if (rc < 0) {
+        ps_error("checkpoint at clock %" PRIu64 " into %s failed: %s; the previous ones are kept",
+                 meta.clock, s->cfg.checkpoint_dir, ps_strerror(rc));
+        return rc;
+    }
+    s->ckpt_clock = meta.clock;
+    ps_info("checkpoint (%s) at clock %" PRIu64 ": %s in %.1f ms", why, meta.clock, path,
+            (double)(uv_hrtime() - t0) / 1e6);
+    return 0;
+}
+
+int ps_kv_server_checkpoint(ps_kv_server *s, const char *why)
+{
+    if (s->cfg.checkpoint_dir == NULL)
+        return 0;
+    return ps__write_checkpoint(s, why);
+}
+
+/* Called after every push, before waiting pulls are answered: in sync mode a
+ * checkpoint of a step is on disk before any worker sees that step's weights,
+ * so a restored server is never behind what a worker has already seen. */
+static void ps__maybe_checkpoint(ps_kv_server *s)
+{
+    uint64_t clock;
+
+    if (s->cfg.checkpoint_dir == NULL || s->cfg.checkpoint_every == 0)
+        return;
+    clock = ps__progress_clock(s);
+    if (clock >= s->ckpt_clock + s->cfg.checkpoint_every)
+        ps__write_checkpoint(s, "periodic");
+}
+
+static void ps__on_checkpoint_timer(uv_timer_t *t)
+{
+    ps_kv_server *s = t->data;
+
+    if (ps__progress_clock(s) != s->ckpt_clock)
+        ps__write_checkpoint(s, "timer");
+}
+
+int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t err_len)
+{
+    ps_checkpoint_meta meta;
+    ps_checkpoint_clocks clocks;
+    char path[4096];
+    int rc = -ENOMEM;
+
+    if (s->cfg.checkpoint_dir == NULL) {
+        snprintf(err, err_len, "no checkpoint directory given");
+        return -EINVAL;
+    }
+    memset(&meta, 0, sizeof(meta));
+    meta.server_index = (uint32_t)s->cfg.server_index;
+    meta.num_servers = (uint32_t)s->cfg.num_servers;
+    meta.optimizer = (uint32_t)s->cfg.opt.kind;
+    meta.fingerprint = ps_model_spec_fingerprint(&s->cfg.spec);
+    meta.chunk_bytes = s->cfg.chunk_bytes;
+    meta.total_steps = s->total_steps;
+    clocks.clock = malloc(((size_t)s->n_local + 1) * sizeof(uint64_t));
+    clocks.newest = malloc(((size_t)s->n_local + 1) * sizeof(uint64_t));
+    err[0] = '\0';
+    if (clocks.clock && clocks.newest)
+        rc = ps_checkpoint_restore(s->cfg.checkpoint_dir, max_clock, &meta, s->shard, &clocks, path,
+                                   sizeof(path), err, err_len);
+    if (rc == 0) {
+        for (int i = 0; i < s->n_local; i++) {
+            s->sync[i].clock = clocks.clock[i];
+            s->sync[i].newest = clocks.newest[i];
+        }
+        s->total_steps = meta.total_steps;
+        s->resume_clock = meta.clock;
+        s->ckpt_clock = meta.clock;
+        if (*err)
+            ps_warn("skipped unusable checkpoints: %s", err);
+        ps_info("restored clock %" PRIu64 " from %s", meta.clock, path);
+    }
+    free(clocks.clock);
+    free(clocks.newest);
+    return rc;
+}
+
 static void ps__release_pulls(ps_kv_server *s)
 {
     ps__pull **pp = &s->pulls;
@@ -276,13 +408,19 @@ static int ps__pushes_needed(const ps_kv_server *s)
     return q < s->live ? q : s->live;
 }
 
+/* A step completes when enough live workers have pushed it. Pushes rejected
+ * for non-finite values count toward that but add nothing; a step with no
+ * usable gradient at all is passed over rather than left to block. */
 static void ps__maybe_apply(ps_kv_server *s, int local)
 {
     ps__chunk_sync *c = &s->sync[local];
 
-    if (c->pushes == 0 || c->live_pushes < ps__pushes_needed(s))
+    if (c->live_pushes == 0 && c->pushes == 0)
         return;
-    ps_shard_apply_accumulated(s->shard, local, c->pushes, ps__lr(s, c->clock, 0));
+    if (c->live_pushes < ps__pushes_needed(s))
+        return;
+    if (c->pushes > 0)
+        ps_shard_apply_accumulated(s->shard, local, c->pushes, ps__lr(s, c->clock, 0));
     c->newest = c->clock + 1;
     c->clock++;
     c->pushes = 0;
@@ -409,7 +547,7 @@ static void ps__ack_push(ps__peer *p, uint64_t request_id, uint64_t clock, int d
  * drops it when that step was already applied without it. Returns 1 when
  * dropped, 0 when accumulated, -1 after failing the peer. */
 static int ps__push_sync(ps_kv_server *s, ps__peer *p, int local, uint64_t key, uint64_t clock,
-                         const float *g)
+                         const float *g, int usable)
 {
     ps__chunk_sync *c = &s->sync[local];
 
@@ -424,11 +562,13 @@ static int ps__push_sync(ps_kv_server *s, ps__peer *p, int local, uint64_t key, 
                       clock, key >> 32, key & 0xffffffffu, c->clock);
         return -1;
     }
-    ps_shard_accumulate(s->shard, local, g);
-    ps__record_staleness(s, 0);
+    if (usable) {
+        ps_shard_accumulate(s->shard, local, g);
+        ps__record_staleness(s, 0);
+        c->pushes++;
+    }
     if (clock + 1 > p->fed)
         p->fed = clock + 1;
-    c->pushes++;
     c->live_pushes++;
     ps__maybe_apply(s, local);
     return 0;
@@ -449,6 +589,19 @@ static uint64_t ps__push_now(ps_kv_server *s, int local, uint64_t clock, const f
     return staleness;
 }
 
+/* True when every float of the payload is finite. Works on the bit pattern
+ * (exponent all ones = Inf or NaN) so it vectorises and never traps. */
+static int ps__all_finite(const uint8_t *payload, size_t bytes)
+{
+    const uint32_t *w = (const uint32_t *)payload;
+    size_t n = bytes / sizeof(uint32_t);
+    uint32_t bad = 0;
+
+    for (size_t i = 0; i < n; i++)
+        bad |= (uint32_t)((w[i] & 0x7f800000u) == 0x7f800000u);
+    return !bad;
+}
+
 static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
 {
     const Shardps__Header *h = f->hdr;
@@ -456,7 +609,7 @@ static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     const uint8_t *payload = f->payload;
     long long bytes;
     uint64_t max_stale = 0;
-    int dropped = 0;
+    int dropped = 0, usable;
     int sync = s->cfg.staleness == 0;
 
     if (locals == NULL) {
@@ -480,6 +633,15 @@ static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
                       h->clock, p->clock);
         goto out;
     }
+    usable = !s->cfg.reject_nonfinite || ps__all_finite(f->payload, f->payload_len);
+    if (!usable) {
+        s->n_nonfinite++;
+        if (s->n_nonfinite == 1 || s->n_nonfinite % 100 == 0)
+            ps_warn("rejected a push from %s at clock %" PRIu64
+                    ": gradient has NaN or Inf values (%" PRIu64 " such pushes so far); the model "
+                    "is unchanged",
+                    p->name, h->clock, s->n_nonfinite);
+    }
     for (size_t i = 0; i < h->n_keys; i++) {
         int local = locals[i];
         const float *g = (const float *)payload;
@@ -487,22 +649,24 @@ static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
 
         payload += ps_shard_chunk(s->shard, local)->numel * sizeof(float);
         if (p->pushed[local] > h->clock) {
-            ps__peer_fail(p, -PS_EPROTO,
-                          "second push of key %" PRIu64 ":%" PRIu64 " at clock %" PRIu64,
-                          h->keys[i] >> 32, h->keys[i] & 0xffffffffu, h->clock);
-            goto out;
+            /* A repeat (typically resent after a reconnect): this rank's
+             * gradient for this step is already in. */
+            dropped++;
+            s->n_dropped++;
+            continue;
         }
         p->pushed[local] = h->clock + 1;
         if (!sync) {
-            uint64_t st = ps__push_now(s, local, h->clock, g);
+            uint64_t st = usable ? ps__push_now(s, local, h->clock, g) : 0;
             if (st > max_stale)
                 max_stale = st;
+            dropped += !usable;
             continue;
         }
-        rc = ps__push_sync(s, p, local, h->keys[i], h->clock, g);
+        rc = ps__push_sync(s, p, local, h->keys[i], h->clock, g, usable);
         if (rc < 0)
             goto out;
-        dropped += rc;
+        dropped += rc || !usable;
     }
     s->n_pushes++;
     s->bytes_in += f->payload_len;
@@ -514,6 +678,7 @@ static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
         p->clock = h->clock + 1;
     }
     ps__ack_push(p, h->request_id, h->clock, dropped, max_stale);
+    ps__maybe_checkpoint(s);
     ps__release_pulls(s);
 out:
     free(locals);
@@ -567,7 +732,9 @@ static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *h
         return -1;
     }
     if (s->workers[hello->rank]) {
-        ps__peer_fail(p, -PS_EMISMATCH, "rank %u is already connected from %s", hello->rank,
+        /* -EADDRINUSE tells a worker that is reconnecting to try again: its
+         * old connection may simply not have been seen closing yet. */
+        ps__peer_fail(p, -EADDRINUSE, "rank %u is already connected from %s", hello->rank,
                       ps_conn_peer(s->workers[hello->rank]->conn));
         return -1;
     }
@@ -598,8 +765,17 @@ static void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f)
         p->clock = ps__server_clock(s);
     else
         p->clock = floor == UINT64_MAX ? s->resume_clock : floor;
+    if (s->rank_pushed[p->rank] == NULL &&
+        (s->rank_pushed[p->rank] = calloc((size_t)s->n_local + 1, sizeof(uint64_t))) == NULL) {
+        ps_conn_close(p->conn, -ENOMEM);
+        return;
+    }
+    p->pushed = s->rank_pushed[p->rank];
+    /* A rank that fed the step under way before it dropped out counts as
+     * having pushed it again, now that it is back. */
     for (int i = 0; i < s->n_local; i++)
-        p->pushed[i] = p->clock;
+        if (p->pushed[i] == s->sync[i].clock + 1 && s->sync[i].pushes > 0)
+            s->sync[i].live_pushes++;
     p->state = PS__PEER_WORKER;
     s->workers[p->rank] = p;
     s->live++;
@@ -668,7 +844,15 @@ static void ps__worker_leave(ps_kv_server *s, ps__peer *p, const char *why)
     else
         ps_info("%s left at clock %" PRIu64 " (%s); no workers live", p->name, p->clock, why);
     ps__release_pulls(s);
-    if (s->started && s->live == 0 && s->done)
+    if (!s->started || s->live > 0)
+        return;
+    for (int r = 0; r < s->cfg.world; r++) {
+        if (!s->finished[r]) {
+            ps_info("worker %d left without finishing; waiting for it to rejoin", r);
+            return;
+        }
+    }
+    if (s->done)
         s->done(s, s->done_arg);
 }
 
@@ -692,6 +876,7 @@ static void ps__on_frame(ps_conn *c, const ps_frame *f)
         ps__handle_push(s, p, f);
         break;
     case SHARDPS__MSG_TYPE__BYE:
+        s->finished[p->rank] = 1;
         ps__worker_leave(s, p, "finished");
         break;
     case SHARDPS__MSG_TYPE__HEARTBEAT:
@@ -719,7 +904,6 @@ static void ps__on_conn_close(ps_conn *c, int err)
         s->peers = p->next;
     if (p->next)
         p->next->prev = p->prev;
-    free(p->pushed);
     free(p);
 }
 
@@ -754,14 +938,12 @@ static void ps__on_connection(uv_stream_t *listener, int status)
         return;
     }
     p = calloc(1, sizeof(*p));
-    if (p == NULL || (p->pushed = calloc((size_t)s->n_local + 1, sizeof(uint64_t))) == NULL) {
-        free(p);
+    if (p == NULL) {
         ps_warn("out of memory accepting a connection");
         return;
     }
     p->srv = s;
     if (ps_conn_accept(listener, &cc, p, &c) < 0) {
-        free(p->pushed);
         free(p);
         return;
     }
@@ -804,7 +986,10 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
     s->sync = calloc((size_t)s->n_local + 1, sizeof(*s->sync));
     s->seen = calloc((size_t)s->n_local + 1, sizeof(*s->seen));
     s->workers = calloc((size_t)cfg->world, sizeof(*s->workers));
-    if (s->sync == NULL || s->seen == NULL || s->workers == NULL)
+    s->rank_pushed = calloc((size_t)cfg->world, sizeof(*s->rank_pushed));
+    s->finished = calloc((size_t)cfg->world, 1);
+    if (s->sync == NULL || s->seen == NULL || s->workers == NULL || s->rank_pushed == NULL ||
+        s->finished == NULL)
         goto fail;
     *out = s;
     return 0;
@@ -836,6 +1021,13 @@ int ps_kv_server_start(ps_kv_server *s, const struct sockaddr *addr, int *bound_
         s->heartbeat_on = 1;
         uv_timer_start(&s->heartbeat, ps__on_heartbeat_check, every, every);
     }
+    if (s->cfg.checkpoint_dir && s->cfg.checkpoint_seconds > 0) {
+        uint64_t every = (uint64_t)(s->cfg.checkpoint_seconds * 1000);
+        uv_timer_init(s->loop, &s->ckpt_timer);
+        s->ckpt_timer.data = s;
+        s->ckpt_timer_on = 1;
+        uv_timer_start(&s->ckpt_timer, ps__on_checkpoint_timer, every, every);
+    }
     *bound_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                  : ((struct sockaddr_in *)&ss)->sin_port);
     ps_info("server %d of %d holds %d chunks (%.1f MiB with optimizer state), mode %s",
@@ -853,6 +1045,8 @@ void ps_kv_server_stop(ps_kv_server *s)
         uv_close((uv_handle_t *)&s->listener, NULL);
     if (s->heartbeat_on)
         uv_close((uv_handle_t *)&s->heartbeat, NULL);
+    if (s->ckpt_timer_on)
+        uv_close((uv_handle_t *)&s->ckpt_timer, NULL);
     for (ps__peer *p = s->peers; p; p = p->next)
         ps_conn_close(p->conn, 0);
 }
@@ -871,6 +1065,10 @@ void ps_kv_server_close(ps_kv_server *s)
     ps_partition_free(s->part);
     free(s->sync);
     free(s->seen);
+    for (int r = 0; s->rank_pushed && r < s->cfg.world; r++)
+        free(s->rank_pushed[r]);
+    free(s->rank_pushed);
+    free(s->finished);
     free(s->workers);
     free(s);
 }
@@ -887,7 +1085,9 @@ void ps_kv_server_stats_get(const ps_kv_server *s, ps_kv_server_stats *out)
     out->updates = s->n_applied;
     out->dropped = s->n_dropped;
     out->refused = s->n_refused;
+    out->nonfinite = s->n_nonfinite;
     out->live_workers = s->live;
+    out->clock = ps__progress_clock(s);
     for (int b = 0; b < PS__STALE_BINS; b++)
         n += s->stale_hist[b];
     out->staleness_count = n;
@@ -933,9 +1133,11 @@ void ps_kv_server_log_summary(const ps_kv_server *s)
     ps_kv_server_stats st;
 
     ps_kv_server_stats_get(s, &st);
-    ps_info("summary: %" PRIu64 " pushes (%.1f MB in), %" PRIu64 " pulls (%.1f MB out), %" PRIu64
-            " chunk updates, %" PRIu64 " late pushes dropped, %" PRIu64
+    ps_info("summary: clock %" PRIu64 ", %" PRIu64 " pushes (%.1f MB in), %" PRIu64
+            " pulls (%.1f MB out), %" PRIu64 " chunk updates, %" PRIu64
+            " late pushes dropped, %" PRIu64 " non-finite pushes rejected, %" PRIu64
             " connections refused; staleness mean %.2f, p99 %.0f, max %" PRIu64,
-            st.pushes, (double)st.bytes_in / 1e6, st.pulls, (double)st.bytes_out / 1e6, st.updates,
-            st.dropped, st.refused, st.staleness_mean, st.staleness_p99, st.staleness_max);
+            st.clock, st.pushes, (double)st.bytes_in / 1e6, st.pulls, (double)st.bytes_out / 1e6,
+            st.updates, st.dropped, st.nonfinite, st.refused, st.staleness_mean, st.staleness_p99,
+            st.staleness_max);
 }

@@ -45,22 +45,28 @@ typedef struct {
     int quorum;                    /* sync: pushes that complete a step; 0 = every live worker */
     uint32_t heartbeat_timeout_ms; /* a live worker silent this long leaves; 0 = never */
     int staleness_damping;         /* async/ssp: scale the rate by 1 / (1 + staleness) */
+    int reject_nonfinite;          /* drop pushes holding NaN or Inf (counted, logged) */
     ps_lr_schedule lr;             /* shape of the rate over steps; base_lr is opt.lr */
+    const char *checkpoint_dir;    /* NULL: no checkpoints (borrowed, must outlive s) */
+    uint32_t checkpoint_every;     /* steps between checkpoints; 0 = not by steps */
+    double checkpoint_seconds;     /* seconds between checkpoints; 0 = not by time */
+    int keep_checkpoints;          /* newest files kept per server */
 } ps_kv_server_config;
 
 /* What the server has seen so far; a plain snapshot. */
 typedef struct {
-    uint64_t pushes, pulls, bytes_in, bytes_out, updates, dropped, refused;
+    uint64_t pushes, pulls, bytes_in, bytes_out, updates, dropped, refused, nonfinite;
     uint64_t staleness_count, staleness_max;
+    uint64_t clock; /* steps applied (sync) or newest step applied (async, ssp) */
     double staleness_mean, staleness_p99;
     int live_workers;
 } ps_kv_server_stats;
 
 typedef struct ps_kv_server ps_kv_server;
 
-/* Called each time the last live worker leaves once training has started
- * (every rank joined); the server stays usable, and a worker may rejoin, until
- * it is stopped. */
+/* Called once every rank has said goodbye (finished) and none is live. A
+ * rank that disappeared without a goodbye may still rejoin, so the server
+ * keeps waiting for it; whoever runs the job stops the server then. */
 typedef void (*ps_kv_server_done_cb)(ps_kv_server *s, void *arg);
 
 /* cfg is copied. Returns 0, -EINVAL or -ENOMEM. */
@@ -70,6 +76,14 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
  * 0). Returns 0 or a negative libuv error; after an error, stop the server and
  * run the loop before closing it, as after a successful start. */
 int ps_kv_server_start(ps_kv_server *s, const struct sockaddr *addr, int *bound_port);
+/* Loads the newest usable checkpoint at or before max_clock from
+ * cfg.checkpoint_dir; call before start. Returns 0, or a negative code with every refused file and
+ * its reason in err (see ps_checkpoint_restore). */
+int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t err_len);
+/* Writes a checkpoint now (no-op without a checkpoint_dir). Returns 0 or a
+ * negative errno (logged). */
+int ps_kv_server_checkpoint(ps_kv_server *s, const char *why);
+
 /* Stops listening and closes every connection; returns at once, the handles
  * finish closing as the loop runs. */
 void ps_kv_server_stop(ps_kv_server *s);

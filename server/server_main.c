@@ -29,7 +29,7 @@ typedef struct {
 } ps__server_app;
 
 /* Reached from the last worker leaving and from signals, possibly both. */
-static void ps__stop(ps__server_app *app)
+static void ps__stop(ps__server_app *app, const char *why)
 {
     if (app->stopped)
         return;
@@ -37,9 +37,15 @@ static void ps__stop(ps__server_app *app)
     /* First, so the metrics file ends with the final figures. */
     ps_metrics_stop(app->metrics);
     app->metrics = NULL;
+    ps_kv_server_checkpoint(app->srv, why);
     ps_kv_server_stop(app->srv);
     uv_close((uv_handle_t *)&app->sigint, NULL);
     uv_close((uv_handle_t *)&app->sigterm, NULL);
+    /* Closing the handles restores the default action; a second SIGTERM
+     * (say, from a launcher that saw the job end) must not kill a server
+     * that is already writing its final checkpoint. */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
 }
 
 static void ps__on_signal(uv_signal_t *h, int signum)
@@ -47,7 +53,7 @@ static void ps__on_signal(uv_signal_t *h, int signum)
     ps__server_app *app = h->data;
 
     ps_info("received %s, shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
-    ps__stop(app);
+    ps__stop(app, signum == SIGINT ? "SIGINT" : "SIGTERM");
 }
 
 static void ps__on_done(ps_kv_server *s, void *arg)
@@ -58,7 +64,7 @@ static void ps__on_done(ps_kv_server *s, void *arg)
     if (app->linger)
         return;
     ps_info("every worker has finished; exiting (use --linger to keep serving)");
-    ps__stop(app);
+    ps__stop(app, "final");
 }
 
 /* With the job's server list (usually from the cluster file), this server's
@@ -107,11 +113,11 @@ static int ps__apply_servers(ps_flags_ctx *ctx, const char *servers, int index, 
         return -PS_EUSAGE;
     }
     *num_servers = n;
-    snprintf(why, sizeof(why), "the length of servers (%s)", from);
+    snprintf(why, sizeof(why), "from the %d entries of servers (%s)", n, from);
     ps_flags_set_derived(ctx, "num-servers", why);
     if (ps_flags_origin(ctx, "listen") == PS_FLAG_FROM_DEFAULT) {
         *listen = own;
-        snprintf(why, sizeof(why), "servers[%d] (%s)", index, from);
+        snprintf(why, sizeof(why), "from servers[%d] (%s)", index, from);
         ps_flags_set_derived(ctx, "listen", why);
     } else if ((colon = strrchr(*listen, ':')) != NULL && strrchr(own, ':') != NULL &&
                strcmp(colon, strrchr(own, ':')) != 0 && strcmp(colon, ":0") != 0) {
@@ -143,6 +149,9 @@ int main(int argc, char **argv)
     int server_index = 0, num_servers = 1, workers = 1, staleness = 2, input = 784, classes = 10;
     int ready_fd = -1, linger = 0, verbose = 0, seed = 1, quorum = 0, damping = 0;
     int warmup_steps = 0, total_steps = 0, lr_step_size = 0;
+    int checkpoint_every = 0, keep_checkpoints = 3, restore = 0, reject_nonfinite = 1;
+    double checkpoint_seconds = 0, restore_clock = -1;
+    const char *checkpoint_dir = NULL;
     double heartbeat_timeout = 10, lr_gamma = 0.1, min_lr = 0;
     const char *lr_schedule = "cosine";
     double lr = 0.001, momentum = 0.9, weight_decay = 0, chunk_bytes = PS_DEFAULT_CHUNK_BYTES;
@@ -195,6 +204,23 @@ int main(int argc, char **argv)
          NULL},
         {"staleness-damping", PS_FLAG_BOOL, &damping, NULL,
          "async/ssp: scale the rate by 1/(1+staleness) of each gradient", 0, 0, NULL},
+        {"checkpoint-dir", PS_FLAG_STRING, &checkpoint_dir, "DIR",
+         "write checkpoints here (periodically, on SIGTERM/SIGINT and at the end)", 0, 0, NULL},
+        {"checkpoint-every", PS_FLAG_INT, &checkpoint_every, "STEPS",
+         "checkpoint every N steps (0: not by steps)", 0, 2147483647, NULL},
+        {"checkpoint-seconds", PS_FLAG_DOUBLE, &checkpoint_seconds, "SECONDS",
+         "checkpoint at most this often by time (0: not by time)", 0, 86400 * 365, NULL},
+        {"keep-checkpoints", PS_FLAG_INT, &keep_checkpoints, "N", "newest checkpoints kept", 1,
+         1000000, NULL},
+        {"restore", PS_FLAG_BOOL, &restore, NULL,
+         "resume from the newest usable checkpoint in --checkpoint-dir", 0, 0, NULL},
+        {"restore-clock", PS_FLAG_DOUBLE, &restore_clock, "N",
+         "with --restore: the newest checkpoint at or before clock N (to put every server on "
+         "the same clock)",
+         -1, 1e18, NULL},
+        {"reject-nonfinite", PS_FLAG_BOOL, &reject_nonfinite, NULL,
+         "drop pushes with NaN or Inf gradients (counted and logged; =0 to apply them)", 0, 0,
+         NULL},
         {"heartbeat-timeout", PS_FLAG_DOUBLE, &heartbeat_timeout, "SECONDS",
          "a worker silent this long leaves the barrier (0: never)", 0, 86400, NULL},
         {"max-payload", PS_FLAG_DOUBLE, &max_payload, "BYTES", "largest frame payload accepted",
@@ -303,6 +329,15 @@ int main(int argc, char **argv)
     cfg.lr.step_size = (uint64_t)lr_step_size;
     cfg.lr.gamma = lr_gamma;
     cfg.lr.min_lr = min_lr;
+    cfg.checkpoint_dir = checkpoint_dir;
+    cfg.checkpoint_every = (uint32_t)checkpoint_every;
+    cfg.checkpoint_seconds = checkpoint_seconds;
+    cfg.keep_checkpoints = keep_checkpoints;
+    cfg.reject_nonfinite = reject_nonfinite;
+    if (restore && checkpoint_dir == NULL) {
+        fprintf(stderr, "shardps-server: --restore needs --checkpoint-dir DIR to restore from\n");
+        return 2;
+    }
     if (quorum > workers) {
         fprintf(stderr, "shardps-server: --sync-quorum %d exceeds --workers %d\n", quorum, workers);
         return 2;
@@ -315,6 +350,17 @@ int main(int argc, char **argv)
     if (rc < 0) {
         ps_error("cannot set up the shard: %s", ps_strerror(rc));
         return 1;
+    }
+    if (restore) {
+        char err[4096];
+        rc = ps_kv_server_restore(app.srv, restore_clock < 0 ? UINT64_MAX : (uint64_t)restore_clock,
+                                  err, sizeof(err));
+        if (rc < 0) {
+            ps_error("cannot restore from %s: %s", checkpoint_dir,
+                     rc == -ENOENT ? "no checkpoint of this server there" : err);
+            ps_kv_server_close(app.srv);
+            return 1;
+        }
     }
     rc = ps_kv_server_start(app.srv, (struct sockaddr *)&addr, &port);
     if (rc < 0) {

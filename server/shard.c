@@ -10,6 +10,7 @@ typedef struct {
     float *weights;
     float *state; /* optimizer state, NULL when the optimizer keeps none */
     float *accum; /* NULL unless with_accumulators */
+    size_t state_n;
     uint64_t updates;
 } ps__shard_chunk;
 
@@ -63,6 +64,7 @@ int ps_shard_init(ps_shard **out, const ps_partition *part, int server_index,
             goto fail;
         ps_model_spec_init_values(spec, (int)c->tensor_id, c->offset, c->numel, sc->weights);
         state_n = ps_optimizer_state_floats(opt, c->numel);
+        sc->state_n = state_n;
         if (state_n) {
             sc->state = calloc(state_n, sizeof(float));
             if (sc->state == NULL)
@@ -156,4 +158,29 @@ void ps_shard_apply_grad(ps_shard *s, int local, const float *g, float lr)
 uint64_t ps_shard_updates(const ps_shard *s, int local)
 {
     return s->chunks[local].updates;
+}
+
+const float *ps_shard_state(const ps_shard *s, int local)
+{
+    return s->chunks[local].state;
+}
+
+size_t ps_shard_state_floats(const ps_shard *s, int local)
+{
+    return s->chunks[local].state_n;
+}
+
+float *ps_shard_weights_mut(ps_shard *s, int local)
+{
+    return s->chunks[local].weights;
+}
+
+float *ps_shard_state_mut(ps_shard *s, int local)
+{
+    return s->chunks[local].state;
+}
+
+void ps_shard_set_updates(ps_shard *s, int local, uint64_t updates)
+{
+    s->chunks[local].updates = updates;
 }

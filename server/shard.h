@@ -42,4 +42,13 @@ void ps_shard_apply_grad(ps_shard *s, int local, const float *g, float lr);
 /* Updates applied to this chunk so far. */
 uint64_t ps_shard_updates(const ps_shard *s, int local);
 
+/* For checkpoints: the chunk's optimizer state (NULL when it keeps none) and
+ * its length, and write access to restore weights, state and update count.
+ * Pointers are borrowed from the shard. */
+const float *ps_shard_state(const ps_shard *s, int local);
+size_t ps_shard_state_floats(const ps_shard *s, int local);
+float *ps_shard_weights_mut(ps_shard *s, int local);
+float *ps_shard_state_mut(ps_shard *s, int local);
+void ps_shard_set_updates(ps_shard *s, int local, uint64_t updates);
+
 #endif

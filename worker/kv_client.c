@@ -30,6 +30,7 @@ typedef struct {
     uint64_t pulled_clock; /* clock of the weights in the last pull reply */
     uint64_t retry_ms;
     uv_timer_t retry;
+    int retrying; /* this connection was refused for now; a new one is coming */
     /* This server's keys in key order, their chunks, and scratch iovecs. */
     int n_keys;
     uint64_t *keys;
@@ -113,6 +114,25 @@ static void ps__handle_pull_reply(ps__server *sv, const ps_frame *f)
     sv->cl->outstanding--;
 }
 
+static void ps__on_retry(uv_timer_t *t);
+
+/* A server refused us for now (our previous connection, from before a
+ * reconnect, is still live there): try again with backoff until the connect
+ * deadline. Returns 1 when a retry is scheduled. */
+static int ps__retry_later(ps__server *sv, const char *reason)
+{
+    ps_kv_client *c = sv->cl;
+
+    if (sv->welcomed || uv_now(&c->loop) + sv->retry_ms > c->deadline_ms)
+        return 0;
+    ps_debug("server %d (%s) asks us to retry: %s", sv->index, sv->addr_text, reason);
+    sv->retrying = 1;
+    ps_conn_close(sv->conn, 0);
+    uv_timer_start(&sv->retry, ps__on_retry, sv->retry_ms, 0);
+    sv->retry_ms = sv->retry_ms * 2 > 1000 ? 1000 : sv->retry_ms * 2;
+    return 1;
+}
+
 static void ps__on_frame(ps_conn *conn, const ps_frame *f)
 {
     ps__server *sv = ps_conn_data(conn);
@@ -124,6 +144,9 @@ static void ps__on_frame(ps_conn *conn, const ps_frame *f)
         ps__handle_welcome(sv, f);
         break;
     case SHARDPS__MSG_TYPE__REJECT:
+        if (h->status == -EADDRINUSE && ps__retry_later(sv, h->reason))
+            break;
+        /* fall through */
     case SHARDPS__MSG_TYPE__ERROR:
         ps_error("server %d (%s) refused us: %s", sv->index, sv->addr_text,
                  h->reason && *h->reason ? h->reason : "(no reason given)");
@@ -164,7 +187,7 @@ static void ps__on_close(ps_conn *conn, int err)
     ps_kv_client *c = sv->cl;
 
     sv->conn = NULL;
-    if (err == 0)
+    if (err == 0 || sv->retrying)
         return;
     if (c->error == 0) {
         const char *detail = ps_conn_error(conn);
@@ -178,7 +201,10 @@ static void ps__start_connect(ps__server *sv);
 
 static void ps__on_retry(uv_timer_t *t)
 {
-    ps__start_connect(t->data);
+    ps__server *sv = t->data;
+
+    sv->retrying = 0;
+    ps__start_connect(sv);
 }
 
 static void ps__on_connect(ps_conn *conn, int status, void *data)
@@ -287,7 +313,7 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
     *out = c;
     return 0;
 fail:
-    ps_kv_client_close(c);
+    ps_kv_client_abandon(c);
     return rc;
 }
 
@@ -380,12 +406,18 @@ int ps_kv_client_pull(ps_kv_client *c, uint64_t clock, float *const *params)
 
 int ps_kv_client_push(ps_kv_client *c, const float *const *grads)
 {
+    uint64_t step = ps_kv_client_weights_clock(c);
+
     for (int s = 0; s < c->n_servers; s++) {
         ps__server *sv = &c->servers[s];
         Shardps__Header h = SHARDPS__HEADER__INIT;
         int rc;
 
-        if (sv->n_keys == 0)
+        /* A server already past our step (it was restored less far back than
+         * another, or we are a straggler) gets nothing this step: it waits
+         * for us instead of running ahead, and the servers fall back into
+         * step. */
+        if (sv->n_keys == 0 || sv->pulled_clock != step)
             continue;
         if (sv->conn == NULL || sv->push_id != 0)
             return sv->conn == NULL ? -PS_ECLOSED : -EBUSY;
@@ -436,7 +468,7 @@ static void ps__on_bye_sent(ps_conn *conn, int status, void *arg)
     ps_conn_close(conn, 0);
 }
 
-void ps_kv_client_close(ps_kv_client *c)
+static void ps__client_free(ps_kv_client *c, int goodbye)
 {
     if (c == NULL)
         return;
@@ -449,7 +481,8 @@ void ps_kv_client_close(ps_kv_client *c)
         if (sv->conn == NULL)
             continue;
         h.type = SHARDPS__MSG_TYPE__BYE;
-        if (!sv->welcomed || ps_conn_send(sv->conn, &h, NULL, 0, ps__on_bye_sent, NULL) < 0)
+        if (!goodbye || !sv->welcomed ||
+            ps_conn_send(sv->conn, &h, NULL, 0, ps__on_bye_sent, NULL) < 0)
             ps_conn_close(sv->conn, 0);
     }
     /* Let the goodbyes reach the wire and every handle finish closing. */
@@ -463,4 +496,14 @@ void ps_kv_client_close(ps_kv_client *c)
     free(c->servers);
     ps_partition_free(c->part);
     free(c);
+}
+
+void ps_kv_client_close(ps_kv_client *c)
+{
+    ps__client_free(c, 1);
+}
+
+void ps_kv_client_abandon(ps_kv_client *c)
+{
+    ps__client_free(c, 0);
 }

@@ -65,8 +65,12 @@ uint64_t ps_kv_client_weights_clock(const ps_kv_client *c);
 
 void ps_kv_client_stats_get(const ps_kv_client *c, ps_kv_client_stats *out);
 
-/* Says goodbye to every server (so barriers stop counting this worker at
- * once), closes the connections and frees the client. NULL is allowed. */
+/* Says goodbye to every server: this worker has finished, barriers stop
+ * counting it at once, and a server whose workers have all finished exits.
+ * Then closes the connections and frees the client. NULL is allowed. */
 void ps_kv_client_close(ps_kv_client *c);
+/* Closes and frees without a goodbye: the worker means to come back (it is
+ * reconnecting), and the servers keep waiting for it to rejoin. */
+void ps_kv_client_abandon(ps_kv_client *c);
 
 #endif

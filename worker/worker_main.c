@@ -137,11 +137,17 @@ typedef struct {
     uint32_t *order;
     ps_backend *be;
     ps_kv_client *kv;
+    int finished; /* every step done: say goodbye to the servers */
 } ps__worker;
 
 static void ps__worker_free(ps__worker *w)
 {
-    ps_kv_client_close(w->kv);
+    /* Only a worker that finished says goodbye; one that failed may be
+     * restarted, and the servers keep its place. */
+    if (w->finished)
+        ps_kv_client_close(w->kv);
+    else
+        ps_kv_client_abandon(w->kv);
     ps_backend_free(w->be);
     ps_dataset_free(&w->train);
     ps_dataset_free(&w->test);
@@ -164,7 +170,7 @@ static int ps__connect(ps__worker *w, const ps_kv_client_config *kc, uint64_t *s
 {
     int rc;
 
-    ps_kv_client_close(w->kv);
+    ps_kv_client_abandon(w->kv);
     w->kv = NULL;
     rc = ps_kv_client_init(&w->kv, kc);
     if (rc == 0)
@@ -411,6 +417,7 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
         goto out;
     if (o->dump_weights && (rc = ps__dump_weights(o->dump_weights, spec, w.be)) < 0)
         goto out;
+    w.finished = 1;
     {
         ps_kv_client_stats ks;
         double secs = ps__now() - t0;

@@ -110,6 +110,7 @@ static void server_up(void)
     cfg.staleness = 0;
     cfg.mode = "sync";
     cfg.max_payload = (size_t)1 << 20;
+    cfg.reject_nonfinite = 1;
 
     cr_assert_eq(uv_loop_init(&fx.loop), 0);
     cr_assert_eq(ps_kv_server_init(&fx.srv, &fx.loop, &cfg, on_done, NULL), 0);
@@ -601,7 +602,9 @@ Test(kv_server, second_worker_with_a_live_rank_is_refused, .timeout = 30)
     int fd;
 
     first = worker_connect(0);
-    /* The same configuration again: rank 0 is live, so the handshake fails. */
+    /* The same configuration again: rank 0 is live, so the handshake fails
+     * once the client has retried until its connect timeout (a reconnecting
+     * worker's old connection may just not have been seen closing yet). */
     second = worker_connect(-PS_EREJECTED);
 
     /* The reason names the rank that is taken. */
@@ -611,7 +614,7 @@ Test(kv_server, second_worker_with_a_live_rank_is_refused, .timeout = 30)
     raw_send_frame(fd, &h);
     raw_read_frame(fd, d, &f, "duplicate rank");
     cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__REJECT);
-    cr_assert_eq(f.hdr->status, -PS_EMISMATCH);
+    cr_assert_eq(f.hdr->status, -EADDRINUSE);
     cr_assert(f.hdr->reason && strstr(f.hdr->reason, "rank 0"), "reason: %s", f.hdr->reason);
     expect_closed(fd, "duplicate rank");
     ps_frame_decoder_free(d);
@@ -652,4 +655,51 @@ Test(kv_server, worker_of_another_world_is_refused, .timeout = 30)
      * ends the job. */
     server_down();
     cr_assert_eq(fx.done_calls, 1);
+}
+
+/* A gradient holding NaN or Inf is refused whole: the model is unchanged and
+ * finite, the worker is told its chunks were dropped, the step still
+ * completes (nobody waits for a usable push that will never come), and the
+ * next good push is applied as usual. */
+Test(kv_server, nonfinite_push_is_rejected_and_the_model_stays_finite, .timeout = 30)
+{
+    ps_kv_client *c = worker_connect(0);
+    model_bufs w, g, before, want;
+
+    bufs_alloc(&w);
+    bufs_alloc(&g);
+    bufs_alloc(&before);
+    bufs_alloc(&want);
+    pull_initial(c, &w);
+    for (int i = 0; i < fx.spec.n_tensors; i++)
+        memcpy(before.t[i], w.t[i], fx.spec.tensors[i].numel * sizeof(float));
+
+    fill_grad(&g, 0);
+    g.t[0][0] = NAN;
+    g.t[fx.spec.n_tensors - 1][0] = INFINITY;
+    cr_assert_eq(ps_kv_client_push(c, (const float *const *)g.t), 0);
+    cr_assert_eq(ps_kv_client_pull(c, 1, w.t), 0);
+    cr_assert_eq(ps_kv_client_wait(c), 0);
+    cr_assert_gt(ps__dropped(c), 0, "the rejected push was not reported as dropped");
+    for (int i = 0; i < fx.spec.n_tensors; i++)
+        cr_assert(memcmp(w.t[i], before.t[i], fx.spec.tensors[i].numel * sizeof(float)) == 0,
+                  "%s changed after a NaN push", fx.spec.tensors[i].name);
+
+    fill_grad(&g, 1);
+    for (int i = 0; i < fx.spec.n_tensors; i++)
+        for (size_t j = 0; j < fx.spec.tensors[i].numel; j++)
+            want.t[i][j] = w.t[i][j] - LR * g.t[i][j];
+    cr_assert_eq(ps_kv_client_push(c, (const float *const *)g.t), 0);
+    cr_assert_eq(ps_kv_client_pull(c, 2, w.t), 0);
+    cr_assert_eq(ps_kv_client_wait(c), 0);
+    check_weights(&w, &want, "after a good push following a NaN push");
+    for (int i = 0; i < fx.spec.n_tensors; i++)
+        for (size_t j = 0; j < fx.spec.tensors[i].numel; j++)
+            cr_assert(isfinite(w.t[i][j]));
+
+    ps_kv_client_close(c);
+    bufs_free(&w);
+    bufs_free(&g);
+    bufs_free(&before);
+    bufs_free(&want);
 }

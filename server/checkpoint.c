@@ -1,0 +1,349 @@
+/* Checkpoint files (see checkpoint.h). Writing streams through stdio while
+ * the CRC accumulates; reading loads the whole file, checks its size against
+ * what this shard needs, then the CRC, then the header, and only then copies. */
+#include "checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "crc32c.h"
+#include "ps_error.h"
+
+static const char ps__magic[8] = {'S', 'H', 'P', 'S', 'C', 'K', 'P', 'T'};
+
+#define PS__HEADER_BYTES       (8 + 4 * 4 + 5 * 8)
+#define PS__CHUNK_HEADER_BYTES (6 * 8)
+
+typedef struct {
+    FILE *f;
+    uint32_t crc;
+    int err;
+} ps__writer;
+
+static void ps__put(ps__writer *w, const void *p, size_t n)
+{
+    if (w->err || n == 0)
+        return;
+    w->crc = ps_crc32c(w->crc, p, n);
+    if (fwrite(p, 1, n, w->f) != n)
+        w->err = errno ? -errno : -EIO;
+}
+
+static void ps__put32(ps__writer *w, uint32_t v)
+{
+    ps__put(w, &v, sizeof(v));
+}
+
+static void ps__put64(ps__writer *w, uint64_t v)
+{
+    ps__put(w, &v, sizeof(v));
+}
+
+static void ps__file_name(char *buf, size_t len, const char *dir, uint32_t server, uint64_t clock)
+{
+    snprintf(buf, len, "%s/server-%" PRIu32 "-clock-%012" PRIu64 ".ckpt", dir, server, clock);
+}
+
+/* Checkpoint clocks of this server found in dir, newest first; the caller
+ * frees *out. Returns the count or a negative errno. */
+static int ps__list(const char *dir, uint32_t server, uint64_t **out)
+{
+    char prefix[48];
+    size_t plen;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    uint64_t *clocks = NULL;
+    int n = 0, cap = 0;
+
+    if (d == NULL)
+        return -errno;
+    plen = (size_t)snprintf(prefix, sizeof(prefix), "server-%" PRIu32 "-clock-", server);
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        uint64_t clock;
+        if (strncmp(e->d_name, prefix, plen) != 0)
+            continue;
+        clock = strtoull(e->d_name + plen, &end, 10);
+        if (end == e->d_name + plen || strcmp(end, ".ckpt") != 0)
+            continue;
+        if (n == cap) {
+            uint64_t *grown = realloc(clocks, (size_t)(cap = cap ? 2 * cap : 16) * sizeof(*clocks));
+            if (grown == NULL) {
+                free(clocks);
+                closedir(d);
+                return -ENOMEM;
+            }
+            clocks = grown;
+        }
+        clocks[n++] = clock;
+    }
+    closedir(d);
+    /* Newest first: insertion sort, the list is short. */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && clocks[j] > clocks[j - 1]; j--) {
+            uint64_t t = clocks[j];
+            clocks[j] = clocks[j - 1];
+            clocks[j - 1] = t;
+        }
+    *out = clocks;
+    return n;
+}
+
+static int ps__fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    int rc = 0;
+
+    if (fd < 0)
+        return -errno;
+    if (fsync(fd) < 0)
+        rc = -errno;
+    close(fd);
+    return rc;
+}
+
+int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *meta,
+                        const ps_shard *shard, const ps_checkpoint_clocks *clocks, char *path,
+                        size_t path_len)
+{
+    char final[4096], tmp[4200];
+    ps__writer w = {NULL, 0, 0};
+    uint64_t *old = NULL;
+    int n = ps_shard_chunk_count(shard), rc, n_old;
+
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return -errno;
+    ps__file_name(final, sizeof(final), dir, meta->server_index, meta->clock);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", final);
+    w.f = fopen(tmp, "wb");
+    if (w.f == NULL)
+        return -errno;
+    ps__put(&w, ps__magic, sizeof(ps__magic));
+    ps__put32(&w, PS_CHECKPOINT_FORMAT);
+    ps__put32(&w, meta->server_index);
+    ps__put32(&w, meta->num_servers);
+    ps__put32(&w, meta->optimizer);
+    ps__put64(&w, meta->fingerprint);
+    ps__put64(&w, meta->chunk_bytes);
+    ps__put64(&w, meta->clock);
+    ps__put64(&w, meta->total_steps);
+    ps__put64(&w, (uint64_t)n);
+    for (int i = 0; i < n; i++) {
+        const ps_chunk *c = ps_shard_chunk(shard, i);
+        size_t state_n = ps_shard_state_floats(shard, i);
+        ps__put64(&w, c->key);
+        ps__put64(&w, c->numel);
+        ps__put64(&w, state_n);
+        ps__put64(&w, clocks->clock[i]);
+        ps__put64(&w, clocks->newest[i]);
+        ps__put64(&w, ps_shard_updates(shard, i));
+        ps__put(&w, ps_shard_weights(shard, i), c->numel * sizeof(float));
+        ps__put(&w, ps_shard_state(shard, i), state_n * sizeof(float));
+    }
+    {
+        uint32_t crc = w.crc;
+        ps__put(&w, &crc, sizeof(crc));
+    }
+    rc = w.err;
+    if (rc == 0 && fflush(w.f) != 0)
+        rc = -errno;
+    if (rc == 0 && fsync(fileno(w.f)) < 0)
+        rc = -errno;
+    if (fclose(w.f) != 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && rename(tmp, final) < 0)
+        rc = -errno;
+    if (rc < 0)
+        goto fail;
+    rc = ps__fsync_dir(dir);
+    if (rc < 0)
+        return rc;
+    if (path)
+        snprintf(path, path_len, "%s", final);
+    n_old = ps__list(dir, meta->server_index, &old);
+    for (int i = keep > 0 ? keep : 1; i < n_old; i++) {
+        ps__file_name(final, sizeof(final), dir, meta->server_index, old[i]);
+        unlink(final);
+    }
+    free(old);
+    return 0;
+fail:
+    unlink(tmp);
+    return rc;
+}
+
+static void ps__append(char *err, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void ps__append(char *err, size_t len, const char *fmt, ...)
+{
+    size_t used = strlen(err);
+    va_list ap;
+
+    if (used + 1 >= len)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err + used, len - used, fmt, ap);
+    va_end(ap);
+}
+
+static uint32_t ps__get32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+static uint64_t ps__get64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+/* Bytes a checkpoint of this shard must have, exactly. */
+static size_t ps__expected_size(const ps_shard *shard)
+{
+    size_t bytes = PS__HEADER_BYTES + sizeof(uint32_t);
+
+    for (int i = 0; i < ps_shard_chunk_count(shard); i++)
+        bytes +=
+            PS__CHUNK_HEADER_BYTES +
+            (ps_shard_chunk(shard, i)->numel + ps_shard_state_floats(shard, i)) * sizeof(float);
+    return bytes;
+}
+
+/* Reads and checks one file completely; copies into the shard only when every
+ * check has passed. Returns 0 or a negative code with the reason in why. */
+static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_shard *shard,
+                        ps_checkpoint_clocks *clocks, char *why, size_t why_len)
+{
+    size_t want = ps__expected_size(shard), got;
+    int n = ps_shard_chunk_count(shard), rc = -PS_EFORMAT;
+    uint8_t *buf = NULL, *p;
+    struct stat st;
+    FILE *f = fopen(file, "rb");
+
+    if (f == NULL) {
+        snprintf(why, why_len, "cannot open: %s", strerror(errno));
+        return -errno;
+    }
+    if (fstat(fileno(f), &st) < 0 || (size_t)st.st_size != want) {
+        snprintf(why, why_len,
+                 "%lld bytes, a checkpoint of this shard has %zu (truncated or "
+                 "another model)",
+                 (long long)st.st_size, want);
+        goto out;
+    }
+    buf = malloc(want);
+    if (buf == NULL) {
+        rc = -ENOMEM;
+        snprintf(why, why_len, "no memory for %zu bytes", want);
+        goto out;
+    }
+    got = fread(buf, 1, want, f);
+    if (got != want) {
+        snprintf(why, why_len, "short read (%zu of %zu bytes)", got, want);
+        goto out;
+    }
+    if (memcmp(buf, ps__magic, sizeof(ps__magic)) != 0) {
+        snprintf(why, why_len, "not a shardps checkpoint (bad magic)");
+        goto out;
+    }
+    if (ps__get32(buf + 8) != PS_CHECKPOINT_FORMAT) {
+        snprintf(why, why_len, "format version %" PRIu32 ", this build reads %d",
+                 ps__get32(buf + 8), PS_CHECKPOINT_FORMAT);
+        goto out;
+    }
+    if (ps_crc32c(0, buf, want - 4) != ps__get32(buf + want - 4)) {
+        snprintf(why, why_len, "checksum mismatch (the file is corrupt)");
+        goto out;
+    }
+    rc = -PS_EMISMATCH;
+    if (ps__get32(buf + 12) != meta->server_index || ps__get32(buf + 16) != meta->num_servers) {
+        snprintf(why, why_len,
+                 "belongs to server %" PRIu32 " of %" PRIu32 ", this is %" PRIu32 " of %" PRIu32,
+                 ps__get32(buf + 12), ps__get32(buf + 16), meta->server_index, meta->num_servers);
+        goto out;
+    }
+    if (ps__get32(buf + 20) != meta->optimizer) {
+        snprintf(why, why_len, "saved with another optimizer; restore with the same --optimizer");
+        goto out;
+    }
+    if (ps__get64(buf + 24) != meta->fingerprint || ps__get64(buf + 32) != meta->chunk_bytes ||
+        ps__get64(buf + 56) != (uint64_t)n) {
+        snprintf(why, why_len,
+                 "saved for another model or chunk size; restore with the same "
+                 "--hidden, --seed and --chunk-bytes");
+        goto out;
+    }
+    p = buf + PS__HEADER_BYTES;
+    for (int i = 0; i < n; i++, p += PS__CHUNK_HEADER_BYTES) {
+        const ps_chunk *c = ps_shard_chunk(shard, i);
+        if (ps__get64(p) != c->key || ps__get64(p + 8) != c->numel ||
+            ps__get64(p + 16) != ps_shard_state_floats(shard, i)) {
+            snprintf(why, why_len, "chunk %d does not match this shard's layout", i);
+            goto out;
+        }
+        p += (c->numel + ps_shard_state_floats(shard, i)) * sizeof(float);
+    }
+    /* Every check passed: only now touch the shard. */
+    meta->clock = ps__get64(buf + 40);
+    if (ps__get64(buf + 48) > meta->total_steps)
+        meta->total_steps = ps__get64(buf + 48);
+    p = buf + PS__HEADER_BYTES;
+    for (int i = 0; i < n; i++) {
+        const ps_chunk *c = ps_shard_chunk(shard, i);
+        size_t state_n = ps_shard_state_floats(shard, i);
+        clocks->clock[i] = ps__get64(p + 24);
+        clocks->newest[i] = ps__get64(p + 32);
+        ps_shard_set_updates(shard, i, ps__get64(p + 40));
+        p += PS__CHUNK_HEADER_BYTES;
+        memcpy(ps_shard_weights_mut(shard, i), p, c->numel * sizeof(float));
+        p += c->numel * sizeof(float);
+        if (state_n)
+            memcpy(ps_shard_state_mut(shard, i), p, state_n * sizeof(float));
+        p += state_n * sizeof(float);
+    }
+    rc = 0;
+out:
+    free(buf);
+    fclose(f);
+    return rc;
+}
+
+int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_meta *meta,
+                          ps_shard *shard, ps_checkpoint_clocks *clocks, char *path,
+                          size_t path_len, char *err, size_t err_len)
+{
+    uint64_t *found = NULL;
+    int n = ps__list(dir, meta->server_index, &found), rc = -ENOENT;
+
+    err[0] = '\0';
+    if (n < 0) {
+        ps__append(err, err_len, "%s: %s; ", dir, strerror(-n));
+        return n;
+    }
+    for (int i = 0; i < n; i++) {
+        char file[4096], why[256];
+        if (found[i] > max_clock)
+            continue;
+        ps__file_name(file, sizeof(file), dir, meta->server_index, found[i]);
+        rc = ps__load_one(file, meta, shard, clocks, why, sizeof(why));
+        if (rc == 0) {
+            snprintf(path, path_len, "%s", file);
+            break;
+        }
+        ps__append(err, err_len, "%s: %s; ", file, why);
+    }
+    free(found);
+    return n == 0 ? -ENOENT : rc;
+}

@@ -1,0 +1,58 @@
+/* Server checkpoints: one file per server and clock, holding that server's
+ * chunks (weights, optimizer state, clocks) and what they belong to.
+ *
+ * Format (all little-endian): magic "SHPSCKPT", u32 format version, a fixed
+ * header (server index and count, optimizer, model fingerprint, chunk size,
+ * clock, planned steps, chunk count), then per chunk its key, sizes, clocks,
+ * update count, weights and state, and last a CRC32C of every byte before it.
+ * A file is written beside its final name, fsynced, renamed into place, and
+ * the directory fsynced, so a crash leaves either the old set or the new one.
+ * On load, the size, checksum and header are all verified before anything is
+ * copied into the shard; a bad file is refused by name with the reason, and
+ * the next older one is tried. */
+#ifndef PS_CHECKPOINT_H
+#define PS_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shard.h"
+
+#define PS_CHECKPOINT_FORMAT 1
+
+/* Identity and position of a checkpoint; a plain value. */
+typedef struct {
+    uint32_t server_index, num_servers;
+    uint32_t optimizer;   /* ps_optimizer_kind */
+    uint64_t fingerprint; /* model spec */
+    uint64_t chunk_bytes;
+    uint64_t clock; /* steps applied (sync) or newest step (async) */
+    uint64_t total_steps;
+} ps_checkpoint_meta;
+
+/* Per local chunk clocks saved with the weights; arrays of the shard's chunk
+ * count, owned by the caller. */
+typedef struct {
+    uint64_t *clock;  /* sync: step being accumulated */
+    uint64_t *newest; /* 1 + newest step applied */
+} ps_checkpoint_clocks;
+
+/* Writes the shard's state to dir and removes all but the newest keep files
+ * of this server. Writes the file's path into path (may be NULL). Returns 0 or
+ * a negative errno; on failure the previous checkpoints are untouched. */
+int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *meta,
+                        const ps_shard *shard, const ps_checkpoint_clocks *clocks, char *path,
+                        size_t path_len);
+
+/* Restores the newest valid checkpoint of server meta->server_index whose
+ * clock is at most max_clock from dir into shard and clocks, and writes its
+ * clock into meta->clock. Files that are
+ * truncated, corrupt, or belong to another model, partition or optimizer are
+ * refused: each refusal is appended to err as "FILE: reason; ". Returns 0,
+ * -ENOENT when no checkpoint of this server exists, or -PS_EFORMAT /
+ * -PS_EMISMATCH when none of them is usable. */
+int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_meta *meta,
+                          ps_shard *shard, ps_checkpoint_clocks *clocks, char *path,
+                          size_t path_len, char *err, size_t err_len);
+
+#endif
