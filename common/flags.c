@@ -554,14 +554,14 @@ ps_flag_origin ps_flags_origin(const ps_flags_ctx *ctx, const char *name)
     return i >= 0 && ctx->origin ? ctx->origin[i] : PS_FLAG_FROM_DEFAULT;
 }
 
-int ps_flags_set_derived(ps_flags_ctx *ctx, const char *name, const char *why)
+int ps_flags_set_derived(ps_flags_ctx *ctx, const char *name, const char *source)
 {
     int i = ps__find(ctx, name);
     char *copy;
 
     if (i < 0)
         return -ENOENT;
-    copy = strdup(why);
+    copy = strdup(source);
     if (copy == NULL)
         return -ENOMEM;
     free(ctx->notes[i]);
@@ -608,7 +608,7 @@ const char *ps_flags_describe_origin(const ps_flags_ctx *ctx, const char *name, 
         snprintf(buf, len, "the command line");
         break;
     case PS_FLAG_FROM_DERIVED:
-        snprintf(buf, len, "derived %s", ctx->notes[i] ? ctx->notes[i] : "");
+        snprintf(buf, len, "%s", ctx->notes[i] ? ctx->notes[i] : "other settings");
         break;
     }
     return buf;
@@ -626,7 +626,8 @@ void ps_flags_print_config(const ps_flags_ctx *ctx, FILE *out)
 
         if (strcmp(f->name, "print-config") == 0)
             continue;
-        fprintf(out, "%-20s = %-24s # %s\n", f->name, ps__value_text(f, buf, sizeof(buf)),
+        fprintf(out, "%-20s = %-24s # %s%s\n", f->name, ps__value_text(f, buf, sizeof(buf)),
+                ctx->origin[i] == PS_FLAG_FROM_DERIVED ? "derived from " : "",
                 ps_flags_describe_origin(ctx, f->name, from, sizeof(from)));
     }
 }

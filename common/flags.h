@@ -85,13 +85,15 @@ void ps_flags_release(ps_flags_ctx *ctx);
 
 /* Where the option called name got its value (DEFAULT for an unknown name). */
 ps_flag_origin ps_flags_origin(const ps_flags_ctx *ctx, const char *name);
-/* Records that the program set option name from other settings; why ("from
- * servers[1]") is copied and shown by --print-config. Returns 0, -ENOENT for
- * an unknown name, or -ENOMEM. */
-int ps_flags_set_derived(ps_flags_ctx *ctx, const char *name, const char *why);
-/* Where option name's value came from, for messages that must say which
- * setting is wrong: "cluster.ini:4", "SHARDPS_WORKERS", "--workers",
- * "the default", or "derived from ...". Writes into buf and returns it. */
+/* Records that the program set option name from other settings; source
+ * names them ("servers[1] (cluster.ini:2)"), is copied, and is shown by
+ * --print-config as "derived from <source>". Returns 0, -ENOENT for an
+ * unknown name, or -ENOMEM. */
+int ps_flags_set_derived(ps_flags_ctx *ctx, const char *name, const char *source);
+/* Where option name's value came from, as a phrase that reads after "from",
+ * for messages that must say which setting is wrong: "cluster.ini:4",
+ * "SHARDPS_WORKERS", "the command line", "the default", or a derived value's
+ * source. Writes into buf and returns it. */
 const char *ps_flags_describe_origin(const ps_flags_ctx *ctx, const char *name, char *buf,
                                      size_t len);
 /* Prints every option as "name = value  # origin", one per line. */

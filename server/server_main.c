@@ -113,11 +113,11 @@ static int ps__apply_servers(ps_flags_ctx *ctx, const char *servers, int index, 
         return -PS_EUSAGE;
     }
     *num_servers = n;
-    snprintf(why, sizeof(why), "from the %d entries of servers (%s)", n, from);
+    snprintf(why, sizeof(why), "the length of servers (%s)", from);
     ps_flags_set_derived(ctx, "num-servers", why);
     if (ps_flags_origin(ctx, "listen") == PS_FLAG_FROM_DEFAULT) {
         *listen = own;
-        snprintf(why, sizeof(why), "from servers[%d] (%s)", index, from);
+        snprintf(why, sizeof(why), "servers[%d] (%s)", index, from);
         ps_flags_set_derived(ctx, "listen", why);
     } else if ((colon = strrchr(*listen, ':')) != NULL && strrchr(own, ':') != NULL &&
                strcmp(colon, strrchr(own, ':')) != 0 && strcmp(colon, ":0") != 0) {

@@ -176,7 +176,7 @@ Test(flags, print_config_names_each_origin, .init = defaults)
 
     write_file(shared_file);
     cr_assert_eq(load(&ctx, 0, args), 0, "%s", err);
-    cr_assert_eq(ps_flags_set_derived(&ctx, "workers", "from nothing"), 0);
+    cr_assert_eq(ps_flags_set_derived(&ctx, "workers", "nothing"), 0);
     cr_assert_eq(ps_flags_set_derived(&ctx, "nope", "x"), -ENOENT);
     ps_flags_print_config(&ctx, f);
     rewind(f);
