@@ -12,6 +12,8 @@ pkgs=(
   dataset-fashion-mnist iproute2 procps
   # the servers' /metrics endpoint, experiment plots, JSON checks in tests
   libmicrohttpd-dev gnuplot-nox jq
+  # checking the deploy files without Docker or Kubernetes (it_deploy_files)
+  docker-compose yamllint
 )
 
 missing=()
