@@ -165,6 +165,22 @@ static int ps__is_connection_loss(int rc)
            rc != -EINVAL && rc != -PS_ETIMEOUT;
 }
 
+/* A server refused us and logged what it runs; log what we run and where
+ * each value came from, so the reader sees which side to fix. */
+static void ps__log_own_side(const ps_flags_ctx *ctx, const ps__worker_opts *o, int n_servers)
+{
+    char from[5][256];
+
+    ps_error("this worker has --hidden %s (from %s), --seed %d (from %s), --workers %d (from "
+             "%s), %d server%s (from %s) and --chunk-bytes %.0f (from %s)",
+             o->hidden, ps_flags_describe_origin(ctx, "hidden", from[0], sizeof(from[0])),
+             o->seed, ps_flags_describe_origin(ctx, "seed", from[1], sizeof(from[1])),
+             o->workers, ps_flags_describe_origin(ctx, "workers", from[2], sizeof(from[2])),
+             n_servers, n_servers == 1 ? "" : "s",
+             ps_flags_describe_origin(ctx, "servers", from[3], sizeof(from[3])), o->chunk_bytes,
+             ps_flags_describe_origin(ctx, "chunk-bytes", from[4], sizeof(from[4])));
+}
+
 /* (Re)creates the client and joins the job; writes the clock to start at. */
 static int ps__connect(ps__worker *w, const ps_kv_client_config *kc, uint64_t *start)
 {
@@ -580,6 +596,8 @@ int main(int argc, char **argv)
         return 2;
     }
     rc = ps__train(&o, &spec, servers, n_servers);
+    if (rc == -PS_EREJECTED)
+        ps__log_own_side(&ctx, &o, n_servers);
     free(server_text);
     return rc < 0 ? 1 : 0;
 }

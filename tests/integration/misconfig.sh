@@ -3,7 +3,8 @@
 # A server reads its cluster file; workers get files with one mistake each:
 # a port where nobody listens, the wrong worker count, another model. Each
 # worker must exit non-zero well within its bound with a message naming the
-# problem (a rejected worker at once, not after its connect timeout), the
+# problem (a rejected worker at once, not after its connect timeout, and
+# stating its own settings and their sources beside the server's), the
 # server must log each refusal and still stop cleanly on SIGTERM. Mistakes
 # caught before any connection (a server index missing from the file, a rank
 # out of range, a misspelt key) exit 2 with one line naming the source.
@@ -63,6 +64,13 @@ expect_worker_fails wrong_workers 15 "this server expects 2 workers" --connect-t
 worker_file wrong_model "127.0.0.1:$port" 2 64
 expect_worker_fails wrong_model 15 "model mismatch: this server trains an MLP 784-32-10" \
     --connect-timeout 30
+
+# A refused worker also says what it runs and where each value came from,
+# so the reader can tell which side to fix.
+grep -q -- "this worker has .*--workers 3 (from $TMP/wrong_workers.ini:3)" "$TMP/wrong_workers.err" ||
+    { cat "$TMP/wrong_workers.err" >&2; fail "wrong_workers: the worker did not state its own side"; }
+grep -q -- "this worker has --hidden 64 (from $TMP/wrong_model.ini:5)" "$TMP/wrong_model.err" ||
+    { cat "$TMP/wrong_model.err" >&2; fail "wrong_model: the worker did not state its own side"; }
 
 # The server logged every refusal, and is still serving.
 for want in "expects 2 workers" "model mismatch"; do
