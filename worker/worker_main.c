@@ -173,10 +173,10 @@ static void ps__log_own_side(const ps_flags_ctx *ctx, const ps__worker_opts *o, 
 
     ps_error("this worker has --hidden %s (from %s), --seed %d (from %s), --workers %d (from "
              "%s), %d server%s (from %s) and --chunk-bytes %.0f (from %s)",
-             o->hidden, ps_flags_describe_origin(ctx, "hidden", from[0], sizeof(from[0])),
-             o->seed, ps_flags_describe_origin(ctx, "seed", from[1], sizeof(from[1])),
-             o->workers, ps_flags_describe_origin(ctx, "workers", from[2], sizeof(from[2])),
-             n_servers, n_servers == 1 ? "" : "s",
+             o->hidden, ps_flags_describe_origin(ctx, "hidden", from[0], sizeof(from[0])), o->seed,
+             ps_flags_describe_origin(ctx, "seed", from[1], sizeof(from[1])), o->workers,
+             ps_flags_describe_origin(ctx, "workers", from[2], sizeof(from[2])), n_servers,
+             n_servers == 1 ? "" : "s",
              ps_flags_describe_origin(ctx, "servers", from[3], sizeof(from[3])), o->chunk_bytes,
              ps_flags_describe_origin(ctx, "chunk-bytes", from[4], sizeof(from[4])));
 }
