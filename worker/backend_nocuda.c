@@ -12,6 +12,6 @@ int ps__backend_cuda_init(ps_backend **out, const ps_model_spec *spec, const ps_
     (void)spec;
     (void)cfg;
     *out = NULL;
-    snprintf(why, why_len, "this shardps was built without CUDA (no CUDA toolkit at build time)");
+    snprintf(why, why_len, "this shardps was built without CUDA (no CUDA toolkit, or PS_CUDA=OFF)");
     return -ENODEV;
 }

@@ -108,6 +108,7 @@ Test(backend, refuses_bad_sizes)
 {
     ps_backend_config cfg = {PS_DEVICE_CPU, 0, 0, 0};
     ps_model_spec spec;
+    /* Any non-NULL value, to see a failed init clear it. */
     ps_backend *b = (ps_backend *)&cfg;
     float x[13 * (MAX_BATCH + 1)] = {0}, loss;
     uint8_t y[MAX_BATCH + 1] = {0};
@@ -132,6 +133,7 @@ Test(backend, cuda_agrees_with_auto)
 {
     ps_backend_config cfg = {PS_DEVICE_CUDA, MAX_BATCH, 0, 0};
     ps_model_spec spec;
+    /* b starts non-NULL, to see a refused init clear it. */
     ps_backend *autob, *b = (ps_backend *)&cfg;
     int rc;
 
