@@ -10,6 +10,8 @@ pkgs=(
   libuv1-dev libprotobuf-c-dev protobuf-c-compiler
   libcriterion-dev libopenblas-dev zlib1g-dev libinih-dev
   dataset-fashion-mnist iproute2 procps
+  # --auth-token-file: HMAC challenge-response
+  libsodium-dev
   # the servers' /metrics endpoint, experiment plots, JSON checks in tests
   libmicrohttpd-dev gnuplot-nox jq
   # checking the deploy files without Docker or Kubernetes (it_deploy_files)

@@ -81,6 +81,7 @@ struct ps__cluster {
     const char *bin_dir, *mode, *hidden, *data_dir, *dump_weights, *optimizer, *lr_schedule;
     int epochs, batch, seed, staleness, steps, progress_every, json, threads, quorum;
     int warmup_steps, damping, checkpoint_every, restore, restore_clock;
+    const char *auth_token_file;
     const char *checkpoint_dir;
     double lr, momentum, chunk_bytes, heartbeat_timeout, clip_norm;
 };
@@ -452,6 +453,8 @@ static int ps__common_args(ps__cluster *cl, char **args, char (*vals)[4096], int
     PS__ARG("--hidden", "%s", cl->hidden);
     PS__ARG("--seed", "%d", cl->seed);
     PS__ARG("--chunk-bytes", "%.0f", cl->chunk_bytes);
+    if (cl->auth_token_file)
+        PS__ARG("--auth-token-file", "%s", cl->auth_token_file);
     *vi = v;
     return n;
 }
@@ -682,6 +685,8 @@ int main(int argc, char **argv)
          "rank 0 writes the final weights here", 0, 0, NULL},
         {"kill-worker", PS_FLAG_STRING, &kill_worker, "RANK@STEP",
          "SIGKILL that worker once it reports that step (fault drills)", 0, 0, NULL},
+        {"auth-token-file", PS_FLAG_STRING, &cl.auth_token_file, "FILE",
+         "servers and workers authenticate each other with this shared secret", 0, 0, NULL},
         {"bin-dir", PS_FLAG_STRING, &cl.bin_dir, "DIR",
          "where shardps-server and shardps-worker are (default: beside this program)", 0, 0, NULL},
     };

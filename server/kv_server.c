@@ -22,7 +22,12 @@
 /* Queued reply bytes past which a peer's requests are no longer read. */
 #define PS__MAX_WRITE_QUEUE ((size_t)256 << 20)
 
-typedef enum { PS__PEER_HANDSHAKE, PS__PEER_WORKER, PS__PEER_GONE } ps__peer_state;
+typedef enum {
+    PS__PEER_HANDSHAKE, /* waiting for HELLO */
+    PS__PEER_AUTH,      /* challenged; waiting for AUTH_RESPONSE */
+    PS__PEER_WORKER,
+    PS__PEER_GONE,
+} ps__peer_state;
 
 typedef struct ps__peer {
     struct ps__peer *next, *prev; /* every connection, for stop */
@@ -39,6 +44,10 @@ typedef struct ps__peer {
     uint64_t n_pushes, n_pulls, bytes_in, bytes_out;
     uint64_t last_seen; /* loop time (ms) of its last frame */
     char name[96];      /* "worker 1 (127.0.0.1:40000)" for logs */
+    /* Authentication in progress: the HELLO waits here until it is proven. */
+    Shardps__Hello hello;
+    uint64_t hello_id;
+    uint8_t client_nonce[PS_AUTH_NONCE_BYTES], server_nonce[PS_AUTH_NONCE_BYTES];
 } ps__peer;
 
 typedef struct ps__pull {
@@ -125,7 +134,8 @@ static void ps__peer_fail(ps__peer *p, int err, const char *fmt, ...)
     va_end(ap);
     ps_warn("closing %s: %s", p->name, reason);
     p->srv->n_refused++;
-    h.type = p->state == PS__PEER_HANDSHAKE ? SHARDPS__MSG_TYPE__REJECT : SHARDPS__MSG_TYPE__ERROR;
+    h.type = p->state == PS__PEER_HANDSHAKE || p->state == PS__PEER_AUTH ? SHARDPS__MSG_TYPE__REJECT
+                                                                         : SHARDPS__MSG_TYPE__ERROR;
     h.status = err;
     h.reason = reason;
     if (ps_conn_send(p->conn, &h, NULL, 0, ps__on_error_sent, NULL) < 0)
@@ -741,22 +751,21 @@ static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *h
     return 0;
 }
 
-static void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f)
+/* Admits a worker whose HELLO has passed authentication (if any): model and
+ * cluster checks, then WELCOME. */
+static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
+                      uint64_t request_id)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
     Shardps__Welcome w = SHARDPS__WELCOME__INIT;
     uint64_t floor;
     int rc;
 
-    if (f->hdr->type != SHARDPS__MSG_TYPE__HELLO) {
-        ps__peer_fail(p, -PS_EPROTO, "expected HELLO, got message type %d", f->hdr->type);
+    if (ps__check_hello(s, p, hello) < 0)
         return;
-    }
-    if (ps__check_hello(s, p, f->hdr->hello) < 0)
-        return;
-    p->rank = f->hdr->hello->rank;
-    if (f->hdr->hello->total_steps > s->total_steps)
-        s->total_steps = f->hdr->hello->total_steps;
+    p->rank = hello->rank;
+    if (hello->total_steps > s->total_steps)
+        s->total_steps = hello->total_steps;
     /* A joining worker starts where the job is: the steps applied (sync), or
      * the clock every live worker has reached; a push of it for a chunk
      * already past that clock is dropped as late. */
@@ -782,7 +791,7 @@ static void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     snprintf(p->name, sizeof(p->name), "worker %u (%s)", p->rank, ps_conn_peer(p->conn));
 
     h.type = SHARDPS__MSG_TYPE__WELCOME;
-    h.request_id = f->hdr->request_id;
+    h.request_id = request_id;
     w.clock = p->clock;
     w.mode = (char *)s->cfg.mode;
     w.staleness = s->cfg.staleness;
@@ -805,6 +814,65 @@ static void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f)
         ps_info("%s joined at clock %" PRIu64 "; %d live", p->name, p->clock, s->live);
     }
     ps__release_pulls(s);
+}
+
+/* First frame: a HELLO. Without authentication it is judged at once; with
+ * it, the server proves itself and waits for the worker's proof before
+ * looking at anything else the HELLO says. */
+static void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f)
+{
+    const Shardps__Hello *hello = f->hdr->hello;
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    uint8_t mac[PS_AUTH_MAC_BYTES];
+    int rc;
+
+    if (f->hdr->type != SHARDPS__MSG_TYPE__HELLO || hello == NULL) {
+        ps__peer_fail(p, -PS_EPROTO, "expected HELLO, got message type %d", f->hdr->type);
+        return;
+    }
+    if (!s->cfg.auth) {
+        ps__admit(s, p, hello, f->hdr->request_id);
+        return;
+    }
+    if (hello->client_nonce.len != PS_AUTH_NONCE_BYTES) {
+        ps__peer_fail(p, -PS_EREJECTED,
+                      "this server requires authentication; start the worker with "
+                      "--auth-token-file");
+        return;
+    }
+    p->hello = *hello;
+    p->hello.client_nonce.len = 0;
+    p->hello.client_nonce.data = NULL;
+    p->hello_id = f->hdr->request_id;
+    memcpy(p->client_nonce, hello->client_nonce.data, PS_AUTH_NONCE_BYTES);
+    ps_auth_nonce(p->server_nonce);
+    ps_auth_mac(s->cfg.auth_key, "server", p->client_nonce, p->server_nonce, mac);
+    h.type = SHARDPS__MSG_TYPE__AUTH_CHALLENGE;
+    h.request_id = f->hdr->request_id;
+    h.auth_nonce.len = PS_AUTH_NONCE_BYTES;
+    h.auth_nonce.data = p->server_nonce;
+    h.auth_mac.len = PS_AUTH_MAC_BYTES;
+    h.auth_mac.data = mac;
+    p->state = PS__PEER_AUTH;
+    rc = ps_conn_send(p->conn, &h, NULL, 0, NULL, NULL);
+    if (rc < 0)
+        ps_conn_close(p->conn, rc);
+}
+
+static void ps__handle_auth(ps_kv_server *s, ps__peer *p, const ps_frame *f)
+{
+    const Shardps__Header *h = f->hdr;
+
+    if (h->type != SHARDPS__MSG_TYPE__AUTH_RESPONSE ||
+        !ps_auth_check(s->cfg.auth_key, "worker", p->server_nonce, p->client_nonce,
+                       h->auth_mac.data, h->auth_mac.len)) {
+        /* Deliberately vague to the peer; the log says who failed. */
+        ps_warn("authentication failed for %s", p->name);
+        ps__peer_fail(p, -PS_EREJECTED, "authentication failed");
+        return;
+    }
+    p->state = PS__PEER_HANDSHAKE;
+    ps__admit(s, p, &p->hello, p->hello_id);
 }
 
 /* Takes a worker out of every barrier: its pending pulls are dropped, its
@@ -866,6 +934,10 @@ static void ps__on_frame(ps_conn *c, const ps_frame *f)
     p->last_seen = uv_now(s->loop);
     if (p->state == PS__PEER_HANDSHAKE) {
         ps__handle_hello(s, p, f);
+        return;
+    }
+    if (p->state == PS__PEER_AUTH) {
+        ps__handle_auth(s, p, f);
         return;
     }
     switch (f->hdr->type) {

@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "auth.h"
 #include "lr_schedule.h"
 #include "model_spec.h"
 #include "optimizer.h"
@@ -51,6 +52,8 @@ typedef struct {
     uint32_t checkpoint_every;     /* steps between checkpoints; 0 = not by steps */
     double checkpoint_seconds;     /* seconds between checkpoints; 0 = not by time */
     int keep_checkpoints;          /* newest files kept per server */
+    int auth;                      /* peers must prove they hold the token behind auth_key */
+    uint8_t auth_key[PS_AUTH_KEY_BYTES];
 } ps_kv_server_config;
 
 /* What the server has seen so far; a plain snapshot. */

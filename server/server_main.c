@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "auth.h"
 #include "flags.h"
 #include "kv_server.h"
 #include "metrics_http.h"
@@ -151,7 +152,7 @@ int main(int argc, char **argv)
     int warmup_steps = 0, total_steps = 0, lr_step_size = 0;
     int checkpoint_every = 0, keep_checkpoints = 3, restore = 0, reject_nonfinite = 1;
     double checkpoint_seconds = 0, restore_clock = -1;
-    const char *checkpoint_dir = NULL;
+    const char *checkpoint_dir = NULL, *auth_token_file = NULL;
     double heartbeat_timeout = 10, lr_gamma = 0.1, min_lr = 0;
     const char *lr_schedule = "cosine";
     double lr = 0.001, momentum = 0.9, weight_decay = 0, chunk_bytes = PS_DEFAULT_CHUNK_BYTES;
@@ -235,6 +236,9 @@ int main(int argc, char **argv)
          "append a JSON line of this server's figures every --metrics-interval", 0, 0, NULL},
         {"metrics-interval", PS_FLAG_DOUBLE, &metrics_interval, "SECONDS",
          "seconds between --metrics-file lines", 0.01, 86400, NULL},
+        {"auth-token-file", PS_FLAG_STRING, &auth_token_file, "FILE",
+         "workers must prove they hold this shared secret (and this server proves it too)", 0, 0,
+         NULL},
         {"linger", PS_FLAG_BOOL, &linger, NULL, "keep serving after every worker has finished", 0,
          0, NULL},
         {"print-config", PS_FLAG_BOOL, &print_config, NULL,
@@ -346,6 +350,17 @@ int main(int argc, char **argv)
     memset(&app, 0, sizeof(app));
     app.linger = linger;
     uv_loop_init(&app.loop);
+    if (auth_token_file) {
+        char err[512];
+        int loose = 0;
+        if (ps_auth_load_key(auth_token_file, cfg.auth_key, &loose, err, sizeof(err)) < 0) {
+            fprintf(stderr, "shardps-server: %s\n", err);
+            return 2;
+        }
+        cfg.auth = 1;
+        if (loose)
+            ps_warn("%s is readable by other users; chmod 600 it", auth_token_file);
+    }
     rc = ps_kv_server_init(&app.srv, &app.loop, &cfg, ps__on_done, &app);
     if (rc < 0) {
         ps_error("cannot set up the shard: %s", ps_strerror(rc));
@@ -381,9 +396,9 @@ int main(int argc, char **argv)
         else
             ps_info("listening on %s (%s, resolved once at start-up) for %d worker%s", bound,
                     listen, workers, workers == 1 ? "" : "s");
-        if (strncmp(bound, "127.", 4) != 0 && strncmp(bound, "[::1]", 5) != 0)
+        if (!cfg.auth && strncmp(bound, "127.", 4) != 0 && strncmp(bound, "[::1]", 5) != 0)
             ps_warn("listening beyond loopback without authentication: anyone who can reach "
-                    "%s can read and change the model",
+                    "%s can read and change the model; use --auth-token-file",
                     bound);
     }
     /* Before the port is reported, so whoever reads it can scrape at once. */

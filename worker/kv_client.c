@@ -8,6 +8,7 @@
 #include <string.h>
 #include <uv.h>
 
+#include "auth.h"
 #include "frame.h"
 #include "partition.h"
 #include "ps_error.h"
@@ -31,6 +32,8 @@ typedef struct {
     uint64_t retry_ms;
     uv_timer_t retry;
     int retrying; /* this connection was refused for now; a new one is coming */
+    uint8_t client_nonce[PS_AUTH_NONCE_BYTES];
+    int server_proved; /* the server showed it holds the auth token */
     /* This server's keys in key order, their chunks, and scratch iovecs. */
     int n_keys;
     uint64_t *keys;
@@ -56,6 +59,8 @@ struct ps_kv_client {
     int connecting;
     uv_timer_t heartbeat;
     int sync_mode; /* the servers average pushes per step (staleness 0) */
+    int auth;
+    uint8_t auth_key[PS_AUTH_KEY_BYTES];
     ps_kv_client_stats stats;
 };
 
@@ -65,9 +70,53 @@ static void ps__fail(ps_kv_client *c, int err)
         c->error = err;
 }
 
+/* The server proves it holds the token; we answer with our own proof. */
+static void ps__handle_challenge(ps__server *sv, const ps_frame *f)
+{
+    ps_kv_client *c = sv->cl;
+    const Shardps__Header *h = f->hdr;
+    Shardps__Header r = SHARDPS__HEADER__INIT;
+    uint8_t mac[PS_AUTH_MAC_BYTES];
+    int rc;
+
+    if (!c->auth) {
+        ps_error("server %d (%s) requires authentication; start the worker with "
+                 "--auth-token-file",
+                 sv->index, sv->addr_text);
+        ps__fail(c, -PS_EREJECTED);
+        return;
+    }
+    if (h->auth_nonce.len != PS_AUTH_NONCE_BYTES ||
+        !ps_auth_check(c->auth_key, "server", sv->client_nonce, h->auth_nonce.data,
+                       h->auth_mac.data, h->auth_mac.len)) {
+        ps_error("server %d (%s) could not prove it holds our auth token; refusing it (a "
+                 "different token, or not this job's server)",
+                 sv->index, sv->addr_text);
+        ps__fail(c, -PS_EREJECTED);
+        return;
+    }
+    sv->server_proved = 1;
+    ps_auth_mac(c->auth_key, "worker", h->auth_nonce.data, sv->client_nonce, mac);
+    r.type = SHARDPS__MSG_TYPE__AUTH_RESPONSE;
+    r.request_id = h->request_id;
+    r.auth_mac.len = PS_AUTH_MAC_BYTES;
+    r.auth_mac.data = mac;
+    rc = ps_conn_send(sv->conn, &r, NULL, 0, NULL, NULL);
+    if (rc < 0)
+        ps__fail(c, rc);
+}
+
 static void ps__handle_welcome(ps__server *sv, const ps_frame *f)
 {
     const Shardps__Welcome *w = f->hdr->welcome;
+
+    if (sv->cl->auth && !sv->server_proved) {
+        ps_error("server %d (%s) does not authenticate; refusing to train against it (start it "
+                 "with --auth-token-file)",
+                 sv->index, sv->addr_text);
+        ps__fail(sv->cl, -PS_EREJECTED);
+        return;
+    }
 
     if (w == NULL) {
         ps_error("server %d (%s) sent WELCOME without details", sv->index, sv->addr_text);
@@ -142,6 +191,9 @@ static void ps__on_frame(ps_conn *conn, const ps_frame *f)
     switch (h->type) {
     case SHARDPS__MSG_TYPE__WELCOME:
         ps__handle_welcome(sv, f);
+        break;
+    case SHARDPS__MSG_TYPE__AUTH_CHALLENGE:
+        ps__handle_challenge(sv, f);
         break;
     case SHARDPS__MSG_TYPE__REJECT:
         if (h->status == -EADDRINUSE && ps__retry_later(sv, h->reason))
@@ -238,6 +290,12 @@ static void ps__on_connect(ps_conn *conn, int status, void *data)
     hello.chunk_bytes = c->cfg.chunk_bytes;
     hello.server_index = (uint32_t)sv->index;
     hello.total_steps = c->cfg.total_steps;
+    sv->server_proved = 0;
+    if (c->auth) {
+        ps_auth_nonce(sv->client_nonce);
+        hello.client_nonce.len = PS_AUTH_NONCE_BYTES;
+        hello.client_nonce.data = sv->client_nonce;
+    }
     h.type = SHARDPS__MSG_TYPE__HELLO;
     h.request_id = ++c->next_id;
     h.hello = &hello;
@@ -267,6 +325,11 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
         return -ENOMEM;
     c->cfg = *cfg;
     c->cfg.servers = NULL;
+    c->cfg.auth_key = NULL;
+    if (cfg->auth_key) {
+        c->auth = 1;
+        memcpy(c->auth_key, cfg->auth_key, PS_AUTH_KEY_BYTES);
+    }
     c->n_servers = cfg->n_servers;
     uv_loop_init(&c->loop);
     uv_timer_init(&c->loop, &c->heartbeat);

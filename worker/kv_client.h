@@ -26,6 +26,10 @@ typedef struct {
     double connect_timeout_s; /* keep retrying refused connections this long */
     size_t max_payload;
     uint64_t total_steps; /* steps this worker plans; servers use it for lr schedules */
+    /* NULL: no authentication. Otherwise the key from ps_auth_load_key
+     * (copied): every server must prove it holds the same token, and so
+     * must we. */
+    const uint8_t *auth_key;
 } ps_kv_client_config;
 
 /* Running totals since the client was created. */

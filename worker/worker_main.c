@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "auth.h"
 #include "dataset.h"
 #include "flags.h"
 #include "kv_client.h"
@@ -38,6 +39,7 @@ typedef struct {
     int verbose, slow_ms, max_reconnects, tf32;
     double clip_norm;
     const char *metrics_file; /* --metrics-file: JSON lines, see train_metrics.h */
+    const char *auth_token_file;
     int eval_every;
     double chunk_bytes, connect_timeout, max_payload;
 } ps__worker_opts;
@@ -228,6 +230,7 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
     float *params[PS_MAX_TENSORS];
     const float *grads[PS_MAX_TENSORS];
     char err[512];
+    uint8_t auth_key[PS_AUTH_KEY_BYTES];
     int features, rc, steps_per_epoch, epoch = -1, eval = o->rank == 0 && !o->no_eval;
     uint64_t clock, total, start, steps_done = 0, last_step;
     double t0, last_t, acc = -1, loss_sum = 0;
@@ -308,6 +311,17 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
     kc.connect_timeout_s = o->connect_timeout;
     kc.max_payload = (size_t)o->max_payload;
     kc.total_steps = total;
+    if (o->auth_token_file) {
+        int loose = 0;
+        rc = ps_auth_load_key(o->auth_token_file, auth_key, &loose, err, sizeof(err));
+        if (rc < 0) {
+            ps_error("%s", err);
+            goto out;
+        }
+        if (loose)
+            ps_warn("%s is readable by other users; chmod 600 it", o->auth_token_file);
+        kc.auth_key = auth_key;
+    }
     rc = ps__connect(&w, &kc, &start);
     if (rc < 0)
         goto out;
@@ -530,6 +544,8 @@ int main(int argc, char **argv)
          "wait this long every step: an artificial straggler for experiments", 0, 3600000, NULL},
         {"print-config", PS_FLAG_BOOL, &print_config, NULL,
          "print the effective settings and where each came from, then exit", 0, 0, NULL},
+        {"auth-token-file", PS_FLAG_STRING, &o.auth_token_file, "FILE",
+         "prove to the servers (and make them prove) that we share this secret", 0, 0, NULL},
         {"verbose", PS_FLAG_BOOL, &o.verbose, NULL, "log debug detail", 0, 0, NULL},
     };
     /* Static: the settings last as long as the process, and the table's
