@@ -1,0 +1,1013 @@
+/* ps-hostile-client: a misbehaving peer for a real shardps-server, used by
+ * tests/integration/hostile.sh while a real worker trains against the same
+ * server. Each named scenario opens its own TCP connection and does one thing
+ * a worker never would (random bytes, impossible lengths, a wrong version,
+ * model or rank, requests before or outside the rules of the handshake, a
+ * reader that never reads, a peer that never speaks), then checks what the
+ * server did: close the connection, with a REJECT or ERROR naming the reason
+ * where the protocol has room for one, or, for the slow reader, stop reading
+ * before its resident memory (read from /proc/PID/status) grows past a bound.
+ * It prints one line per scenario, "PASS|FAIL name local-address detail", so
+ * the test can pair each connection with the server's "closing ..." log line,
+ * and exits 1 if any scenario failed. Blocking sockets with receive and send
+ * timeouts stand in for sleeps: a server that hangs fails a scenario instead
+ * of hanging the tool. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "frame.h"
+#include "model_spec.h"
+#include "partition.h"
+#include "ps_error.h"
+#include "transport.h"
+
+/* Bytes of noise per garbage send: more than a maximal header and its
+ * prefix, so whatever length the noise announces, the server must judge it. */
+#define HC_GARBAGE_BYTES (PS_MAX_HEADER_BYTES + PS_FRAME_PREFIX_BYTES + 4096)
+/* PULL frames encoded once and sent again and again by the slow reader. */
+#define HC_PULL_BATCH 512
+/* The slow reader gives up (and fails) after sending this much without the
+ * server ever pushing back: a server that never stops reading. */
+#define HC_FLOOD_CAP ((size_t)256 << 20)
+
+/* Everything a scenario needs to know about the job it attacks. */
+typedef struct {
+    struct sockaddr_storage addr;
+    ps_model_spec spec;
+    int num_servers, server_index, workers, rank;
+    size_t chunk_bytes;
+    uint64_t *keys; /* every key the target server holds, in partition order */
+    size_t n_keys;
+    int timeout_ms;      /* longest wait for any answer from the server */
+    int stall_ms;        /* a send blocked this long means the server stopped reading */
+    long server_pid;     /* 0: the slow reader cannot measure memory */
+    double max_growth;   /* MiB the server's RSS may grow under the slow reader */
+    int growth_enforced; /* 0: report the growth without failing on it */
+    double silent_s;     /* how long the silent peer waits to be closed */
+    uint64_t rng;
+} hc_ctx;
+
+/* One connection and what was learnt on it; detail ends up in the report. */
+typedef struct {
+    int fd;
+    char local[64];
+    ps_frame_decoder *dec;
+    char detail[512];
+} hc_conn;
+
+typedef int (*hc_run_fn)(hc_ctx *ctx, hc_conn *c);
+
+typedef struct {
+    const char *name;
+    const char *what;
+    hc_run_fn run;
+    int in_all; /* run by "all" (the others wait on the job, not the server) */
+} hc_scenario;
+
+static void note(hc_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Appends to the scenario's detail, so each step can add what it saw. */
+static void note(hc_conn *c, const char *fmt, ...)
+{
+    size_t used = strlen(c->detail);
+    va_list ap;
+
+    if (used + 1 >= sizeof(c->detail))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(c->detail + used, sizeof(c->detail) - used, fmt, ap);
+    va_end(ap);
+}
+
+static uint64_t next_rand(hc_ctx *ctx)
+{
+    ctx->rng = ctx->rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return ctx->rng >> 33;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int set_timeouts(int fd, int recv_ms, int send_ms)
+{
+    struct timeval rt = {recv_ms / 1000, (recv_ms % 1000) * 1000};
+    struct timeval st = {send_ms / 1000, (send_ms % 1000) * 1000};
+
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &rt, sizeof(rt)) < 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &st, sizeof(st)) < 0)
+        return -errno;
+    return 0;
+}
+
+static int conn_open(hc_ctx *ctx, hc_conn *c)
+{
+    struct sockaddr_storage local;
+    socklen_t len = sizeof(local);
+    socklen_t alen =
+        ctx->addr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    int rc;
+
+    memset(c, 0, sizeof(*c));
+    snprintf(c->local, sizeof(c->local), "?");
+    c->fd = socket(ctx->addr.ss_family, SOCK_STREAM, 0);
+    if (c->fd < 0)
+        return -errno;
+    rc = set_timeouts(c->fd, ctx->timeout_ms, ctx->timeout_ms);
+    if (rc < 0)
+        goto fail;
+    if (connect(c->fd, (struct sockaddr *)&ctx->addr, alen) < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    if (getsockname(c->fd, (struct sockaddr *)&local, &len) == 0)
+        ps_format_addr((struct sockaddr *)&local, c->local, sizeof(c->local));
+    rc = ps_frame_decoder_init(&c->dec, PS_DEFAULT_MAX_PAYLOAD);
+    if (rc < 0)
+        goto fail;
+    return 0;
+fail:
+    close(c->fd);
+    c->fd = -1;
+    return rc;
+}
+
+static void conn_close(hc_conn *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    ps_frame_decoder_free(c->dec);
+    c->dec = NULL;
+}
+
+/* Sends everything. Returns 0, -EPIPE/-ECONNRESET when the server has hung
+ * up (what garbage provokes), -EAGAIN when a send made no progress for the
+ * send timeout, or another -errno. */
+static int send_all(int fd, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* [prefix][header] exactly as given: unlike ps_frame_encode, the version and
+ * payload fields are left alone, so the frame can lie about them. */
+static int pack_raw(const Shardps__Header *h, uint8_t **out, size_t *out_len)
+{
+    size_t hlen = shardps__header__get_packed_size(h);
+    uint8_t *buf = malloc(PS_FRAME_PREFIX_BYTES + hlen);
+
+    if (buf == NULL)
+        return -ENOMEM;
+    buf[0] = (uint8_t)hlen;
+    buf[1] = (uint8_t)(hlen >> 8);
+    buf[2] = (uint8_t)(hlen >> 16);
+    buf[3] = (uint8_t)(hlen >> 24);
+    shardps__header__pack(h, buf + PS_FRAME_PREFIX_BYTES);
+    *out = buf;
+    *out_len = PS_FRAME_PREFIX_BYTES + hlen;
+    return 0;
+}
+
+/* Encodes a correct frame (version, length and CRC filled in) and sends it
+ * with its payload. */
+static int send_frame(hc_conn *c, Shardps__Header *h, const void *payload, size_t len)
+{
+    ps_iov iov = {payload, len};
+    uint8_t *head;
+    size_t head_len;
+    int rc = ps_frame_encode(h, &iov, payload ? 1 : 0, &head, &head_len);
+
+    if (rc < 0)
+        return rc;
+    rc = send_all(c->fd, head, head_len);
+    free(head);
+    if (rc == 0 && len > 0)
+        rc = send_all(c->fd, payload, len);
+    return rc;
+}
+
+static int send_garbage(hc_ctx *ctx, hc_conn *c, uint32_t header_len)
+{
+    uint8_t *buf = malloc(HC_GARBAGE_BYTES);
+    int rc;
+
+    if (buf == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < HC_GARBAGE_BYTES; i++)
+        buf[i] = (uint8_t)next_rand(ctx);
+    if (header_len) {
+        buf[0] = (uint8_t)header_len;
+        buf[1] = (uint8_t)(header_len >> 8);
+        buf[2] = (uint8_t)(header_len >> 16);
+        buf[3] = (uint8_t)(header_len >> 24);
+    }
+    rc = send_all(c->fd, buf, HC_GARBAGE_BYTES);
+    free(buf);
+    /* The server may hang up before it has read everything: that is fine. */
+    return rc == -EPIPE || rc == -ECONNRESET ? 0 : rc;
+}
+
+/* Reads the next frame. Returns 1 and the frame (owned by the decoder until
+ * the next call), 0 when the server closed the connection, -ETIMEDOUT, or
+ * -PS_EPROTO when the server's own bytes do not decode. */
+static int read_frame(hc_conn *c, ps_frame *f)
+{
+    for (;;) {
+        uint8_t *buf;
+        size_t room;
+        ssize_t n;
+        int rc = ps_frame_decoder_next(c->dec, f);
+
+        if (rc != 0)
+            return rc < 0 ? -PS_EPROTO : 1;
+        ps_frame_decoder_buf(c->dec, &buf, &room);
+        n = recv(c->fd, buf, room, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n == 0 || (n < 0 && (errno == ECONNRESET || errno == EPIPE)))
+            return 0;
+        if (n < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
+        ps_frame_decoder_commit(c->dec, (size_t)n);
+    }
+}
+
+/* The server must end the connection within the timeout. Frames it sends
+ * first are allowed; a REJECT or ERROR must be of want_type with a reason
+ * containing want (when want_type is not 0). Returns 0 or -1 (detail says
+ * why). */
+static int expect_refusal(hc_ctx *ctx, hc_conn *c, Shardps__MsgType want_type, int want_status,
+                          const char *want)
+{
+    double t0 = now_s();
+    int told = 0;
+    ps_frame f;
+    int rc;
+
+    while ((rc = read_frame(c, &f)) == 1) {
+        Shardps__MsgType t = f.hdr->type;
+        if (t != SHARDPS__MSG_TYPE__REJECT && t != SHARDPS__MSG_TYPE__ERROR)
+            continue;
+        note(c, "%s %s \"%s\"; ", t == SHARDPS__MSG_TYPE__REJECT ? "REJECT" : "ERROR",
+             ps_err_name(f.hdr->status), f.hdr->reason ? f.hdr->reason : "");
+        if (want_type != 0 && t == want_type && f.hdr->status == want_status && f.hdr->reason &&
+            strstr(f.hdr->reason, want) != NULL)
+            told = 1;
+    }
+    if (rc == -ETIMEDOUT) {
+        note(c, "the server kept the connection open for %.1f s", ctx->timeout_ms / 1000.0);
+        return -1;
+    }
+    if (rc < 0) {
+        note(c, "the server's reply does not decode: %s", ps_frame_decoder_error(c->dec));
+        return -1;
+    }
+    note(c, "closed by the server after %.0f ms", (now_s() - t0) * 1000);
+    if (want_type != 0 && !told) {
+        note(c, "; expected a %s %s naming \"%s\"",
+             want_type == SHARDPS__MSG_TYPE__REJECT ? "REJECT" : "ERROR", ps_err_name(want_status),
+             want);
+        return -1;
+    }
+    return 0;
+}
+
+/* A HELLO as shardps-worker would send it for ctx's job. */
+static void make_hello(const hc_ctx *ctx, Shardps__Header *h, Shardps__Hello *hello)
+{
+    shardps__header__init(h);
+    shardps__hello__init(hello);
+    hello->role = SHARDPS__ROLE__ROLE_WORKER;
+    hello->rank = (uint32_t)ctx->rank;
+    hello->world = (uint32_t)ctx->workers;
+    hello->model_fingerprint = ps_model_spec_fingerprint(&ctx->spec);
+    hello->num_servers = (uint32_t)ctx->num_servers;
+    hello->chunk_bytes = ctx->chunk_bytes;
+    hello->server_index = (uint32_t)ctx->server_index;
+    h->type = SHARDPS__MSG_TYPE__HELLO;
+    h->request_id = 1;
+    h->hello = hello;
+}
+
+/* Sends a valid HELLO and waits for the WELCOME. Returns 0 and the clock the
+ * server starts this rank at, or -1 (detail says why). */
+static int handshake(hc_ctx *ctx, hc_conn *c, uint64_t *clock)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+    ps_frame f;
+    int rc;
+
+    make_hello(ctx, &h, &hello);
+    rc = send_frame(c, &h, NULL, 0);
+    if (rc == 0)
+        rc = read_frame(c, &f);
+    if (rc != 1) {
+        note(c, "handshake failed: %s", rc == 0 ? "the server closed" : ps_strerror(rc));
+        return -1;
+    }
+    if (f.hdr->type != SHARDPS__MSG_TYPE__WELCOME || f.hdr->welcome == NULL) {
+        note(c, "handshake answered with type %d (%s) instead of WELCOME", f.hdr->type,
+             f.hdr->reason ? f.hdr->reason : "");
+        return -1;
+    }
+    *clock = f.hdr->welcome->clock;
+    note(c, "WELCOME at clock %" PRIu64 "; ", *clock);
+    return 0;
+}
+
+/* ---- scenarios --------------------------------------------------------- */
+
+static int sc_random_bytes(hc_ctx *ctx, hc_conn *c)
+{
+    if (send_garbage(ctx, c, 0) < 0)
+        return -1;
+    return expect_refusal(ctx, c, 0, 0, NULL);
+}
+
+/* A believable length prefix, so the random header itself must be judged. */
+static int sc_random_header(hc_ctx *ctx, hc_conn *c)
+{
+    if (send_garbage(ctx, c, 200) < 0)
+        return -1;
+    return expect_refusal(ctx, c, 0, 0, NULL);
+}
+
+/* Half a HELLO, then our side closes: the server must forget the peer without
+ * waiting for the rest (nothing to observe here but that it lives on). */
+static int sc_truncated(hc_ctx *ctx, hc_conn *c)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+    uint8_t *buf;
+    size_t len;
+    int rc;
+
+    make_hello(ctx, &h, &hello);
+    if (ps_frame_encode(&h, NULL, 0, &buf, &len) < 0)
+        return -1;
+    rc = send_all(c->fd, buf, len / 2);
+    free(buf);
+    if (rc < 0) {
+        note(c, "send: %s", strerror(-rc));
+        return -1;
+    }
+    note(c, "sent %zu of %zu bytes of a HELLO and closed", len / 2, len);
+    return 0;
+}
+
+/* A length prefix one past the largest header: refused before any header
+ * byte arrives, so nothing follows it. */
+static int sc_big_header(hc_ctx *ctx, hc_conn *c)
+{
+    uint32_t n = PS_MAX_HEADER_BYTES + 1;
+    uint8_t prefix[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24)};
+
+    if (send_all(c->fd, prefix, sizeof(prefix)) < 0)
+        return -1;
+    return expect_refusal(ctx, c, 0, 0, NULL);
+}
+
+/* A HELLO whose version and announced payload length are as given, packed
+ * by hand since ps_frame_encode would correct them; the decoder must refuse
+ * it and the server hang up. */
+static int lying_hello(hc_ctx *ctx, hc_conn *c, uint32_t version, uint64_t payload_bytes)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+    uint8_t *buf;
+    size_t len;
+    int rc;
+
+    make_hello(ctx, &h, &hello);
+    h.version = version;
+    h.payload_bytes = payload_bytes;
+    if (pack_raw(&h, &buf, &len) < 0)
+        return -1;
+    rc = send_all(c->fd, buf, len);
+    free(buf);
+    if (rc < 0)
+        return -1;
+    return expect_refusal(ctx, c, 0, 0, NULL);
+}
+
+/* A payload past any --max-payload the server accepts. */
+static int sc_big_payload(hc_ctx *ctx, hc_conn *c)
+{
+    return lying_hello(ctx, c, PS_PROTOCOL_VERSION, ((uint64_t)1 << 40) + 1);
+}
+
+/* A HELLO that would be accepted but for its protocol version. */
+static int sc_bad_version(hc_ctx *ctx, hc_conn *c)
+{
+    return lying_hello(ctx, c, PS_PROTOCOL_VERSION + 1, 0);
+}
+
+static int sc_wrong_model(hc_ctx *ctx, hc_conn *c)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+
+    make_hello(ctx, &h, &hello);
+    hello.model_fingerprint ^= 1;
+    if (send_frame(c, &h, NULL, 0) < 0)
+        return -1;
+    return expect_refusal(ctx, c, SHARDPS__MSG_TYPE__REJECT, -PS_EMISMATCH, "model mismatch");
+}
+
+static int sc_bad_rank(hc_ctx *ctx, hc_conn *c)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+
+    make_hello(ctx, &h, &hello);
+    hello.rank = hello.world;
+    if (send_frame(c, &h, NULL, 0) < 0)
+        return -1;
+    return expect_refusal(ctx, c, SHARDPS__MSG_TYPE__REJECT, -PS_EMISMATCH, "rank");
+}
+
+static int sc_pull_first(hc_ctx *ctx, hc_conn *c)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+
+    h.type = SHARDPS__MSG_TYPE__PULL;
+    h.request_id = 1;
+    h.n_keys = ctx->n_keys;
+    h.keys = ctx->keys;
+    if (send_frame(c, &h, NULL, 0) < 0)
+        return -1;
+    return expect_refusal(ctx, c, SHARDPS__MSG_TYPE__REJECT, -PS_EPROTO, "expected HELLO");
+}
+
+static int sc_hello_garbage(hc_ctx *ctx, hc_conn *c)
+{
+    uint64_t clock;
+
+    if (handshake(ctx, c, &clock) < 0 || send_garbage(ctx, c, 0) < 0)
+        return -1;
+    return expect_refusal(ctx, c, 0, 0, NULL);
+}
+
+/* After a good handshake, one request that breaks a rule the server checks:
+ * it must answer ERROR with a reason containing want, then close. */
+static int bad_request(hc_ctx *ctx, hc_conn *c, Shardps__Header *req, const void *payload,
+                       size_t len, const char *want)
+{
+    uint64_t clock;
+
+    if (handshake(ctx, c, &clock) < 0)
+        return -1;
+    req->request_id = 2;
+    req->clock = clock;
+    if (send_frame(c, req, payload, len) < 0)
+        return -1;
+    return expect_refusal(ctx, c, SHARDPS__MSG_TYPE__ERROR, -PS_EPROTO, want);
+}
+
+static int sc_bad_key(hc_ctx *ctx, hc_conn *c)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    uint64_t key = ps_key_make(PS_MAX_TENSORS + 7, 0);
+
+    h.type = SHARDPS__MSG_TYPE__PULL;
+    h.n_keys = 1;
+    h.keys = &key;
+    return bad_request(ctx, c, &h, NULL, 0, "not held");
+}
+
+static int sc_dup_key(hc_ctx *ctx, hc_conn *c)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    uint64_t keys[2] = {ctx->keys[0], ctx->keys[0]};
+
+    h.type = SHARDPS__MSG_TYPE__PULL;
+    h.n_keys = 2;
+    h.keys = keys;
+    return bad_request(ctx, c, &h, NULL, 0, "named twice");
+}
+
+/* A push whose payload is one float short of what its keys need. */
+static int sc_short_push(hc_ctx *ctx, hc_conn *c)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    uint64_t key = ctx->keys[0];
+    const ps_chunk *chunk;
+    ps_partition *part;
+    float *grad;
+    size_t n;
+    int rc;
+
+    if (ps_partition_init(&part, &ctx->spec, ctx->num_servers, ctx->chunk_bytes) < 0)
+        return -1;
+    chunk = ps_partition_find(part, key);
+    n = chunk ? chunk->numel : 1;
+    ps_partition_free(part);
+    grad = calloc(n, sizeof(float));
+    if (grad == NULL)
+        return -1;
+    h.type = SHARDPS__MSG_TYPE__PUSH;
+    h.dtype = SHARDPS__DTYPE__DTYPE_F32;
+    h.n_keys = 1;
+    h.keys = &key;
+    rc = bad_request(ctx, c, &h, grad, (n - 1) * sizeof(float), "payload");
+    free(grad);
+    return rc;
+}
+
+static int sc_bad_dtype(hc_ctx *ctx, hc_conn *c)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    uint64_t key = ctx->keys[0];
+
+    h.type = SHARDPS__MSG_TYPE__PUSH;
+    h.dtype = SHARDPS__DTYPE__DTYPE_UNKNOWN;
+    h.n_keys = 1;
+    h.keys = &key;
+    return bad_request(ctx, c, &h, NULL, 0, "dtype");
+}
+
+/* Resident memory of the server in MiB, or -1 when it cannot be read. */
+static double server_rss_mib(const hc_ctx *ctx)
+{
+    char path[64], line[256];
+    double kb = -1;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%ld/status", ctx->server_pid);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmRSS: %lf kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb < 0 ? -1 : kb / 1024;
+}
+
+/* Encodes HC_PULL_BATCH pulls of every key at clock into one buffer. */
+static int make_pull_batch(hc_ctx *ctx, uint64_t clock, uint8_t **out, size_t *out_len)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    uint8_t *batch = NULL, *one;
+    size_t one_len, cap = 0, len = 0;
+
+    h.type = SHARDPS__MSG_TYPE__PULL;
+    h.clock = clock;
+    h.n_keys = ctx->n_keys;
+    h.keys = ctx->keys;
+    for (int i = 0; i < HC_PULL_BATCH; i++) {
+        h.request_id = 100 + (uint64_t)i;
+        if (ps_frame_encode(&h, NULL, 0, &one, &one_len) < 0)
+            goto fail;
+        if (len + one_len > cap) {
+            size_t ncap = (len + one_len) * 2;
+            uint8_t *p = realloc(batch, ncap);
+            if (p == NULL) {
+                free(one);
+                goto fail;
+            }
+            batch = p;
+            cap = ncap;
+        }
+        memcpy(batch + len, one, one_len);
+        len += one_len;
+        free(one);
+    }
+    *out = batch;
+    *out_len = len;
+    return 0;
+fail:
+    free(batch);
+    return -ENOMEM;
+}
+
+/* Sends batch after batch until a send makes no progress for stall_ms (1),
+ * the flood cap is reached (0), the server's RSS has grown past twice the
+ * bound (2: there is no point going on) or the server hangs up (-1). Samples
+ * the server's RSS after each batch into *peak. */
+static int flood(hc_ctx *ctx, hc_conn *c, const uint8_t *batch, size_t len, size_t *sent,
+                 double rss0, double *peak)
+{
+    size_t cap = *sent + HC_FLOOD_CAP;
+    double rss;
+    int rc;
+
+    while (*sent < cap) {
+        rc = send_all(c->fd, batch, len);
+        if (rss0 >= 0 && (rss = server_rss_mib(ctx)) > *peak)
+            *peak = rss;
+        if (rc == -EAGAIN)
+            return 1;
+        if (rc < 0) {
+            note(c, "the server hung up (%s); ", strerror(-rc));
+            return -1;
+        }
+        *sent += len;
+        if (rss0 >= 0 && *peak - rss0 > 2 * ctx->max_growth) {
+            note(c, "stopped flooding: the server grew past twice the bound; ");
+            return 2;
+        }
+    }
+    note(c, "the server never stopped reading; ");
+    return 0;
+}
+
+/* A wrong-model HELLO on a second connection, answered with a REJECT only
+ * once the server's loop gets round to it: how long a flooding peer can hold
+ * everyone else up. Returns the seconds it took, or -1. */
+static double probe(hc_ctx *ctx)
+{
+    double t0 = now_s();
+    hc_conn p;
+    int rc;
+
+    if (conn_open(ctx, &p) < 0)
+        return -1;
+    rc = sc_wrong_model(ctx, &p);
+    conn_close(&p);
+    return rc < 0 ? -1 : now_s() - t0;
+}
+
+/* A worker that asks and asks and never reads the answers. Once training has
+ * started (its first pull is answered) it floods pulls for every key; the
+ * replies pile up in the server's write queue, and the server must stop
+ * reading from this peer rather than grow without bound or stop serving the
+ * others. From here: the flood stalls (no send progress for stall_ms); a
+ * probe on a second connection must be answered (the server's loop is free
+ * again); the server's RSS then, against its value before the flood, is the
+ * growth; and a second flood must stall at once (it really stopped reading
+ * from us, rather than being busy). */
+static int sc_slow_reader(hc_ctx *ctx, hc_conn *c)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    double rss0 = -1, rss, peak = 0, wait_s;
+    uint8_t *batch = NULL;
+    size_t batch_len, sent = 0, more;
+    uint64_t clock;
+    ps_frame f;
+    int rc, result = -1;
+
+    if (handshake(ctx, c, &clock) < 0)
+        return -1;
+    /* Training starts when every rank has joined; until then pulls wait. */
+    h.type = SHARDPS__MSG_TYPE__PULL;
+    h.request_id = 2;
+    h.clock = clock;
+    h.n_keys = ctx->n_keys;
+    h.keys = ctx->keys;
+    rc = send_frame(c, &h, NULL, 0);
+    do
+        rc = rc < 0 ? rc : read_frame(c, &f);
+    while (rc == 1 && f.hdr->type != SHARDPS__MSG_TYPE__PULL_REPLY);
+    if (rc != 1) {
+        note(c, "first pull not answered: %s", rc == 0 ? "the server closed" : ps_strerror(rc));
+        return -1;
+    }
+    if (make_pull_batch(ctx, clock, &batch, &batch_len) < 0)
+        return -1;
+    if (set_timeouts(c->fd, ctx->timeout_ms, ctx->stall_ms) < 0)
+        goto out;
+    if (ctx->server_pid)
+        peak = rss0 = server_rss_mib(ctx);
+    rc = flood(ctx, c, batch, batch_len, &sent, rss0, &peak);
+    note(c, "%zu pulls sent; ", sent / (batch_len / HC_PULL_BATCH));
+    /* Stopping to read, or hanging up on us, are both fine; either way the
+     * others must be served again soon. */
+    if (rc == 1 || rc == -1) {
+        wait_s = probe(ctx);
+        if (wait_s < 0) {
+            note(c, "a probe on another connection got no REJECT within %.0f s",
+                 ctx->timeout_ms / 1000.0);
+            goto out;
+        }
+        note(c, "another peer was answered %.1f s after the flood stopped; ", wait_s);
+        if (rss0 >= 0 && (rss = server_rss_mib(ctx)) > peak)
+            peak = rss;
+    }
+    if (rc == 1) {
+        more = sent;
+        rc = flood(ctx, c, batch, batch_len, &more, rss0, &peak);
+        if (rc == 1)
+            note(c, "it stopped reading from us (%zu more pulls, then no progress for %d ms); ",
+                 (more - sent) / (batch_len / HC_PULL_BATCH), ctx->stall_ms);
+    }
+    /* Past twice the bound counts against the server only when enforced. */
+    if (rc == 0 || (rc == 2 && ctx->growth_enforced))
+        goto out;
+    result = 0;
+    if (rss0 >= 0) {
+        note(c, "server RSS %.0f MiB before, peak %.0f MiB: grew %.0f MiB (bound %.0f MiB%s)", rss0,
+             peak, peak - rss0, ctx->max_growth, ctx->growth_enforced ? "" : ", not enforced");
+        if (peak - rss0 > ctx->max_growth && ctx->growth_enforced)
+            result = -1;
+    }
+out:
+    free(batch);
+    return result;
+}
+
+/* A good HELLO and a BYE: the rank leaves as finished. Since the server
+ * waits for every rank that joined and left without finishing, a test that
+ * borrowed a rank for the scenarios above gives it back this way, so the
+ * server can end on its own when the real workers are done. The rank may
+ * still be held by the slow reader's connection, which the server only drops
+ * once it gets round to its reset: each refusal naming that is answered by a
+ * fresh attempt, so the retries follow the server's pace, not a clock. */
+static int sc_bye(hc_ctx *ctx, hc_conn *c)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    uint64_t clock;
+    int tries = 0;
+
+    while (handshake(ctx, c, &clock) < 0) {
+        if (strstr(c->detail, "already connected") == NULL || ++tries == 100)
+            return -1;
+        conn_close(c);
+        if (conn_open(ctx, c) < 0)
+            return -1;
+    }
+    h.type = SHARDPS__MSG_TYPE__BYE;
+    h.request_id = 2;
+    h.clock = clock;
+    if (send_frame(c, &h, NULL, 0) < 0) {
+        note(c, "BYE not sent");
+        return -1;
+    }
+    note(c, "said BYE after %d refusal%s", tries, tries == 1 ? "" : "s");
+    return 0;
+}
+
+/* Connects and says nothing until the server closes the connection (at its
+ * shutdown); the test checks meanwhile that nobody else is held up. */
+static int sc_silent(hc_ctx *ctx, hc_conn *c)
+{
+    int ms = (int)(ctx->silent_s * 1000);
+    double t0 = now_s();
+    uint8_t b;
+    ssize_t n;
+
+    printf("CONNECTED silent %s\n", c->local);
+    fflush(stdout);
+    if (set_timeouts(c->fd, ms, ms) < 0)
+        return -1;
+    do
+        n = recv(c->fd, &b, 1, 0);
+    while (n < 0 && errno == EINTR);
+    if (n > 0) {
+        note(c, "the server sent bytes to a peer that never said hello");
+        return -1;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        note(c, "still open after %.1f s", ctx->silent_s);
+        return -1;
+    }
+    note(c, "closed by the server after %.1f s", now_s() - t0);
+    return 0;
+}
+
+static const hc_scenario hc_scenarios[] = {
+    {"random-bytes", "random bytes, random length prefix", sc_random_bytes, 1},
+    {"random-header", "a plausible length, then a random header", sc_random_header, 1},
+    {"truncated", "half a HELLO, then close", sc_truncated, 1},
+    {"big-header", "a length prefix over the header limit", sc_big_header, 1},
+    {"big-payload", "a HELLO announcing a payload over any limit", sc_big_payload, 1},
+    {"bad-version", "a HELLO of another protocol version", sc_bad_version, 1},
+    {"wrong-model", "a HELLO for another model", sc_wrong_model, 1},
+    {"bad-rank", "a HELLO for a rank outside the job", sc_bad_rank, 1},
+    {"pull-first", "a PULL before any HELLO", sc_pull_first, 1},
+    {"hello-garbage", "a good HELLO, then random bytes", sc_hello_garbage, 1},
+    {"bad-key", "a PULL of a key no server holds", sc_bad_key, 1},
+    {"dup-key", "a PULL naming a key twice", sc_dup_key, 1},
+    {"short-push", "a PUSH one float short", sc_short_push, 1},
+    {"bad-dtype", "a PUSH of an unknown dtype", sc_bad_dtype, 1},
+    {"slow-reader", "a flood of PULLs, never reading a reply", sc_slow_reader, 1},
+    {"bye", "a good HELLO, then BYE: the rank leaves as finished", sc_bye, 0},
+    {"silent", "connect and say nothing until the server closes", sc_silent, 0},
+};
+#define HC_N_SCENARIOS ((int)(sizeof(hc_scenarios) / sizeof(hc_scenarios[0])))
+
+static int run_scenario(hc_ctx *ctx, const hc_scenario *sc)
+{
+    hc_conn c;
+    int rc = conn_open(ctx, &c);
+
+    if (rc < 0) {
+        printf("FAIL %s - cannot connect: %s\n", sc->name, strerror(-rc));
+        fflush(stdout);
+        return -1;
+    }
+    rc = sc->run(ctx, &c);
+    printf("%s %s %s %s\n", rc == 0 ? "PASS" : "FAIL", sc->name, c.local, c.detail);
+    fflush(stdout);
+    conn_close(&c);
+    return rc;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: ps-hostile-client --server HOST:PORT [options] SCENARIO...\n"
+            "Misbehaves against a shardps-server; prints PASS|FAIL NAME LOCAL-ADDR DETAIL per\n"
+            "scenario and exits 1 if any failed. The model options must match the server's.\n"
+            "  --hidden N,N (256,128)  --input N (784)  --classes N (10)  --seed N (1)\n"
+            "  --num-servers S (1)  --server-index I (0)  --chunk-bytes B (%u)\n"
+            "  --workers W (1)  --rank R (0): the rank used by scenarios that handshake\n"
+            "  --timeout S (10): longest wait for the server to answer or hang up\n"
+            "  --stall-ms MS (1000): a send stuck this long means the server stopped reading\n"
+            "  --server-pid PID: lets slow-reader measure the server's RSS\n"
+            "  --max-growth MIB (400): RSS growth slow-reader tolerates\n"
+            "  --growth-report-only: print the growth without failing on it\n"
+            "  --silent-wait S (60): how long silent waits for the server to close it\n"
+            "scenarios (\"all\": every one but bye and silent):\n",
+            PS_DEFAULT_CHUNK_BYTES);
+    for (int i = 0; i < HC_N_SCENARIOS; i++)
+        fprintf(out, "  %-14s %s\n", hc_scenarios[i].name, hc_scenarios[i].what);
+}
+
+/* The keys the target server holds, from the same partition every process
+ * computes. Returns 0 or a negative code. */
+static int load_keys(hc_ctx *ctx)
+{
+    ps_partition *part;
+    int n, rc = ps_partition_init(&part, &ctx->spec, ctx->num_servers, ctx->chunk_bytes);
+
+    if (rc < 0)
+        return rc;
+    n = ps_partition_chunk_count(part);
+    ctx->keys = calloc((size_t)n + 1, sizeof(uint64_t));
+    if (ctx->keys == NULL) {
+        ps_partition_free(part);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < n; i++) {
+        const ps_chunk *c = ps_partition_chunk(part, i);
+        if (c->server == ctx->server_index)
+            ctx->keys[ctx->n_keys++] = c->key;
+    }
+    ps_partition_free(part);
+    return ctx->n_keys > 0 ? 0 : -EINVAL;
+}
+
+/* One command-line option: a string (str) or a number within [min, max]
+ * (num); min > max marks a switch that takes no value and sets num to 1. */
+typedef struct {
+    const char *name;
+    const char **str;
+    double *num;
+    double min, max;
+} hc_opt;
+
+/* Parses the leading "--name value" options into their variables. Returns
+ * the index of the first scenario name, 0 after --help, or -1 after saying
+ * what is wrong on stderr. */
+static int parse_options(const hc_opt *opts, int n, int argc, char **argv)
+{
+    int a;
+
+    for (a = 1; a < argc && strncmp(argv[a], "--", 2) == 0; a++) {
+        const hc_opt *o = NULL;
+        char *end;
+        double v;
+
+        if (strcmp(argv[a], "--help") == 0)
+            return 0;
+        for (int i = 0; i < n && o == NULL; i++)
+            if (strcmp(argv[a] + 2, opts[i].name) == 0)
+                o = &opts[i];
+        if (o == NULL) {
+            fprintf(stderr, "ps-hostile-client: unknown option %s\n", argv[a]);
+            return -1;
+        }
+        if (o->num && o->min > o->max) {
+            *o->num = 1;
+            continue;
+        }
+        if (a + 1 == argc) {
+            fprintf(stderr, "ps-hostile-client: %s needs a value\n", argv[a]);
+            return -1;
+        }
+        a++;
+        if (o->str) {
+            *o->str = argv[a];
+            continue;
+        }
+        v = strtod(argv[a], &end);
+        if (end == argv[a] || *end != '\0' || v < o->min || v > o->max) {
+            fprintf(stderr, "ps-hostile-client: --%s: '%s' is not a number from %g to %g\n",
+                    o->name, argv[a], o->min, o->max);
+            return -1;
+        }
+        *o->num = v;
+    }
+    return a;
+}
+
+int main(int argc, char **argv)
+{
+    const char *server = NULL, *hidden = "256,128";
+    double input = 784, classes = 10, seed = 1, num_servers = 1, server_index = 0, workers = 1;
+    double rank = 0, chunk_bytes = PS_DEFAULT_CHUNK_BYTES, timeout = 10, stall_ms = 1000;
+    double server_pid = 0, max_growth = 400, report_only = 0, silent_wait = 60;
+    const hc_opt opts[] = {
+        {"server", &server, NULL, 0, 0},
+        {"hidden", &hidden, NULL, 0, 0},
+        {"input", NULL, &input, 1, 1 << 20},
+        {"classes", NULL, &classes, 1, 1 << 20},
+        {"seed", NULL, &seed, 0, 2147483647},
+        {"num-servers", NULL, &num_servers, 1, 4096},
+        {"server-index", NULL, &server_index, 0, 4095},
+        {"chunk-bytes", NULL, &chunk_bytes, 4, 1 << 30},
+        {"workers", NULL, &workers, 1, 65536},
+        {"rank", NULL, &rank, 0, 65536},
+        {"timeout", NULL, &timeout, 0.001, 3600},
+        {"stall-ms", NULL, &stall_ms, 1, 3600000},
+        {"server-pid", NULL, &server_pid, 1, 4194304},
+        {"max-growth", NULL, &max_growth, 0, 1 << 20},
+        {"growth-report-only", NULL, &report_only, 1, 0},
+        {"silent-wait", NULL, &silent_wait, 0.001, 86400},
+    };
+    int sizes[PS_MAX_LAYERS + 1], nh, first, failed = 0, ran = 0;
+    hc_ctx ctx;
+
+    first = parse_options(opts, (int)(sizeof(opts) / sizeof(opts[0])), argc, argv);
+    if (first <= 0) {
+        usage(first == 0 ? stdout : stderr);
+        return first == 0 ? 0 : 2;
+    }
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.num_servers = (int)num_servers;
+    ctx.server_index = (int)server_index;
+    ctx.workers = (int)workers;
+    ctx.rank = (int)rank;
+    ctx.chunk_bytes = (size_t)chunk_bytes;
+    ctx.timeout_ms = (int)(timeout * 1000);
+    ctx.stall_ms = (int)stall_ms;
+    ctx.server_pid = (long)server_pid;
+    ctx.max_growth = max_growth;
+    ctx.growth_enforced = !report_only;
+    ctx.silent_s = silent_wait;
+    if (server == NULL || first >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    nh = ps_model_spec_parse_sizes(hidden, sizes + 1, PS_MAX_LAYERS - 1);
+    sizes[0] = (int)input;
+    if (nh >= 0)
+        sizes[nh + 1] = (int)classes;
+    if (nh < 0 || ps_model_spec_init_mlp(&ctx.spec, sizes, nh + 2, (uint64_t)seed) < 0 ||
+        ps_parse_hostport(server, &ctx.addr, 0) < 0 || load_keys(&ctx) < 0) {
+        fprintf(stderr, "ps-hostile-client: bad --server, model or partition options\n");
+        free(ctx.keys);
+        return 2;
+    }
+    /* A server that resets while we write must fail a send, not kill us. */
+    signal(SIGPIPE, SIG_IGN);
+    ctx.rng = (uint64_t)seed * 0x9e3779b97f4a7c15ULL + 1;
+    for (int a = first; a < argc; a++) {
+        int all = strcmp(argv[a], "all") == 0, found = 0;
+        for (int i = 0; i < HC_N_SCENARIOS; i++) {
+            const hc_scenario *sc = &hc_scenarios[i];
+            if (all ? !sc->in_all : strcmp(argv[a], sc->name) != 0)
+                continue;
+            found = 1;
+            ran++;
+            failed += run_scenario(&ctx, sc) < 0;
+        }
+        if (!found) {
+            fprintf(stderr, "ps-hostile-client: unknown scenario '%s'\n", argv[a]);
+            failed++;
+        }
+    }
+    free(ctx.keys);
+    fprintf(stderr, "ps-hostile-client: %d scenario%s, %d failed\n", ran, ran == 1 ? "" : "s",
+            failed);
+    return failed ? 1 : 0;
+}
