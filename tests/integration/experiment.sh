@@ -11,6 +11,7 @@ cat >"$TMP/grid" <<'GRID'
 # two modes, everything else fixed
 mode = sync, async
 workers = 2
+servers = 1
 steps = 40     # a short run
 batch = 32
 eval_every = 20
@@ -25,13 +26,13 @@ md="$TMP/report/summary.md"
 grep -q '^| run | options | final test accuracy | time to 0.85 | time to 0.88 | samples/s | mean staleness | wall time |$' "$md" ||
     fail "summary.md has no table header"
 for mode in sync async; do
-    row=$(grep "^| $mode | mode=$mode, workers=2, steps=40," "$md") || { cat "$md" >&2; fail "no row for $mode"; }
+    row=$(grep "^| $mode | mode=$mode, workers=2, servers=1, steps=40," "$md") || { cat "$md" >&2; fail "no row for $mode"; }
     # accuracy, two times (or not reached), samples/s, staleness, wall time
     printf '%s\n' "$row" | grep -Eq '\| 0\.[0-9]{4} \| [^|]+ \| [^|]+ \| [1-9][0-9]* \| [0-9.]+ \| [0-9.]+ s \|$' ||
         fail "malformed $mode row: $row"
 done
 for n in 01 02; do
-    for f in server-0.jsonl server-1.jsonl worker-0.jsonl worker-1.jsonl; do
+    for f in server-0.jsonl worker-0.jsonl worker-1.jsonl; do
         [ -s "$TMP/report/runs/$n/$f" ] || fail "run $n has no $f"
     done
     # Evaluations at steps 20 and 40, losses every 10 steps.
