@@ -46,6 +46,23 @@ bench: build
 	@echo
 	@$(BUILD)/tests/bench/bench-pushpull $(BENCH_ARGS)
 
+# libFuzzer (clang, ASan + UBSan) on the frame decoder and on a real server's
+# handshake, FUZZ_SECONDS per target: two targets, one minute in all by
+# default. Its own build folder, since every object there is instrumented;
+# not part of `make test`. Results are recorded in docs/reliability.md.
+BUILD_FUZZ   ?= build-fuzz
+FUZZ_SECONDS ?= 30
+.PHONY: fuzz fuzz-clean
+fuzz: deps
+	@cmake -S . -B $(BUILD_FUZZ) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	    -DPS_FUZZ=ON -DPS_TESTS=OFF -DPS_CUDA=OFF >/dev/null
+	@cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_frame fuzz_handshake
+	@bash tests/fuzz/run.sh $(BUILD_FUZZ) $(FUZZ_SECONDS)
+
+clean: fuzz-clean
+fuzz-clean:
+	rm -rf $(BUILD_FUZZ)
+
 format:
 	@clang-format -i $$(git ls-files '*.c' '*.h')
 

@@ -12,6 +12,8 @@ pkgs=(
   dataset-fashion-mnist iproute2 procps
   # --auth-token-file: HMAC challenge-response
   libsodium-dev
+  # make fuzz: clang and its libFuzzer and sanitizer runtimes
+  clang libclang-rt-14-dev
   # the servers' /metrics endpoint, experiment plots, JSON checks in tests
   libmicrohttpd-dev gnuplot-nox jq
   # checking the deploy files without Docker or Kubernetes (it_deploy_files)

@@ -1,0 +1,52 @@
+/* Shared by the libFuzzer targets and the seed-corpus generator: the small
+ * model the fuzzed server holds, a HELLO it accepts, and the input format of
+ * fuzz_handshake. That target's first input byte is a mode: PSF_MODE_HELLO
+ * puts a valid HELLO in front of the rest, so the fuzzer starts past the
+ * handshake; PSF_MODE_RECORDS reads the rest as records [u16 header length]
+ * [header][u16 payload length][payload], each re-encoded with the right
+ * version, length and CRC32C, so mutated requests get past the frame decoder
+ * and reach the server's own checks. Without it the rest is sent as it is.
+ * Keeping the format here lets make_corpus.c write seeds the target reads
+ * exactly as it will read the fuzzer's mutations of them. */
+#ifndef PS_FUZZ_COMMON_H
+#define PS_FUZZ_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "frame.h"
+#include "model_spec.h"
+
+/* A chunk of 16 floats: every tensor spans one or more chunks, so requests
+ * name several keys and the key checks have something to work on. */
+#define PSF_CHUNK_BYTES  64
+#define PSF_MODE_HELLO   1
+#define PSF_MODE_RECORDS 2
+
+/* A growable byte buffer; p is owned and freed with psf_buf_free. */
+typedef struct {
+    uint8_t *p;
+    size_t len, cap;
+} psf_buf;
+
+/* Returns 0 or -ENOMEM (the buffer is unchanged then). */
+int psf_buf_put(psf_buf *b, const void *data, size_t n);
+void psf_buf_free(psf_buf *b);
+
+/* The model: an MLP 5-16-3 with seed 1234 (147 floats in 10 chunks). */
+void psf_spec(ps_model_spec *spec);
+/* A HELLO for rank 0 of 1 worker and 1 server of spec; hello must outlive h. */
+void psf_hello(Shardps__Header *h, Shardps__Hello *hello, const ps_model_spec *spec);
+/* Every key of spec on a single server, in partition order, into keys
+ * (room for PS_MAX_TENSORS * 64); returns how many, or a negative code. */
+int psf_keys(const ps_model_spec *spec, uint64_t *keys, size_t max_keys);
+
+/* Appends h and its payload as one record. Returns 0 or a negative code. */
+int psf_record(psf_buf *b, const Shardps__Header *h, const void *payload, size_t len);
+/* Appends h as a correct frame (ps_frame_encode) followed by its payload. */
+int psf_frame(psf_buf *b, Shardps__Header *h, const void *payload, size_t len);
+/* Turns a fuzz_handshake input into the bytes sent to the server. Returns 0
+ * or -ENOMEM. */
+int psf_stream(const uint8_t *data, size_t len, psf_buf *out);
+
+#endif

@@ -1,0 +1,241 @@
+/* ps-fuzz-corpus DIR: writes the seed corpus of the fuzz targets into
+ * DIR/frame and DIR/handshake (both must exist). The seeds committed under
+ * tests/fuzz/corpus were made with it; rerun it when the protocol changes:
+ *   build-fuzz/tests/fuzz/ps-fuzz-corpus tests/fuzz/corpus
+ * Seeds are a few valid frames of each kind (HELLO, PULL, PUSH with its
+ * payload, the server's replies) and a few broken ones (truncated, wrong
+ * version, bad CRC, impossible lengths), in the input format of each target:
+ * fuzz_frame takes [max-payload selector][split seed][stream], fuzz_handshake
+ * [mode][stream or records] (fuzz_common.h). Starting from frames that pass
+ * the decoder lets the fuzzer spend its time on the checks behind it. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz_common.h"
+#include "ps_error.h"
+
+/* fuzz_frame's selector for a 1 MiB payload limit (see ff_max_payloads). */
+#define MC_FRAME_LIMIT_1MIB 5
+#define MC_MAX_KEYS         (PS_MAX_TENSORS * 64)
+
+typedef struct {
+    const char *dir;
+    ps_model_spec spec;
+    uint64_t keys[MC_MAX_KEYS];
+    size_t n_keys;
+    float grad[1024];
+    size_t grad_len; /* bytes of grad a push of every key carries */
+    int failed;
+} mc_ctx;
+
+static void mc_write(mc_ctx *m, const char *target, const char *name, const uint8_t *head,
+                     size_t head_len, const psf_buf *body)
+{
+    char path[4096];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s/%s", m->dir, target, name);
+    f = fopen(path, "wb");
+    if (f == NULL || fwrite(head, 1, head_len, f) != head_len ||
+        (body->len && fwrite(body->p, 1, body->len, f) != body->len) || fclose(f) != 0) {
+        fprintf(stderr, "ps-fuzz-corpus: cannot write %s: %s\n", path, strerror(errno));
+        m->failed = 1;
+    }
+}
+
+/* A frame seed: 1 MiB limit, split seed 7, then the stream. */
+static void mc_frame_seed(mc_ctx *m, const char *name, const psf_buf *stream)
+{
+    const uint8_t head[2] = {MC_FRAME_LIMIT_1MIB, 7};
+
+    mc_write(m, "frame", name, head, sizeof(head), stream);
+}
+
+static void mc_handshake_seed(mc_ctx *m, const char *name, uint8_t mode, const psf_buf *body)
+{
+    mc_write(m, "handshake", name, &mode, 1, body);
+}
+
+static void mc_pull(mc_ctx *m, Shardps__Header *h, uint64_t clock)
+{
+    shardps__header__init(h);
+    h->type = SHARDPS__MSG_TYPE__PULL;
+    h->request_id = 2 + clock;
+    h->clock = clock;
+    h->n_keys = m->n_keys;
+    h->keys = m->keys;
+}
+
+static void mc_push(mc_ctx *m, Shardps__Header *h, uint64_t clock)
+{
+    shardps__header__init(h);
+    h->type = SHARDPS__MSG_TYPE__PUSH;
+    h->request_id = 100 + clock;
+    h->clock = clock;
+    h->dtype = SHARDPS__DTYPE__DTYPE_F32;
+    h->n_keys = m->n_keys;
+    h->keys = m->keys;
+}
+
+static int mc_frames(mc_ctx *m)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+    psf_buf b = {0};
+    int rc = 0;
+
+    psf_hello(&h, &hello, &m->spec);
+    rc |= psf_frame(&b, &h, NULL, 0);
+    mc_frame_seed(m, "hello", &b);
+    mc_pull(m, &h, 0);
+    rc |= psf_frame(&b, &h, NULL, 0);
+    mc_push(m, &h, 0);
+    rc |= psf_frame(&b, &h, m->grad, m->grad_len);
+    mc_frame_seed(m, "hello-pull-push", &b);
+    b.len = 0;
+
+    /* The server's side of the conversation. */
+    {
+        Shardps__Welcome w = SHARDPS__WELCOME__INIT;
+        shardps__header__init(&h);
+        h.type = SHARDPS__MSG_TYPE__WELCOME;
+        w.mode = "sync";
+        w.heartbeat_ms = 2500;
+        h.welcome = &w;
+        rc |= psf_frame(&b, &h, NULL, 0);
+        shardps__header__init(&h);
+        h.type = SHARDPS__MSG_TYPE__PULL_REPLY;
+        h.n_keys = m->n_keys;
+        h.keys = m->keys;
+        h.dtype = SHARDPS__DTYPE__DTYPE_F32;
+        rc |= psf_frame(&b, &h, m->grad, m->grad_len);
+        shardps__header__init(&h);
+        h.type = SHARDPS__MSG_TYPE__REJECT;
+        h.status = -PS_EMISMATCH;
+        h.reason = "model mismatch";
+        rc |= psf_frame(&b, &h, NULL, 0);
+        mc_frame_seed(m, "welcome-reply-reject", &b);
+        b.len = 0;
+    }
+
+    /* Broken: half a PUSH, a PUSH whose CRC is off by one bit, an empty and
+     * an oversized length prefix. */
+    mc_push(m, &h, 0);
+    rc |= psf_frame(&b, &h, m->grad, m->grad_len);
+    b.len /= 2;
+    mc_frame_seed(m, "truncated-push", &b);
+    b.len = 0;
+    rc |= psf_frame(&b, &h, m->grad, m->grad_len);
+    b.p[b.len - 1] ^= 1;
+    mc_frame_seed(m, "bad-crc-push", &b);
+    b.len = 0;
+    {
+        static const uint8_t zero[4] = {0, 0, 0, 0}, huge[4] = {1, 0, 1, 0};
+        rc |= psf_buf_put(&b, zero, sizeof(zero));
+        mc_frame_seed(m, "empty-header", &b);
+        b.len = 0;
+        rc |= psf_buf_put(&b, huge, sizeof(huge));
+        mc_frame_seed(m, "header-over-limit", &b);
+        b.len = 0;
+    }
+    psf_buf_free(&b);
+    return rc;
+}
+
+static int mc_handshakes(mc_ctx *m)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+    psf_buf b = {0};
+    int rc = 0;
+
+    /* Raw streams, as a peer would send them. */
+    psf_hello(&h, &hello, &m->spec);
+    rc |= psf_frame(&b, &h, NULL, 0);
+    mc_handshake_seed(m, "raw-hello", 0, &b);
+    b.len = 0;
+    hello.model_fingerprint ^= 1;
+    rc |= psf_frame(&b, &h, NULL, 0);
+    mc_handshake_seed(m, "raw-wrong-model", 0, &b);
+    b.len = 0;
+    mc_pull(m, &h, 0);
+    rc |= psf_frame(&b, &h, NULL, 0);
+    mc_handshake_seed(m, "raw-pull-before-hello", 0, &b);
+    mc_handshake_seed(m, "hello-then-pull", PSF_MODE_HELLO, &b);
+    b.len = 0;
+    mc_push(m, &h, 0);
+    rc |= psf_frame(&b, &h, m->grad, m->grad_len);
+    mc_handshake_seed(m, "hello-then-push", PSF_MODE_HELLO, &b);
+    b.len = 0;
+
+    /* Records: a whole step, then requests that break the rules. */
+    psf_hello(&h, &hello, &m->spec);
+    rc |= psf_record(&b, &h, NULL, 0);
+    mc_pull(m, &h, 0);
+    rc |= psf_record(&b, &h, NULL, 0);
+    mc_push(m, &h, 0);
+    rc |= psf_record(&b, &h, m->grad, m->grad_len);
+    mc_pull(m, &h, 1);
+    rc |= psf_record(&b, &h, NULL, 0);
+    shardps__header__init(&h);
+    h.type = SHARDPS__MSG_TYPE__HEARTBEAT;
+    rc |= psf_record(&b, &h, NULL, 0);
+    h.type = SHARDPS__MSG_TYPE__BYE;
+    rc |= psf_record(&b, &h, NULL, 0);
+    mc_handshake_seed(m, "records-one-step", PSF_MODE_RECORDS, &b);
+    b.len = 0;
+
+    mc_push(m, &h, 0);
+    m->grad[3] = NAN;
+    rc |= psf_record(&b, &h, m->grad, m->grad_len);
+    m->grad[3] = 0.5f;
+    mc_handshake_seed(m, "hello-records-nan-push", PSF_MODE_HELLO | PSF_MODE_RECORDS, &b);
+    b.len = 0;
+    mc_push(m, &h, 0);
+    h.n_keys = 2;
+    h.keys[1] = h.keys[0];
+    rc |= psf_record(&b, &h, m->grad, m->grad_len);
+    mc_handshake_seed(m, "hello-records-dup-key", PSF_MODE_HELLO | PSF_MODE_RECORDS, &b);
+    b.len = 0;
+    /* Restore the key list the duplicate overwrote. */
+    rc |= psf_keys(&m->spec, m->keys, MC_MAX_KEYS) < 0;
+    mc_pull(m, &h, 5);
+    rc |= psf_record(&b, &h, NULL, 0);
+    mc_push(m, &h, 0);
+    rc |= psf_record(&b, &h, m->grad, m->grad_len - 4);
+    mc_handshake_seed(m, "hello-records-future-pull-short-push", PSF_MODE_HELLO | PSF_MODE_RECORDS,
+                      &b);
+    psf_buf_free(&b);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    mc_ctx m;
+    int n;
+
+    if (argc != 2) {
+        fprintf(stderr, "usage: ps-fuzz-corpus DIR (writes DIR/frame/* and DIR/handshake/*)\n");
+        return 2;
+    }
+    memset(&m, 0, sizeof(m));
+    m.dir = argv[1];
+    psf_spec(&m.spec);
+    n = psf_keys(&m.spec, m.keys, MC_MAX_KEYS);
+    if (n < 0 || m.spec.total_numel > sizeof(m.grad) / sizeof(m.grad[0])) {
+        fprintf(stderr, "ps-fuzz-corpus: the fuzz model does not fit\n");
+        return 1;
+    }
+    m.n_keys = (size_t)n;
+    m.grad_len = m.spec.total_numel * sizeof(float);
+    for (size_t i = 0; i < m.spec.total_numel; i++)
+        m.grad[i] = (float)((int)(i % 7) - 3) * 0.125f;
+    if (mc_frames(&m) != 0 || mc_handshakes(&m) != 0 || m.failed) {
+        fprintf(stderr, "ps-fuzz-corpus: could not build every seed\n");
+        return 1;
+    }
+    return 0;
+}
