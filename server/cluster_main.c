@@ -42,6 +42,7 @@ typedef struct {
     uint64_t step;
     int done;
     double samples, seconds;
+    double staleness_mean, staleness_max; /* of its pushes, from its last report */
 } ps__child;
 
 struct ps__cluster {
@@ -224,6 +225,8 @@ static void ps__worker_line(ps__cluster *cl, ps__child *c, const char *line)
             c->step = (uint64_t)v;
         if (ps__json_num(line, "samples_per_second", &v) == 0)
             c->samples_per_second = v;
+        ps__json_num(line, "staleness_mean", &c->staleness_mean);
+        ps__json_num(line, "staleness_max", &c->staleness_max);
         if (c->index == 0)
             ps__print_progress(cl, line);
         ps__pause_drill(cl, c);
@@ -564,11 +567,13 @@ static void ps__on_signal(uv_signal_t *h, int signum)
 
 static void ps__summary(const ps__cluster *cl, double wall)
 {
-    double samples = 0, seconds = 0, sps;
+    double samples = 0, seconds = 0, sps, stale_mean = 0, stale_max = 0;
 
     for (int r = 0; r < cl->n_workers; r++) {
         const ps__child *c = &cl->children[cl->n_servers + r];
         samples += c->samples;
+        stale_mean += c->staleness_mean / cl->n_workers;
+        stale_max = fmax(stale_max, c->staleness_max);
         if (c->seconds > seconds)
             seconds = c->seconds;
     }
@@ -579,6 +584,10 @@ static void ps__summary(const ps__cluster *cl, double wall)
     printf("  test accuracy     %.4f\n", cl->last_accuracy);
     printf("  wall time         %.1f s\n", wall);
     printf("  samples/s         %.0f (all workers, training only)\n", sps);
+    printf("  staleness         mean %.2f, max %.0f (steps, of the workers' applied pushes)\n",
+           stale_mean, stale_max);
+    if (cl->metrics_dir)
+        printf("  metrics           %s/ (server-I.jsonl, worker-R.jsonl)\n", cl->metrics_dir);
     if (cl->json) {
         char acc[32] = "null";
         if (!isnan(cl->last_accuracy))
