@@ -236,22 +236,20 @@ static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_shard *sh
         snprintf(why, why_len, "cannot open: %s", strerror(errno));
         return -errno;
     }
-    if (fstat(fileno(f), &st) < 0 || (size_t)st.st_size != want) {
-        snprintf(why, why_len,
-                 "%lld bytes, a checkpoint of this shard has %zu (truncated or "
-                 "another model)",
-                 (long long)st.st_size, want);
+    /* Identity first, from the header alone, so a file of another job is
+     * reported as such rather than as the wrong size. */
+    if (fstat(fileno(f), &st) < 0 || st.st_size < PS__HEADER_BYTES + 4) {
+        snprintf(why, why_len, "too short to be a checkpoint (truncated)");
         goto out;
     }
-    buf = malloc(want);
+    buf = malloc(want > PS__HEADER_BYTES ? want : PS__HEADER_BYTES);
     if (buf == NULL) {
         rc = -ENOMEM;
         snprintf(why, why_len, "no memory for %zu bytes", want);
         goto out;
     }
-    got = fread(buf, 1, want, f);
-    if (got != want) {
-        snprintf(why, why_len, "short read (%zu of %zu bytes)", got, want);
+    if (fread(buf, 1, PS__HEADER_BYTES, f) != PS__HEADER_BYTES) {
+        snprintf(why, why_len, "cannot read its header");
         goto out;
     }
     if (memcmp(buf, ps__magic, sizeof(ps__magic)) != 0) {
@@ -261,10 +259,6 @@ static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_shard *sh
     if (ps__get32(buf + 8) != PS_CHECKPOINT_FORMAT) {
         snprintf(why, why_len, "format version %" PRIu32 ", this build reads %d",
                  ps__get32(buf + 8), PS_CHECKPOINT_FORMAT);
-        goto out;
-    }
-    if (ps_crc32c(0, buf, want - 4) != ps__get32(buf + want - 4)) {
-        snprintf(why, why_len, "checksum mismatch (the file is corrupt)");
         goto out;
     }
     rc = -PS_EMISMATCH;
@@ -285,6 +279,22 @@ static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_shard *sh
                  "--hidden, --seed and --chunk-bytes");
         goto out;
     }
+    rc = -PS_EFORMAT;
+    if ((size_t)st.st_size != want) {
+        snprintf(why, why_len, "%lld bytes where this shard's checkpoint has %zu (truncated)",
+                 (long long)st.st_size, want);
+        goto out;
+    }
+    got = PS__HEADER_BYTES + fread(buf + PS__HEADER_BYTES, 1, want - PS__HEADER_BYTES, f);
+    if (got != want) {
+        snprintf(why, why_len, "short read (%zu of %zu bytes)", got, want);
+        goto out;
+    }
+    if (ps_crc32c(0, buf, want - 4) != ps__get32(buf + want - 4)) {
+        snprintf(why, why_len, "checksum mismatch (the file is corrupt)");
+        goto out;
+    }
+    rc = -PS_EMISMATCH;
     p = buf + PS__HEADER_BYTES;
     for (int i = 0; i < n; i++, p += PS__CHUNK_HEADER_BYTES) {
         const ps_chunk *c = ps_shard_chunk(shard, i);

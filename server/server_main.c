@@ -374,6 +374,7 @@ int main(int argc, char **argv)
             ps_error("cannot restore from %s: %s", checkpoint_dir,
                      rc == -ENOENT ? "no checkpoint of this server there" : err);
             ps_kv_server_close(app.srv);
+            uv_loop_close(&app.loop);
             return 1;
         }
     }
