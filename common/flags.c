@@ -24,12 +24,24 @@
 static const struct {
     const char *section, *key;
 } ps__shared_keys[] = {
-    {"cluster", "servers"},        {"cluster", "workers"},        {"cluster", "mode"},
-    {"cluster", "staleness"},      {"model", "hidden"},           {"model", "seed"},
-    {"model", "chunk-bytes"},      {"optimizer", "optimizer"},    {"optimizer", "lr"},
-    {"optimizer", "momentum"},     {"optimizer", "weight-decay"}, {"optimizer", "lr-schedule"},
-    {"optimizer", "warmup-steps"}, {"optimizer", "total-steps"},  {"optimizer", "lr-step-size"},
-    {"optimizer", "lr-gamma"},     {"optimizer", "min-lr"},
+    {"cluster", "servers"},
+    {"cluster", "workers"},
+    {"cluster", "mode"},
+    {"cluster", "staleness"},
+    {"cluster", "auth-token-file"},
+    {"model", "hidden"},
+    {"model", "seed"},
+    {"model", "chunk-bytes"},
+    {"optimizer", "optimizer"},
+    {"optimizer", "lr"},
+    {"optimizer", "momentum"},
+    {"optimizer", "weight-decay"},
+    {"optimizer", "lr-schedule"},
+    {"optimizer", "warmup-steps"},
+    {"optimizer", "total-steps"},
+    {"optimizer", "lr-step-size"},
+    {"optimizer", "lr-gamma"},
+    {"optimizer", "min-lr"},
 };
 #define PS__N_SHARED ((int)(sizeof(ps__shared_keys) / sizeof(ps__shared_keys[0])))
 
