@@ -191,6 +191,8 @@ int ps_metrics_render_prometheus(const ps_metrics_snapshot *s, char **out, size_
          (double)st->updates},
         {"shardps_server_dropped_pushes_total", "counter",
          "Pushed chunks dropped because their step was already applied.", (double)st->dropped},
+        {"shardps_server_nonfinite_pushes_total", "counter",
+         "Pushes refused because their gradient held NaN or Inf.", (double)st->nonfinite},
         {"shardps_server_rejected_frames_total", "counter",
          "Connections refused or closed for a malformed or disallowed frame.", (double)st->refused},
         {"shardps_server_live_workers", "gauge", "Workers connected and taking part now.",
@@ -249,13 +251,14 @@ int ps_metrics_render_json(const ps_metrics_snapshot *s, double elapsed, int fin
             "{\"time\":%.3f,\"elapsed\":%.3f,\"server\":%d,\"mode\":\"%s\",\"final\":%s"
             ",\"pushes\":%" PRIu64 ",\"pulls\":%" PRIu64 ",\"bytes_in\":%" PRIu64
             ",\"bytes_out\":%" PRIu64 ",\"updates\":%" PRIu64 ",\"dropped\":%" PRIu64
-            ",\"rejected\":%" PRIu64 ",\"live_workers\":%d,\"staleness_count\":%" PRIu64
+            ",\"rejected\":%" PRIu64 ",\"nonfinite\":%" PRIu64
+            ",\"live_workers\":%d,\"staleness_count\":%" PRIu64
             ",\"staleness_mean\":%.4f,\"staleness_p99\":%.0f,\"staleness_max\":%" PRIu64
             ",\"workers\":[",
             s->unix_time, elapsed, s->server_index, s->mode, final ? "true" : "false", st->pushes,
             st->pulls, st->bytes_in, st->bytes_out, st->updates, st->dropped, st->refused,
-            st->live_workers, st->staleness_count, st->staleness_mean, st->staleness_p99,
-            st->staleness_max);
+            st->nonfinite, st->live_workers, st->staleness_count, st->staleness_mean,
+            st->staleness_p99, st->staleness_max);
     for (int i = 0; i < s->n_workers; i++) {
         const ps_kv_server_worker *w = &s->workers[i];
         fprintf(f,

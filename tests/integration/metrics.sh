@@ -119,7 +119,7 @@ for c in dropped_pushes_total rejected_frames_total; do
     b=$(val "$TMP/b" "shardps_server_$c")
     at_least "$b" 1 || fail "shardps_server_$c is $b at the end"
 done
-for g in staleness_mean staleness_p99 staleness_max expected_workers; do
+for g in staleness_mean staleness_p99 staleness_max expected_workers nonfinite_pushes_total; do
     val "$TMP/b" "shardps_server_$g" >/dev/null
 done
 [ "$(val "$TMP/a" shardps_server_live_workers)" = 2 ] || fail "2 workers were not live mid-run"
@@ -173,7 +173,8 @@ jq -s -e --argjson p "$(val "$TMP/b" shardps_server_pushes_total)" \
     'last | .final == true and .pushes == $p' "$TMP/server.jsonl" >/dev/null ||
     fail "the server's last line is not final or disagrees with /metrics"
 lines_ok "$TMP/server.jsonl" 'has("time", "elapsed", "server", "mode", "final", "pushes", "pulls",
-    "bytes_in", "bytes_out", "updates", "dropped", "rejected", "live_workers", "staleness_count",
+    "bytes_in", "bytes_out", "updates", "dropped", "rejected", "nonfinite", "live_workers",
+    "staleness_count",
     "staleness_mean", "staleness_p99", "staleness_max", "workers")
     and all(.workers[]; has("rank", "clock", "pushes", "pulls", "bytes_in", "bytes_out",
         "seconds_since_seen"))'

@@ -115,6 +115,7 @@ static void fill(ps_metrics_snapshot *s, ps_kv_server_worker *w)
     s->stats.updates = 13;
     s->stats.dropped = 14;
     s->stats.refused = 15;
+    s->stats.nonfinite = 17;
     s->stats.live_workers = 2;
     s->stats.staleness_count = 16;
     s->stats.staleness_mean = 0.25;
@@ -165,8 +166,8 @@ Test(metrics_render, prometheus_reads_back)
     cr_assert_eq(ps_metrics_render_prometheus(&s, &text, &len), 0);
     cr_assert_eq(strlen(text), len);
     cr_assert_eq(ps_prom_parse_text(text, len, on_sample, &seen, &bad), 0, "line %d", bad);
-    /* info + 13 server series + 6 per-worker families x 2 workers */
-    cr_assert_eq(seen.samples, 1 + 13 + 12);
+    /* info + 14 server series + 6 per-worker families x 2 workers */
+    cr_assert_eq(seen.samples, 1 + 14 + 12);
     cr_assert_eq(seen.server_has_label, seen.samples);
     cr_assert(seen.found_pushes && seen.found_rank4_clock && seen.found_info);
     /* Every family is declared once, before its samples. */
@@ -194,6 +195,7 @@ Test(metrics_render, json_line)
     cr_assert_not_null(
         strstr(text, "\"elapsed\":1.500,\"server\":3,\"mode\":\"ssp\",\"final\":true"));
     cr_assert_not_null(strstr(text, "\"pushes\":1234567890123,"));
+    cr_assert_not_null(strstr(text, "\"rejected\":15,\"nonfinite\":17,"));
     cr_assert_not_null(strstr(text, "\"workers\":[{\"rank\":1,\"clock\":40,\"pushes\":41,"));
     cr_assert_not_null(strstr(text, "},{\"rank\":4,\"clock\":42,"));
     free(text);
