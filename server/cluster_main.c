@@ -66,6 +66,7 @@ struct ps__cluster {
     uint64_t kill_server_step; /* start it again with --restore on the same port */
     int server_killed;
     ps__child *server_slot[PS__MAX_PROCS]; /* current process of each server index */
+    char **child_env;                      /* see ps__child_environment */
     double t_start;
     double last_accuracy;
     /* Observability: --metrics-dir (per-process JSON lines), --metrics-port
@@ -394,6 +395,28 @@ static void ps__on_exit(uv_process_t *p, int64_t status, int term_signal)
     ps__shutdown(cl);
 }
 
+extern char **environ;
+
+/* The children's environment: ours without SHARDPS_* variables. Every
+ * setting reaches them as a flag, and a SHARDPS_CLUSTER (or any other
+ * SHARDPS_ variable) meant for this launcher must not reach them behind its
+ * back. The array points into environ; only the array is owned. */
+static char **ps__child_environment(void)
+{
+    size_t n = 0, k = 0;
+    char **env;
+
+    while (environ[n])
+        n++;
+    env = calloc(n + 1, sizeof(*env));
+    if (env == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "SHARDPS_", 8) != 0)
+            env[k++] = environ[i];
+    return env;
+}
+
 static int ps__spawn(ps__cluster *cl, ps__role role, int index, char **args)
 {
     ps__child *c = &cl->children[cl->n_children];
@@ -425,6 +448,7 @@ static int ps__spawn(ps__cluster *cl, ps__role role, int index, char **args)
     opt.exit_cb = ps__on_exit;
     opt.stdio = stdio;
     opt.stdio_count = 4;
+    opt.env = cl->child_env;
     rc = uv_spawn(&cl->loop, &c->proc, &opt);
     if (rc < 0) {
         ps_error("cannot start %s (%s): %s", ps__child_name(c, name, sizeof(name)), path,
@@ -815,6 +839,11 @@ int main(int argc, char **argv)
     ps_log_set_role("cluster");
     setvbuf(stdout, NULL, _IOLBF, 0);
 
+    cl.child_env = ps__child_environment();
+    if (cl.child_env == NULL) {
+        fprintf(stderr, "shardps-cluster: out of memory\n");
+        return 1;
+    }
     uv_loop_init(&cl.loop);
     uv_signal_init(&cl.loop, &cl.sigint);
     uv_signal_init(&cl.loop, &cl.sigterm);
@@ -832,6 +861,7 @@ int main(int argc, char **argv)
     wall = ps__now() - cl.t_start;
     ps__end_progress(&cl);
     uv_loop_close(&cl.loop);
+    free(cl.child_env);
     if (cl.interrupted)
         return 130;
     if (cl.failed)
