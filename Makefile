@@ -2,6 +2,7 @@
 # first installs what is missing (deploy/install-deps.sh, Debian packages only).
 BUILD      ?= build
 BUILD_SAN  ?= build-san
+BUILD_TSAN ?= build-tsan
 MODE       ?= sync
 JOBS       ?= $(shell nproc)
 DEMO_ARGS  ?=
@@ -9,7 +10,7 @@ GRID       ?= deploy/experiment.grid
 EXPERIMENT ?= runs/experiment
 BENCH_ARGS ?=
 
-.PHONY: all deps build build-san demo test bench experiment clean format
+.PHONY: all deps build build-san build-tsan demo test bench experiment clean format
 
 all: build
 
@@ -34,8 +35,18 @@ experiment: build
 	@$(BUILD)/shardps-experiment --grid $(GRID) --out $(EXPERIMENT)
 
 # Every test, built with AddressSanitizer and UndefinedBehaviorSanitizer.
-test: build-san
+test: build-san build-tsan
 	@cd $(BUILD_SAN) && ctest --output-on-failure -j $(JOBS)
+	@echo "ThreadSanitizer: the threaded parts (metrics endpoint beside the server loop)"
+	@cd $(BUILD_TSAN) && TSAN_OPTIONS="halt_on_error=1 exitcode=66" \
+		ctest --output-on-failure -R '$(TSAN_TESTS)'
+
+# The metrics endpoint's HTTP thread is the one place two threads share state;
+# these process-level tests drive it (Criterion cannot start under TSan).
+TSAN_TESTS ?= ^it_metrics$$
+build-tsan: deps
+	@cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=Debug -DPS_TSAN=ON -DPS_CUDA=OFF >/dev/null
+	@cmake --build $(BUILD_TSAN) -j $(JOBS)
 
 # The benchmarks on the Release build: optimizer apply against plain loops,
 # then push+pull against raw loopback TCP (about two minutes). Not part of
@@ -67,4 +78,4 @@ format:
 	@clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf $(BUILD) $(BUILD_SAN)
+	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_TSAN)

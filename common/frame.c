@@ -99,6 +99,11 @@ void ps_frame_decoder_free(ps_frame_decoder *d)
     free(d);
 }
 
+void ps_frame_decoder_set_max_payload(ps_frame_decoder *d, size_t max_payload)
+{
+    d->max_payload = max_payload;
+}
+
 static void ps__dec_compact(ps_frame_decoder *d)
 {
     if (d->stage_pos == 0)

@@ -46,6 +46,8 @@ typedef struct ps_frame_decoder ps_frame_decoder;
  * Returns 0 and a decoder freed with ps_frame_decoder_free, or -ENOMEM. */
 int ps_frame_decoder_init(ps_frame_decoder **out, size_t max_payload);
 void ps_frame_decoder_free(ps_frame_decoder *d);
+/* Changes the payload limit for frames whose header has not arrived yet. */
+void ps_frame_decoder_set_max_payload(ps_frame_decoder *d, size_t max_payload);
 
 /* Where the next bytes from the peer should be written, and how many fit
  * (always at least 1). Valid until the next call on the decoder. */

@@ -21,6 +21,7 @@ struct ps_conn {
     ps_frame_decoder *dec;
     int closing;
     int reading;
+    int delivering; /* inside ps__deliver: frames are being handed out */
     int close_err;
     char peer[64];
     ps_conn_connect_cb connect_cb;
@@ -60,6 +61,8 @@ void ps_conn_close(ps_conn *c, int err)
     uv_close((uv_handle_t *)&c->tcp, ps__on_uv_close);
 }
 
+static void ps__deliver(ps_conn *c);
+
 static void ps__update_reading(ps_conn *c)
 {
     size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
@@ -70,6 +73,8 @@ static void ps__update_reading(ps_conn *c)
     if (want) {
         if (uv_read_start((uv_stream_t *)&c->tcp, ps__on_alloc, ps__on_read) == 0)
             c->reading = 1;
+        /* Frames that arrived before reading paused are handed out now. */
+        ps__deliver(c);
     } else {
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = 0;
@@ -93,8 +98,6 @@ static void ps__on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 static void ps__on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     ps_conn *c = s->data;
-    ps_frame f;
-    int rc;
 
     (void)buf;
     if (nread < 0) {
@@ -102,8 +105,23 @@ static void ps__on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     ps_frame_decoder_commit(c->dec, (size_t)nread);
-    while (!c->closing && (rc = ps_frame_decoder_next(c->dec, &f)) == 1)
+    ps__deliver(c);
+}
+
+/* Hands out complete frames while the connection reads: once a reply queue
+ * over max_write_queue pauses reading, the frames already buffered wait too,
+ * so one read's worth of requests cannot push the queue past its limit. */
+static void ps__deliver(ps_conn *c)
+{
+    ps_frame f;
+    int rc = 0;
+
+    if (c->delivering)
+        return;
+    c->delivering = 1;
+    while (!c->closing && c->reading && (rc = ps_frame_decoder_next(c->dec, &f)) == 1)
         c->cfg.on_frame(c, &f);
+    c->delivering = 0;
     if (!c->closing && rc < 0)
         ps_conn_close(c, rc);
 }
@@ -248,6 +266,11 @@ fail:
     free(w->head);
     free(w);
     return rc;
+}
+
+void ps_conn_set_max_payload(ps_conn *c, size_t max_payload)
+{
+    ps_frame_decoder_set_max_payload(c->dec, max_payload);
 }
 
 void *ps_conn_data(const ps_conn *c)

@@ -64,6 +64,11 @@ int ps_conn_send(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int n,
  * Safe to call repeatedly and from inside any callback. */
 void ps_conn_close(ps_conn *c, int err);
 
+/* Raises or lowers the largest payload accepted from now on: a server
+ * accepts none before a peer has been admitted, so an unauthenticated peer
+ * cannot make it allocate. */
+void ps_conn_set_max_payload(ps_conn *c, size_t max_payload);
+
 void *ps_conn_data(const ps_conn *c);
 void ps_conn_set_data(ps_conn *c, void *data);
 /* "127.0.0.1:54321": the peer's address, for log lines. */

@@ -19,8 +19,10 @@
 
 /* Pulls one worker may have waiting at once; a well-behaved worker has one. */
 #define PS__MAX_PENDING_PER_PEER 16
-/* Queued reply bytes past which a peer's requests are no longer read. */
-#define PS__MAX_WRITE_QUEUE ((size_t)256 << 20)
+/* Queued reply bytes past which a peer's requests are no longer read: two
+ * full pulls of this shard plus headroom, so a well-behaved worker (one pull
+ * in flight) never waits on it and a peer that never reads costs little. */
+#define PS__WRITE_QUEUE_HEADROOM ((size_t)16 << 20)
 
 typedef enum {
     PS__PEER_HANDSHAKE, /* waiting for HELLO */
@@ -86,7 +88,9 @@ struct ps_kv_server {
      * across reconnects, so a rank that rejoins and repeats a push for a step
      * it already fed is recognised and the repeat dropped: exactly once. */
     uint64_t **rank_pushed;
-    uint8_t *finished; /* by rank: said goodbye */
+    uint8_t *finished;   /* by rank: said goodbye */
+    uint8_t *has_joined; /* by rank: joined at least once (training starts when all have) */
+    size_t max_write_queue;
     int live;
     int started;           /* every rank has joined once */
     int joined;            /* ranks that have joined at least once */
@@ -786,6 +790,7 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
         if (p->pushed[i] == s->sync[i].clock + 1 && s->sync[i].pushes > 0)
             s->sync[i].live_pushes++;
     p->state = PS__PEER_WORKER;
+    ps_conn_set_max_payload(p->conn, s->cfg.max_payload);
     s->workers[p->rank] = p;
     s->live++;
     snprintf(p->name, sizeof(p->name), "worker %u (%s)", p->rank, ps_conn_peer(p->conn));
@@ -803,6 +808,12 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
         return;
     }
     if (!s->started) {
+        if (s->has_joined[p->rank]) {
+            ps_info("%s joined again; waiting for %d more", p->name, s->cfg.world - s->joined);
+            ps__release_pulls(s);
+            return;
+        }
+        s->has_joined[p->rank] = 1;
         s->joined++;
         if (s->joined == s->cfg.world) {
             s->started = 1;
@@ -987,6 +998,18 @@ static void ps__on_heartbeat_check(uv_timer_t *t)
     ps_kv_server *s = t->data;
     uint64_t now = uv_now(s->loop);
 
+    /* A connection that never completes its handshake holds a descriptor
+     * and a slot for nothing. */
+    for (ps__peer *p = s->peers; p; p = p->next) {
+        if ((p->state == PS__PEER_HANDSHAKE || p->state == PS__PEER_AUTH) && !p->failed &&
+            now - p->last_seen > s->cfg.heartbeat_timeout_ms) {
+            ps_warn("closing %s: no handshake within %.1f s", p->name,
+                    s->cfg.heartbeat_timeout_ms / 1000.0);
+            s->n_refused++;
+            p->failed = 1;
+            ps_conn_close(p->conn, -PS_ETIMEOUT);
+        }
+    }
     for (int r = 0; r < s->cfg.world; r++) {
         ps__peer *p = s->workers[r];
         if (p == NULL || now - p->last_seen <= s->cfg.heartbeat_timeout_ms)
@@ -1001,7 +1024,8 @@ static void ps__on_heartbeat_check(uv_timer_t *t)
 static void ps__on_connection(uv_stream_t *listener, int status)
 {
     ps_kv_server *s = listener->data;
-    ps_conn_config cc = {ps__on_frame, ps__on_conn_close, s->cfg.max_payload, PS__MAX_WRITE_QUEUE};
+    /* No payload until the peer is admitted: a HELLO carries none. */
+    ps_conn_config cc = {ps__on_frame, ps__on_conn_close, 0, s->max_write_queue};
     ps__peer *p;
     ps_conn *c;
 
@@ -1055,13 +1079,16 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
         goto fail;
     rc = -ENOMEM;
     s->n_local = ps_shard_chunk_count(s->shard);
+    s->max_write_queue = 2 * ps_partition_server_numel(s->part, cfg->server_index) * sizeof(float) +
+                         PS__WRITE_QUEUE_HEADROOM;
     s->sync = calloc((size_t)s->n_local + 1, sizeof(*s->sync));
     s->seen = calloc((size_t)s->n_local + 1, sizeof(*s->seen));
     s->workers = calloc((size_t)cfg->world, sizeof(*s->workers));
     s->rank_pushed = calloc((size_t)cfg->world, sizeof(*s->rank_pushed));
     s->finished = calloc((size_t)cfg->world, 1);
+    s->has_joined = calloc((size_t)cfg->world, 1);
     if (s->sync == NULL || s->seen == NULL || s->workers == NULL || s->rank_pushed == NULL ||
-        s->finished == NULL)
+        s->finished == NULL || s->has_joined == NULL)
         goto fail;
     *out = s;
     return 0;
@@ -1141,6 +1168,7 @@ void ps_kv_server_close(ps_kv_server *s)
         free(s->rank_pushed[r]);
     free(s->rank_pushed);
     free(s->finished);
+    free(s->has_joined);
     free(s->workers);
     free(s);
 }
