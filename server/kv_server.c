@@ -266,6 +266,22 @@ fail:
         ps_conn_close(p->conn, rc);
 }
 
+/* What a checkpoint of this server must say about itself, and room for its
+ * per-chunk clocks (the caller frees both arrays, NULL if out of memory). */
+static void ps__checkpoint_identity(const ps_kv_server *s, ps_checkpoint_meta *meta,
+                                    ps_checkpoint_clocks *clocks)
+{
+    memset(meta, 0, sizeof(*meta));
+    meta->server_index = (uint32_t)s->cfg.server_index;
+    meta->num_servers = (uint32_t)s->cfg.num_servers;
+    meta->optimizer = (uint32_t)s->cfg.opt.kind;
+    meta->fingerprint = ps_model_spec_fingerprint(&s->cfg.spec);
+    meta->chunk_bytes = s->cfg.chunk_bytes;
+    meta->total_steps = s->total_steps;
+    clocks->clock = malloc(((size_t)s->n_local + 1) * sizeof(uint64_t));
+    clocks->newest = malloc(((size_t)s->n_local + 1) * sizeof(uint64_t));
+}
+
 static int ps__write_checkpoint(ps_kv_server *s, const char *why)
 {
     ps_checkpoint_meta meta;
@@ -274,15 +290,8 @@ static int ps__write_checkpoint(ps_kv_server *s, const char *why)
     uint64_t t0 = uv_hrtime();
     int rc = -ENOMEM;
 
-    meta.server_index = (uint32_t)s->cfg.server_index;
-    meta.num_servers = (uint32_t)s->cfg.num_servers;
-    meta.optimizer = (uint32_t)s->cfg.opt.kind;
-    meta.fingerprint = ps_model_spec_fingerprint(&s->cfg.spec);
-    meta.chunk_bytes = s->cfg.chunk_bytes;
+    ps__checkpoint_identity(s, &meta, &clocks);
     meta.clock = ps__progress_clock(s);
-    meta.total_steps = s->total_steps;
-    clocks.clock = malloc(((size_t)s->n_local + 1) * sizeof(uint64_t));
-    clocks.newest = malloc(((size_t)s->n_local + 1) * sizeof(uint64_t));
     if (clocks.clock && clocks.newest) {
         for (int i = 0; i < s->n_local; i++) {
             clocks.clock[i] = s->sync[i].clock;
@@ -344,15 +353,7 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
         snprintf(err, err_len, "no checkpoint directory given");
         return -EINVAL;
     }
-    memset(&meta, 0, sizeof(meta));
-    meta.server_index = (uint32_t)s->cfg.server_index;
-    meta.num_servers = (uint32_t)s->cfg.num_servers;
-    meta.optimizer = (uint32_t)s->cfg.opt.kind;
-    meta.fingerprint = ps_model_spec_fingerprint(&s->cfg.spec);
-    meta.chunk_bytes = s->cfg.chunk_bytes;
-    meta.total_steps = s->total_steps;
-    clocks.clock = malloc(((size_t)s->n_local + 1) * sizeof(uint64_t));
-    clocks.newest = malloc(((size_t)s->n_local + 1) * sizeof(uint64_t));
+    ps__checkpoint_identity(s, &meta, &clocks);
     err[0] = '\0';
     if (clocks.clock && clocks.newest)
         rc = ps_checkpoint_restore(s->cfg.checkpoint_dir, max_clock, &meta, s->shard, &clocks, path,

@@ -46,6 +46,7 @@
 #include "cpu_kernels.h"
 #include "cuda_kernels.h"
 #include "mlp.h"
+#include "../test_rng.h"
 
 #define SKIPPED 77
 /* Distance from zero (pre-activations) and between the top two logits that
@@ -53,7 +54,6 @@
 #define MARGIN 2e-5
 
 static int failures;
-static uint64_t rng_state;
 
 /* Records a failure; only the first few of a test are printed. */
 #define CHECK(cond, ...)                                                                           \
@@ -76,15 +76,6 @@ static uint64_t rng_state;
             return;                                                                                \
         }                                                                                          \
     } while (0)
-
-static double rng_uniform(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1.0p-53;
-}
 
 /* Uniform in [-scale, scale); freed by the caller. One spare byte keeps
  * malloc(0) from returning NULL; a real allocation failure aborts the

@@ -9,23 +9,13 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
+#include "../test_rng.h"
 
 /* Linear-layer tolerance: |got - ref| <= 1e-4 + 1e-4 * |ref|. The reference
  * accumulates in double; sgemm's float sums of up to 784 products of values
  * in [-1, 1] stay well inside this. */
 #define LIN_ABS 1e-4
 #define LIN_REL 1e-4
-
-static uint64_t rng_state;
-
-static double rng_uniform(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1.0p-53;
-}
 
 static float *random_floats(size_t n)
 {

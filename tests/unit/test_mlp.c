@@ -10,23 +10,7 @@
 #include <string.h>
 
 #include "mlp.h"
-
-static uint64_t rng_state;
-
-static double rng_uniform(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1.0p-53;
-}
-
-static void fill_random(float *p, size_t n, double scale)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = (float)((2.0 * rng_uniform() - 1.0) * scale);
-}
+#include "../test_rng.h"
 
 static void random_batch(float *x, uint8_t *y, int n, int input, int classes)
 {

@@ -1,0 +1,30 @@
+/* The tests' random inputs: SplitMix64, seeded by each test through
+ * rng_state, so every random case is reproducible from its seed and the same
+ * on every machine. One copy for all test programs, header-only because each
+ * program is a single file. */
+#ifndef PS_TEST_RNG_H
+#define PS_TEST_RNG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+static uint64_t rng_state;
+
+/* Uniform in [0, 1), from the top 53 bits. */
+static inline double rng_uniform(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-53;
+}
+
+/* n floats uniform in [-scale, scale). */
+static inline void fill_random(float *p, size_t n, double scale)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)((2.0 * rng_uniform() - 1.0) * scale);
+}
+
+#endif
