@@ -146,8 +146,9 @@ static void ps__k_snapshot(ps__arrays *a)
 
 /* ---- timing ------------------------------------------------------------- */
 
-/* Calls k repeatedly for at least min_s and returns seconds per call. */
-static double ps__time(ps__kernel k, ps__arrays *a, double min_s)
+/* Calls k repeatedly for at least min_s and min_calls calls and returns
+ * seconds per call. */
+static double ps__time(ps__kernel k, ps__arrays *a, double min_s, long min_calls)
 {
     double t0 = ps_bench_now(), t;
     long calls = 0;
@@ -156,7 +157,7 @@ static double ps__time(ps__kernel k, ps__arrays *a, double min_s)
         k(a);
         calls++;
         t = ps_bench_now() - t0;
-    } while (t < min_s);
+    } while (t < min_s || calls < min_calls);
     return t / (double)calls;
 }
 
@@ -174,11 +175,15 @@ static void ps__race(ps__kernel *k, int nk, ps__arrays *a, int rounds, double bl
 
     for (int j = 0; j < nk; j++)
         if (k[j])
-            ps__time(k[j], a, block_s / 4); /* warm caches, TLB, frequency */
+            /* Warm caches, TLB and clock. On this project's VM the first
+             * pass over freshly faulted 64 MiB arrays runs at a fraction of
+             * the speed of later ones (measured 0.3 vs 16-21 GB/s for a
+             * memcpy), so a few whole passes come before any timing. */
+            ps__time(k[j], a, block_s / 4, 3);
     for (int r = 0; r < rounds; r++)
         for (int j = 0; j < nk; j++)
             if (k[j])
-                t[j][r] = ps__time(k[j], a, block_s);
+                t[j][r] = ps__time(k[j], a, block_s, 1);
     for (int j = 0; j < nk; j++)
         out[j] = k[j] ? ps__median(t[j], rounds) : NAN;
 }
