@@ -164,7 +164,9 @@ ps__span(const ps__coef *c, float *restrict w, float *restrict s, const float *r
  * Results are bit-identical between copies: every operation is element-wise
  * and exactly rounded, and ISO C mode (-std=c11) contracts nothing into fused
  * multiply-adds. See docs/performance.md. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* Not under ThreadSanitizer: the ifunc resolver runs before TSan has started
+ * and the process dies at load time. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define PS__CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define PS__CLONES
