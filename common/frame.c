@@ -44,8 +44,6 @@ int ps_frame_encode(Shardps__Header *hdr, const ps_iov *payload, int n, uint8_t 
 {
     uint64_t total = 0;
     uint32_t crc = 0;
-    size_t hlen;
-    uint8_t *buf;
 
     for (int i = 0; i < n; i++) {
         total += payload[i].len;
@@ -54,10 +52,16 @@ int ps_frame_encode(Shardps__Header *hdr, const ps_iov *payload, int n, uint8_t 
     hdr->version = PS_PROTOCOL_VERSION;
     hdr->payload_bytes = total;
     hdr->payload_crc32c = crc;
-    hlen = shardps__header__get_packed_size(hdr);
-    if (hlen > PS_MAX_HEADER_BYTES)
+    if (shardps__header__get_packed_size(hdr) > PS_MAX_HEADER_BYTES)
         return -PS_ETOOBIG;
-    buf = malloc(PS_FRAME_PREFIX_BYTES + hlen);
+    return ps_frame_pack_header(hdr, out, out_len);
+}
+
+int ps_frame_pack_header(const Shardps__Header *hdr, uint8_t **out, size_t *out_len)
+{
+    size_t hlen = shardps__header__get_packed_size(hdr);
+    uint8_t *buf = malloc(PS_FRAME_PREFIX_BYTES + hlen);
+
     if (buf == NULL)
         return -ENOMEM;
     buf[0] = (uint8_t)hlen;

@@ -40,6 +40,11 @@ typedef struct {
 int ps_frame_encode(Shardps__Header *hdr, const ps_iov *payload, int n, uint8_t **out,
                     size_t *out_len);
 
+/* Packs [prefix][header] exactly as hdr says, filling in nothing (tools that
+ * build deliberately wrong frames use this). Caller frees *out with free().
+ * Returns 0 or -ENOMEM. */
+int ps_frame_pack_header(const Shardps__Header *hdr, uint8_t **out, size_t *out_len);
+
 typedef struct ps_frame_decoder ps_frame_decoder;
 
 /* max_payload: frames announcing more are refused with -PS_ETOOBIG.

@@ -164,28 +164,39 @@ fail:
     return rc;
 }
 
+static void ps__on_alarm(int sig)
+{
+    (void)sig;
+}
+
 /* Waits up to 10 s for a child that should be exiting on its own, then kills
  * it. Returns 0 for a clean exit, -PS_ETIMEOUT or -PS_EPROTO otherwise. */
 static int ps__reap(ps__child *c)
 {
-    int status = 0;
+    struct sigaction sa, old;
+    int status = 0, rc = -PS_ETIMEOUT;
+    pid_t r;
 
     if (c->pid <= 0)
         return 0;
-    for (int i = 0; i < 1000; i++) {
-        pid_t r = waitpid(c->pid, &status, WNOHANG);
-        if (r == c->pid) {
-            c->pid = 0;
-            return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -PS_EPROTO;
-        }
-        if (r < 0 && errno != EINTR)
-            break;
-        usleep(10000);
+    /* A blocking wait on the exit itself, cut off by an alarm (no
+     * SA_RESTART, so waitpid returns EINTR) rather than a polling loop. */
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = ps__on_alarm;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, &old);
+    alarm(10);
+    r = waitpid(c->pid, &status, 0);
+    alarm(0);
+    sigaction(SIGALRM, &old, NULL);
+    if (r == c->pid) {
+        c->pid = 0;
+        return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -PS_EPROTO;
     }
     kill(c->pid, SIGKILL);
     waitpid(c->pid, NULL, 0);
     c->pid = 0;
-    return -PS_ETIMEOUT;
+    return rc;
 }
 
 /* CPU seconds and minor faults of another process so far, from

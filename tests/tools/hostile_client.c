@@ -180,19 +180,7 @@ static int send_all(int fd, const void *data, size_t len)
  * payload fields are left alone, so the frame can lie about them. */
 static int pack_raw(const Shardps__Header *h, uint8_t **out, size_t *out_len)
 {
-    size_t hlen = shardps__header__get_packed_size(h);
-    uint8_t *buf = malloc(PS_FRAME_PREFIX_BYTES + hlen);
-
-    if (buf == NULL)
-        return -ENOMEM;
-    buf[0] = (uint8_t)hlen;
-    buf[1] = (uint8_t)(hlen >> 8);
-    buf[2] = (uint8_t)(hlen >> 16);
-    buf[3] = (uint8_t)(hlen >> 24);
-    shardps__header__pack(h, buf + PS_FRAME_PREFIX_BYTES);
-    *out = buf;
-    *out_len = PS_FRAME_PREFIX_BYTES + hlen;
-    return 0;
+    return ps_frame_pack_header(h, out, out_len);
 }
 
 /* Encodes a correct frame (version, length and CRC filled in) and sends it
