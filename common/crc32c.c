@@ -190,3 +190,22 @@ uint32_t ps_crc32c(uint32_t crc, const void *data, size_t len)
 #endif
     return ps_crc32c_sw(crc, data, len);
 }
+
+/* Small enough that a block copied is still in L1 when it is checksummed. */
+#define PS__COPY_BLOCK 16384
+
+uint32_t ps_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len)
+{
+    uint8_t *d = dst;
+    const uint8_t *s = src;
+
+    while (len > 0) {
+        size_t n = len < PS__COPY_BLOCK ? len : PS__COPY_BLOCK;
+        memcpy(d, s, n);
+        crc = ps_crc32c(crc, d, n);
+        d += n;
+        s += n;
+        len -= n;
+    }
+    return crc;
+}

@@ -13,6 +13,11 @@
  * consecutive pieces equals one call over the whole. */
 uint32_t ps_crc32c(uint32_t crc, const void *data, size_t len);
 
+/* Copies src[0..len) to dst and extends crc over the bytes, in one walk over
+ * memory: each block is checksummed right after it is copied, while it is
+ * still in cache. The areas must not overlap. */
+uint32_t ps_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len);
+
 /* The portable version, always available, for tests and odd CPUs. */
 uint32_t ps_crc32c_sw(uint32_t crc, const void *data, size_t len);
 

@@ -1,7 +1,8 @@
 /* Frame encoder and incremental decoder (see frame.h). The decoder keeps a
  * staging buffer big enough for a length prefix and the largest legal header;
- * once a header is accepted, the payload gets its own buffer (reused across
- * frames) and the transport reads into it directly. */
+ * once a header is accepted, the payload goes either where the owner's place
+ * callback says or into the decoder's own buffer (reused across frames), and
+ * the transport reads into it directly. */
 #include "frame.h"
 
 #include <errno.h>
@@ -36,6 +37,14 @@ struct ps_frame_decoder {
     Shardps__Header *hdr;
     uint8_t *payload;
     size_t payload_cap, payload_len, payload_got;
+    uint32_t payload_crc; /* over payload bytes committed so far */
+    ps_frame_place_cb place;
+    void *place_arg;
+    /* Pieces of the current payload when it is placed (n_pieces > 0): bytes
+     * go to pieces[piece].base + piece_off next. */
+    const ps_frame_piece *pieces;
+    int n_pieces, piece;
+    size_t piece_off;
     char error[160];
 };
 
@@ -49,8 +58,14 @@ int ps_frame_encode(Shardps__Header *hdr, const ps_iov *payload, int n, uint8_t 
         total += payload[i].len;
         crc = ps_crc32c(crc, payload[i].base, payload[i].len);
     }
+    return ps_frame_encode_summed(hdr, total, crc, out, out_len);
+}
+
+int ps_frame_encode_summed(Shardps__Header *hdr, uint64_t payload_bytes, uint32_t crc,
+                           uint8_t **out, size_t *out_len)
+{
     hdr->version = PS_PROTOCOL_VERSION;
-    hdr->payload_bytes = total;
+    hdr->payload_bytes = payload_bytes;
     hdr->payload_crc32c = crc;
     if (shardps__header__get_packed_size(hdr) > PS_MAX_HEADER_BYTES)
         return -PS_ETOOBIG;
@@ -108,6 +123,12 @@ void ps_frame_decoder_set_max_payload(ps_frame_decoder *d, size_t max_payload)
     d->max_payload = max_payload;
 }
 
+void ps_frame_decoder_set_place(ps_frame_decoder *d, ps_frame_place_cb cb, void *arg)
+{
+    d->place = cb;
+    d->place_arg = arg;
+}
+
 static void ps__dec_compact(ps_frame_decoder *d)
 {
     if (d->stage_pos == 0)
@@ -120,8 +141,14 @@ static void ps__dec_compact(ps_frame_decoder *d)
 void ps_frame_decoder_buf(ps_frame_decoder *d, uint8_t **buf, size_t *len)
 {
     if (d->state == PS__DEC_PAYLOAD && d->payload_got < d->payload_len) {
-        *buf = d->payload + d->payload_got;
-        *len = d->payload_len - d->payload_got;
+        if (d->n_pieces > 0) {
+            /* Empty pieces were skipped by commit, so this one has room. */
+            *buf = (uint8_t *)d->pieces[d->piece].base + d->piece_off;
+            *len = d->pieces[d->piece].len - d->piece_off;
+        } else {
+            *buf = d->payload + d->payload_got;
+            *len = d->payload_len - d->payload_got;
+        }
         return;
     }
     ps__dec_compact(d);
@@ -129,12 +156,31 @@ void ps_frame_decoder_buf(ps_frame_decoder *d, uint8_t **buf, size_t *len)
     *len = PS__STAGE_BYTES - d->stage_end;
 }
 
+/* Moves past filled (and empty) pieces, so buf always names room. */
+static void ps__dec_next_piece(ps_frame_decoder *d)
+{
+    while (d->piece < d->n_pieces && d->piece_off == d->pieces[d->piece].len) {
+        d->piece++;
+        d->piece_off = 0;
+    }
+}
+
 void ps_frame_decoder_commit(ps_frame_decoder *d, size_t n)
 {
-    if (d->state == PS__DEC_PAYLOAD && d->payload_got < d->payload_len)
-        d->payload_got += n;
-    else
+    uint8_t *buf;
+    size_t room;
+
+    if (d->state != PS__DEC_PAYLOAD || d->payload_got == d->payload_len) {
         d->stage_end += n;
+        return;
+    }
+    ps_frame_decoder_buf(d, &buf, &room);
+    d->payload_crc = ps_crc32c(d->payload_crc, buf, n);
+    d->payload_got += n;
+    if (d->n_pieces > 0) {
+        d->piece_off += n;
+        ps__dec_next_piece(d);
+    }
 }
 
 static int ps__dec_fail(ps_frame_decoder *d, int err, const char *fmt, ...)
@@ -151,11 +197,32 @@ static int ps__dec_fail(ps_frame_decoder *d, int err, const char *fmt, ...)
     return err;
 }
 
-/* Validates the freshly unpacked header and prepares the payload buffer. */
+/* Asks the owner where the payload goes; keeps pieces that add up. */
+static void ps__dec_place(ps_frame_decoder *d)
+{
+    const ps_frame_piece *pieces = NULL;
+    size_t sum = 0;
+    int n;
+
+    d->n_pieces = 0;
+    if (d->place == NULL || d->payload_len == 0)
+        return;
+    n = d->place(d->place_arg, d->hdr, &pieces);
+    for (int i = 0; i < n; i++)
+        sum += pieces[i].len;
+    if (n <= 0 || sum != d->payload_len)
+        return;
+    d->pieces = pieces;
+    d->n_pieces = n;
+    d->piece = 0;
+    d->piece_off = 0;
+    ps__dec_next_piece(d);
+}
+
+/* Validates the freshly unpacked header and prepares where the payload goes,
+ * then moves there the payload bytes that arrived with the header. */
 static int ps__dec_accept_header(ps_frame_decoder *d)
 {
-    size_t avail, take;
-
     if (d->hdr->version != PS_PROTOCOL_VERSION)
         return ps__dec_fail(d, -PS_EVERSION, "protocol version %u, this build speaks %u",
                             d->hdr->version, PS_PROTOCOL_VERSION);
@@ -164,21 +231,26 @@ static int ps__dec_accept_header(ps_frame_decoder *d)
                             (unsigned long long)d->hdr->payload_bytes, d->max_payload);
     d->payload_len = (size_t)d->hdr->payload_bytes;
     d->payload_got = 0;
-    if (d->payload_len > d->payload_cap) {
+    d->payload_crc = 0;
+    ps__dec_place(d);
+    if (d->n_pieces == 0 && d->payload_len > d->payload_cap) {
         uint8_t *p = realloc(d->payload, d->payload_len);
         if (p == NULL)
             return ps__dec_fail(d, -ENOMEM, "no memory for a payload of %zu bytes", d->payload_len);
         d->payload = p;
         d->payload_cap = d->payload_len;
     }
-    avail = d->stage_end - d->stage_pos;
-    take = avail < d->payload_len ? avail : d->payload_len;
-    if (take) {
-        memcpy(d->payload, d->stage + d->stage_pos, take);
-        d->stage_pos += take;
-        d->payload_got = take;
-    }
     d->state = PS__DEC_PAYLOAD;
+    while (d->payload_got < d->payload_len && d->stage_pos < d->stage_end) {
+        uint8_t *buf;
+        size_t room, take;
+        ps_frame_decoder_buf(d, &buf, &room);
+        take = d->stage_end - d->stage_pos;
+        take = take < room ? take : room;
+        memcpy(buf, d->stage + d->stage_pos, take);
+        d->stage_pos += take;
+        ps_frame_decoder_commit(d, take);
+    }
     return 0;
 }
 
@@ -220,20 +292,18 @@ int ps_frame_decoder_next(ps_frame_decoder *d, ps_frame *f)
             if (rc < 0)
                 return rc;
             break;
-        case PS__DEC_PAYLOAD: {
-            uint32_t crc;
+        case PS__DEC_PAYLOAD:
             if (d->payload_got < d->payload_len)
                 return 0;
-            crc = ps_crc32c(0, d->payload, d->payload_len);
-            if (crc != d->hdr->payload_crc32c)
-                return ps__dec_fail(d, -PS_ECRC, "payload CRC32C 0x%08x, header says 0x%08x", crc,
-                                    d->hdr->payload_crc32c);
+            if (d->payload_crc != d->hdr->payload_crc32c)
+                return ps__dec_fail(d, -PS_ECRC, "payload CRC32C 0x%08x, header says 0x%08x",
+                                    d->payload_crc, d->hdr->payload_crc32c);
             f->hdr = d->hdr;
-            f->payload = d->payload;
+            f->payload = d->n_pieces > 0 ? NULL : d->payload;
             f->payload_len = d->payload_len;
+            d->n_pieces = 0;
             d->state = PS__DEC_DELIVERED;
             return 1;
-        }
         case PS__DEC_FAILED:
             return -PS_EPROTO;
         }

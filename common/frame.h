@@ -26,19 +26,39 @@ typedef struct {
     size_t len;
 } ps_iov;
 
+/* Somewhere payload bytes may be written; borrowed, not owned. */
+typedef struct {
+    void *base;
+    size_t len;
+} ps_frame_piece;
+
 /* A decoded frame. Both pointers belong to the decoder and stay valid until
- * the next call on it. */
+ * the next call on it. payload is NULL (payload_len still set) when the
+ * payload was written into pieces named by the decoder's place callback. */
 typedef struct {
     Shardps__Header *hdr;
     uint8_t *payload;
     size_t payload_len;
 } ps_frame;
 
+/* Asked once per frame, after its header passed every check and before any
+ * payload byte is stored: return how many pieces (*pieces, borrowed by the
+ * decoder until that frame is delivered) the payload should be scattered
+ * into, or 0 to keep it in the decoder's own buffer. Pieces whose lengths do
+ * not add up to hdr->payload_bytes are ignored, as if 0 was returned. This
+ * is how a pull reply lands straight in the parameters it answers. */
+typedef int (*ps_frame_place_cb)(void *arg, const Shardps__Header *hdr,
+                                 const ps_frame_piece **pieces);
+
 /* Sets hdr->version, payload_bytes and payload_crc32c from payload[0..n), then
  * packs [prefix][header] into a new buffer that the caller frees with free().
  * Returns 0, -PS_ETOOBIG (header over PS_MAX_HEADER_BYTES) or -ENOMEM. */
 int ps_frame_encode(Shardps__Header *hdr, const ps_iov *payload, int n, uint8_t **out,
                     size_t *out_len);
+/* The same for a payload of payload_bytes whose CRC32C the caller already
+ * computed (typically in the same pass that produced the bytes). */
+int ps_frame_encode_summed(Shardps__Header *hdr, uint64_t payload_bytes, uint32_t crc,
+                           uint8_t **out, size_t *out_len);
 
 /* Packs [prefix][header] exactly as hdr says, filling in nothing (tools that
  * build deliberately wrong frames use this). Caller frees *out with free().
@@ -53,11 +73,15 @@ int ps_frame_decoder_init(ps_frame_decoder **out, size_t max_payload);
 void ps_frame_decoder_free(ps_frame_decoder *d);
 /* Changes the payload limit for frames whose header has not arrived yet. */
 void ps_frame_decoder_set_max_payload(ps_frame_decoder *d, size_t max_payload);
+/* Installs (or, with NULL, removes) the callback that may place payloads. */
+void ps_frame_decoder_set_place(ps_frame_decoder *d, ps_frame_place_cb cb, void *arg);
 
 /* Where the next bytes from the peer should be written, and how many fit
  * (always at least 1). Valid until the next call on the decoder. */
 void ps_frame_decoder_buf(ps_frame_decoder *d, uint8_t **buf, size_t *len);
-/* n bytes (at most the length ps_frame_decoder_buf gave) were written there. */
+/* n bytes (at most the length ps_frame_decoder_buf gave) were written there.
+ * Payload bytes are checksummed here, piece by piece while they are still in
+ * cache, so the CRC pass is not a separate walk over the whole payload. */
 void ps_frame_decoder_commit(ps_frame_decoder *d, size_t n);
 
 /* Returns 1 and the next complete frame, 0 when more bytes are needed, or a

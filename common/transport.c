@@ -10,9 +10,33 @@
 #include "ps_error.h"
 #include "ps_log.h"
 
-/* Headroom for iovecs in one write: the header plus this many payload pieces
- * fit in the request itself; more are allocated. */
-#define PS__INLINE_BUFS 8
+/* Room for this many frames and payload pieces in a write before its arrays
+ * move to the heap: a reply or an ack plus a reply, a push of a few chunks. */
+#define PS__INLINE_FRAMES 4
+#define PS__INLINE_BUFS   16
+/* A corked batch is written early once it holds this many pieces (Linux
+ * takes at most 1024 iovecs in one writev; libuv splits above that anyway). */
+#define PS__MAX_BATCH_BUFS 1024
+
+typedef struct {
+    uint8_t *head; /* [prefix][header], owned by the write */
+    ps_conn_sent_cb sent;
+    void *arg;
+} ps__frame_out;
+
+/* One uv_write: every frame queued on a connection while it was corked, or a
+ * single frame otherwise. */
+typedef struct {
+    uv_write_t req;
+    ps_conn *conn;
+    size_t bytes;
+    int n_frames, cap_frames;
+    int n_bufs, cap_bufs;
+    ps__frame_out *frames;
+    uv_buf_t *bufs;
+    ps__frame_out inline_frames[PS__INLINE_FRAMES];
+    uv_buf_t inline_bufs[PS__INLINE_BUFS];
+} ps__write;
 
 struct ps_conn {
     uv_tcp_t tcp;
@@ -22,21 +46,13 @@ struct ps_conn {
     int closing;
     int reading;
     int delivering; /* inside ps__deliver: frames are being handed out */
+    int corked;     /* ps_conn_cork depth; frames wait in batch until 0 */
+    ps__write *batch;
     int close_err;
     char peer[64];
     ps_conn_connect_cb connect_cb;
     uv_connect_t connect_req;
 };
-
-typedef struct {
-    uv_write_t req;
-    ps_conn *conn;
-    uint8_t *head; /* [prefix][header], owned by the request */
-    ps_conn_sent_cb sent;
-    void *arg;
-    uv_buf_t *bufs;
-    uv_buf_t inline_bufs[PS__INLINE_BUFS + 1];
-} ps__write;
 
 static void ps__on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void ps__on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
@@ -51,9 +67,17 @@ static void ps__on_uv_close(uv_handle_t *h)
     free(c);
 }
 
+static void ps__flush(ps_conn *c);
+
 void ps_conn_close(ps_conn *c, int err)
 {
     if (c->closing)
+        return;
+    /* Frames queued while corked (a goodbye, an error's reason) go out
+     * first: libuv writes what fits at once and cancels only the rest. */
+    c->corked = 0;
+    ps__flush(c);
+    if (c->closing) /* the flush failed and closed it */
         return;
     c->closing = 1;
     c->close_err = err;
@@ -65,7 +89,8 @@ static void ps__deliver(ps_conn *c);
 
 static void ps__update_reading(ps_conn *c)
 {
-    size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+    size_t queued =
+        uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) + (c->batch ? c->batch->bytes : 0);
     int want = !c->closing && queued <= c->cfg.max_write_queue;
 
     if (want == c->reading)
@@ -119,11 +144,21 @@ static void ps__deliver(ps_conn *c)
     if (c->delivering)
         return;
     c->delivering = 1;
+    /* Replies to every frame of this read leave in one write. */
+    ps_conn_cork(c);
     while (!c->closing && c->reading && (rc = ps_frame_decoder_next(c->dec, &f)) == 1)
         c->cfg.on_frame(c, &f);
+    ps_conn_uncork(c);
     c->delivering = 0;
     if (!c->closing && rc < 0)
         ps_conn_close(c, rc);
+}
+
+static int ps__place(void *arg, const Shardps__Header *hdr, const ps_frame_piece **pieces)
+{
+    ps_conn *c = arg;
+
+    return c->cfg.place(c, hdr, pieces);
 }
 
 static ps_conn *ps__conn_new(uv_loop_t *loop, const ps_conn_config *cfg, void *data)
@@ -136,6 +171,8 @@ static ps_conn *ps__conn_new(uv_loop_t *loop, const ps_conn_config *cfg, void *d
         free(c);
         return NULL;
     }
+    if (cfg->place)
+        ps_frame_decoder_set_place(c->dec, ps__place, c);
     c->cfg = *cfg;
     c->data = data;
     uv_tcp_init(loop, &c->tcp);
@@ -208,64 +245,160 @@ fail:
     return rc;
 }
 
+static void ps__write_free(ps__write *w)
+{
+    for (int i = 0; i < w->n_frames; i++)
+        free(w->frames[i].head);
+    if (w->frames != w->inline_frames)
+        free(w->frames);
+    if (w->bufs != w->inline_bufs)
+        free(w->bufs);
+    free(w);
+}
+
+/* Tells each frame's sender, in order, then frees the write. */
+static void ps__write_done(ps__write *w, int status)
+{
+    for (int i = 0; i < w->n_frames; i++)
+        if (w->frames[i].sent)
+            w->frames[i].sent(w->conn, status, w->frames[i].arg);
+    ps__write_free(w);
+}
+
 static void ps__on_write(uv_write_t *req, int status)
 {
     ps__write *w = req->data;
     ps_conn *c = w->conn;
 
-    if (w->sent)
-        w->sent(c, status, w->arg);
-    free(w->head);
-    if (w->bufs != w->inline_bufs)
-        free(w->bufs);
-    free(w);
+    ps__write_done(w, status);
     if (status < 0 && status != UV_ECANCELED)
         ps_conn_close(c, status);
     else
         ps__update_reading(c);
 }
 
-int ps_conn_send(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int n,
-                 ps_conn_sent_cb sent, void *arg)
+static void ps__flush(ps_conn *c)
 {
-    ps__write *w = NULL;
-    size_t head_len;
+    ps__write *w = c->batch;
+    int rc;
+
+    if (w == NULL)
+        return;
+    c->batch = NULL;
+    if (w->n_frames == 0) { /* a send that failed after creating it */
+        ps__write_free(w);
+        return;
+    }
+    w->req.data = w;
+    rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, w->bufs, (unsigned int)w->n_bufs, ps__on_write);
+    if (rc < 0) {
+        ps__write_done(w, rc);
+        ps_conn_close(c, rc);
+    }
+}
+
+/* Doubles an array that starts inline in the write; 0 or -ENOMEM. */
+static int ps__grow(void **arr, void *inline_arr, int *cap, int need, size_t elem)
+{
+    int n = *cap;
+    void *p;
+
+    while (n < need)
+        n *= 2;
+    if (n == *cap)
+        return 0;
+    p = *arr == inline_arr ? malloc((size_t)n * elem) : realloc(*arr, (size_t)n * elem);
+    if (p == NULL)
+        return -ENOMEM;
+    if (*arr == inline_arr)
+        memcpy(p, inline_arr, (size_t)*cap * elem);
+    *arr = p;
+    *cap = n;
+    return 0;
+}
+
+/* The batch frames are appended to, created on first use. */
+static ps__write *ps__batch(ps_conn *c)
+{
+    ps__write *w = c->batch;
+
+    if (w)
+        return w;
+    w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return NULL;
+    w->conn = c;
+    w->frames = w->inline_frames;
+    w->cap_frames = PS__INLINE_FRAMES;
+    w->bufs = w->inline_bufs;
+    w->cap_bufs = PS__INLINE_BUFS;
+    c->batch = w;
+    return w;
+}
+
+static int ps__send(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int n,
+                    const uint32_t *crc, ps_conn_sent_cb sent, void *arg)
+{
+    ps__write *w;
+    ps__frame_out *fo;
+    uint8_t *head = NULL;
+    size_t head_len, total = 0;
     int rc;
 
     if (c->closing)
         return -PS_ECLOSED;
-    w = calloc(1, sizeof(*w));
-    if (w == NULL)
-        return -ENOMEM;
-    rc = ps_frame_encode(hdr, payload, n, &w->head, &head_len);
-    if (rc < 0)
-        goto fail;
-    w->bufs = w->inline_bufs;
-    if (n > PS__INLINE_BUFS) {
-        w->bufs = calloc((size_t)n + 1, sizeof(uv_buf_t));
-        if (w->bufs == NULL) {
-            rc = -ENOMEM;
-            goto fail;
-        }
-    }
-    w->bufs[0] = uv_buf_init((char *)w->head, (unsigned int)head_len);
     for (int i = 0; i < n; i++)
-        w->bufs[i + 1] = uv_buf_init((char *)payload[i].base, (unsigned int)payload[i].len);
-    w->conn = c;
-    w->sent = sent;
-    w->arg = arg;
-    w->req.data = w;
-    rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, w->bufs, (unsigned int)n + 1, ps__on_write);
+        total += payload[i].len;
+    rc = crc ? ps_frame_encode_summed(hdr, total, *crc, &head, &head_len)
+             : ps_frame_encode(hdr, payload, n, &head, &head_len);
     if (rc < 0)
         goto fail;
+    rc = -ENOMEM;
+    w = ps__batch(c);
+    if (w == NULL ||
+        ps__grow((void **)&w->frames, w->inline_frames, &w->cap_frames, w->n_frames + 1,
+                 sizeof(*w->frames)) < 0 ||
+        ps__grow((void **)&w->bufs, w->inline_bufs, &w->cap_bufs, w->n_bufs + n + 1,
+                 sizeof(*w->bufs)) < 0)
+        goto fail;
+    fo = &w->frames[w->n_frames++];
+    fo->head = head;
+    fo->sent = sent;
+    fo->arg = arg;
+    w->bufs[w->n_bufs++] = uv_buf_init((char *)head, (unsigned int)head_len);
+    for (int i = 0; i < n; i++)
+        w->bufs[w->n_bufs++] = uv_buf_init((char *)payload[i].base, (unsigned int)payload[i].len);
+    w->bytes += head_len + total;
+    if (c->corked == 0 || w->n_bufs >= PS__MAX_BATCH_BUFS)
+        ps__flush(c);
     ps__update_reading(c);
     return 0;
 fail:
-    if (w->bufs != w->inline_bufs)
-        free(w->bufs);
-    free(w->head);
-    free(w);
+    free(head);
     return rc;
+}
+
+int ps_conn_send(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int n,
+                 ps_conn_sent_cb sent, void *arg)
+{
+    return ps__send(c, hdr, payload, n, NULL, sent, arg);
+}
+
+int ps_conn_send_summed(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int n,
+                        uint32_t crc, ps_conn_sent_cb sent, void *arg)
+{
+    return ps__send(c, hdr, payload, n, &crc, sent, arg);
+}
+
+void ps_conn_cork(ps_conn *c)
+{
+    c->corked++;
+}
+
+void ps_conn_uncork(ps_conn *c)
+{
+    if (c->corked > 0 && --c->corked == 0 && !c->closing)
+        ps__flush(c);
 }
 
 void ps_conn_set_max_payload(ps_conn *c, size_t max_payload)

@@ -34,10 +34,15 @@ typedef void (*ps_conn_close_cb)(ps_conn *c, int err);
 typedef void (*ps_conn_sent_cb)(ps_conn *c, int status, void *arg);
 /* Result of ps_conn_connect: 0 and a connection, or an error and NULL. */
 typedef void (*ps_conn_connect_cb)(ps_conn *c, int status, void *data);
+/* May say where an incoming frame's payload goes (see ps_frame_place_cb):
+ * returns the number of pieces, or 0 for the connection's own buffer. */
+typedef int (*ps_conn_place_cb)(ps_conn *c, const Shardps__Header *hdr,
+                                const ps_frame_piece **pieces);
 
 typedef struct {
     ps_conn_frame_cb on_frame;
     ps_conn_close_cb on_close;
+    ps_conn_place_cb place; /* NULL: every payload lands in the connection's buffer */
     size_t max_payload;     /* frames announcing more are refused */
     size_t max_write_queue; /* stop reading above this many queued bytes */
 } ps_conn_config;
@@ -59,6 +64,18 @@ int ps_conn_connect(uv_loop_t *loop, const struct sockaddr *addr, const ps_conn_
  * encoding error; sent is not called when this fails. */
 int ps_conn_send(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int n,
                  ps_conn_sent_cb sent, void *arg);
+
+/* ps_conn_send for a payload whose CRC32C the caller computed already, e.g.
+ * in the loop that copied it: saves a pass over the bytes. */
+int ps_conn_send_summed(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int n,
+                        uint32_t crc, ps_conn_sent_cb sent, void *arg);
+
+/* While corked (calls nest), frames wait on the connection and leave in one
+ * write at the last uncork, so a request pair or an ack and a reply share a
+ * system call and a segment. Frames handed to on_frame's callback are always
+ * corked: replies to everything one read brought go out together. */
+void ps_conn_cork(ps_conn *c);
+void ps_conn_uncork(ps_conn *c);
 
 /* Closes the connection; err is passed to on_close (0 for an ordinary close).
  * Safe to call repeatedly and from inside any callback. */

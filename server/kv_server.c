@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf_pool.h"
 #include "checkpoint.h"
+#include "crc32c.h"
 #include "partition.h"
 #include "ps_error.h"
 #include "ps_log.h"
@@ -91,6 +93,7 @@ struct ps_kv_server {
     uint8_t *finished;   /* by rank: said goodbye */
     uint8_t *has_joined; /* by rank: joined at least once (training starts when all have) */
     size_t max_write_queue;
+    ps_buf_pool *replies; /* pull-reply snapshots, reused (see ps__answer_pull) */
     int live;
     int started;           /* every rank has joined once */
     int joined;            /* ranks that have joined at least once */
@@ -214,12 +217,14 @@ static void ps__on_reply_sent(ps_conn *c, int status, void *arg)
 {
     (void)c;
     (void)status;
-    free(arg);
+    ps_buf_pool_put(arg);
 }
 
 /* Answers a pull with a snapshot of the weights: a later apply must not
  * change bytes that are still waiting in the socket's queue, and their CRC
- * was computed at send time. */
+ * was computed at send time. The snapshot buffer comes from a pool, since a
+ * fresh one of tens of megabytes faults in every page, and the copy computes
+ * the CRC as it goes: one pass over the weights per reply. */
 static void ps__answer_pull(ps_kv_server *s, ps__peer *p, uint64_t request_id, uint64_t clock,
                             const int *locals, size_t n)
 {
@@ -227,19 +232,21 @@ static void ps__answer_pull(ps_kv_server *s, ps__peer *p, uint64_t request_id, u
     uint64_t *keys = NULL;
     uint8_t *buf = NULL;
     size_t bytes = 0, off = 0;
+    uint32_t crc = 0;
     ps_iov iov;
     int rc = -ENOMEM;
 
     for (size_t i = 0; i < n; i++)
         bytes += ps_shard_chunk(s->shard, locals[i])->numel * sizeof(float);
     keys = malloc(n * sizeof(*keys));
-    buf = malloc(bytes ? bytes : 1);
+    buf = ps_buf_pool_get(s->replies, bytes);
     if (keys == NULL || buf == NULL)
         goto fail;
     for (size_t i = 0; i < n; i++) {
         const ps_chunk *c = ps_shard_chunk(s->shard, locals[i]);
         keys[i] = c->key;
-        memcpy(buf + off, ps_shard_weights(s->shard, locals[i]), c->numel * sizeof(float));
+        crc = ps_crc32c_copy(crc, buf + off, ps_shard_weights(s->shard, locals[i]),
+                             c->numel * sizeof(float));
         off += c->numel * sizeof(float);
     }
     h.type = SHARDPS__MSG_TYPE__PULL_REPLY;
@@ -250,7 +257,7 @@ static void ps__answer_pull(ps_kv_server *s, ps__peer *p, uint64_t request_id, u
     h.keys = keys;
     iov.base = buf;
     iov.len = bytes;
-    rc = ps_conn_send(p->conn, &h, &iov, 1, ps__on_reply_sent, buf);
+    rc = ps_conn_send_summed(p->conn, &h, &iov, 1, crc, ps__on_reply_sent, buf);
     if (rc < 0)
         goto fail;
     s->n_pulls++;
@@ -261,7 +268,7 @@ static void ps__answer_pull(ps_kv_server *s, ps__peer *p, uint64_t request_id, u
     return;
 fail:
     free(keys);
-    free(buf);
+    ps_buf_pool_put(buf);
     if (rc != -PS_ECLOSED)
         ps_conn_close(p->conn, rc);
 }
@@ -1026,7 +1033,7 @@ static void ps__on_connection(uv_stream_t *listener, int status)
 {
     ps_kv_server *s = listener->data;
     /* No payload until the peer is admitted: a HELLO carries none. */
-    ps_conn_config cc = {ps__on_frame, ps__on_conn_close, 0, s->max_write_queue};
+    ps_conn_config cc = {ps__on_frame, ps__on_conn_close, NULL, 0, s->max_write_queue};
     ps__peer *p;
     ps_conn *c;
 
@@ -1082,6 +1089,12 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
     s->n_local = ps_shard_chunk_count(s->shard);
     s->max_write_queue = 2 * ps_partition_server_numel(s->part, cfg->server_index) * sizeof(float) +
                          PS__WRITE_QUEUE_HEADROOM;
+    /* In sync mode every worker's reply to a step leaves at once: keep that
+     * many shard-sized snapshots warm. */
+    if (ps_buf_pool_init(&s->replies, (size_t)cfg->world *
+                                          ps_partition_server_numel(s->part, cfg->server_index) *
+                                          sizeof(float)) < 0)
+        goto fail;
     s->sync = calloc((size_t)s->n_local + 1, sizeof(*s->sync));
     s->seen = calloc((size_t)s->n_local + 1, sizeof(*s->seen));
     s->workers = calloc((size_t)cfg->world, sizeof(*s->workers));
@@ -1161,6 +1174,7 @@ void ps_kv_server_close(ps_kv_server *s)
         free(q->locals);
         free(q);
     }
+    ps_buf_pool_close(s->replies);
     ps_shard_free(s->shard);
     ps_partition_free(s->part);
     free(s->sync);

@@ -39,10 +39,12 @@ typedef struct {
     uint64_t *keys;
     const ps_chunk **chunks;
     ps_iov *iov;
+    ps_frame_piece *pieces; /* where a pull reply's chunks land */
     size_t bytes;
     /* Outstanding requests: at most one pull and one push at a time. */
     uint64_t pull_id, push_id;
     float *const *pull_dest;
+    int corked; /* requests wait on the connection until ps_kv_client_wait */
 } ps__server;
 
 struct ps_kv_client {
@@ -133,29 +135,48 @@ static void ps__handle_welcome(ps__server *sv, const ps_frame *f)
              w->clock, w->mode);
 }
 
-/* Checks a pull reply against what was asked and copies each chunk to its
- * place in the caller's tensors. */
+/* True when h answers the pull in flight with exactly the keys and bytes
+ * asked for. */
+static int ps__reply_matches(const ps__server *sv, const Shardps__Header *h)
+{
+    return sv->pull_dest != NULL && h->request_id == sv->pull_id &&
+           h->n_keys == (size_t)sv->n_keys && h->payload_bytes == sv->bytes &&
+           memcmp(h->keys, sv->keys, (size_t)sv->n_keys * sizeof(uint64_t)) == 0;
+}
+
+/* A pull reply that matches is read straight into the caller's tensors, one
+ * piece per chunk, with no copy and no model-sized buffer of our own. */
+static int ps__place_reply(ps_conn *conn, const Shardps__Header *h, const ps_frame_piece **pieces)
+{
+    ps__server *sv = ps_conn_data(conn);
+
+    if (h->type != SHARDPS__MSG_TYPE__PULL_REPLY || !ps__reply_matches(sv, h))
+        return 0;
+    for (int i = 0; i < sv->n_keys; i++) {
+        const ps_chunk *ch = sv->chunks[i];
+        sv->pieces[i].base = sv->pull_dest[ch->tensor_id] + ch->offset;
+        sv->pieces[i].len = ch->numel * sizeof(float);
+    }
+    *pieces = sv->pieces;
+    return sv->n_keys;
+}
+
+/* Checks a pull reply against what was asked; it is already in place unless
+ * it did not match. */
 static void ps__handle_pull_reply(ps__server *sv, const ps_frame *f)
 {
     const Shardps__Header *h = f->hdr;
-    const uint8_t *p = f->payload;
 
     if (sv->pull_dest == NULL || h->request_id != sv->pull_id) {
         ps_error("server %d (%s) answered a pull we did not make", sv->index, sv->addr_text);
         ps__fail(sv->cl, -PS_EPROTO);
         return;
     }
-    if (h->n_keys != (size_t)sv->n_keys || f->payload_len != sv->bytes ||
-        memcmp(h->keys, sv->keys, (size_t)sv->n_keys * sizeof(uint64_t)) != 0) {
+    if (!ps__reply_matches(sv, h) || f->payload != NULL) {
         ps_error("server %d (%s) answered with other keys or sizes than requested", sv->index,
                  sv->addr_text);
         ps__fail(sv->cl, -PS_EPROTO);
         return;
-    }
-    for (int i = 0; i < sv->n_keys; i++) {
-        const ps_chunk *ch = sv->chunks[i];
-        memcpy(sv->pull_dest[ch->tensor_id] + ch->offset, p, ch->numel * sizeof(float));
-        p += ch->numel * sizeof(float);
     }
     sv->cl->stats.bytes_received += f->payload_len;
     sv->pulled_clock = h->clock;
@@ -239,6 +260,7 @@ static void ps__on_close(ps_conn *conn, int err)
     ps_kv_client *c = sv->cl;
 
     sv->conn = NULL;
+    sv->corked = 0;
     if (err == 0 || sv->retrying)
         return;
     if (c->error == 0) {
@@ -307,7 +329,8 @@ static void ps__on_connect(ps_conn *conn, int status, void *data)
 static void ps__start_connect(ps__server *sv)
 {
     ps_kv_client *c = sv->cl;
-    ps_conn_config cc = {ps__on_frame, ps__on_close, c->cfg.max_payload, PS__WRITE_QUEUE_LIMIT};
+    ps_conn_config cc = {ps__on_frame, ps__on_close, ps__place_reply, c->cfg.max_payload,
+                         PS__WRITE_QUEUE_LIMIT};
     int rc = ps_conn_connect(&c->loop, (struct sockaddr *)&sv->addr, &cc, sv, ps__on_connect);
 
     if (rc < 0) {
@@ -354,7 +377,8 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
         sv->keys = calloc((size_t)n + 1, sizeof(*sv->keys));
         sv->chunks = calloc((size_t)n + 1, sizeof(*sv->chunks));
         sv->iov = calloc((size_t)n + 1, sizeof(*sv->iov));
-        if (sv->keys == NULL || sv->chunks == NULL || sv->iov == NULL)
+        sv->pieces = calloc((size_t)n + 1, sizeof(*sv->pieces));
+        if (sv->keys == NULL || sv->chunks == NULL || sv->iov == NULL || sv->pieces == NULL)
             goto fail;
         for (int i = 0; i < ps_partition_chunk_count(c->part); i++) {
             const ps_chunk *ch = ps_partition_chunk(c->part, i);
@@ -441,6 +465,14 @@ int ps_kv_client_connect(ps_kv_client *c, uint64_t *start_clock)
     return 0;
 }
 
+/* Requests started before wait leave together when it begins. */
+static void ps__cork(ps__server *sv)
+{
+    if (!sv->corked)
+        ps_conn_cork(sv->conn);
+    sv->corked = 1;
+}
+
 int ps_kv_client_pull(ps_kv_client *c, uint64_t clock, float *const *params)
 {
     for (int s = 0; s < c->n_servers; s++) {
@@ -457,6 +489,8 @@ int ps_kv_client_pull(ps_kv_client *c, uint64_t clock, float *const *params)
         h.clock = clock;
         h.n_keys = (size_t)sv->n_keys;
         h.keys = sv->keys;
+        /* Held until wait, so it leaves with the push in one write. */
+        ps__cork(sv);
         rc = ps_conn_send(sv->conn, &h, NULL, 0, NULL, NULL);
         if (rc < 0)
             return rc;
@@ -494,6 +528,7 @@ int ps_kv_client_push(ps_kv_client *c, const float *const *grads)
         h.dtype = SHARDPS__DTYPE__DTYPE_F32;
         h.n_keys = (size_t)sv->n_keys;
         h.keys = sv->keys;
+        ps__cork(sv);
         rc = ps_conn_send(sv->conn, &h, sv->iov, sv->n_keys, NULL, NULL);
         if (rc < 0)
             return rc;
@@ -506,6 +541,12 @@ int ps_kv_client_push(ps_kv_client *c, const float *const *grads)
 
 int ps_kv_client_wait(ps_kv_client *c)
 {
+    for (int s = 0; s < c->n_servers; s++) {
+        ps__server *sv = &c->servers[s];
+        if (sv->corked && sv->conn)
+            ps_conn_uncork(sv->conn);
+        sv->corked = 0;
+    }
     return ps__run_until_done(c);
 }
 
@@ -555,6 +596,7 @@ static void ps__client_free(ps_kv_client *c, int goodbye)
         free(c->servers[s].keys);
         free(c->servers[s].chunks);
         free(c->servers[s].iov);
+        free(c->servers[s].pieces);
     }
     free(c->servers);
     ps_partition_free(c->part);

@@ -134,3 +134,23 @@ Test(crc32c, detects_single_bit_flip)
     }
     free(buf);
 }
+
+Test(crc32c, copy_equals_memcpy_then_crc)
+{
+    /* Lengths around the copy's internal block and odd alignments. */
+    const size_t lens[] = {0, 1, 63, 16383, 16384, 16385, 100000, 1 << 20};
+    uint8_t *src = random_buffer((1 << 20) + 64, 41), *dst = malloc((1 << 20) + 64);
+
+    cr_assert_not_null(dst);
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+        for (size_t a = 0; a < 3; a++) {
+            uint32_t want = ps_crc32c_sw(0x1234u, src + a, lens[i]);
+            memset(dst, 0, (1 << 20) + 64);
+            cr_assert_eq(ps_crc32c_copy(0x1234u, dst + 2 * a, src + a, lens[i]), want,
+                         "len %zu align %zu", lens[i], a);
+            cr_assert(lens[i] == 0 || memcmp(dst + 2 * a, src + a, lens[i]) == 0,
+                      "len %zu: copy differs", lens[i]);
+        }
+    free(src);
+    free(dst);
+}

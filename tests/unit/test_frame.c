@@ -684,3 +684,160 @@ Test(frame, fresh_decoder_needs_more_and_has_no_error, .timeout = 30)
     ps_frame_decoder_free(d);
     ps_frame_decoder_free(NULL);
 }
+
+/* The place callback of the tests below: scatters a payload into uneven
+ * pieces of one destination buffer, in reverse order, so a byte written to
+ * the wrong piece or offset cannot go unnoticed. */
+typedef struct {
+    uint8_t *dest;
+    ps_frame_piece pieces[4];
+    int n, calls;          /* n: pieces offered; all 4 add up to the payload */
+    Shardps__MsgType only; /* place frames of this type, leave the rest */
+} placer;
+
+static int place_reversed(void *arg, const Shardps__Header *hdr, const ps_frame_piece **pieces)
+{
+    placer *pl = arg;
+    size_t len = (size_t)hdr->payload_bytes, cut[5] = {0, 1, len / 3, len / 2, len};
+
+    pl->calls++;
+    if (hdr->type != pl->only)
+        return 0;
+    /* Piece i covers payload bytes [cut[i], cut[i+1]) and is stored at the
+     * other end of dest: the first piece lands last. Piece 0 may be empty. */
+    for (int i = 0; i < 4; i++) {
+        pl->pieces[i].len = cut[i + 1] - cut[i];
+        pl->pieces[i].base = pl->dest + (len - cut[i + 1]);
+    }
+    *pieces = pl->pieces;
+    return pl->n;
+}
+
+/* Undoes place_reversed: the payload as it was sent. */
+static void unplace(const placer *pl, size_t len, uint8_t *out)
+{
+    size_t off = 0;
+
+    for (int i = 0; i < 4; i++) {
+        memcpy(out + off, pl->pieces[i].base, pl->pieces[i].len);
+        off += pl->pieces[i].len;
+    }
+    cr_assert_eq(off, len);
+}
+
+/* Decodes stream in steps of `step` bytes with pl installed; expects one
+ * frame of each type in want, checking placed payloads through pl. */
+static void decode_placed(placer *pl, const uint8_t *stream, size_t len, size_t step,
+                          const want_frame *want, int n_want)
+{
+    ps_frame_decoder *d = new_decoder(PS_DEFAULT_MAX_PAYLOAD);
+    size_t off = 0;
+    int seen = 0;
+    ps_frame f;
+    int rc;
+
+    ps_frame_decoder_set_place(d, place_reversed, pl);
+    for (;;) {
+        while ((rc = ps_frame_decoder_next(d, &f)) == 1) {
+            const want_frame *w = &want[seen++];
+            cr_assert_leq(seen, n_want);
+            cr_assert_eq(f.payload_len, w->payload_len);
+            if (f.hdr->type == pl->only && pl->n == 4 && w->payload_len > 0) {
+                uint8_t *back = malloc(w->payload_len);
+                cr_assert_not_null(back);
+                cr_assert_null(f.payload, "a placed payload was also handed over");
+                unplace(pl, w->payload_len, back);
+                cr_assert(memcmp(back, w->payload, w->payload_len) == 0, "placed bytes differ");
+                free(back);
+            } else {
+                cr_assert(w->payload_len == 0 ||
+                          memcmp(f.payload, w->payload, w->payload_len) == 0);
+            }
+        }
+        cr_assert_eq(rc, 0, "step %zu: %s", step, ps_frame_decoder_error(d));
+        if (off == len)
+            break;
+        off += ps_frame_decoder_feed(d, stream + off, len - off < step ? len - off : step);
+    }
+    cr_assert_eq(seen, n_want);
+    ps_frame_decoder_free(d);
+}
+
+Test(frame, placed_payload_lands_in_pieces_at_every_step_size, .timeout = 30)
+{
+    size_t n = 3 * 65536 + 17;
+    uint8_t *p1 = random_bytes(n, 21), *p2 = random_bytes(999, 22);
+    /* A placed reply between two frames kept in the decoder's buffer, so
+     * leftover bytes of one frame must not leak into the next one's pieces. */
+    want_frame w[3] = {
+        {.type = SHARDPS__MSG_TYPE__PUSH, .payload = p2, .payload_len = 999, .n_iov = 1},
+        {.type = SHARDPS__MSG_TYPE__PULL_REPLY, .payload = p1, .payload_len = n, .n_iov = 3},
+        {.type = SHARDPS__MSG_TYPE__PUSH, .payload = p2, .payload_len = 999, .n_iov = 2},
+    };
+    const size_t steps[] = {SIZE_MAX, 7, 4096, 65536};
+    uint8_t *stream = NULL, *dest = malloc(n);
+    size_t len = 0;
+
+    cr_assert_not_null(dest);
+    for (int i = 0; i < 3; i++)
+        encode_append(&w[i], &stream, &len);
+    for (size_t s = 0; s < sizeof(steps) / sizeof(steps[0]); s++) {
+        placer pl = {.dest = dest, .n = 4, .only = SHARDPS__MSG_TYPE__PULL_REPLY};
+        memset(dest, 0, n);
+        decode_placed(&pl, stream, len, steps[s], w, 3);
+        cr_assert_eq(pl.calls, 3, "asked once per frame with a payload");
+    }
+    free(stream);
+    free(dest);
+    free(p1);
+    free(p2);
+}
+
+Test(frame, pieces_that_do_not_add_up_are_ignored, .timeout = 30)
+{
+    uint8_t *p = random_bytes(5000, 23), *dest = calloc(1, 5000);
+    want_frame w = {
+        .type = SHARDPS__MSG_TYPE__PULL_REPLY, .payload = p, .payload_len = 5000, .n_iov = 1};
+    uint8_t *stream = NULL;
+    size_t len = 0;
+    /* Three of the four pieces: short of the payload, so the decoder keeps
+     * the payload itself rather than write past what it was given. */
+    placer pl = {.dest = dest, .n = 3, .only = SHARDPS__MSG_TYPE__PULL_REPLY};
+
+    cr_assert_not_null(dest);
+    encode_append(&w, &stream, &len);
+    decode_placed(&pl, stream, len, 1000, &w, 1);
+    for (size_t i = 0; i < 5000; i++)
+        cr_assert_eq(dest[i], 0, "byte %zu written into a refused piece", i);
+    free(stream);
+    free(dest);
+    free(p);
+}
+
+Test(frame, placed_payload_with_bad_crc_is_refused, .timeout = 30)
+{
+    uint8_t *p = random_bytes(70000, 24), *dest = malloc(70000);
+    want_frame w = {
+        .type = SHARDPS__MSG_TYPE__PULL_REPLY, .payload = p, .payload_len = 70000, .n_iov = 1};
+    uint8_t *stream = NULL;
+    size_t len = 0, off = 0;
+    placer pl = {.dest = dest, .n = 4, .only = SHARDPS__MSG_TYPE__PULL_REPLY};
+    ps_frame_decoder *d = new_decoder(PS_DEFAULT_MAX_PAYLOAD);
+    ps_frame f;
+    int rc = 0;
+
+    cr_assert_not_null(dest);
+    encode_append(&w, &stream, &len);
+    stream[len - 12345] ^= 0x01;
+    ps_frame_decoder_set_place(d, place_reversed, &pl);
+    while (rc == 0 && off < len) {
+        off += ps_frame_decoder_feed(d, stream + off, len - off < 3000 ? len - off : 3000);
+        rc = ps_frame_decoder_next(d, &f);
+    }
+    cr_assert_eq(rc, -PS_ECRC);
+    check_stays_failed(d);
+    ps_frame_decoder_free(d);
+    free(stream);
+    free(dest);
+    free(p);
+}
