@@ -114,6 +114,12 @@ int ps_backend_train_step(ps_backend *b, const float *x, const uint8_t *y, int B
     return b->ops->train_step(b, x, y, B, loss, correct);
 }
 
+void ps_backend_on_layer_grads(ps_backend *b, ps_backend_layer_cb cb, void *arg)
+{
+    b->on_layer = cb;
+    b->on_layer_arg = arg;
+}
+
 int ps_backend_evaluate(ps_backend *b, const float *x, const uint8_t *y, int n, float *loss,
                         int *correct)
 {

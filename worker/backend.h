@@ -73,6 +73,15 @@ int ps_backend_load_params(ps_backend *b);
 int ps_backend_train_step(ps_backend *b, const float *x, const uint8_t *y, int B, float *loss,
                           int *correct);
 
+/* Called during ps_backend_train_step once layer l's gradients (tensors 2l
+ * and 2l+1) are final in the host grad buffers, last layer first, so the
+ * worker can push them while the layers below are computed. On the CPU it
+ * runs as backward reaches each layer; on CUDA, for every layer once the step
+ * has finished (the per-layer downloads are not exposed yet). */
+typedef void (*ps_backend_layer_cb)(void *arg, int layer);
+/* Installs (NULL removes) the callback; arg is the caller's. */
+void ps_backend_on_layer_grads(ps_backend *b, ps_backend_layer_cb cb, void *arg);
+
 /* Forward only over n rows, in batches of max_batch; writes the mean loss and
  * the number correct. Returns 0, -EINVAL if n < 1, or a device error. */
 int ps_backend_evaluate(ps_backend *b, const float *x, const uint8_t *y, int n, float *loss,

@@ -31,6 +31,15 @@ static int ps__cpu_load_params(ps_backend *b)
     return 0;
 }
 
+/* ps_mlp's per-layer callback, passed on to whoever the backend's is. */
+static void ps__cpu_layer_done(void *arg, int layer)
+{
+    ps_backend *b = arg;
+
+    if (b->on_layer)
+        b->on_layer(b->on_layer_arg, layer);
+}
+
 static int ps__cpu_train_step(ps_backend *b, const float *x, const uint8_t *y, int B, float *loss,
                               int *correct)
 {
@@ -62,6 +71,7 @@ int ps__backend_cpu_init(ps_backend **out, const ps_model_spec *spec, const ps_b
     if (rc < 0)
         goto fail;
     c->base.ops = &ps__cpu_ops;
+    ps_mlp_on_layer_grads(c->mlp, ps__cpu_layer_done, &c->base);
     c->base.device = PS_DEVICE_CPU;
     c->base.max_batch = cfg->max_batch;
     for (int t = 0; t < spec->n_tensors; t++) {

@@ -313,6 +313,8 @@ static int ps__cuda_train_step(ps_backend *b, const float *x, const uint8_t *y, 
         rc = ps__finish(c);
     if (rc < 0)
         return rc;
+    for (int l = L - 1; l >= 0 && b->on_layer; l--)
+        b->on_layer(b->on_layer_arg, l);
     *loss = (float)(c->h_stats->loss_sum / B);
     *correct = c->h_stats->correct;
     return 0;

@@ -27,6 +27,8 @@ struct ps_backend {
     /* Host buffers indexed by tensor id, owned by the implementation. */
     float *params[PS_MAX_TENSORS];
     float *grads[PS_MAX_TENSORS];
+    ps_backend_layer_cb on_layer; /* see ps_backend_on_layer_grads */
+    void *on_layer_arg;
 };
 
 /* The CPU backend: ps_mlp. Returns 0, -EINVAL or -ENOMEM. */

@@ -16,6 +16,9 @@
 #include "transport.h"
 
 #define PS__WRITE_QUEUE_LIMIT ((size_t)1 << 30)
+/* Pushed chunks smaller than this wait to share a write (see
+ * ps__push_chunk): below it a system call costs more than the bytes. */
+#define PS__CORK_BYTES ((size_t)64 << 10)
 
 typedef struct ps_kv_client ps_kv_client;
 
@@ -41,8 +44,11 @@ typedef struct {
     ps_iov *iov;
     ps_frame_piece *pieces; /* where a pull reply's chunks land */
     size_t bytes;
-    /* Outstanding requests: at most one pull and one push at a time. */
-    uint64_t pull_id, push_id;
+    /* Outstanding requests: at most one pull, and one push per chunk, whose
+     * ids wait in push_ids (a ring of n_keys) since acks come in order. */
+    uint64_t pull_id;
+    uint64_t *push_ids;
+    int push_head, push_n;
     float *const *pull_dest;
     int corked; /* requests wait on the connection until ps_kv_client_wait */
 } ps__server;
@@ -231,7 +237,7 @@ static void ps__on_frame(ps_conn *conn, const ps_frame *f)
         ps__handle_pull_reply(sv, f);
         break;
     case SHARDPS__MSG_TYPE__PUSH_REPLY:
-        if (h->request_id != sv->push_id) {
+        if (sv->push_n == 0 || h->request_id != sv->push_ids[sv->push_head]) {
             ps_error("server %d (%s) acknowledged a push we did not make", sv->index,
                      sv->addr_text);
             ps__fail(c, -PS_EPROTO);
@@ -243,7 +249,8 @@ static void ps__on_frame(ps_conn *conn, const ps_frame *f)
         c->stats.staleness_count++;
         if (h->staleness > c->stats.staleness_max)
             c->stats.staleness_max = h->staleness;
-        sv->push_id = 0;
+        sv->push_head = (sv->push_head + 1) % sv->n_keys;
+        sv->push_n--;
         c->outstanding--;
         break;
     default:
@@ -378,7 +385,9 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
         sv->chunks = calloc((size_t)n + 1, sizeof(*sv->chunks));
         sv->iov = calloc((size_t)n + 1, sizeof(*sv->iov));
         sv->pieces = calloc((size_t)n + 1, sizeof(*sv->pieces));
-        if (sv->keys == NULL || sv->chunks == NULL || sv->iov == NULL || sv->pieces == NULL)
+        sv->push_ids = calloc((size_t)n + 1, sizeof(*sv->push_ids));
+        if (sv->keys == NULL || sv->chunks == NULL || sv->iov == NULL || sv->pieces == NULL ||
+            sv->push_ids == NULL)
             goto fail;
         for (int i = 0; i < ps_partition_chunk_count(c->part); i++) {
             const ps_chunk *ch = ps_partition_chunk(c->part, i);
@@ -473,6 +482,13 @@ static void ps__cork(ps__server *sv)
     sv->corked = 1;
 }
 
+static void ps__uncork(ps__server *sv)
+{
+    if (sv->corked && sv->conn)
+        ps_conn_uncork(sv->conn);
+    sv->corked = 0;
+}
+
 int ps_kv_client_pull(ps_kv_client *c, uint64_t clock, float *const *params)
 {
     for (int s = 0; s < c->n_servers; s++) {
@@ -501,14 +517,51 @@ int ps_kv_client_pull(ps_kv_client *c, uint64_t clock, float *const *params)
     return 0;
 }
 
-int ps_kv_client_push(ps_kv_client *c, const float *const *grads)
+/* One frame per chunk, so a server applies each chunk as soon as it has
+ * arrived, while the next one is still on the wire. Small frames wait for
+ * wait() and leave with the pull in one write; a large one leaves now (with
+ * any small ones before it), since its bytes are better on the wire than
+ * queued behind the CRC of the next. */
+static int ps__push_chunk(ps_kv_client *c, ps__server *sv, int i, const float *grad, uint64_t step)
+{
+    const ps_chunk *ch = sv->chunks[i];
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    int rc;
+
+    if (sv->conn == NULL)
+        return -PS_ECLOSED;
+    if (sv->push_n == sv->n_keys)
+        return -EBUSY;
+    sv->iov[0].base = grad;
+    sv->iov[0].len = ch->numel * sizeof(float);
+    h.type = SHARDPS__MSG_TYPE__PUSH;
+    h.request_id = ++c->next_id;
+    h.clock = step;
+    h.dtype = SHARDPS__DTYPE__DTYPE_F32;
+    h.n_keys = 1;
+    h.keys = &sv->keys[i];
+    if (sv->iov[0].len < PS__CORK_BYTES)
+        ps__cork(sv);
+    else
+        ps__uncork(sv);
+    rc = ps_conn_send(sv->conn, &h, sv->iov, 1, NULL, NULL);
+    if (rc < 0)
+        return rc;
+    sv->push_ids[(sv->push_head + sv->push_n) % sv->n_keys] = h.request_id;
+    sv->push_n++;
+    c->stats.bytes_sent += sv->iov[0].len;
+    c->outstanding++;
+    return 0;
+}
+
+int ps_kv_client_push_tensor(ps_kv_client *c, int tensor_id, const float *grad)
 {
     uint64_t step = ps_kv_client_weights_clock(c);
 
+    if (tensor_id < 0 || tensor_id >= c->cfg.spec.n_tensors)
+        return -EINVAL;
     for (int s = 0; s < c->n_servers; s++) {
         ps__server *sv = &c->servers[s];
-        Shardps__Header h = SHARDPS__HEADER__INIT;
-        int rc;
 
         /* A server already past our step (it was restored less far back than
          * another, or we are a straggler) gets nothing this step: it waits
@@ -516,37 +569,38 @@ int ps_kv_client_push(ps_kv_client *c, const float *const *grads)
          * step. */
         if (sv->n_keys == 0 || sv->pulled_clock != step)
             continue;
-        if (sv->conn == NULL || sv->push_id != 0)
-            return sv->conn == NULL ? -PS_ECLOSED : -EBUSY;
         for (int i = 0; i < sv->n_keys; i++) {
-            sv->iov[i].base = grads[sv->chunks[i]->tensor_id] + sv->chunks[i]->offset;
-            sv->iov[i].len = sv->chunks[i]->numel * sizeof(float);
+            int rc;
+            if (sv->chunks[i]->tensor_id != (uint32_t)tensor_id)
+                continue;
+            rc = ps__push_chunk(c, sv, i, grad + sv->chunks[i]->offset, step);
+            if (rc < 0)
+                return rc;
         }
-        h.type = SHARDPS__MSG_TYPE__PUSH;
-        h.request_id = ++c->next_id;
-        h.clock = sv->pulled_clock;
-        h.dtype = SHARDPS__DTYPE__DTYPE_F32;
-        h.n_keys = (size_t)sv->n_keys;
-        h.keys = sv->keys;
-        ps__cork(sv);
-        rc = ps_conn_send(sv->conn, &h, sv->iov, sv->n_keys, NULL, NULL);
-        if (rc < 0)
-            return rc;
-        sv->push_id = h.request_id;
-        c->stats.bytes_sent += sv->bytes;
-        c->outstanding++;
     }
     return 0;
 }
 
+int ps_kv_client_push(ps_kv_client *c, const float *const *grads)
+{
+    for (int t = c->cfg.spec.n_tensors - 1; t >= 0; t--) {
+        int rc = ps_kv_client_push_tensor(c, t, grads[t]);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int ps_kv_client_progress(ps_kv_client *c)
+{
+    uv_run(&c->loop, UV_RUN_NOWAIT);
+    return c->error;
+}
+
 int ps_kv_client_wait(ps_kv_client *c)
 {
-    for (int s = 0; s < c->n_servers; s++) {
-        ps__server *sv = &c->servers[s];
-        if (sv->corked && sv->conn)
-            ps_conn_uncork(sv->conn);
-        sv->corked = 0;
-    }
+    for (int s = 0; s < c->n_servers; s++)
+        ps__uncork(&c->servers[s]);
     return ps__run_until_done(c);
 }
 
@@ -597,6 +651,7 @@ static void ps__client_free(ps_kv_client *c, int goodbye)
         free(c->servers[s].chunks);
         free(c->servers[s].iov);
         free(c->servers[s].pieces);
+        free(c->servers[s].push_ids);
     }
     free(c->servers);
     ps_partition_free(c->part);

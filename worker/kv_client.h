@@ -54,9 +54,20 @@ int ps_kv_client_connect(ps_kv_client *c, uint64_t *start_clock);
 
 /* Starts pulling every tensor for step clock into params[tensor_id]. */
 int ps_kv_client_pull(ps_kv_client *c, uint64_t clock, float *const *params);
-/* Starts pushing grads[tensor_id], computed on the weights of the last pull;
- * each server learns which clock those weights had. */
+/* Starts pushing one tensor's gradient (borrowed until wait returns),
+ * computed on the weights of the last pull; each server learns which clock
+ * those weights had. Each chunk travels as its own frame, so a server applies
+ * it while the next is on the wire. Call it for every tensor once per step,
+ * as backward produces them (last layer first), then pull and wait.
+ * Returns 0, -EINVAL (no such tensor), -PS_ECLOSED (a server is gone) or
+ * -EBUSY (the tensor was already pushed this step). */
+int ps_kv_client_push_tensor(ps_kv_client *c, int tensor_id, const float *grad);
+/* ps_kv_client_push_tensor for every tensor, last first. */
 int ps_kv_client_push(ps_kv_client *c, const float *const *grads);
+/* Moves whatever bytes can move without blocking: call it between pieces of
+ * compute so pushes started so far drain while the next layer runs. Returns
+ * 0 or the first error so far. */
+int ps_kv_client_progress(ps_kv_client *c);
 /* Runs until every started request has completed. Returns 0 or the first
  * error (-PS_ECLOSED when a server went away, the server's code for a refused
  * request); errors are logged with the server's address. */

@@ -20,6 +20,8 @@ struct ps_mlp {
     int max_batch;
     float *params[PS_MAX_TENSORS];
     float *grads[PS_MAX_TENSORS];
+    ps_mlp_layer_cb on_layer;
+    void *on_layer_arg;
     /* act[l] is the output of layer l (after its ReLU, except the logits). */
     float *act[PS_MAX_LAYERS];
     /* Two deltas suffice: layer l reads one and writes the other. */
@@ -127,6 +129,12 @@ static const float *ps__forward(ps_mlp *m, const float *x, int B)
     return in;
 }
 
+void ps_mlp_on_layer_grads(ps_mlp *m, ps_mlp_layer_cb cb, void *arg)
+{
+    m->on_layer = cb;
+    m->on_layer_arg = arg;
+}
+
 int ps_mlp_train_step(ps_mlp *m, const float *x, const uint8_t *y, int B, float *loss, int *correct)
 {
     const int *sz = m->spec.sizes;
@@ -145,6 +153,8 @@ int ps_mlp_train_step(ps_mlp *m, const float *x, const uint8_t *y, int B, float 
 
         ps_k_linear_bwd(in, m->params[2 * l], dy, next, m->grads[2 * l], m->grads[2 * l + 1], B,
                         sz[l], sz[l + 1]);
+        if (m->on_layer)
+            m->on_layer(m->on_layer_arg, l);
         if (l > 0) {
             ps_k_relu_bwd(m->act[l - 1], next, (size_t)B * (size_t)sz[l]);
             dx = dy;

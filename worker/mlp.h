@@ -22,6 +22,13 @@ void ps_mlp_free(ps_mlp *m);
 float *ps_mlp_param(ps_mlp *m, int tensor_id);
 float *ps_mlp_grad(ps_mlp *m, int tensor_id);
 
+/* Called during ps_mlp_train_step as soon as layer l's weight and bias
+ * gradients (tensors 2l and 2l+1) are final, last layer first: a worker
+ * starts pushing them while the layers below are still being computed. */
+typedef void (*ps_mlp_layer_cb)(void *arg, int layer);
+/* Installs (NULL removes) the callback; arg is the caller's. */
+void ps_mlp_on_layer_grads(ps_mlp *m, ps_mlp_layer_cb cb, void *arg);
+
 /* Forward and backward on x[B, input] and labels y[B]; leaves the mean-loss
  * gradient in the grad buffers. Writes the mean loss and the count of correct
  * predictions. Returns 0, or -EINVAL if B is outside [1, max_batch]. */

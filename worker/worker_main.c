@@ -198,19 +198,46 @@ static int ps__connect(ps__worker *w, const ps_kv_client_config *kc, uint64_t *s
 
 /* Scales each tensor's gradient to an L2 norm of at most max_norm. The worker
  * holds whole tensors, so the norm is the tensor's, not a chunk's. */
+static void ps__clip_tensor(float *g, size_t n, float max_norm)
+{
+    double sq = 0;
+
+    for (size_t i = 0; i < n; i++)
+        sq += (double)g[i] * g[i];
+    if (sq > (double)max_norm * max_norm) {
+        float scale = (float)(max_norm / sqrt(sq));
+        for (size_t i = 0; i < n; i++)
+            g[i] *= scale;
+    }
+}
+
 static void ps__clip_gradients(ps_backend *be, const ps_model_spec *spec, float max_norm)
 {
-    for (int t = 0; t < spec->n_tensors; t++) {
-        float *g = ps_backend_grads(be, t);
-        double sq = 0;
-        for (size_t i = 0; i < spec->tensors[t].numel; i++)
-            sq += (double)g[i] * g[i];
-        if (sq > (double)max_norm * max_norm) {
-            float scale = (float)(max_norm / sqrt(sq));
-            for (size_t i = 0; i < spec->tensors[t].numel; i++)
-                g[i] *= scale;
-        }
+    for (int t = 0; t < spec->n_tensors; t++)
+        ps__clip_tensor(ps_backend_grads(be, t), spec->tensors[t].numel, max_norm);
+}
+
+/* Pushes each layer's gradients the moment backward has them, so they travel
+ * while the layers below are computed (ps_backend_on_layer_grads). */
+typedef struct {
+    ps__worker *w;
+    const ps_model_spec *spec;
+    float clip_norm;
+    int rc; /* the first push error of this step */
+} ps__layer_pusher;
+
+static void ps__push_layer(void *arg, int layer)
+{
+    ps__layer_pusher *lp = arg;
+
+    for (int t = 2 * layer + 1; t >= 2 * layer && lp->rc == 0; t--) {
+        float *g = ps_backend_grads(lp->w->be, t);
+        if (lp->clip_norm > 0)
+            ps__clip_tensor(g, lp->spec->tensors[t].numel, lp->clip_norm);
+        lp->rc = ps_kv_client_push_tensor(lp->w->kv, t, g);
     }
+    if (lp->rc == 0)
+        lp->rc = ps_kv_client_progress(lp->w->kv);
 }
 
 /* --slow-ms: an artificial straggler for experiments (backup workers, ssp). */
@@ -237,6 +264,7 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
     int loss_n = 0, reconnects = 0;
     ps_train_metrics tm;
     double t_step, t_exchange;
+    ps__layer_pusher lp = {&w, spec, (float)o->clip_norm, 0};
 
     memset(&w, 0, sizeof(w));
     memset(&tm, 0, sizeof(tm));
@@ -325,6 +353,10 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
     rc = ps__connect(&w, &kc, &start);
     if (rc < 0)
         goto out;
+    /* A straggler (--slow-ms) must not have its gradients in before its
+     * delay, so it pushes everything after it instead. */
+    if (o->slow_ms == 0)
+        ps_backend_on_layer_grads(w.be, ps__push_layer, &lp);
     ps_info("connected to %d server%s; %d steps per epoch of %d x %d samples, starting at step "
             "%" PRIu64 " of %" PRIu64,
             n_servers, n_servers == 1 ? "" : "s", steps_per_epoch, o->workers, o->batch, start,
@@ -389,17 +421,20 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
         }
         t_step = ps__now();
         ps_dataset_gather(&w.train, w.order + first, o->batch, w.batch_x, w.batch_y);
+        lp.rc = 0;
         rc = ps_backend_train_step(w.be, w.batch_x, w.batch_y, o->batch, &loss, &correct);
         if (rc < 0)
             break;
-        if (o->clip_norm > 0)
-            ps__clip_gradients(w.be, spec, (float)o->clip_norm);
-        if (o->slow_ms > 0)
+        if (o->slow_ms > 0) {
+            if (o->clip_norm > 0)
+                ps__clip_gradients(w.be, spec, (float)o->clip_norm);
             ps__slow_down(o->slow_ms);
+            lp.rc = ps_kv_client_push(w.kv, grads);
+        }
         t_exchange = ps__now();
         loss_sum += loss;
         loss_n++;
-        rc = ps_kv_client_push(w.kv, grads);
+        rc = lp.rc;
         if (rc == 0)
             rc = ps_kv_client_pull(w.kv, clock + 1, params);
         if (rc == 0)
