@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "apply_queue.h"
 #include "buf_pool.h"
 #include "checkpoint.h"
 #include "crc32c.h"
@@ -52,6 +53,9 @@ typedef struct ps__peer {
     Shardps__Hello hello;
     uint64_t hello_id;
     uint8_t client_nonce[PS_AUTH_NONCE_BYTES], server_nonce[PS_AUTH_NONCE_BYTES];
+    /* Where the push frame being read lands: a buffer from the server's
+     * pool, taken over by ps__handle_push (or returned when the peer goes). */
+    ps_frame_piece push_piece;
 } ps__peer;
 
 typedef struct ps__pull {
@@ -61,7 +65,34 @@ typedef struct ps__pull {
     uint64_t clock;
     size_t n_keys;
     int *locals; /* local chunk indices, in the order requested */
+    /* 0 until the clock rule allows an answer; then the apply queue's number
+     * at that moment: the reply waits for every update submitted before. */
+    uint64_t seq;
 } ps__pull;
+
+/* A push frame's payload, shared by the updates of its chunks and returned
+ * to the pool when the last of them is done. */
+typedef struct {
+    uint8_t *data;
+    int refs;
+} ps__push_buf;
+
+typedef enum {
+    PS__UPDATE_ACCUMULATE, /* sync: add the gradient into the chunk's sum */
+    PS__UPDATE_APPLY_SUM,  /* sync: apply the mean of `count` gradients */
+    PS__UPDATE_APPLY_GRAD, /* async, ssp: apply the gradient now */
+} ps__update_kind;
+
+/* One chunk's share of the optimizer's work, run on the thread pool. */
+typedef struct {
+    ps_apply_job job;
+    ps_shard *shard;
+    ps__update_kind kind;
+    int local, count;
+    float lr;
+    const float *grad; /* inside buf */
+    ps__push_buf *buf;
+} ps__update;
 
 typedef struct {
     uint64_t clock;  /* sync: step whose pushes are being accumulated */
@@ -93,7 +124,14 @@ struct ps_kv_server {
     uint8_t *finished;   /* by rank: said goodbye */
     uint8_t *has_joined; /* by rank: joined at least once (training starts when all have) */
     size_t max_write_queue;
-    ps_buf_pool *replies; /* pull-reply snapshots, reused (see ps__answer_pull) */
+    ps_buf_pool *bufs; /* pull-reply snapshots and push payloads, reused */
+    ps_apply_queue *updates;
+    /* A checkpoint asked for and waiting for the updates submitted before it
+     * (number ckpt_seq) to finish; its clocks are taken when asked. */
+    int ckpt_due, ckpt_again;
+    uint64_t ckpt_seq, ckpt_due_clock;
+    char ckpt_why[32], ckpt_again_why[32];
+    uint64_t *ckpt_clocks, *ckpt_newest;
     int live;
     int started;           /* every rank has joined once */
     int joined;            /* ranks that have joined at least once */
@@ -220,6 +258,14 @@ static void ps__on_reply_sent(ps_conn *c, int status, void *arg)
     ps_buf_pool_put(arg);
 }
 
+static void ps__push_buf_release(ps__push_buf *b)
+{
+    if (b == NULL || --b->refs > 0)
+        return;
+    ps_buf_pool_put(b->data);
+    free(b);
+}
+
 /* Answers a pull with a snapshot of the weights: a later apply must not
  * change bytes that are still waiting in the socket's queue, and their CRC
  * was computed at send time. The snapshot buffer comes from a pool, since a
@@ -239,7 +285,7 @@ static void ps__answer_pull(ps_kv_server *s, ps__peer *p, uint64_t request_id, u
     for (size_t i = 0; i < n; i++)
         bytes += ps_shard_chunk(s->shard, locals[i])->numel * sizeof(float);
     keys = malloc(n * sizeof(*keys));
-    buf = ps_buf_pool_get(s->replies, bytes);
+    buf = ps_buf_pool_get(s->bufs, bytes);
     if (keys == NULL || buf == NULL)
         goto fail;
     for (size_t i = 0; i < n; i++) {
@@ -289,21 +335,22 @@ static void ps__checkpoint_identity(const ps_kv_server *s, ps_checkpoint_meta *m
     clocks->newest = malloc(((size_t)s->n_local + 1) * sizeof(uint64_t));
 }
 
-static int ps__write_checkpoint(ps_kv_server *s, const char *why)
+/* Writes the checkpoint that was due, with the clocks taken when it was
+ * asked for: the updates before it are applied, none after it started. */
+static int ps__write_checkpoint(ps_kv_server *s)
 {
     ps_checkpoint_meta meta;
     ps_checkpoint_clocks clocks;
     char path[4096];
+    const char *why = s->ckpt_why;
     uint64_t t0 = uv_hrtime();
     int rc = -ENOMEM;
 
     ps__checkpoint_identity(s, &meta, &clocks);
-    meta.clock = ps__progress_clock(s);
+    meta.clock = s->ckpt_due_clock;
     if (clocks.clock && clocks.newest) {
-        for (int i = 0; i < s->n_local; i++) {
-            clocks.clock[i] = s->sync[i].clock;
-            clocks.newest[i] = s->sync[i].newest;
-        }
+        memcpy(clocks.clock, s->ckpt_clocks, (size_t)s->n_local * sizeof(uint64_t));
+        memcpy(clocks.newest, s->ckpt_newest, (size_t)s->n_local * sizeof(uint64_t));
         rc = ps_checkpoint_write(s->cfg.checkpoint_dir, s->cfg.keep_checkpoints, &meta, s->shard,
                                  &clocks, path, sizeof(path));
     }
@@ -320,33 +367,77 @@ static int ps__write_checkpoint(ps_kv_server *s, const char *why)
     return 0;
 }
 
-int ps_kv_server_checkpoint(ps_kv_server *s, const char *why)
+/* Takes the clocks of everything submitted so far; the weights follow once
+ * those updates have run. */
+static void ps__checkpoint_due(ps_kv_server *s, const char *why)
+{
+    snprintf(s->ckpt_why, sizeof(s->ckpt_why), "%s", why);
+    s->ckpt_due = 1;
+    s->ckpt_seq = ps_apply_queue_next_seq(s->updates);
+    s->ckpt_due_clock = ps__progress_clock(s);
+    for (int i = 0; i < s->n_local; i++) {
+        s->ckpt_clocks[i] = s->sync[i].clock;
+        s->ckpt_newest[i] = s->sync[i].newest;
+    }
+}
+
+/* Writes the due checkpoint once the updates before it are applied, then
+ * the one asked for meanwhile, if any. */
+static int ps__try_checkpoint(ps_kv_server *s)
+{
+    int rc;
+
+    if (!s->ckpt_due || !ps_apply_queue_settled_before(s->updates, s->ckpt_seq))
+        return 0;
+    s->ckpt_due = 0;
+    rc = ps__write_checkpoint(s);
+    if (s->ckpt_again) {
+        s->ckpt_again = 0;
+        ps__checkpoint_due(s, s->ckpt_again_why);
+        return ps__try_checkpoint(s);
+    }
+    return rc;
+}
+
+static int ps__request_checkpoint(ps_kv_server *s, const char *why)
 {
     if (s->cfg.checkpoint_dir == NULL)
         return 0;
-    return ps__write_checkpoint(s, why);
+    if (s->ckpt_due) {
+        s->ckpt_again = 1;
+        snprintf(s->ckpt_again_why, sizeof(s->ckpt_again_why), "%s", why);
+        return 0;
+    }
+    ps__checkpoint_due(s, why);
+    return ps__try_checkpoint(s);
+}
+
+int ps_kv_server_checkpoint(ps_kv_server *s, const char *why)
+{
+    return ps__request_checkpoint(s, why);
 }
 
 /* Called after every push, before waiting pulls are answered: in sync mode a
  * checkpoint of a step is on disk before any worker sees that step's weights,
- * so a restored server is never behind what a worker has already seen. */
+ * so a restored server is never behind what a worker has already seen (pulls
+ * numbered after a due checkpoint wait for it). */
 static void ps__maybe_checkpoint(ps_kv_server *s)
 {
     uint64_t clock;
 
-    if (s->cfg.checkpoint_dir == NULL || s->cfg.checkpoint_every == 0)
+    if (s->cfg.checkpoint_dir == NULL || s->cfg.checkpoint_every == 0 || s->ckpt_due)
         return;
     clock = ps__progress_clock(s);
     if (clock >= s->ckpt_clock + s->cfg.checkpoint_every)
-        ps__write_checkpoint(s, "periodic");
+        ps__request_checkpoint(s, "periodic");
 }
 
 static void ps__on_checkpoint_timer(uv_timer_t *t)
 {
     ps_kv_server *s = t->data;
 
-    if (ps__progress_clock(s) != s->ckpt_clock)
-        ps__write_checkpoint(s, "timer");
+    if (ps__progress_clock(s) != s->ckpt_clock && !s->ckpt_due)
+        ps__request_checkpoint(s, "timer");
 }
 
 int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t err_len)
@@ -382,13 +473,30 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
     return rc;
 }
 
+/* Answers every pull the clock rule allows whose updates have been applied.
+ * A pull the rule allows is numbered at that moment; updates numbered later
+ * are held back until it is answered, so it cannot be starved by newer
+ * pushes and never sees a chunk half updated. A due checkpoint holds back
+ * the same way, and pulls numbered after it wait until it is written. */
 static void ps__release_pulls(ps_kv_server *s)
 {
     ps__pull **pp = &s->pulls;
+    uint64_t hold = UINT64_MAX;
 
+    ps__try_checkpoint(s);
+    if (s->ckpt_due)
+        hold = s->ckpt_seq;
     while (*pp) {
         ps__pull *q = *pp;
         if (!ps__pull_ready(s, q->peer, q->clock)) {
+            pp = &q->next;
+            continue;
+        }
+        if (q->seq == 0)
+            q->seq = ps_apply_queue_next_seq(s->updates);
+        if ((s->ckpt_due && q->seq > s->ckpt_seq) ||
+            !ps_apply_queue_settled_before(s->updates, q->seq)) {
+            hold = q->seq < hold ? q->seq : hold;
             pp = &q->next;
             continue;
         }
@@ -398,6 +506,64 @@ static void ps__release_pulls(ps_kv_server *s)
         free(q->locals);
         free(q);
     }
+    ps_apply_queue_hold_from(s->updates, hold);
+}
+
+static void ps__on_updates_settled(void *arg)
+{
+    ps__release_pulls(arg);
+}
+
+static void ps__update_run(ps_apply_job *j)
+{
+    ps__update *u = (ps__update *)j;
+
+    switch (u->kind) {
+    case PS__UPDATE_ACCUMULATE:
+        ps_shard_accumulate(u->shard, u->local, u->grad);
+        break;
+    case PS__UPDATE_APPLY_SUM:
+        ps_shard_apply_accumulated(u->shard, u->local, u->count, u->lr);
+        break;
+    case PS__UPDATE_APPLY_GRAD:
+        ps_shard_apply_grad(u->shard, u->local, u->grad, u->lr);
+        break;
+    }
+}
+
+static void ps__update_done(ps_apply_job *j)
+{
+    ps__update *u = (ps__update *)j;
+
+    ps__push_buf_release(u->buf);
+    free(u);
+}
+
+/* Hands one chunk's update to the thread pool; buf (may be NULL) stays
+ * alive until it has run. Returns 0 or -ENOMEM. */
+static int ps__submit_update(ps_kv_server *s, ps__update_kind kind, int local, const float *grad,
+                             ps__push_buf *buf, int count, float lr)
+{
+    ps__update *u = calloc(1, sizeof(*u));
+
+    if (u == NULL)
+        return -ENOMEM;
+    u->job.run = ps__update_run;
+    u->job.done = ps__update_done;
+    u->shard = s->shard;
+    u->kind = kind;
+    u->local = local;
+    u->grad = grad;
+    u->buf = buf;
+    u->count = count;
+    u->lr = lr;
+    if (ps_apply_queue_submit(s->updates, local, &u->job) < 0) {
+        free(u);
+        return -ENOMEM;
+    }
+    if (buf)
+        buf->refs++;
+    return 0;
 }
 
 /* Applies the averaged gradient of a chunk once no live worker still owes a
@@ -441,8 +607,10 @@ static void ps__maybe_apply(ps_kv_server *s, int local)
         return;
     if (c->live_pushes < ps__pushes_needed(s))
         return;
-    if (c->pushes > 0)
-        ps_shard_apply_accumulated(s->shard, local, c->pushes, ps__lr(s, c->clock, 0));
+    if (c->pushes > 0 && ps__submit_update(s, PS__UPDATE_APPLY_SUM, local, NULL, NULL, c->pushes,
+                                           ps__lr(s, c->clock, 0)) < 0)
+        ps_error("out of memory applying step %" PRIu64 " of chunk %d; its gradients are lost",
+                 c->clock, local);
     c->newest = c->clock + 1;
     c->clock++;
     c->pushes = 0;
@@ -518,10 +686,6 @@ static void ps__handle_pull(ps_kv_server *s, ps__peer *p, const ps_frame *f)
         }
         p->clock = h->clock;
     }
-    if (ps__pull_ready(s, p, h->clock)) {
-        ps__answer_pull(s, p, h->request_id, h->clock, locals, h->n_keys);
-        goto out;
-    }
     if (p->pending >= PS__MAX_PENDING_PER_PEER) {
         ps__peer_fail(p, -PS_EPROTO, "more than %d pulls waiting", PS__MAX_PENDING_PER_PEER);
         goto out;
@@ -542,6 +706,7 @@ static void ps__handle_pull(ps_kv_server *s, ps__peer *p, const ps_frame *f)
             tail = &(*tail)->next;
         *tail = q;
     }
+    ps__release_pulls(s);
     goto out;
 oom:
     ps_conn_close(p->conn, -ENOMEM);
@@ -569,7 +734,7 @@ static void ps__ack_push(ps__peer *p, uint64_t request_id, uint64_t clock, int d
  * drops it when that step was already applied without it. Returns 1 when
  * dropped, 0 when accumulated, -1 after failing the peer. */
 static int ps__push_sync(ps_kv_server *s, ps__peer *p, int local, uint64_t key, uint64_t clock,
-                         const float *g, int usable)
+                         const float *g, ps__push_buf *buf, int usable)
 {
     ps__chunk_sync *c = &s->sync[local];
 
@@ -585,7 +750,10 @@ static int ps__push_sync(ps_kv_server *s, ps__peer *p, int local, uint64_t key, 
         return -1;
     }
     if (usable) {
-        ps_shard_accumulate(s->shard, local, g);
+        if (ps__submit_update(s, PS__UPDATE_ACCUMULATE, local, g, buf, 0, 0.0f) < 0) {
+            ps_conn_close(p->conn, -ENOMEM);
+            return -1;
+        }
         ps__record_staleness(s, 0);
         c->pushes++;
     }
@@ -598,12 +766,17 @@ static int ps__push_sync(ps_kv_server *s, ps__peer *p, int local, uint64_t key, 
 
 /* Async and ssp: applies the gradient now; its staleness is how many newer
  * steps this chunk has already taken in. */
-static uint64_t ps__push_now(ps_kv_server *s, int local, uint64_t clock, const float *g)
+static uint64_t ps__push_now(ps_kv_server *s, int local, uint64_t clock, const float *g,
+                             ps__push_buf *buf)
 {
     ps__chunk_sync *c = &s->sync[local];
     uint64_t staleness = c->newest > clock + 1 ? c->newest - (clock + 1) : 0;
 
-    ps_shard_apply_grad(s->shard, local, g, ps__lr(s, clock, staleness));
+    if (ps__submit_update(s, PS__UPDATE_APPLY_GRAD, local, g, buf, 0, ps__lr(s, clock, staleness)) <
+        0) {
+        ps_error("out of memory applying a push to chunk %d; the gradient is lost", local);
+        return staleness;
+    }
     ps__record_staleness(s, staleness);
     if (clock + 1 > c->newest)
         c->newest = clock + 1;
@@ -624,11 +797,55 @@ static int ps__all_finite(const uint8_t *payload, size_t bytes)
     return !bad;
 }
 
+/* A push payload is read straight into a pooled buffer rather than the
+ * connection's own, so the updates can keep it after the frame is handled
+ * while the connection reads the next one. */
+static int ps__place_push(ps_conn *c, const Shardps__Header *h, const ps_frame_piece **pieces)
+{
+    ps__peer *p = ps_conn_data(c);
+
+    if (h->type != SHARDPS__MSG_TYPE__PUSH || p->state != PS__PEER_WORKER || p->failed)
+        return 0;
+    /* One placed for a frame that was then ignored (the peer failed). */
+    ps_buf_pool_put(p->push_piece.base);
+    p->push_piece.base = ps_buf_pool_get(p->srv->bufs, (size_t)h->payload_bytes);
+    if (p->push_piece.base == NULL)
+        return 0;
+    p->push_piece.len = (size_t)h->payload_bytes;
+    *pieces = &p->push_piece;
+    return 1;
+}
+
+/* The push's payload as a buffer the updates can share: the one it was
+ * placed in, or a pooled copy if it was not placed. The caller holds one
+ * reference. NULL when out of memory. */
+static ps__push_buf *ps__take_push_payload(ps_kv_server *s, ps__peer *p, const ps_frame *f)
+{
+    ps__push_buf *b = calloc(1, sizeof(*b));
+
+    if (b == NULL)
+        return NULL;
+    if (f->payload == NULL) {
+        b->data = p->push_piece.base;
+        p->push_piece.base = NULL;
+    } else {
+        b->data = ps_buf_pool_get(s->bufs, f->payload_len);
+        if (b->data == NULL) {
+            free(b);
+            return NULL;
+        }
+        memcpy(b->data, f->payload, f->payload_len);
+    }
+    b->refs = 1;
+    return b;
+}
+
 static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
 {
     const Shardps__Header *h = f->hdr;
     int *locals = malloc((h->n_keys ? h->n_keys : 1) * sizeof(int));
-    const uint8_t *payload = f->payload;
+    ps__push_buf *buf = NULL;
+    const uint8_t *payload;
     long long bytes;
     uint64_t max_stale = 0;
     int dropped = 0, usable;
@@ -655,7 +872,13 @@ static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
                       h->clock, p->clock);
         goto out;
     }
-    usable = !s->cfg.reject_nonfinite || ps__all_finite(f->payload, f->payload_len);
+    buf = ps__take_push_payload(s, p, f);
+    if (buf == NULL) {
+        ps_conn_close(p->conn, -ENOMEM);
+        goto out;
+    }
+    payload = buf->data;
+    usable = !s->cfg.reject_nonfinite || ps__all_finite(payload, f->payload_len);
     if (!usable) {
         s->n_nonfinite++;
         if (s->n_nonfinite == 1 || s->n_nonfinite % 100 == 0)
@@ -679,13 +902,13 @@ static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
         }
         p->pushed[local] = h->clock + 1;
         if (!sync) {
-            uint64_t st = usable ? ps__push_now(s, local, h->clock, g) : 0;
+            uint64_t st = usable ? ps__push_now(s, local, h->clock, g, buf) : 0;
             if (st > max_stale)
                 max_stale = st;
             dropped += !usable;
             continue;
         }
-        rc = ps__push_sync(s, p, local, h->keys[i], h->clock, g, usable);
+        rc = ps__push_sync(s, p, local, h->keys[i], h->clock, g, buf, usable);
         if (rc < 0)
             goto out;
         dropped += rc || !usable;
@@ -703,6 +926,10 @@ static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     ps__maybe_checkpoint(s);
     ps__release_pulls(s);
 out:
+    ps__push_buf_release(buf);
+    /* Placed but refused before it was taken. */
+    ps_buf_pool_put(p->push_piece.base);
+    p->push_piece.base = NULL;
     free(locals);
 }
 
@@ -995,6 +1222,7 @@ static void ps__on_conn_close(ps_conn *c, int err)
         s->peers = p->next;
     if (p->next)
         p->next->prev = p->prev;
+    ps_buf_pool_put(p->push_piece.base);
     free(p);
 }
 
@@ -1033,7 +1261,7 @@ static void ps__on_connection(uv_stream_t *listener, int status)
 {
     ps_kv_server *s = listener->data;
     /* No payload until the peer is admitted: a HELLO carries none. */
-    ps_conn_config cc = {ps__on_frame, ps__on_conn_close, NULL, 0, s->max_write_queue};
+    ps_conn_config cc = {ps__on_frame, ps__on_conn_close, ps__place_push, 0, s->max_write_queue};
     ps__peer *p;
     ps_conn *c;
 
@@ -1089,11 +1317,12 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
     s->n_local = ps_shard_chunk_count(s->shard);
     s->max_write_queue = 2 * ps_partition_server_numel(s->part, cfg->server_index) * sizeof(float) +
                          PS__WRITE_QUEUE_HEADROOM;
-    /* In sync mode every worker's reply to a step leaves at once: keep that
-     * many shard-sized snapshots warm. */
-    if (ps_buf_pool_init(&s->replies, (size_t)cfg->world *
-                                          ps_partition_server_numel(s->part, cfg->server_index) *
-                                          sizeof(float)) < 0)
+    /* In sync mode every worker's push of a step and every worker's reply
+     * can be in flight at once: keep that many shard-sized buffers warm. */
+    if (ps_buf_pool_init(&s->bufs, 2 * (size_t)cfg->world *
+                                       ps_partition_server_numel(s->part, cfg->server_index) *
+                                       sizeof(float)) < 0 ||
+        ps_apply_queue_init(&s->updates, loop, s->n_local, ps__on_updates_settled, s) < 0)
         goto fail;
     s->sync = calloc((size_t)s->n_local + 1, sizeof(*s->sync));
     s->seen = calloc((size_t)s->n_local + 1, sizeof(*s->seen));
@@ -1101,8 +1330,11 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
     s->rank_pushed = calloc((size_t)cfg->world, sizeof(*s->rank_pushed));
     s->finished = calloc((size_t)cfg->world, 1);
     s->has_joined = calloc((size_t)cfg->world, 1);
+    s->ckpt_clocks = calloc((size_t)s->n_local + 1, sizeof(uint64_t));
+    s->ckpt_newest = calloc((size_t)s->n_local + 1, sizeof(uint64_t));
     if (s->sync == NULL || s->seen == NULL || s->workers == NULL || s->rank_pushed == NULL ||
-        s->finished == NULL || s->has_joined == NULL)
+        s->finished == NULL || s->has_joined == NULL || s->ckpt_clocks == NULL ||
+        s->ckpt_newest == NULL)
         goto fail;
     *out = s;
     return 0;
@@ -1174,7 +1406,10 @@ void ps_kv_server_close(ps_kv_server *s)
         free(q->locals);
         free(q);
     }
-    ps_buf_pool_close(s->replies);
+    ps_apply_queue_close(s->updates);
+    ps_buf_pool_close(s->bufs);
+    free(s->ckpt_clocks);
+    free(s->ckpt_newest);
     ps_shard_free(s->shard);
     ps_partition_free(s->part);
     free(s->sync);

@@ -841,3 +841,28 @@ Test(frame, placed_payload_with_bad_crc_is_refused, .timeout = 30)
     free(dest);
     free(p);
 }
+
+Test(frame, consecutive_placed_payloads, .timeout = 30)
+{
+    uint8_t *p1 = random_bytes(64, 31), *p2 = random_bytes(64, 32), *dest = malloc(64);
+    want_frame w[4] = {
+        {.type = SHARDPS__MSG_TYPE__PUSH, .payload = p1, .payload_len = 64, .n_iov = 1},
+        {.type = SHARDPS__MSG_TYPE__PUSH, .payload = p2, .payload_len = 64, .n_iov = 1},
+        {.type = SHARDPS__MSG_TYPE__PUSH, .payload = p1, .payload_len = 64, .n_iov = 1},
+        {.type = SHARDPS__MSG_TYPE__PULL, .payload = NULL, .payload_len = 0, .n_iov = 0},
+    };
+    const size_t steps[] = {SIZE_MAX, 7, 100, 643};
+    uint8_t *stream = NULL;
+    size_t len = 0;
+
+    for (int i = 0; i < 4; i++)
+        encode_append(&w[i], &stream, &len);
+    for (size_t s = 0; s < sizeof(steps) / sizeof(steps[0]); s++) {
+        placer pl = {.dest = dest, .n = 4, .only = SHARDPS__MSG_TYPE__PUSH};
+        decode_placed(&pl, stream, len, steps[s], w, 4);
+    }
+    free(stream);
+    free(dest);
+    free(p1);
+    free(p2);
+}

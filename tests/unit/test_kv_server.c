@@ -60,7 +60,9 @@ static struct {
     ps_kv_server *srv;
     pthread_t thread;
     int running;
-    int done_calls; /* written on the server thread, read after the join */
+    int done_calls; /* written on the server thread under done_lock */
+    pthread_mutex_t done_lock;
+    pthread_cond_t done_cond;
     int port;
     char addr[32];
     ps_model_spec spec;
@@ -77,7 +79,20 @@ static void on_done(ps_kv_server *s, void *arg)
 {
     (void)s;
     (void)arg;
+    pthread_mutex_lock(&fx.done_lock);
     fx.done_calls++;
+    pthread_cond_signal(&fx.done_cond);
+    pthread_mutex_unlock(&fx.done_lock);
+}
+
+/* A goodbye is processed on the server's thread some time after the client
+ * sent it; stopping the server first would lose it. */
+static void wait_done(void)
+{
+    pthread_mutex_lock(&fx.done_lock);
+    while (fx.done_calls == 0)
+        pthread_cond_wait(&fx.done_cond, &fx.done_lock);
+    pthread_mutex_unlock(&fx.done_lock);
 }
 
 static void *server_thread(void *arg)
@@ -98,6 +113,8 @@ static void server_up(void)
      * libuv's own test runner ignore it for the same reason. */
     signal(SIGPIPE, SIG_IGN);
     memset(&fx, 0, sizeof(fx));
+    pthread_mutex_init(&fx.done_lock, NULL);
+    pthread_cond_init(&fx.done_cond, NULL);
     cr_assert_eq(ps_model_spec_init_mlp(&fx.spec, sizes, 3, 1234), 0);
     memset(&cfg, 0, sizeof(cfg));
     cfg.spec = fx.spec;
@@ -654,6 +671,7 @@ Test(kv_server, worker_of_another_world_is_refused, .timeout = 30)
 
     /* The refused worker never joined, so only the good worker's goodbye
      * ends the job. */
+    wait_done();
     server_down();
     cr_assert_eq(fx.done_calls, 1);
 }
