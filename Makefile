@@ -38,12 +38,14 @@ experiment: build
 test: build-san build-tsan
 	@cd $(BUILD_SAN) && ctest --output-on-failure -j $(JOBS)
 	@echo "ThreadSanitizer: the threaded parts (metrics endpoint beside the server loop)"
-	@cd $(BUILD_TSAN) && TSAN_OPTIONS="halt_on_error=1 exitcode=66" \
+	@cd $(BUILD_TSAN) && TSAN_OPTIONS="halt_on_error=1 exitcode=66 suppressions=$(CURDIR)/tests/tsan.supp" \
 		ctest --output-on-failure -R '$(TSAN_TESTS)'
 
-# The metrics endpoint's HTTP thread is the one place two threads share state;
-# these process-level tests drive it (Criterion cannot start under TSan).
-TSAN_TESTS ?= ^it_metrics$$
+# Two places run threads beside the loop: the metrics endpoint's HTTP thread
+# and the optimizer updates on the thread pool. These process-level tests
+# drive both in every mode, with checkpoints (Criterion cannot start under
+# TSan).
+TSAN_TESTS ?= ^(it_metrics|it_async_cluster|it_sync_equivalence|it_checkpoint)$$
 build-tsan: deps
 	@cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=Debug -DPS_TSAN=ON -DPS_CUDA=OFF >/dev/null
 	@cmake --build $(BUILD_TSAN) -j $(JOBS)
