@@ -105,7 +105,7 @@ static void ps__job_after(uv_work_t *req, int status)
     q->settled(q->arg);
 }
 
-int ps_apply_queue_submit(ps_apply_queue *q, int chunk, ps_apply_job *j)
+int ps_apply_queue_submit(ps_apply_queue *q, int chunk, ps_apply_job *j, int run_here)
 {
     ps__chunk_fifo *f;
 
@@ -115,6 +115,11 @@ int ps_apply_queue_submit(ps_apply_queue *q, int chunk, ps_apply_job *j)
     j->q = q;
     j->chunk = chunk;
     j->seq = q->next_seq++;
+    if (run_here && f->head == NULL && q->hold == UINT64_MAX) {
+        j->run(j);
+        j->done(j);
+        return 0;
+    }
     j->next_in_chunk = NULL;
     if (f->tail)
         f->tail->next_in_chunk = j;

@@ -48,9 +48,13 @@ int ps_apply_queue_init(ps_apply_queue **out, uv_loop_t *loop, int n_chunks,
 void ps_apply_queue_close(ps_apply_queue *q);
 
 /* Queues j for chunk (0 <= chunk < n_chunks) behind the chunk's earlier jobs
- * and starts it when it may. Returns 0 or a libuv error (j is then not
- * queued and done will not be called). */
-int ps_apply_queue_submit(ps_apply_queue *q, int chunk, ps_apply_job *j);
+ * and starts it when it may. With run_here set, a job that could start at
+ * once (nothing queued or running on its chunk, nothing held) runs on the
+ * calling thread instead, run and done before this returns, and settled is
+ * not called for it: for small updates a trip through the pool costs more
+ * than the arithmetic. Returns 0 or a libuv error (j is then not queued and
+ * done will not be called). */
+int ps_apply_queue_submit(ps_apply_queue *q, int chunk, ps_apply_job *j, int run_here);
 
 /* The number the next submitted job will get. */
 uint64_t ps_apply_queue_next_seq(const ps_apply_queue *q);

@@ -54,7 +54,7 @@ static void on_settled(void *arg)
     t.settled_calls++;
 }
 
-static void submit(ps_apply_queue *q, int chunk, int index, sem_t *gate)
+static void submit_job(ps_apply_queue *q, int chunk, int index, sem_t *gate, int run_here)
 {
     test_job *j = calloc(1, sizeof(*j));
 
@@ -64,7 +64,12 @@ static void submit(ps_apply_queue *q, int chunk, int index, sem_t *gate)
     j->chunk = chunk;
     j->index = index;
     j->gate = gate;
-    cr_assert_eq(ps_apply_queue_submit(q, chunk, &j->job), 0);
+    cr_assert_eq(ps_apply_queue_submit(q, chunk, &j->job, run_here), 0);
+}
+
+static void submit(ps_apply_queue *q, int chunk, int index, sem_t *gate)
+{
+    submit_job(q, chunk, index, gate, 0);
 }
 
 static ps_apply_queue *setup(uv_loop_t *loop)
@@ -147,6 +152,39 @@ Test(apply_queue, a_running_job_is_never_settled, .timeout = 30)
     sem_post(&gate);
     uv_run(&loop, UV_RUN_DEFAULT);
     cr_assert(ps_apply_queue_settled_before(q, ps_apply_queue_next_seq(q)));
+    teardown(&loop, q);
+    sem_destroy(&gate);
+}
+
+Test(apply_queue, run_here_only_when_nothing_is_ahead_or_held, .timeout = 30)
+{
+    uv_loop_t loop;
+    ps_apply_queue *q = setup(&loop);
+    sem_t gate;
+
+    cr_assert_eq(sem_init(&gate, 0, 0), 0);
+    /* An idle chunk: run and done before submit returns, no settled call. */
+    submit_job(q, 0, 0, NULL, 1);
+    cr_assert_eq(t.done, 1);
+    cr_assert_eq(t.settled_calls, 0);
+    cr_assert(ps_apply_queue_idle(q));
+    /* Behind a running job of the same chunk it must wait its turn. */
+    submit(q, 1, 0, &gate);
+    submit_job(q, 1, 1, NULL, 1);
+    cr_assert_eq(t.done, 1, "jumped the chunk's queue");
+    /* Another chunk is free, but a hold says later jobs wait. */
+    ps_apply_queue_hold_from(q, ps_apply_queue_next_seq(q));
+    submit_job(q, 0, 1, NULL, 1);
+    cr_assert_eq(t.done, 1, "ran past a hold");
+    sem_post(&gate);
+    while (t.done < 3)
+        uv_run(&loop, UV_RUN_ONCE);
+    cr_assert_eq(atomic_load(&t.ran[0]), 1, "the held job ran");
+    ps_apply_queue_hold_from(q, UINT64_MAX);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    cr_assert_eq(t.done, 4);
+    cr_assert_eq(t.order[1][0], 0);
+    cr_assert_eq(t.order[1][1], 1);
     teardown(&loop, q);
     sem_destroy(&gate);
 }
