@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "half.h"
 #include "partition.h"
 #include "ps_error.h"
 #include "ps_log.h"
@@ -110,6 +111,10 @@ struct ps_kv_server {
     /* Counters for the summary line. */
     uint64_t n_pushes, n_pulls, bytes_in, bytes_out, n_applied, n_dropped, n_refused;
     uint64_t n_nonfinite;
+    /* float16 pushes widened to float32 (owned), room for the whole shard;
+     * allocated on the first such push, so a job without --compress fp16
+     * pays nothing. See ps__push_values. */
+    float *widened;
 };
 
 static void ps__peer_fail(ps__peer *p, int err, const char *fmt, ...)
@@ -617,11 +622,51 @@ static int ps__all_finite(const uint8_t *payload, size_t bytes)
     return !bad;
 }
 
+/* The gradient of a push as float32, after checking its dtype and that the
+ * payload holds exactly the values its keys need (f32_bytes in float32). A
+ * float32 payload is used where it lies; a float16 one (a worker's
+ * --compress fp16) is widened into the server's buffer, which is reused by
+ * every push: the caller is done with it before the callback returns.
+ * Widening is exact and keeps Inf and NaN, so the non-finite check works on
+ * the result either way. Returns NULL after failing or closing the peer. */
+static const uint8_t *ps__push_values(ps_kv_server *s, ps__peer *p, const ps_frame *f,
+                                      size_t f32_bytes)
+{
+    int half = f->hdr->dtype == SHARDPS__DTYPE__DTYPE_F16;
+    size_t numel = f32_bytes / sizeof(float), want = half ? numel * sizeof(uint16_t) : f32_bytes;
+
+    if (!half && f->hdr->dtype != SHARDPS__DTYPE__DTYPE_F32) {
+        ps__peer_fail(p, -PS_EPROTO,
+                      "push with dtype %d; only float32 (1) and float16 (2) are supported",
+                      f->hdr->dtype);
+        return NULL;
+    }
+    if (f->payload_len != want) {
+        ps__peer_fail(p, -PS_EPROTO,
+                      "%s push payload is %zu bytes, its keys need %zu (%zu values of %zu bytes)",
+                      half ? "float16" : "float32", f->payload_len, want, numel,
+                      half ? sizeof(uint16_t) : sizeof(float));
+        return NULL;
+    }
+    if (!half)
+        return f->payload;
+    if (s->widened == NULL) {
+        size_t room = ps_partition_server_numel(s->part, s->cfg.server_index);
+        s->widened = malloc((room ? room : 1) * sizeof(float));
+        if (s->widened == NULL) {
+            ps_conn_close(p->conn, -ENOMEM);
+            return NULL;
+        }
+    }
+    ps_f16_to_f32(s->widened, (const uint16_t *)f->payload, numel);
+    return (const uint8_t *)s->widened;
+}
+
 static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
 {
     const Shardps__Header *h = f->hdr;
     int *locals = malloc((h->n_keys ? h->n_keys : 1) * sizeof(int));
-    const uint8_t *payload = f->payload;
+    const uint8_t *payload;
     long long bytes;
     uint64_t max_stale = 0;
     int dropped = 0, usable;
@@ -634,21 +679,15 @@ static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     bytes = ps__resolve_keys(s, p, h, locals);
     if (bytes < 0)
         goto out;
-    if (h->dtype != SHARDPS__DTYPE__DTYPE_F32) {
-        ps__peer_fail(p, -PS_EPROTO, "push with dtype %d; only float32 (1) is supported", h->dtype);
+    payload = ps__push_values(s, p, f, (size_t)bytes);
+    if (payload == NULL)
         goto out;
-    }
-    if ((size_t)bytes != f->payload_len) {
-        ps__peer_fail(p, -PS_EPROTO, "push payload is %zu bytes, its keys need %lld",
-                      f->payload_len, bytes);
-        goto out;
-    }
     if (!sync && h->clock != p->clock) {
         ps__peer_fail(p, -PS_EPROTO, "push for clock %" PRIu64 " from a worker at clock %" PRIu64,
                       h->clock, p->clock);
         goto out;
     }
-    usable = !s->cfg.reject_nonfinite || ps__all_finite(f->payload, f->payload_len);
+    usable = !s->cfg.reject_nonfinite || ps__all_finite(payload, (size_t)bytes);
     if (!usable) {
         s->n_nonfinite++;
         if (s->n_nonfinite == 1 || s->n_nonfinite % 100 == 0)
@@ -1171,6 +1210,7 @@ void ps_kv_server_close(ps_kv_server *s)
     free(s->finished);
     free(s->has_joined);
     free(s->workers);
+    free(s->widened);
     free(s);
 }
 
