@@ -10,6 +10,7 @@
 
 #include "auth.h"
 #include "frame.h"
+#include "half.h"
 #include "partition.h"
 #include "ps_error.h"
 #include "ps_log.h"
@@ -40,6 +41,7 @@ typedef struct {
     const ps_chunk **chunks;
     ps_iov *iov;
     size_t bytes;
+    uint16_t *half; /* --compress fp16: the push payload (owned; see ps__compress_push) */
     /* Outstanding requests: at most one pull and one push at a time. */
     uint64_t pull_id, push_id;
     float *const *pull_dest;
@@ -365,6 +367,11 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
             sv->bytes += ch->numel * sizeof(float);
         }
         sv->n_keys = k;
+        if (cfg->compress == PS_COMPRESS_FP16 &&
+            (sv->half = malloc(sv->bytes / 2 ? sv->bytes / 2 : 1)) == NULL) {
+            rc = -ENOMEM;
+            goto fail;
+        }
         rc = ps_parse_hostport(cfg->servers[s], &sv->addr, 0);
         if (rc < 0) {
             ps_error("server address '%s' is not HOST:PORT with a reachable host name",
@@ -467,6 +474,27 @@ int ps_kv_client_pull(ps_kv_client *c, uint64_t clock, float *const *params)
     return 0;
 }
 
+/* --compress fp16: narrows the float32 pieces of a push, in order, into this
+ * server's buffer of halves, which becomes the payload's only piece. Like
+ * the gradients of an uncompressed push, the buffer is borrowed by the send
+ * until ps_kv_client_wait returns; a server has one push in flight at most,
+ * so one buffer, allocated at init, serves every step. Returns the number of
+ * pieces (1). */
+static int ps__compress_push(ps__server *sv, Shardps__Header *h, int n_iov)
+{
+    uint16_t *out = sv->half;
+
+    for (int i = 0; i < n_iov; i++) {
+        size_t n = sv->iov[i].len / sizeof(float);
+        ps_f32_to_f16(out, sv->iov[i].base, n);
+        out += n;
+    }
+    sv->iov[0].base = sv->half;
+    sv->iov[0].len = (size_t)(out - sv->half) * sizeof(*out);
+    h->dtype = SHARDPS__DTYPE__DTYPE_F16;
+    return 1;
+}
+
 int ps_kv_client_push(ps_kv_client *c, const float *const *grads)
 {
     uint64_t step = ps_kv_client_weights_clock(c);
@@ -474,7 +502,7 @@ int ps_kv_client_push(ps_kv_client *c, const float *const *grads)
     for (int s = 0; s < c->n_servers; s++) {
         ps__server *sv = &c->servers[s];
         Shardps__Header h = SHARDPS__HEADER__INIT;
-        int rc;
+        int rc, n_iov = sv->n_keys;
 
         /* A server already past our step (it was restored less far back than
          * another, or we are a straggler) gets nothing this step: it waits
@@ -494,11 +522,14 @@ int ps_kv_client_push(ps_kv_client *c, const float *const *grads)
         h.dtype = SHARDPS__DTYPE__DTYPE_F32;
         h.n_keys = (size_t)sv->n_keys;
         h.keys = sv->keys;
-        rc = ps_conn_send(sv->conn, &h, sv->iov, sv->n_keys, NULL, NULL);
+        if (c->cfg.compress == PS_COMPRESS_FP16)
+            n_iov = ps__compress_push(sv, &h, n_iov);
+        rc = ps_conn_send(sv->conn, &h, sv->iov, n_iov, NULL, NULL);
         if (rc < 0)
             return rc;
         sv->push_id = h.request_id;
-        c->stats.bytes_sent += sv->bytes;
+        /* The length ps_conn_send put in the header: what went on the wire. */
+        c->stats.bytes_sent += h.payload_bytes;
         c->outstanding++;
     }
     return 0;
@@ -555,6 +586,7 @@ static void ps__client_free(ps_kv_client *c, int goodbye)
         free(c->servers[s].keys);
         free(c->servers[s].chunks);
         free(c->servers[s].iov);
+        free(c->servers[s].half);
     }
     free(c->servers);
     ps_partition_free(c->part);
