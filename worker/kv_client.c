@@ -347,6 +347,8 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
         ps__server *sv = &c->servers[s];
         int n = ps_partition_server_chunk_count(c->part, s), k = 0;
 
+        /* The previous server's address check left rc at 0. */
+        rc = -ENOMEM;
         sv->cl = c;
         sv->index = s;
         snprintf(sv->addr_text, sizeof(sv->addr_text), "%s", cfg->servers[s]);
@@ -368,10 +370,8 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
         }
         sv->n_keys = k;
         if (cfg->compress == PS_COMPRESS_FP16 &&
-            (sv->half = malloc(sv->bytes / 2 ? sv->bytes / 2 : 1)) == NULL) {
-            rc = -ENOMEM;
+            (sv->half = malloc(sv->bytes / 2 ? sv->bytes / 2 : 1)) == NULL)
             goto fail;
-        }
         rc = ps_parse_hostport(cfg->servers[s], &sv->addr, 0);
         if (rc < 0) {
             ps_error("server address '%s' is not HOST:PORT with a reachable host name",
