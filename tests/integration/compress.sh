@@ -11,7 +11,7 @@
 # the wrong way moves the weights less than that; test_half and
 # test_kv_server catch it bit for bit. Momentum is off and the rate modest
 # so that the run is not chaotic: with momentum 0.9 even a change of the
-# rate in the fifth digit moves these weights by 2%.
+# rate in its fifth significant digit moves these weights by 1.6%.
 # Last, the option reaches a worker from its cluster file and environment,
 # and a wrong value is refused in one line.
 source "$(dirname "$0")/lib.sh"
