@@ -42,6 +42,7 @@ typedef struct {
     uint64_t step;
     int done;
     double samples, seconds;
+    double bytes_pushed;                  /* gradient payload bytes, from its "done" report */
     double staleness_mean, staleness_max; /* of its pushes, from its last report */
 } ps__child;
 
@@ -79,6 +80,7 @@ struct ps__cluster {
     uint64_t total_steps;
     const char *device; /* --device and --tf32, handed to every worker */
     int tf32;
+    const char *compress; /* --compress, handed to every worker */
     /* Options shared by every child. */
     const char *bin_dir, *mode, *hidden, *data_dir, *dump_weights, *optimizer, *lr_schedule;
     int epochs, batch, seed, staleness, steps, progress_every, json, threads, quorum;
@@ -260,6 +262,7 @@ static void ps__worker_line(ps__cluster *cl, ps__child *c, const char *line)
         c->done = 1;
         ps__json_num(line, "samples", &c->samples);
         ps__json_num(line, "seconds", &c->seconds);
+        ps__json_num(line, "bytes_pushed", &c->bytes_pushed);
     }
 }
 
@@ -560,6 +563,7 @@ static void ps__start_workers(ps__cluster *cl)
         PS__ARG("--data-dir", "%s", cl->data_dir);
         PS__ARG("--threads", "%d", cl->threads);
         PS__ARG("--device", "%s", cl->device);
+        PS__ARG("--compress", "%s", cl->compress);
         if (cl->tf32)
             args[n++] = "--tf32";
         PS__ARG("--progress-every", "%d", cl->progress_every);
@@ -591,11 +595,12 @@ static void ps__on_signal(uv_signal_t *h, int signum)
 
 static void ps__summary(const ps__cluster *cl, double wall)
 {
-    double samples = 0, seconds = 0, sps, stale_mean = 0, stale_max = 0;
+    double samples = 0, seconds = 0, sps, stale_mean = 0, stale_max = 0, pushed = 0;
 
     for (int r = 0; r < cl->n_workers; r++) {
         const ps__child *c = &cl->children[cl->n_servers + r];
         samples += c->samples;
+        pushed += c->bytes_pushed;
         stale_mean += c->staleness_mean / cl->n_workers;
         stale_max = fmax(stale_max, c->staleness_max);
         if (c->seconds > seconds)
@@ -608,6 +613,8 @@ static void ps__summary(const ps__cluster *cl, double wall)
     printf("  test accuracy     %.4f\n", cl->last_accuracy);
     printf("  wall time         %.1f s\n", wall);
     printf("  samples/s         %.0f (all workers, training only)\n", sps);
+    printf("  pushed            %.1f MB (all workers' gradient payloads, --compress %s)\n",
+           pushed / 1e6, cl->compress);
     printf("  staleness         mean %.2f, max %.0f (steps, of the workers' applied pushes)\n",
            stale_mean, stale_max);
     if (cl->metrics_dir)
@@ -617,8 +624,9 @@ static void ps__summary(const ps__cluster *cl, double wall)
         if (!isnan(cl->last_accuracy))
             snprintf(acc, sizeof(acc), "%.6f", cl->last_accuracy);
         printf("{\"test_accuracy\":%s,\"wall_seconds\":%.3f,\"samples_per_second\":%.1f,"
-               "\"mode\":\"%s\",\"servers\":%d,\"workers\":%d}\n",
-               acc, wall, sps, cl->mode, cl->n_servers, cl->n_workers);
+               "\"mode\":\"%s\",\"servers\":%d,\"workers\":%d,\"bytes_pushed\":%.0f,"
+               "\"compress\":\"%s\"}\n",
+               acc, wall, sps, cl->mode, cl->n_servers, cl->n_workers, pushed, cl->compress);
     }
     fflush(stdout);
 }
@@ -676,6 +684,8 @@ int main(int argc, char **argv)
          "where workers compute: auto (CUDA if a usable GPU is present, else CPU), cpu, cuda", 0, 0,
          "auto|cpu|cuda"},
         {"tf32", PS_FLAG_BOOL, &cl.tf32, NULL, "CUDA workers: matrix products in TF32", 0, 0, NULL},
+        {"compress", PS_FLAG_CHOICE, &cl.compress, "KIND",
+         "how workers push gradients: none (float32) or fp16 (half the bytes)", 0, 0, "none|fp16"},
         {"lr-schedule", PS_FLAG_CHOICE, &cl.lr_schedule, "KIND",
          "learning-rate schedule over the planned steps", 0, 0, "constant|step|cosine"},
         {"warmup-steps", PS_FLAG_INT, &cl.warmup_steps, "N", "linear warm-up over N steps", 0,
@@ -737,6 +747,7 @@ int main(int argc, char **argv)
     cl.momentum = 0.9;
     cl.hidden = "256,128";
     cl.device = "auto";
+    cl.compress = "none";
     cl.seed = 1;
     cl.chunk_bytes = PS_DEFAULT_CHUNK_BYTES;
     cl.data_dir = "/usr/share/datasets/fashion-mnist";

@@ -14,6 +14,7 @@
 #include "buf_pool.h"
 #include "checkpoint.h"
 #include "crc32c.h"
+#include "half.h"
 #include "partition.h"
 #include "ps_error.h"
 #include "ps_log.h"
@@ -807,6 +808,31 @@ static int ps__all_finite(const uint8_t *payload, size_t bytes)
     return !bad;
 }
 
+/* Checks a push's dtype and that its payload holds exactly the values its
+ * keys need (f32_bytes in float32): float32, or float16 from a worker's
+ * --compress fp16 at 2 bytes a value. Returns 0, or -1 after failing the
+ * peer. */
+static int ps__check_push_values(ps__peer *p, const ps_frame *f, size_t f32_bytes)
+{
+    int half = f->hdr->dtype == SHARDPS__DTYPE__DTYPE_F16;
+    size_t numel = f32_bytes / sizeof(float), want = half ? numel * sizeof(uint16_t) : f32_bytes;
+
+    if (!half && f->hdr->dtype != SHARDPS__DTYPE__DTYPE_F32) {
+        ps__peer_fail(p, -PS_EPROTO,
+                      "push with dtype %d; only float32 (1) and float16 (2) are supported",
+                      f->hdr->dtype);
+        return -1;
+    }
+    if (f->payload_len != want) {
+        ps__peer_fail(p, -PS_EPROTO,
+                      "%s push payload is %zu bytes, its keys need %zu (%zu values of %zu bytes)",
+                      half ? "float16" : "float32", f->payload_len, want, numel,
+                      half ? sizeof(uint16_t) : sizeof(float));
+        return -1;
+    }
+    return 0;
+}
+
 /* A push payload is read straight into a pooled buffer rather than the
  * connection's own, so the updates can keep it after the frame is handled
  * while the connection reads the next one. */
@@ -826,25 +852,32 @@ static int ps__place_push(ps_conn *c, const Shardps__Header *h, const ps_frame_p
     return 1;
 }
 
-/* The push's payload as a buffer the updates can share: the one it was
- * placed in, or a pooled copy if it was not placed. The caller holds one
- * reference. NULL when out of memory. */
-static ps__push_buf *ps__take_push_payload(ps_kv_server *s, ps__peer *p, const ps_frame *f)
+/* The push's values as float32 in a buffer the updates can share: the one
+ * the payload was placed in, a pooled copy if it was not placed, or (float16)
+ * a pooled buffer it is widened into. Widening is exact and keeps Inf and
+ * NaN, so the non-finite check works on the result either way. The caller
+ * holds one reference. NULL when out of memory. */
+static ps__push_buf *ps__take_push_payload(ps_kv_server *s, ps__peer *p, const ps_frame *f,
+                                           size_t f32_bytes)
 {
     ps__push_buf *b = calloc(1, sizeof(*b));
+    const uint8_t *src = f->payload ? f->payload : p->push_piece.base;
 
     if (b == NULL)
         return NULL;
-    if (f->payload == NULL) {
+    if (f->hdr->dtype == SHARDPS__DTYPE__DTYPE_F32 && f->payload == NULL) {
         b->data = p->push_piece.base;
         p->push_piece.base = NULL;
     } else {
-        b->data = ps_buf_pool_get(s->bufs, f->payload_len);
+        b->data = ps_buf_pool_get(s->bufs, f32_bytes);
         if (b->data == NULL) {
             free(b);
             return NULL;
         }
-        memcpy(b->data, f->payload, f->payload_len);
+        if (f->hdr->dtype == SHARDPS__DTYPE__DTYPE_F16)
+            ps_f16_to_f32((float *)b->data, (const uint16_t *)src, f32_bytes / sizeof(float));
+        else
+            memcpy(b->data, src, f32_bytes);
     }
     b->refs = 1;
     return b;
@@ -868,27 +901,20 @@ static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     bytes = ps__resolve_keys(s, p, h, locals);
     if (bytes < 0)
         goto out;
-    if (h->dtype != SHARDPS__DTYPE__DTYPE_F32) {
-        ps__peer_fail(p, -PS_EPROTO, "push with dtype %d; only float32 (1) is supported", h->dtype);
+    if (ps__check_push_values(p, f, (size_t)bytes) < 0)
         goto out;
-    }
-    if ((size_t)bytes != f->payload_len) {
-        ps__peer_fail(p, -PS_EPROTO, "push payload is %zu bytes, its keys need %lld",
-                      f->payload_len, bytes);
-        goto out;
-    }
     if (!sync && h->clock != p->clock) {
         ps__peer_fail(p, -PS_EPROTO, "push for clock %" PRIu64 " from a worker at clock %" PRIu64,
                       h->clock, p->clock);
         goto out;
     }
-    buf = ps__take_push_payload(s, p, f);
+    buf = ps__take_push_payload(s, p, f, (size_t)bytes);
     if (buf == NULL) {
         ps_conn_close(p->conn, -ENOMEM);
         goto out;
     }
     payload = buf->data;
-    usable = !s->cfg.reject_nonfinite || ps__all_finite(payload, f->payload_len);
+    usable = !s->cfg.reject_nonfinite || ps__all_finite(payload, (size_t)bytes);
     if (!usable) {
         s->n_nonfinite++;
         if (s->n_nonfinite == 1 || s->n_nonfinite % 100 == 0)

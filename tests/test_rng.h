@@ -10,14 +10,19 @@
 
 static uint64_t rng_state;
 
-/* Uniform in [0, 1), from the top 53 bits. */
-static inline double rng_uniform(void)
+/* The next 64 random bits. */
+static inline uint64_t rng_next(void)
 {
     uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1.0p-53;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1), from the top 53 bits. */
+static inline double rng_uniform(void)
+{
+    return (double)(rng_next() >> 11) * 0x1.0p-53;
 }
 
 /* n floats uniform in [-scale, scale). */

@@ -10,6 +10,7 @@
 
 #include "auth.h"
 #include "frame.h"
+#include "half.h"
 #include "partition.h"
 #include "ps_error.h"
 #include "ps_log.h"
@@ -44,6 +45,8 @@ typedef struct {
     ps_iov *iov;
     ps_frame_piece *pieces; /* where a pull reply's chunks land */
     size_t bytes;
+    uint16_t *half;  /* --compress fp16: the push payloads (owned; see ps__push_chunk) */
+    size_t *half_at; /* where chunk i's values start in half */
     /* Outstanding requests: at most one pull, and one push per chunk, whose
      * ids wait in push_ids (a ring of n_keys) since acks come in order. */
     uint64_t pull_id;
@@ -375,6 +378,8 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
         ps__server *sv = &c->servers[s];
         int n = ps_partition_server_chunk_count(c->part, s), k = 0;
 
+        /* The previous server's address check left rc at 0. */
+        rc = -ENOMEM;
         sv->cl = c;
         sv->index = s;
         snprintf(sv->addr_text, sizeof(sv->addr_text), "%s", cfg->servers[s]);
@@ -386,18 +391,23 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
         sv->iov = calloc((size_t)n + 1, sizeof(*sv->iov));
         sv->pieces = calloc((size_t)n + 1, sizeof(*sv->pieces));
         sv->push_ids = calloc((size_t)n + 1, sizeof(*sv->push_ids));
+        sv->half_at = calloc((size_t)n + 1, sizeof(*sv->half_at));
         if (sv->keys == NULL || sv->chunks == NULL || sv->iov == NULL || sv->pieces == NULL ||
-            sv->push_ids == NULL)
+            sv->push_ids == NULL || sv->half_at == NULL)
             goto fail;
         for (int i = 0; i < ps_partition_chunk_count(c->part); i++) {
             const ps_chunk *ch = ps_partition_chunk(c->part, i);
             if (ch->server != s)
                 continue;
             sv->keys[k] = ch->key;
+            sv->half_at[k] = sv->bytes / sizeof(float);
             sv->chunks[k++] = ch;
             sv->bytes += ch->numel * sizeof(float);
         }
         sv->n_keys = k;
+        if (cfg->compress == PS_COMPRESS_FP16 &&
+            (sv->half = malloc(sv->bytes / 2 ? sv->bytes / 2 : 1)) == NULL)
+            goto fail;
         rc = ps_parse_hostport(cfg->servers[s], &sv->addr, 0);
         if (rc < 0) {
             ps_error("server address '%s' is not HOST:PORT with a reachable host name",
@@ -534,10 +544,20 @@ static int ps__push_chunk(ps_kv_client *c, ps__server *sv, int i, const float *g
         return -EBUSY;
     sv->iov[0].base = grad;
     sv->iov[0].len = ch->numel * sizeof(float);
+    h.dtype = SHARDPS__DTYPE__DTYPE_F32;
+    if (c->cfg.compress == PS_COMPRESS_FP16) {
+        /* Each chunk has its own place in the server's buffer of halves,
+         * since all of a step's chunks are in flight together; like the
+         * gradients, it is borrowed by the send until wait returns. */
+        uint16_t *half = sv->half + sv->half_at[i];
+        ps_f32_to_f16(half, grad, ch->numel);
+        sv->iov[0].base = half;
+        sv->iov[0].len = ch->numel * sizeof(uint16_t);
+        h.dtype = SHARDPS__DTYPE__DTYPE_F16;
+    }
     h.type = SHARDPS__MSG_TYPE__PUSH;
     h.request_id = ++c->next_id;
     h.clock = step;
-    h.dtype = SHARDPS__DTYPE__DTYPE_F32;
     h.n_keys = 1;
     h.keys = &sv->keys[i];
     if (sv->iov[0].len < PS__CORK_BYTES)
@@ -652,6 +672,8 @@ static void ps__client_free(ps_kv_client *c, int goodbye)
         free(c->servers[s].iov);
         free(c->servers[s].pieces);
         free(c->servers[s].push_ids);
+        free(c->servers[s].half);
+        free(c->servers[s].half_at);
     }
     free(c->servers);
     ps_partition_free(c->part);

@@ -7,8 +7,8 @@
  * While it waits, the client sends the heartbeats the servers asked for, so a
  * worker blocked at a barrier is never mistaken for a dead one.
  * Buffers passed to a request are borrowed until wait returns: a push sends
- * straight from the gradient buffers, a pull writes straight into the
- * parameter buffers. */
+ * straight from the gradient buffers (or, compressed, from the client's own
+ * buffer of halves), a pull writes straight into the parameter buffers. */
 #ifndef PS_KV_CLIENT_H
 #define PS_KV_CLIENT_H
 
@@ -16,6 +16,16 @@
 #include <stdint.h>
 
 #include "model_spec.h"
+
+/* How a push carries the gradient. Pulls carry float32 either way. */
+typedef enum {
+    PS_COMPRESS_NONE, /* float32 */
+    /* IEEE half, rounded to nearest even (half.h): half the bytes. The
+     * servers widen it and accumulate in float32. A value of magnitude
+     * 65520 or more becomes Inf, so the servers' --reject-nonfinite refuses
+     * that push. */
+    PS_COMPRESS_FP16,
+} ps_compress;
 
 typedef struct {
     ps_model_spec spec;
@@ -30,11 +40,14 @@ typedef struct {
      * (copied): every server must prove it holds the same token, and so
      * must we. */
     const uint8_t *auth_key;
+    ps_compress compress; /* zero: PS_COMPRESS_NONE */
 } ps_kv_client_config;
 
 /* Running totals since the client was created. */
 typedef struct {
     uint64_t dropped; /* chunks the servers dropped as late */
+    /* Payload bytes as they went on the wire (halves with fp16 pushes);
+     * frame headers are not counted. */
     uint64_t bytes_sent, bytes_received;
     uint64_t staleness_max; /* largest staleness a server reported for our pushes */
     uint64_t staleness_sum, staleness_count;

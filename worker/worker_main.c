@@ -35,6 +35,7 @@
 
 typedef struct {
     const char *servers, *hidden, *data_dir, *dump_weights, *device;
+    const char *compress; /* --compress: none or fp16 */
     int rank, workers, seed, batch, epochs, steps, threads, report_fd, progress_every, no_eval;
     int verbose, slow_ms, max_reconnects, tf32;
     double clip_norm;
@@ -339,6 +340,7 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
     kc.connect_timeout_s = o->connect_timeout;
     kc.max_payload = (size_t)o->max_payload;
     kc.total_steps = total;
+    kc.compress = strcmp(o->compress, "fp16") == 0 ? PS_COMPRESS_FP16 : PS_COMPRESS_NONE;
     if (o->auth_token_file) {
         int loose = 0;
         rc = ps_auth_load_key(o->auth_token_file, auth_key, &loose, err, sizeof(err));
@@ -496,8 +498,9 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
         ps__report(o->report_fd,
                    "{\"event\":\"done\",\"rank\":%d,\"steps\":%" PRIu64
                    ",\"samples\":%.0f,\"seconds\":%.3f,\"test_accuracy\":%.6f,\"dropped\":%" PRIu64
-                   "}",
-                   o->rank, steps_done, samples, secs, acc, ks.dropped);
+                   ",\"bytes_pushed\":%" PRIu64 ",\"bytes_pulled\":%" PRIu64 "}",
+                   o->rank, steps_done, samples, secs, acc, ks.dropped, ks.bytes_sent,
+                   ks.bytes_received);
     }
 out:
     ps_train_metrics_close(&tm, 0, NULL);
@@ -512,6 +515,7 @@ int main(int argc, char **argv)
         .hidden = "256,128",
         .data_dir = PS_DEFAULT_DATA_DIR,
         .device = "auto",
+        .compress = "none",
         .workers = 1,
         .seed = 1,
         .batch = 64,
@@ -571,6 +575,10 @@ int main(int argc, char **argv)
          NULL},
         {"max-payload", PS_FLAG_DOUBLE, &o.max_payload, "BYTES", "largest frame payload accepted",
          1024, 1ull << 40, NULL},
+        {"compress", PS_FLAG_CHOICE, &o.compress, "KIND",
+         "how pushes carry gradients: none (float32) or fp16 (IEEE half, half the bytes; the "
+         "servers accumulate in float32)",
+         0, 0, "none|fp16"},
         {"clip-norm", PS_FLAG_DOUBLE, &o.clip_norm, "NORM",
          "scale each tensor's gradient to at most this L2 norm (0: off)", 0, 1e9, NULL},
         {"max-reconnects", PS_FLAG_INT, &o.max_reconnects, "N",

@@ -15,7 +15,9 @@
  * elsewhere hits all three alike. A second table times the other per-byte work
  * a push+pull does on the server and client (CRC32C, a copy into a reused
  * buffer, and a copy into a fresh malloc, as the pull snapshot does), for the
- * analysis in docs/performance.md. */
+ * analysis in docs/performance.md, and what --compress fp16 adds: narrowing
+ * on the worker and widening on the server, the F16C copies and the plain C
+ * references (docs/compression.md). */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -27,6 +29,7 @@
 #include "crc32c.h"
 #include "bench_util.h"
 #include "flags.h"
+#include "half.h"
 #include "optimizer.h"
 
 #define PS__MAX_ROUNDS 99
@@ -129,6 +132,27 @@ static void ps__k_crc(ps__arrays *a)
 static void ps__k_copy(ps__arrays *a)
 {
     memcpy(a->dst, a->g, a->n * sizeof(float));
+}
+
+/* --compress fp16, into and out of the dst array viewed as halves. */
+static void ps__k_narrow(ps__arrays *a)
+{
+    ps_f32_to_f16((uint16_t *)a->dst, a->g, a->n);
+}
+
+static void ps__k_narrow_ref(ps__arrays *a)
+{
+    ps_f32_to_f16_ref((uint16_t *)a->dst, a->g, a->n);
+}
+
+static void ps__k_widen(ps__arrays *a)
+{
+    ps_f16_to_f32(a->w, (const uint16_t *)a->dst, a->n);
+}
+
+static void ps__k_widen_ref(ps__arrays *a)
+{
+    ps_f16_to_f32_ref(a->w, (const uint16_t *)a->dst, a->n);
 }
 
 /* What the server does for every pull reply: a fresh buffer, a copy, and a
@@ -235,7 +259,7 @@ int main(int argc, char **argv)
     double block_s = 0.05;
     size_t sizes[8];
     /* JSON lines go after the tables, so the tables read as one block. */
-    char json[8 * 5][320];
+    char json[8 * 10][320];
     int n_json = 0;
     const ps_flag flags[] = {
         {"sizes", PS_FLAG_STRING, &sizes_text, "LIST", "weight array sizes (suffix K, M)", 0, 0,
@@ -301,14 +325,17 @@ int main(int argc, char **argv)
         }
     }
 
-    printf("\nper-byte work of a push+pull (GB/s of payload; copy = memcpy into a reused "
-           "buffer;\nsnapshot = malloc + memcpy + free, as the server's pull reply does)\n\n");
-    printf("%-9s %-9s | %8s %9s | %6s\n", "work", "size", "GB/s", "copy", "ratio");
+    printf("\nper-byte work of a push+pull (GB/s of float32 payload; copy = memcpy into a reused "
+           "buffer;\nsnapshot = malloc + memcpy + free, as the server's pull reply does; "
+           "f32>f16, f16>f32:\n--compress fp16, *-ref the plain C references)\n\n");
+    printf("%-11s %-9s | %8s %9s | %6s\n", "work", "size", "GB/s", "copy", "ratio");
     for (int i = 0; i < n_sizes; i++) {
-        ps__kernel k[3] = {ps__k_crc, ps__k_copy, ps__k_snapshot};
-        static const char *const names[] = {"crc32c", "copy", "snapshot"};
+        ps__kernel k[7] = {ps__k_crc,        ps__k_copy,      ps__k_narrow,  ps__k_widen,
+                           ps__k_narrow_ref, ps__k_widen_ref, ps__k_snapshot};
+        static const char *const names[] = {"crc32c",      "copy",        "f32>f16", "f16>f32",
+                                            "f32>f16-ref", "f16>f32-ref", "snapshot"};
         size_t n = sizes[i] / sizeof(float);
-        double t[3];
+        double t[7];
         ps__arrays a;
 
         if (ps__alloc_arrays(&a, n, PS__SGD) < 0) {
@@ -320,12 +347,14 @@ int main(int argc, char **argv)
          * (0.4-2 GB/s for a 64 MiB memcpy, then 16 GB/s), which would
          * otherwise land on whichever reference follows it. */
         ps__race(k, 2, &a, rounds, block_s, t);
-        ps__race(k + 2, 1, &a, rounds, block_s, t + 2);
-        for (int j = 0; j < 3; j++) {
+        ps__race(k + 2, 2, &a, rounds, block_s, t + 2);
+        ps__race(k + 4, 2, &a, rounds, block_s, t + 4);
+        ps__race(k + 6, 1, &a, rounds, block_s, t + 6);
+        for (int j = 0; j < 7; j++) {
             double gb = (double)sizes[i] / t[j] / 1e9, copy = (double)sizes[i] / t[1] / 1e9;
             if (j == 1)
                 continue;
-            printf("%-9s %-9s | %8.2f %9.2f | %6.3f\n", names[j],
+            printf("%-11s %-9s | %8.2f %9.2f | %6.3f\n", names[j],
                    ps_bench_size_text(sizes[i], sz, sizeof(sz)), gb, copy, gb / copy);
             snprintf(json[n_json++], sizeof(json[0]),
                      "{\"bench\":\"datapath\",\"work\":\"%s\",\"size_bytes\":%zu,\"gbps\":%.3f,"

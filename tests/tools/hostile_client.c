@@ -502,14 +502,17 @@ static int sc_dup_key(hc_ctx *ctx, hc_conn *c)
     return bad_request(ctx, c, &h, NULL, 0, "named twice");
 }
 
-/* A push whose payload is one float short of what its keys need. */
-static int sc_short_push(hc_ctx *ctx, hc_conn *c)
+/* A push of one key in dtype whose payload is the key's element count times
+ * value_bytes, less short_by bytes: one value short, or values of the wrong
+ * width. The server must refuse it with a reason containing want. */
+static int sized_push(hc_ctx *ctx, hc_conn *c, Shardps__DType dtype, size_t value_bytes,
+                      size_t short_by, const char *want)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
     uint64_t key = ctx->keys[0];
     const ps_chunk *chunk;
     ps_partition *part;
-    float *grad;
+    uint8_t *payload;
     size_t n;
     int rc;
 
@@ -518,16 +521,34 @@ static int sc_short_push(hc_ctx *ctx, hc_conn *c)
     chunk = ps_partition_find(part, key);
     n = chunk ? chunk->numel : 1;
     ps_partition_free(part);
-    grad = calloc(n, sizeof(float));
-    if (grad == NULL)
+    payload = calloc(n, value_bytes);
+    if (payload == NULL)
         return -1;
     h.type = SHARDPS__MSG_TYPE__PUSH;
-    h.dtype = SHARDPS__DTYPE__DTYPE_F32;
+    h.dtype = dtype;
     h.n_keys = 1;
     h.keys = &key;
-    rc = bad_request(ctx, c, &h, grad, (n - 1) * sizeof(float), "payload");
-    free(grad);
+    rc = bad_request(ctx, c, &h, payload, n * value_bytes - short_by, want);
+    free(payload);
     return rc;
+}
+
+static int sc_short_push(hc_ctx *ctx, hc_conn *c)
+{
+    return sized_push(ctx, c, SHARDPS__DTYPE__DTYPE_F32, sizeof(float), sizeof(float), "payload");
+}
+
+/* --compress fp16 pushes: one half short, and halves announced but floats
+ * sent (the size a confused worker would send). */
+static int sc_short_f16_push(hc_ctx *ctx, hc_conn *c)
+{
+    return sized_push(ctx, c, SHARDPS__DTYPE__DTYPE_F16, sizeof(uint16_t), sizeof(uint16_t),
+                      "float16 push payload");
+}
+
+static int sc_f16_as_f32(hc_ctx *ctx, hc_conn *c)
+{
+    return sized_push(ctx, c, SHARDPS__DTYPE__DTYPE_F16, sizeof(float), 0, "float16 push payload");
 }
 
 static int sc_bad_dtype(hc_ctx *ctx, hc_conn *c)
@@ -795,6 +816,8 @@ static const hc_scenario hc_scenarios[] = {
     {"bad-key", "a PULL of a key no server holds", sc_bad_key, 1},
     {"dup-key", "a PULL naming a key twice", sc_dup_key, 1},
     {"short-push", "a PUSH one float short", sc_short_push, 1},
+    {"short-f16-push", "a float16 PUSH one half short", sc_short_f16_push, 1},
+    {"f16-as-f32", "a float16 PUSH carrying a float32-sized payload", sc_f16_as_f32, 1},
     {"bad-dtype", "a PUSH of an unknown dtype", sc_bad_dtype, 1},
     {"slow-reader", "a flood of PULLs, never reading a reply", sc_slow_reader, 1},
     {"bye", "a good HELLO, then BYE: the rank leaves as finished", sc_bye, 0},

@@ -29,6 +29,7 @@
 #include <uv.h>
 
 #include "frame.h"
+#include "half.h"
 #include "kv_client.h"
 #include "kv_server.h"
 #include "partition.h"
@@ -328,7 +329,7 @@ static void check_weights(const model_bufs *got, const model_bufs *want, const c
         }
 }
 
-static ps_kv_client *worker_connect(int expect_rc)
+static ps_kv_client *worker_connect_as(int expect_rc, ps_compress compress)
 {
     const char *servers[1] = {fx.addr};
     ps_kv_client_config cfg = {0};
@@ -344,6 +345,7 @@ static ps_kv_client *worker_connect(int expect_rc)
     cfg.chunk_bytes = CHUNK_BYTES;
     cfg.connect_timeout_s = 5.0;
     cfg.max_payload = (size_t)1 << 20;
+    cfg.compress = compress;
     cr_assert_eq(ps_kv_client_init(&c, &cfg), 0);
     rc = ps_kv_client_connect(c, &start_clock);
     cr_assert_eq(rc, expect_rc, "connect returned %s, want %s", ps_err_name(rc),
@@ -351,6 +353,11 @@ static ps_kv_client *worker_connect(int expect_rc)
     if (expect_rc == 0)
         cr_assert_eq(start_clock, 0);
     return c;
+}
+
+static ps_kv_client *worker_connect(int expect_rc)
+{
+    return worker_connect_as(expect_rc, PS_COMPRESS_NONE);
 }
 
 /* Pulls at clock 0 and checks the weights are the spec's initial values. */
@@ -676,14 +683,15 @@ Test(kv_server, worker_of_another_world_is_refused, .timeout = 30)
     cr_assert_eq(fx.done_calls, 1);
 }
 
-/* A chunk of gradient holding NaN or Inf is refused: that chunk of the model
+/* A chunk of gradient holding NaN or Inf (bad0 and bad1, at the first
+ * element of the first and last tensors) is refused: that chunk of the model
  * is unchanged, the rest of the push (each chunk is its own frame) is
  * applied, the model stays finite, the worker is told chunks were dropped,
  * the step still completes (nobody waits for a usable push that will never
  * come), and the next good push is applied as usual. */
-Test(kv_server, nonfinite_push_is_rejected_and_the_model_stays_finite, .timeout = 30)
+static void check_nonfinite_rejected(ps_compress compress, float bad0, float bad1)
 {
-    ps_kv_client *c = worker_connect(0);
+    ps_kv_client *c = worker_connect_as(0, compress);
     model_bufs w, g, before, want;
     ps_partition *part = NULL;
     int bad_chunks = 0;
@@ -697,13 +705,20 @@ Test(kv_server, nonfinite_push_is_rejected_and_the_model_stays_finite, .timeout 
         memcpy(before.t[i], w.t[i], fx.spec.tensors[i].numel * sizeof(float));
 
     fill_grad(&g, 0);
-    g.t[0][0] = NAN;
-    g.t[fx.spec.n_tensors - 1][0] = INFINITY;
+    g.t[0][0] = bad0;
+    g.t[fx.spec.n_tensors - 1][0] = bad1;
     cr_assert_eq(ps_partition_init(&part, &fx.spec, 1, CHUNK_BYTES), 0);
     for (int k = 0; k < ps_partition_chunk_count(part); k++) {
         const ps_chunk *ch = ps_partition_chunk(part, k);
-        const float *gc = g.t[ch->tensor_id] + ch->offset;
+        float gc[CHUNK_BYTES / sizeof(float)];
         int finite = 1;
+        /* What the server sees: the gradient, or its rounding to half. */
+        memcpy(gc, g.t[ch->tensor_id] + ch->offset, ch->numel * sizeof(float));
+        if (compress == PS_COMPRESS_FP16) {
+            uint16_t h[CHUNK_BYTES / sizeof(float)];
+            ps_f32_to_f16(h, gc, ch->numel);
+            ps_f16_to_f32(gc, h, ch->numel);
+        }
         for (size_t j = 0; j < ch->numel; j++)
             finite &= isfinite(gc[j]) != 0;
         bad_chunks += !finite;
@@ -736,4 +751,76 @@ Test(kv_server, nonfinite_push_is_rejected_and_the_model_stays_finite, .timeout 
     bufs_free(&g);
     bufs_free(&before);
     bufs_free(&want);
+}
+
+Test(kv_server, nonfinite_push_is_rejected_and_the_model_stays_finite, .timeout = 30)
+{
+    check_nonfinite_rejected(PS_COMPRESS_NONE, NAN, INFINITY);
+}
+
+/* In float16 a NaN stays NaN, and a finite float of 65520 or more becomes
+ * Inf: both are refused like float32's NaN and Inf. */
+Test(kv_server, nonfinite_fp16_push_is_rejected_and_the_model_stays_finite, .timeout = 30)
+{
+    check_nonfinite_rejected(PS_COMPRESS_FP16, 1e5f, NAN);
+}
+
+/* --compress fp16: the server applies the gradient the worker rounded to
+ * half, exactly (SGD on w - LR * g16), and the worker counts half the bytes
+ * of a float32 push. The gradient's values are not halves: rounding moves a
+ * weight by up to LR * |g| * 2^-11, and the test makes sure that is over
+ * ten times TOL for some weights, so a worker that rounded another way (or
+ * a server that widened wrongly) fails here. */
+Test(kv_server, fp16_push_applies_the_rounded_gradient, .timeout = 30)
+{
+    ps_kv_client *c = worker_connect_as(0, PS_COMPRESS_FP16);
+    ps_kv_client_stats st;
+    model_bufs w, g, want, exact;
+    size_t numel = 0;
+
+    bufs_alloc(&w);
+    bufs_alloc(&g);
+    bufs_alloc(&want);
+    bufs_alloc(&exact);
+    pull_initial(c, &w);
+    for (int step = 0; step < 2; step++) {
+        int differs = 0;
+
+        fill_grad(&g, step);
+        for (int i = 0; i < fx.spec.n_tensors; i++) {
+            size_t n = fx.spec.tensors[i].numel;
+            uint16_t *h = malloc(n * sizeof(*h));
+            float *rounded = malloc(n * sizeof(*rounded));
+
+            cr_assert(h && rounded);
+            for (size_t j = 0; j < n; j++)
+                g.t[i][j] = g.t[i][j] / 3.0f + 1e-3f * (float)j;
+            ps_f32_to_f16_ref(h, g.t[i], n);
+            ps_f16_to_f32_ref(rounded, h, n);
+            for (size_t j = 0; j < n; j++) {
+                want.t[i][j] = w.t[i][j] - LR * rounded[j];
+                exact.t[i][j] = w.t[i][j] - LR * g.t[i][j];
+                differs += fabsf(want.t[i][j] - exact.t[i][j]) > 10 * TOL;
+            }
+            free(h);
+            free(rounded);
+        }
+        cr_assert_gt(differs, 0, "the gradient is too round to tell fp16 from fp32");
+        cr_assert_eq(ps_kv_client_push(c, (const float *const *)g.t), 0);
+        cr_assert_eq(ps_kv_client_pull(c, (uint64_t)step + 1, w.t), 0);
+        cr_assert_eq(ps_kv_client_wait(c), 0);
+        check_weights(&w, &want, step ? "after fp16 step 1" : "after fp16 step 0");
+    }
+    cr_assert_eq(ps__dropped(c), 0);
+    for (int i = 0; i < fx.spec.n_tensors; i++)
+        numel += fx.spec.tensors[i].numel;
+    ps_kv_client_stats_get(c, &st);
+    cr_assert_eq(st.bytes_sent, 2 * numel * sizeof(uint16_t), "bytes_sent %llu for 2 pushes of %zu",
+                 (unsigned long long)st.bytes_sent, numel);
+
+    ps_kv_client_close(c);
+    bufs_free(&w);
+    bufs_free(&g);
+    bufs_free(&want);
+    bufs_free(&exact);
 }
