@@ -2,10 +2,20 @@
 #include "bench_util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
+
+#include "ps_error.h"
+
+extern char **environ;
 
 double ps_bench_now(void)
 {
@@ -66,4 +76,149 @@ double ps_bench_pct(const double *v, size_t n, double q)
     size_t k = (size_t)ceil(q * (double)n);
 
     return n == 0 ? NAN : v[k == 0 ? 0 : k - 1];
+}
+
+/* The child's side of ps_bench_spawn: descriptors, then exec. */
+static void ps__exec_child(char *const *argv, int keep_logs, int ready_fd)
+{
+    int devnull = open("/dev/null", O_RDWR);
+
+    if (ready_fd >= 0) {
+        /* dup2 onto itself would keep close-on-exec set. */
+        if (ready_fd == 3)
+            fcntl(3, F_SETFD, 0);
+        else
+            dup2(ready_fd, 3);
+    }
+    dup2(devnull, 0);
+    if (!keep_logs) {
+        dup2(devnull, 1);
+        dup2(devnull, 2);
+    }
+    execv(argv[0], argv);
+    _exit(127);
+}
+
+/* Reads the first line the child writes on its ready pipe: its port. */
+static int ps__read_port(int fd, int *port)
+{
+    char line[32];
+    size_t got = 0;
+
+    while (got < sizeof(line) - 1) {
+        struct pollfd p = {fd, POLLIN, 0};
+        ssize_t n;
+
+        if (poll(&p, 1, 60000) <= 0)
+            return -PS_ETIMEOUT;
+        n = read(fd, line + got, sizeof(line) - 1 - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        if (memchr(line, '\n', got))
+            break;
+    }
+    line[got] = '\0';
+    *port = atoi(line);
+    return *port > 0 && *port <= 65535 ? 0 : -PS_EPROTO;
+}
+
+int ps_bench_spawn(char *const *argv, int keep_logs, int want_port, ps_bench_child *out)
+{
+    int pfd[2] = {-1, -1}, rc = 0;
+    pid_t pid;
+
+    out->pid = 0;
+    out->port = 0;
+    if (want_port && pipe2(pfd, O_CLOEXEC) < 0)
+        return -errno;
+    pid = fork();
+    if (pid < 0) {
+        rc = -errno;
+        goto out;
+    }
+    if (pid == 0)
+        ps__exec_child(argv, keep_logs, pfd[1]);
+    out->pid = pid;
+    if (!want_port)
+        goto out;
+    close(pfd[1]);
+    pfd[1] = -1;
+    rc = ps__read_port(pfd[0], &out->port);
+    if (rc < 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        out->pid = 0;
+    }
+out:
+    if (pfd[0] >= 0)
+        close(pfd[0]);
+    if (pfd[1] >= 0)
+        close(pfd[1]);
+    return rc;
+}
+
+static void ps__on_alarm(int sig)
+{
+    (void)sig;
+}
+
+pid_t ps_bench_wait(pid_t pid, int *status, unsigned timeout_s)
+{
+    struct sigaction sa, old;
+    pid_t r;
+    int err;
+
+    /* A blocking wait on the exit itself, cut off by an alarm (no
+     * SA_RESTART, so waitpid returns EINTR) rather than a polling loop. */
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = ps__on_alarm;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, &old);
+    alarm(timeout_s);
+    r = waitpid(pid, status, 0);
+    err = errno;
+    alarm(0);
+    sigaction(SIGALRM, &old, NULL);
+    if (r >= 0)
+        return r;
+    return err == EINTR ? -PS_ETIMEOUT : -err;
+}
+
+int ps_bench_reap(ps_bench_child *c, unsigned timeout_s)
+{
+    int status = 0;
+
+    if (c->pid <= 0)
+        return 0;
+    if (ps_bench_wait(c->pid, &status, timeout_s) == c->pid) {
+        c->pid = 0;
+        return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -PS_EPROTO;
+    }
+    kill(c->pid, SIGKILL);
+    waitpid(c->pid, NULL, 0);
+    c->pid = 0;
+    return -PS_ETIMEOUT;
+}
+
+void ps_bench_drop_shardps_env(void)
+{
+    size_t i = 0;
+
+    /* unsetenv shifts the array down, so the same index is looked at again. */
+    while (environ[i] != NULL) {
+        const char *eq = strchr(environ[i], '=');
+        size_t len = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
+        char name[256];
+
+        if (strncmp(environ[i], "SHARDPS_", 8) != 0 || len >= sizeof(name)) {
+            i++;
+            continue;
+        }
+        memcpy(name, environ[i], len);
+        name[len] = '\0';
+        unsetenv(name);
+    }
 }
