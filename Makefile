@@ -9,6 +9,7 @@ DEMO_ARGS  ?=
 GRID       ?= deploy/experiment.grid
 EXPERIMENT ?= runs/experiment
 BENCH_ARGS ?=
+BENCH_TRAIN_ARGS ?=
 
 .PHONY: all deps build build-san build-tsan demo test bench experiment clean format
 
@@ -49,13 +50,18 @@ build-tsan: deps
 	@cmake --build $(BUILD_TSAN) -j $(JOBS)
 
 # The benchmarks on the Release build: optimizer apply against plain loops,
-# then push+pull against raw loopback TCP (about two minutes). Not part of
-# `make test`: they report numbers, they do not pass or fail. Options for
-# bench-pushpull go through BENCH_ARGS, e.g. BENCH_ARGS="--sizes 4K,4M".
+# push+pull against raw loopback TCP, then a sync training step split into
+# compute, communication and waiting against each alone (about three minutes).
+# Not part of `make test`: they report numbers, they do not pass or fail.
+# Options for bench-pushpull go through BENCH_ARGS, e.g. BENCH_ARGS="--sizes
+# 4K,4M", and for bench-train through BENCH_TRAIN_ARGS, e.g.
+# BENCH_TRAIN_ARGS="--models wide --steps 20".
 bench: build
 	@$(BUILD)/tests/bench/bench-apply
 	@echo
 	@$(BUILD)/tests/bench/bench-pushpull $(BENCH_ARGS)
+	@echo
+	@$(BUILD)/tests/bench/bench-train $(BENCH_TRAIN_ARGS)
 
 # libFuzzer (clang, ASan + UBSan) on the frame decoder and on a real server's
 # handshake, FUZZ_SECONDS per target: two targets, one minute in all by

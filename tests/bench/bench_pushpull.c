@@ -86,17 +86,6 @@ typedef struct {
 
 /* ---- child processes ---------------------------------------------------- */
 
-/* Starts a server (shardps or raw) and reads back the port it chose. */
-static int ps__spawn(char *const *argv, int keep_logs, ps_bench_child *out)
-{
-    int rc = ps_bench_spawn(argv, keep_logs, 1, out);
-
-    if (rc < 0)
-        fprintf(stderr, "bench-pushpull: %s did not report a port (rerun with --server-logs)\n",
-                argv[0]);
-    return rc;
-}
-
 /* CPU seconds and minor faults of another process so far, from
  * /proc/PID/stat (fields 10, 14 and 15). */
 static int ps__proc_usage(pid_t pid, double *cpu_s, uint64_t *minflt)
@@ -411,50 +400,22 @@ typedef struct {
 static int ps__start_servers(const ps__opts *o, const ps__config *cf, int in, int out,
                              ps_bench_child *kids)
 {
-    char a_index[16], a_num[16], a_in[16], a_out[16], a_chunk[32];
-    char *argv[] = {(char *)o->server_bin,
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--ready-fd",
-                    "3",
-                    "--server-index",
-                    a_index,
-                    "--num-servers",
-                    a_num,
-                    "--workers",
-                    "1",
-                    "--mode",
-                    "async",
-                    "--optimizer",
-                    "sgd",
-                    "--momentum",
-                    "0",
-                    "--lr",
-                    "0.0001",
-                    "--input",
-                    a_in,
-                    "--hidden",
-                    "",
-                    "--classes",
-                    a_out,
-                    "--chunk-bytes",
-                    a_chunk,
-                    "--max-payload",
-                    "2147483648",
-                    NULL};
+    char a_in[16], a_out[16], a_chunk[32];
+    const char *extra[] = {
+        "--workers",     "1",          "--mode",    "async",  "--optimizer",   "sgd",
+        "--momentum",    "0",          "--lr",      "0.0001", "--input",       a_in,
+        "--hidden",      "",           "--classes", a_out,    "--chunk-bytes", a_chunk,
+        "--max-payload", "2147483648", NULL};
     int rc;
 
-    snprintf(a_num, sizeof(a_num), "%d", cf->servers);
     snprintf(a_in, sizeof(a_in), "%d", in);
     snprintf(a_out, sizeof(a_out), "%d", out);
     snprintf(a_chunk, sizeof(a_chunk), "%zu", cf->chunk);
-    for (int s = 0; s < cf->servers; s++) {
-        snprintf(a_index, sizeof(a_index), "%d", s);
-        rc = ps__spawn(argv, o->server_logs, &kids[s]);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
+    rc = ps_bench_start_servers(o->server_bin, cf->servers, extra, o->server_logs, kids);
+    if (rc < 0)
+        fprintf(stderr, "bench-pushpull: %s did not report a port (rerun with --server-logs)\n",
+                o->server_bin);
+    return rc;
 }
 
 static int ps__start_raw(const ps__opts *o, int n, ps_bench_child *kids)
@@ -462,9 +423,11 @@ static int ps__start_raw(const ps__opts *o, int n, ps_bench_child *kids)
     char *argv[] = {(char *)o->self_bin, "--raw-server", NULL};
 
     for (int s = 0; s < n; s++) {
-        int rc = ps__spawn(argv, 1, &kids[s]);
-        if (rc < 0)
+        int rc = ps_bench_spawn(argv, 1, 1, &kids[s]);
+        if (rc < 0) {
+            fprintf(stderr, "bench-pushpull: the raw echo server did not report a port\n");
             return rc;
+        }
     }
     return 0;
 }

@@ -160,6 +160,35 @@ out:
     return rc;
 }
 
+int ps_bench_start_servers(const char *bin, int n, const char *const *extra, int keep_logs,
+                           ps_bench_child *kids)
+{
+    char a_index[16], a_num[16];
+    char *argv[64] = {(char *)bin,      "--listen", "127.0.0.1:0",   "--ready-fd", "3",
+                      "--server-index", a_index,    "--num-servers", a_num};
+    int k = 9, rc = 0;
+
+    for (int e = 0; extra[e] != NULL; e++) {
+        if (k == 9 + 48)
+            return -E2BIG;
+        argv[k++] = (char *)extra[e];
+    }
+    argv[k] = NULL;
+    snprintf(a_num, sizeof(a_num), "%d", n);
+    for (int i = 0; i < n && rc == 0; i++) {
+        snprintf(a_index, sizeof(a_index), "%d", i);
+        rc = ps_bench_spawn(argv, keep_logs, 1, &kids[i]);
+    }
+    for (int i = 0; rc < 0 && i < n; i++) {
+        if (kids[i].pid > 0) {
+            kill(kids[i].pid, SIGKILL);
+            waitpid(kids[i].pid, NULL, 0);
+        }
+        kids[i].pid = 0;
+    }
+    return rc;
+}
+
 static void ps__on_alarm(int sig)
 {
     (void)sig;

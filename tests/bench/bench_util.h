@@ -39,6 +39,14 @@ typedef struct {
  * child behind. */
 int ps_bench_spawn(char *const *argv, int keep_logs, int want_port, ps_bench_child *out);
 
+/* Starts n shardps-server processes from bin on 127.0.0.1, server i with
+ * --listen 127.0.0.1:0 --ready-fd 3 --server-index i --num-servers n and then
+ * the flags in extra (NULL-terminated, at most 48), and reads back the port
+ * each chose into kids[i]. Returns 0, -E2BIG, or ps_bench_spawn's error,
+ * in which case the servers already started have been killed. */
+int ps_bench_start_servers(const char *bin, int n, const char *const *extra, int keep_logs,
+                           ps_bench_child *kids);
+
 /* waitpid(pid, status, 0), pid -1 for any child, cut off after timeout_s
  * seconds. Returns the pid that exited, -PS_ETIMEOUT, or -errno. */
 pid_t ps_bench_wait(pid_t pid, int *status, unsigned timeout_s);
