@@ -26,7 +26,8 @@
  * fraction of communication, 1 - (step - compute alone) / communication
  * alone, clipped to [0, 1]. Issue 7's target is a ratio of at most 1.15 for
  * the wide model in sync mode. It prints a table and one JSON line per
- * model. */
+ * model, and with each the CPU that other processes took meanwhile, since
+ * on a small shared machine that load moves every number. */
 #include <cblas.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -87,6 +88,9 @@ typedef struct {
     int steps, warmup;
     double step_s, compute_s, comm_s, wait_s, samples_per_s;
     double compute_only_s, comm_only_s;
+    /* Cores' worth of CPU that other processes used during the three
+     * measurements: the load from elsewhere the numbers suffered. */
+    double other_cores;
 } ps__result;
 
 /* The servers of one measurement and the addresses that reach them. */
@@ -556,11 +560,12 @@ static int ps__train(const ps__opts *o, ps__result *r, const char *dir)
 
 static void ps__print_header(void)
 {
-    printf("%-8s %10s %2s %2s %4s | %9s %8s | %8s %8s %8s | %8s %8s | %6s %6s\n", "model", "params",
-           "S", "W", "B", "samples/s", "step", "compute", "comm", "wait", "compute", "comm",
-           "ratio", "hidden");
-    printf("%-8s %10s %2s %2s %4s | %9s %8s | %8s %8s %8s | %8s %8s | %6s %6s\n", "", "", "", "",
-           "", "", "ms", "ms", "ms", "ms", "alone ms", "alone ms", "", "");
+    const char *fmt = "%-8s %10s %2s %2s %4s | %9s %8s | %8s %8s %8s | %8s %8s | %6s %6s | %6s\n";
+
+    printf(fmt, "model", "params", "S", "W", "B", "samples/s", "step", "compute", "comm", "wait",
+           "compute", "comm", "ratio", "hidden", "others");
+    printf(fmt, "", "", "", "", "", "", "ms", "ms", "ms", "ms", "alone ms", "alone ms", "", "",
+           "cores");
 }
 
 static void ps__report(const ps__opts *o, const ps__result *r, char *json, size_t len)
@@ -572,10 +577,10 @@ static void ps__report(const ps__opts *o, const ps__result *r, char *json, size_
 
     hidden = hidden < 0 ? 0 : hidden > 1 ? 1 : hidden;
     printf("%-8s %10zu %2d %2d %4d | %9.0f %8.2f | %8.2f %8.2f %8.2f | %8.2f %8.2f | %6.3f "
-           "%6.3f\n",
+           "%6.3f | %6.2f\n",
            r->model->name, params, o->servers, o->workers, o->batch, r->samples_per_s,
            r->step_s * 1e3, r->compute_s * 1e3, r->comm_s * 1e3, r->wait_s * 1e3,
-           r->compute_only_s * 1e3, r->comm_only_s * 1e3, ratio, hidden);
+           r->compute_only_s * 1e3, r->comm_only_s * 1e3, ratio, hidden, r->other_cores);
     fflush(stdout);
     snprintf(json, len,
              "{\"bench\":\"train\",\"model\":\"%s\",\"hidden\":\"%s\",\"params\":%zu,"
@@ -583,11 +588,11 @@ static void ps__report(const ps__opts *o, const ps__result *r, char *json, size_
              "\"threads\":%d,\"device\":\"%s\",\"steps\":%d,\"warmup_steps\":%d,"
              "\"samples_per_s\":%.1f,\"step_ms\":%.3f,\"compute_ms\":%.3f,\"comm_ms\":%.3f,"
              "\"wait_ms\":%.3f,\"compute_only_ms\":%.3f,\"comm_only_ms\":%.3f,\"ratio\":%.4f,"
-             "\"hidden_fraction\":%.4f}",
+             "\"hidden_fraction\":%.4f,\"other_cpu_cores\":%.3f}",
              r->model->name, r->model->hidden, params, params * sizeof(float), o->servers,
              o->workers, o->batch, o->threads, o->device, r->steps, r->warmup, r->samples_per_s,
              r->step_s * 1e3, r->compute_s * 1e3, r->comm_s * 1e3, r->wait_s * 1e3,
-             r->compute_only_s * 1e3, r->comm_only_s * 1e3, ratio, hidden);
+             r->compute_only_s * 1e3, r->comm_only_s * 1e3, ratio, hidden, r->other_cores);
 }
 
 /* ---- main --------------------------------------------------------------- */
@@ -626,9 +631,12 @@ static int ps__run_model(const ps__opts *o, const ps__model *m, const ps_dataset
                          const uint32_t *order, const char *dir, char *json, size_t len)
 {
     int sizes[PS_MAX_LAYERS + 1], nh, rc;
+    double busy0 = 0, busy1 = 0, own0 = ps_bench_own_cpu(), t0 = ps_bench_now();
     ps__result r;
 
     memset(&r, 0, sizeof(r));
+    /* Failing to read /proc/stat only loses the noise column (it reads 0). */
+    ps_bench_machine_busy(&busy0);
     r.model = m;
     r.steps = o->steps > 0 ? o->steps : m->default_steps;
     r.warmup = ps__warmup_steps(r.steps);
@@ -642,6 +650,11 @@ static int ps__run_model(const ps__opts *o, const ps__model *m, const ps_dataset
         rc = ps__comm_only(o, &r);
     if (rc == 0)
         rc = ps__train(o, &r, dir);
+    /* Every process of the measurement has been waited for by now, so its
+     * CPU time is in our own; the rest of the machine's busy time was
+     * somebody else's, competing for the same cores. */
+    if (ps_bench_machine_busy(&busy1) == 0 && busy0 > 0)
+        r.other_cores = (busy1 - busy0 - (ps_bench_own_cpu() - own0)) / (ps_bench_now() - t0);
     if (rc == 0)
         ps__report(o, &r, json, len);
     return rc;

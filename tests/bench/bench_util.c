@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -230,6 +231,37 @@ int ps_bench_reap(ps_bench_child *c, unsigned timeout_s)
     waitpid(c->pid, NULL, 0);
     c->pid = 0;
     return -PS_ETIMEOUT;
+}
+
+static double ps__cpu_of(int who)
+{
+    struct rusage ru;
+
+    getrusage(who, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+double ps_bench_own_cpu(void)
+{
+    return ps__cpu_of(RUSAGE_SELF) + ps__cpu_of(RUSAGE_CHILDREN);
+}
+
+int ps_bench_machine_busy(double *busy_s)
+{
+    unsigned long long user, nice, sys, idle, iowait, irq, softirq;
+    FILE *f = fopen("/proc/stat", "r");
+    int n;
+
+    if (f == NULL)
+        return -errno;
+    n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu", &user, &nice, &sys, &idle, &iowait,
+               &irq, &softirq);
+    fclose(f);
+    if (n != 7)
+        return -PS_EFORMAT;
+    *busy_s = (double)(user + nice + sys + irq + softirq) / (double)sysconf(_SC_CLK_TCK);
+    return 0;
 }
 
 void ps_bench_drop_shardps_env(void)

@@ -56,6 +56,17 @@ pid_t ps_bench_wait(pid_t pid, int *status, unsigned timeout_s);
  * 0 for a clean exit (status 0), -PS_ETIMEOUT or -PS_EPROTO otherwise. */
 int ps_bench_reap(ps_bench_child *c, unsigned timeout_s);
 
+/* Seconds of CPU time used so far by this process and by every child it has
+ * waited for (getrusage SELF + CHILDREN), user and system. */
+double ps_bench_own_cpu(void);
+
+/* Seconds of CPU time the whole machine has spent busy (user, nice, system,
+ * irq, softirq: every core, every process) since boot, from /proc/stat.
+ * Returns 0 or a negative code. With ps_bench_own_cpu over the same window
+ * it tells how much of the machine other processes took during a
+ * measurement. */
+int ps_bench_machine_busy(double *busy_s);
+
 /* Removes every SHARDPS_* variable from this process's environment, once its
  * own flags are parsed: the processes a bench starts get every setting as a
  * flag, and a variable meant for the bench must not reach them behind its
