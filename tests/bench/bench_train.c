@@ -370,9 +370,9 @@ static int ps__fork_rank(ps__comm_ctx *c, ps_bench_child *kid, int *fd)
     return 0;
 }
 
-/* Each rank is a process of its own, forked from this one, as the workers
- * are: threads of one process would share its address space, and the
- * faults and unmaps of the receive buffers would serialise on it. */
+/* Each rank is a process of its own, forked from this one, as each worker
+ * is: the baseline runs the same processes, each with its own address space
+ * and its own share of the scheduler, as the training it is compared with. */
 static int ps__comm_only(const ps__opts *o, ps__result *r)
 {
     ps_bench_child kids[PS__MAX_WORKERS];
@@ -655,6 +655,9 @@ static int ps__run_model(const ps__opts *o, const ps__model *m, const ps_dataset
      * somebody else's, competing for the same cores. */
     if (ps_bench_machine_busy(&busy1) == 0 && busy0 > 0)
         r.other_cores = (busy1 - busy0 - (ps_bench_own_cpu() - own0)) / (ps_bench_now() - t0);
+    /* The two clocks tick in different units; a quiet machine can read a
+     * hair below zero. */
+    r.other_cores = r.other_cores > 0 ? r.other_cores : 0;
     if (rc == 0)
         ps__report(o, &r, json, len);
     return rc;
