@@ -51,11 +51,11 @@ build-tsan: deps
 
 # The benchmarks on the Release build: optimizer apply against plain loops,
 # push+pull against raw loopback TCP, then a sync training step split into
-# compute, communication and waiting against each alone (about three minutes).
-# Not part of `make test`: they report numbers, they do not pass or fail.
-# Options for bench-pushpull go through BENCH_ARGS, e.g. BENCH_ARGS="--sizes
-# 4K,4M", and for bench-train through BENCH_TRAIN_ARGS, e.g.
-# BENCH_TRAIN_ARGS="--models wide --steps 20".
+# compute, communication and waiting against each alone (about two minutes
+# on a quiet machine). Not part of `make test`: they report numbers, they do
+# not pass or fail. Options go through BENCH_ARGS to bench-pushpull, e.g.
+# BENCH_ARGS="--sizes 4K,4M", and through BENCH_TRAIN_ARGS to bench-train,
+# e.g. BENCH_TRAIN_ARGS="--models wide --steps 40".
 bench: build
 	@$(BUILD)/tests/bench/bench-apply
 	@echo
