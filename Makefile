@@ -9,6 +9,7 @@ DEMO_ARGS  ?=
 GRID       ?= deploy/experiment.grid
 EXPERIMENT ?= runs/experiment
 BENCH_ARGS ?=
+BENCH_TRAIN_ARGS ?=
 
 .PHONY: all deps build build-san build-tsan demo test bench experiment clean format
 
@@ -51,13 +52,18 @@ build-tsan: deps
 	@cmake --build $(BUILD_TSAN) -j $(JOBS)
 
 # The benchmarks on the Release build: optimizer apply against plain loops,
-# then push+pull against raw loopback TCP (about two minutes). Not part of
-# `make test`: they report numbers, they do not pass or fail. Options for
-# bench-pushpull go through BENCH_ARGS, e.g. BENCH_ARGS="--sizes 4K,4M".
+# push+pull against raw loopback TCP, then a sync training step split into
+# compute, communication and waiting against each alone (about two minutes
+# on a quiet machine). Not part of `make test`: they report numbers, they do
+# not pass or fail. Options go through BENCH_ARGS to bench-pushpull, e.g.
+# BENCH_ARGS="--sizes 4K,4M", and through BENCH_TRAIN_ARGS to bench-train,
+# e.g. BENCH_TRAIN_ARGS="--models wide --steps 40".
 bench: build
 	@$(BUILD)/tests/bench/bench-apply
 	@echo
 	@$(BUILD)/tests/bench/bench-pushpull $(BENCH_ARGS)
+	@echo
+	@$(BUILD)/tests/bench/bench-train $(BENCH_TRAIN_ARGS)
 
 # libFuzzer (clang, ASan + UBSan) on the frame decoder and on a real server's
 # handshake, FUZZ_SECONDS per target: two targets, one minute in all by

@@ -14,13 +14,11 @@
  * time and minor page faults of the client and of the servers, which are what
  * the analysis in docs/performance.md works from. */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,7 +27,6 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,12 +58,6 @@ typedef struct {
     const char *self_bin;
 } ps__opts;
 
-/* A child process and the port it reported on its ready pipe. */
-typedef struct {
-    pid_t pid;
-    int port;
-} ps__child;
-
 /* What one method did over its measured steps. */
 typedef struct {
     double *lat_us;
@@ -94,110 +85,6 @@ typedef struct {
 } ps__ps_client;
 
 /* ---- child processes ---------------------------------------------------- */
-
-/* Starts argv[0] with a pipe on descriptor 3 and waits for the port it writes
- * there, as shardps-cluster does, so nothing polls for a listening socket. */
-static int ps__spawn(char *const *argv, int keep_logs, ps__child *out)
-{
-    int pfd[2], rc = 0;
-    char line[32];
-    size_t got = 0;
-    pid_t pid;
-
-    if (pipe2(pfd, O_CLOEXEC) < 0)
-        return -errno;
-    pid = fork();
-    if (pid < 0) {
-        rc = -errno;
-        goto fail;
-    }
-    if (pid == 0) {
-        int devnull = open("/dev/null", O_RDWR);
-        /* dup2 onto itself would keep close-on-exec set. */
-        if (pfd[1] == 3)
-            fcntl(3, F_SETFD, 0);
-        else
-            dup2(pfd[1], 3);
-        dup2(devnull, 0);
-        if (!keep_logs) {
-            dup2(devnull, 1);
-            dup2(devnull, 2);
-        }
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    close(pfd[1]);
-    pfd[1] = -1;
-    while (got < sizeof(line) - 1) {
-        struct pollfd p = {pfd[0], POLLIN, 0};
-        ssize_t n;
-
-        if (poll(&p, 1, 60000) <= 0) {
-            rc = -PS_ETIMEOUT;
-            break;
-        }
-        n = read(pfd[0], line + got, sizeof(line) - 1 - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-        if (memchr(line, '\n', got))
-            break;
-    }
-    line[got] = '\0';
-    out->pid = pid;
-    out->port = atoi(line);
-    if (rc == 0 && (out->port <= 0 || out->port > 65535))
-        rc = -PS_EPROTO;
-    if (rc < 0) {
-        fprintf(stderr, "bench-pushpull: %s did not report a port (rerun with --server-logs)\n",
-                argv[0]);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        out->pid = 0;
-    }
-fail:
-    close(pfd[0]);
-    if (pfd[1] >= 0)
-        close(pfd[1]);
-    return rc;
-}
-
-static void ps__on_alarm(int sig)
-{
-    (void)sig;
-}
-
-/* Waits up to 10 s for a child that should be exiting on its own, then kills
- * it. Returns 0 for a clean exit, -PS_ETIMEOUT or -PS_EPROTO otherwise. */
-static int ps__reap(ps__child *c)
-{
-    struct sigaction sa, old;
-    int status = 0, rc = -PS_ETIMEOUT;
-    pid_t r;
-
-    if (c->pid <= 0)
-        return 0;
-    /* A blocking wait on the exit itself, cut off by an alarm (no
-     * SA_RESTART, so waitpid returns EINTR) rather than a polling loop. */
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = ps__on_alarm;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGALRM, &sa, &old);
-    alarm(10);
-    r = waitpid(c->pid, &status, 0);
-    alarm(0);
-    sigaction(SIGALRM, &old, NULL);
-    if (r == c->pid) {
-        c->pid = 0;
-        return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -PS_EPROTO;
-    }
-    kill(c->pid, SIGKILL);
-    waitpid(c->pid, NULL, 0);
-    c->pid = 0;
-    return rc;
-}
 
 /* CPU seconds and minor faults of another process so far, from
  * /proc/PID/stat (fields 10, 14 and 15). */
@@ -416,7 +303,7 @@ static int ps__ps_step(void *ctx)
 
 /* ---- measurement -------------------------------------------------------- */
 
-static int ps__usage_of(const ps__child *kids, int n, double *cpu_s, uint64_t *minflt)
+static int ps__usage_of(const ps_bench_child *kids, int n, double *cpu_s, uint64_t *minflt)
 {
     *cpu_s = 0;
     *minflt = 0;
@@ -435,7 +322,7 @@ static int ps__usage_of(const ps__child *kids, int n, double *cpu_s, uint64_t *m
 /* Runs steps for at least `seconds` and min_steps steps (unless the sample
  * store is full), appending each step's latency and the CPU time and faults
  * of this process and of the servers to res. */
-static int ps__measure(ps__step_fn step, void *ctx, const ps__child *kids, int n_kids,
+static int ps__measure(ps__step_fn step, void *ctx, const ps_bench_child *kids, int n_kids,
                        double seconds, int min_steps, ps__result *res)
 {
     double c_cpu0, c_cpu1, s_cpu0, s_cpu1, t0, start;
@@ -511,62 +398,36 @@ typedef struct {
 } ps__config;
 
 static int ps__start_servers(const ps__opts *o, const ps__config *cf, int in, int out,
-                             ps__child *kids)
+                             ps_bench_child *kids)
 {
-    char a_index[16], a_num[16], a_in[16], a_out[16], a_chunk[32];
-    char *argv[] = {(char *)o->server_bin,
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--ready-fd",
-                    "3",
-                    "--server-index",
-                    a_index,
-                    "--num-servers",
-                    a_num,
-                    "--workers",
-                    "1",
-                    "--mode",
-                    "async",
-                    "--optimizer",
-                    "sgd",
-                    "--momentum",
-                    "0",
-                    "--lr",
-                    "0.0001",
-                    "--input",
-                    a_in,
-                    "--hidden",
-                    "",
-                    "--classes",
-                    a_out,
-                    "--chunk-bytes",
-                    a_chunk,
-                    "--max-payload",
-                    "2147483648",
-                    NULL};
+    char a_in[16], a_out[16], a_chunk[32];
+    const char *extra[] = {
+        "--workers",     "1",          "--mode",    "async",  "--optimizer",   "sgd",
+        "--momentum",    "0",          "--lr",      "0.0001", "--input",       a_in,
+        "--hidden",      "",           "--classes", a_out,    "--chunk-bytes", a_chunk,
+        "--max-payload", "2147483648", NULL};
     int rc;
 
-    snprintf(a_num, sizeof(a_num), "%d", cf->servers);
     snprintf(a_in, sizeof(a_in), "%d", in);
     snprintf(a_out, sizeof(a_out), "%d", out);
     snprintf(a_chunk, sizeof(a_chunk), "%zu", cf->chunk);
-    for (int s = 0; s < cf->servers; s++) {
-        snprintf(a_index, sizeof(a_index), "%d", s);
-        rc = ps__spawn(argv, o->server_logs, &kids[s]);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
+    rc = ps_bench_start_servers(o->server_bin, cf->servers, extra, o->server_logs, kids);
+    if (rc < 0)
+        fprintf(stderr, "bench-pushpull: %s did not report a port (rerun with --server-logs)\n",
+                o->server_bin);
+    return rc;
 }
 
-static int ps__start_raw(const ps__opts *o, int n, ps__child *kids)
+static int ps__start_raw(const ps__opts *o, int n, ps_bench_child *kids)
 {
     char *argv[] = {(char *)o->self_bin, "--raw-server", NULL};
 
     for (int s = 0; s < n; s++) {
-        int rc = ps__spawn(argv, 1, &kids[s]);
-        if (rc < 0)
+        int rc = ps_bench_spawn(argv, 1, 1, &kids[s]);
+        if (rc < 0) {
+            fprintf(stderr, "bench-pushpull: the raw echo server did not report a port\n");
             return rc;
+        }
     }
     return 0;
 }
@@ -587,7 +448,7 @@ static int ps__server_bytes(const ps_model_spec *spec, int servers, size_t chunk
 
 static int ps__run_config(const ps__opts *o, ps__config *cf)
 {
-    ps__child srv[PS__MAX_SERVERS] = {{0}}, raw[PS__MAX_SERVERS] = {{0}};
+    ps_bench_child srv[PS__MAX_SERVERS] = {{0}}, raw[PS__MAX_SERVERS] = {{0}};
     char addr_buf[PS__MAX_SERVERS][32];
     const char *addrs[PS__MAX_SERVERS];
     ps_kv_client_config kc;
@@ -682,12 +543,12 @@ out:
             if (raw[s].pid > 0)
                 kill(raw[s].pid, SIGTERM);
         }
-        rc2 = ps__reap(&srv[s]);
+        rc2 = ps_bench_reap(&srv[s], 10);
         if (rc == 0 && rc2 < 0) {
             fprintf(stderr, "bench-pushpull: server %d did not exit cleanly\n", s);
             rc = rc2;
         }
-        rc2 = ps__reap(&raw[s]);
+        rc2 = ps_bench_reap(&raw[s], 10);
         if (rc == 0 && rc2 < 0)
             rc = rc2;
     }
@@ -799,6 +660,7 @@ int main(int argc, char **argv)
         return rc > 0 ? 0 : 2;
     if (raw_server)
         return ps__raw_serve(3) < 0 ? 1 : 0;
+    ps_bench_drop_shardps_env();
     ps_log_set_role("bench");
     n_sizes = ps_bench_parse_sizes(sizes_text, sizes, PS__MAX_SIZES);
     n_counts = ps_bench_parse_sizes(servers_text, counts, PS__MAX_SIZES);
