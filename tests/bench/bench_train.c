@@ -197,8 +197,7 @@ static int ps__wait_workers(ps_bench_child *wk, int n, ps__servers *sv, double t
         pid_t pid = rest >= 1 ? ps_bench_wait(-1, &status, (unsigned)rest) : -PS_ETIMEOUT;
 
         if (pid < 0) {
-            fprintf(stderr, "bench-train: every %s did not finish within %.0f s\n", what,
-                    timeout_s);
+            fprintf(stderr, "bench-train: not every %s finished within %.0f s\n", what, timeout_s);
             return (int)pid;
         }
         while (w < n && wk[w].pid != pid)
