@@ -84,6 +84,7 @@ struct ps__cluster {
     /* Options shared by every child. */
     const char *bin_dir, *mode, *hidden, *data_dir, *dump_weights, *optimizer, *lr_schedule;
     int epochs, batch, seed, staleness, steps, progress_every, json, threads, quorum;
+    int apply_threads;
     int warmup_steps, damping, checkpoint_every, restore, restore_clock;
     const char *auth_token_file;
     const char *checkpoint_dir;
@@ -493,8 +494,8 @@ static int ps__common_args(ps__cluster *cl, char **args, char (*vals)[4096], int
  * same port when it is restarted, so the workers' server list stays right. */
 static void ps__spawn_server(ps__cluster *cl, int i, int restore)
 {
-    char vals[24][4096];
-    char *args[56];
+    char vals[32][4096];
+    char *args[72];
     int v = 0, n = ps__common_args(cl, args, vals, &v);
     char listen[32];
 
@@ -510,6 +511,7 @@ static void ps__spawn_server(ps__cluster *cl, int i, int restore)
     PS__ARG("--lr-schedule", "%s", cl->lr_schedule);
     PS__ARG("--warmup-steps", "%d", cl->warmup_steps);
     PS__ARG("--sync-quorum", "%d", cl->quorum);
+    PS__ARG("--apply-threads", "%d", cl->apply_threads);
     PS__ARG("--heartbeat-timeout", "%.9g", cl->heartbeat_timeout);
     if (cl->damping)
         args[n++] = "--staleness-damping";
@@ -690,6 +692,9 @@ int main(int argc, char **argv)
          "learning-rate schedule over the planned steps", 0, 0, "constant|step|cosine"},
         {"warmup-steps", PS_FLAG_INT, &cl.warmup_steps, "N", "linear warm-up over N steps", 0,
          2147483647, NULL},
+        {"apply-threads", PS_FLAG_INT, &cl.apply_threads, "N",
+         "threads per server for optimizer updates (0: on its loop; -1: auto by cores)", -1, 64,
+         NULL},
         {"sync-quorum", PS_FLAG_INT, &cl.quorum, "K",
          "sync: apply a step once K workers pushed it (backup workers; 0: all)", 0, 128, NULL},
         {"staleness-damping", PS_FLAG_BOOL, &cl.damping, NULL,
@@ -760,6 +765,7 @@ int main(int argc, char **argv)
     cl.slow_rank = -1;
     cl.lr_schedule = "cosine";
     cl.heartbeat_timeout = 10;
+    cl.apply_threads = -1;
     if (ps__self_dir(self_dir, sizeof(self_dir)) == 0)
         cl.bin_dir = self_dir;
     /* A peer that resets while we write must cost a connection, not the

@@ -567,8 +567,9 @@ static int ps__submit_update(ps_kv_server *s, ps__update_kind kind, int local, c
     if (buf)
         buf->refs++;
     if (ps_apply_queue_submit(s->updates, local, &u->job,
-                              ps_shard_chunk(s->shard, local)->numel * sizeof(float) <
-                                  PS__POOL_UPDATE_BYTES) < 0) {
+                              !s->cfg.pool_updates ||
+                                  ps_shard_chunk(s->shard, local)->numel * sizeof(float) <
+                                      PS__POOL_UPDATE_BYTES) < 0) {
         if (buf)
             buf->refs--;
         free(u);

@@ -47,12 +47,13 @@ typedef struct {
     uint32_t heartbeat_timeout_ms; /* a live worker silent this long leaves; 0 = never */
     int staleness_damping;         /* async/ssp: scale the rate by 1 / (1 + staleness) */
     int reject_nonfinite;          /* drop pushes holding NaN or Inf (counted, logged) */
-    ps_lr_schedule lr;             /* shape of the rate over steps; base_lr is opt.lr */
-    const char *checkpoint_dir;    /* NULL: no checkpoints (borrowed, must outlive s) */
-    uint32_t checkpoint_every;     /* steps between checkpoints; 0 = not by steps */
-    double checkpoint_seconds;     /* seconds between checkpoints; 0 = not by time */
-    int keep_checkpoints;          /* newest files kept per server */
-    int auth;                      /* peers must prove they hold the token behind auth_key */
+    int pool_updates;  /* large chunks' updates on libuv's thread pool; 0: all on the loop */
+    ps_lr_schedule lr; /* shape of the rate over steps; base_lr is opt.lr */
+    const char *checkpoint_dir; /* NULL: no checkpoints (borrowed, must outlive s) */
+    uint32_t checkpoint_every;  /* steps between checkpoints; 0 = not by steps */
+    double checkpoint_seconds;  /* seconds between checkpoints; 0 = not by time */
+    int keep_checkpoints;       /* newest files kept per server */
+    int auth;                   /* peers must prove they hold the token behind auth_key */
     uint8_t auth_key[PS_AUTH_KEY_BYTES];
 } ps_kv_server_config;
 

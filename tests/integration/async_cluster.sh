@@ -3,7 +3,9 @@
 # accuracy, and the servers apply one update per push (no barrier).
 source "$(dirname "$0")/lib.sh"
 
+# Updates of the large chunk on a thread pool (off by default on 2 cores).
 "$CLUSTER" --servers 2 --workers 2 --batch 64 --steps 300 --mode async --progress-every 100 \
+    --apply-threads 2 \
     --json >"$TMP/out" 2>"$TMP/err" || { cat "$TMP/err" >&2; fail "async cluster failed"; }
 line=$(tail -n 1 "$TMP/out")
 [ "$(printf '%s' "$line" | sed -n 's/.*"mode":"\([a-z]*\)".*/\1/p')" = async ] ||

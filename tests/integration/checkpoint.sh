@@ -11,8 +11,9 @@
 #    finishes and both servers end at exactly the planned number of steps.
 source "$(dirname "$0")/lib.sh"
 
+# Updates on a thread pool, so checkpoints must wait for the ones in flight.
 opts=(--servers 2 --workers 2 --batch 32 --mode sync --optimizer adam --lr-schedule constant
-    --progress-every 10)
+    --progress-every 10 --apply-threads 2)
 run() { # name args...
     local name=$1
     shift
