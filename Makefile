@@ -38,7 +38,7 @@ experiment: build
 # Every test, built with AddressSanitizer and UndefinedBehaviorSanitizer.
 test: build-san build-tsan
 	@cd $(BUILD_SAN) && ctest --output-on-failure -j $(JOBS)
-	@echo "ThreadSanitizer: the threaded parts (metrics endpoint beside the server loop)"
+	@echo "ThreadSanitizer: the threaded parts (metrics endpoint, optimizer updates on the pool)"
 	@cd $(BUILD_TSAN) && TSAN_OPTIONS="halt_on_error=1 exitcode=66 suppressions=$(CURDIR)/tests/tsan.supp" \
 		ctest --output-on-failure -R '$(TSAN_TESTS)'
 
