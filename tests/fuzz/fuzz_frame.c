@@ -8,8 +8,12 @@
  * stream fed whole must give the same frames, byte for byte, and end in the
  * same state as the split one, since where TCP cuts a stream must not change
  * what it means; and the re-encoded frames, decoded again, must come back as
- * exactly themselves (a canonical encoding is a fixed point). A broken
- * invariant aborts, which libFuzzer reports as a crash with its input. */
+ * exactly themselves (a canonical encoding is a fixed point). The split pass
+ * also places every payload into three pieces of a separate buffer, stored
+ * out of order, as a pull reply is placed into the parameters: gathered back,
+ * it must equal what the whole pass kept in the decoder's own buffer. A
+ * broken invariant aborts, which libFuzzer reports as a crash with its
+ * input. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,19 +77,69 @@ static int ff_has_unknown(const Shardps__Header *h)
            (h->welcome && h->welcome->base.n_unknown_fields > 0);
 }
 
-/* Checks one decoded frame against the limits and appends its canonical
- * encoding (prefix, header, payload) to res->enc. */
-static void ff_take(const ps_frame *f, size_t max_payload, ff_result *res)
+/* Where the split pass places payloads: pieces [0, a), [a, b), [b, len) of
+ * the payload, stored in dest as [b, len) [a, b) [0, a). */
+typedef struct {
+    uint8_t *dest, *gathered;
+    ps_frame_piece pieces[3];
+    int placed; /* the frame being decoded was placed */
+} ff_placer;
+
+static int ff_place(void *arg, const Shardps__Header *hdr, const ps_frame_piece **pieces)
 {
-    ps_iov iov = {f->payload, f->payload_len};
+    ff_placer *pl = arg;
+    size_t len = (size_t)hdr->payload_bytes, a = len / 3, b = len - len / 4;
+
+    free(pl->dest);
+    pl->dest = malloc(len);
+    FF_CHECK(pl->dest != NULL);
+    pl->pieces[0] = (ps_frame_piece){pl->dest + (len - a), a};
+    pl->pieces[1] = (ps_frame_piece){pl->dest + (len - b), b - a};
+    pl->pieces[2] = (ps_frame_piece){pl->dest, len - b};
+    pl->placed = 1;
+    *pieces = pl->pieces;
+    return 3;
+}
+
+/* The payload of a placed frame, gathered back in order (owned by pl). */
+static const uint8_t *ff_gather(ff_placer *pl, size_t len)
+{
+    size_t off = 0;
+
+    free(pl->gathered);
+    pl->gathered = malloc(len + 1);
+    FF_CHECK(pl->gathered != NULL);
+    for (int i = 0; i < 3; i++) {
+        memcpy(pl->gathered + off, pl->pieces[i].base, pl->pieces[i].len);
+        off += pl->pieces[i].len;
+    }
+    FF_CHECK(off == len);
+    pl->placed = 0;
+    return pl->gathered;
+}
+
+/* Checks one decoded frame against the limits and appends its canonical
+ * encoding (prefix, header, payload) to res->enc. pl: the placer, when the
+ * pass places payloads. */
+static void ff_take(const ps_frame *f, size_t max_payload, ff_placer *pl, ff_result *res)
+{
+    const uint8_t *payload = f->payload;
+    ps_iov iov;
     uint8_t *enc;
     size_t enc_len, hlen;
     int rc;
 
     FF_CHECK(f->hdr != NULL && f->hdr->version == PS_PROTOCOL_VERSION);
     FF_CHECK(f->payload_len == f->hdr->payload_bytes && f->payload_len <= max_payload);
-    FF_CHECK(f->payload_len == 0 || f->payload != NULL);
-    FF_CHECK(ps_crc32c(0, f->payload, f->payload_len) == f->hdr->payload_crc32c);
+    if (pl && f->payload_len > 0) {
+        /* Placed: nothing in the decoder's buffer, everything in the pieces. */
+        FF_CHECK(f->payload == NULL && pl->placed);
+        payload = ff_gather(pl, f->payload_len);
+    }
+    FF_CHECK(f->payload_len == 0 || payload != NULL);
+    FF_CHECK(ps_crc32c(0, payload, f->payload_len) == f->hdr->payload_crc32c);
+    iov.base = payload;
+    iov.len = f->payload_len;
     res->frames++;
     if (ff_has_unknown(f->hdr)) {
         res->skipped++;
@@ -106,7 +160,7 @@ static void ff_take(const ps_frame *f, size_t max_payload, ff_result *res)
              enc[3] == 0);
     FF_CHECK(f->hdr->payload_bytes == f->payload_len);
     FF_CHECK(psf_buf_put(&res->enc, enc, enc_len) == 0);
-    FF_CHECK(psf_buf_put(&res->enc, f->payload, f->payload_len) == 0);
+    FF_CHECK(psf_buf_put(&res->enc, payload, f->payload_len) == 0);
     free(enc);
 }
 
@@ -116,11 +170,14 @@ static void ff_pass(const uint8_t *data, size_t len, size_t max_payload, uint64_
                     ff_result *res)
 {
     ps_frame_decoder *d;
+    ff_placer placer = {0}, *pl = split ? &placer : NULL;
     size_t off = 0;
     ps_frame f;
 
     memset(res, 0, sizeof(*res));
     FF_CHECK(ps_frame_decoder_init(&d, max_payload) == 0);
+    if (pl)
+        ps_frame_decoder_set_place(d, ff_place, pl);
     while (off < len && res->rc == 0) {
         size_t want = ff_piece(split, len - off);
         size_t took = ps_frame_decoder_feed(d, data + off, want);
@@ -130,7 +187,7 @@ static void ff_pass(const uint8_t *data, size_t len, size_t max_payload, uint64_
         FF_CHECK(took > 0 && took <= want);
         off += took;
         while ((rc = ps_frame_decoder_next(d, &f)) == 1)
-            ff_take(&f, max_payload, res);
+            ff_take(&f, max_payload, pl, res);
         if (rc < 0) {
             res->rc = rc;
             /* Failed for good, with a reason for the log, taking nothing. */
@@ -141,6 +198,8 @@ static void ff_pass(const uint8_t *data, size_t len, size_t max_payload, uint64_
         }
     }
     ps_frame_decoder_free(d);
+    free(placer.dest);
+    free(placer.gathered);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
