@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -421,7 +422,17 @@ static char **ps__child_environment(void)
     return env;
 }
 
-static int ps__spawn(ps__cluster *cl, ps__role role, int index, char **args)
+/* A child's argv, built flag by flag. Room for every flag either kind of
+ * child is given, with a margin; a flag past it marks the argv as too long
+ * rather than writing out of bounds, and ps__spawn refuses it. */
+#define PS__CHILD_OPTS 40
+typedef struct {
+    char *argv[2 * PS__CHILD_OPTS + 2]; /* argv[0] is the program, set by ps__spawn */
+    char vals[PS__CHILD_OPTS][4096];
+    int n, v, too_long;
+} ps__child_args;
+
+static int ps__spawn(ps__cluster *cl, ps__role role, int index, ps__child_args *a)
 {
     ps__child *c = &cl->children[cl->n_children];
     uv_process_options_t opt;
@@ -435,7 +446,13 @@ static int ps__spawn(ps__cluster *cl, ps__role role, int index, char **args)
     c->index = index;
     snprintf(path, sizeof(path), "%s/%s", cl->bin_dir,
              role == PS__SERVER ? "shardps-server" : "shardps-worker");
-    args[0] = path;
+    if (a->too_long) {
+        ps_error("internal: more options for %s than ps__child_args holds (PS__CHILD_OPTS)",
+                 role == PS__SERVER ? "a server" : "a worker");
+        return -E2BIG;
+    }
+    a->argv[0] = path;
+    a->argv[a->n + 1] = NULL;
     uv_pipe_init(&cl->loop, &c->pipe, 0);
     c->pipe.data = c;
     c->proc.data = c;
@@ -448,7 +465,7 @@ static int ps__spawn(ps__cluster *cl, ps__role role, int index, char **args)
     stdio[3].data.stream = (uv_stream_t *)&c->pipe;
     memset(&opt, 0, sizeof(opt));
     opt.file = path;
-    opt.args = args;
+    opt.args = a->argv;
     opt.exit_cb = ps__on_exit;
     opt.stdio = stdio;
     opt.stdio_count = 4;
@@ -467,69 +484,85 @@ static int ps__spawn(ps__cluster *cl, ps__role role, int index, char **args)
     return 0;
 }
 
-/* Adds "--name value" to argv being built in args. */
-#define PS__ARG(name, fmt, ...)                                                                    \
-    do {                                                                                           \
-        args[n++] = name;                                                                          \
-        snprintf(vals[v], sizeof(vals[v]), fmt, __VA_ARGS__);                                      \
-        args[n++] = vals[v++];                                                                     \
-    } while (0)
+/* A switch: "--name". */
+static void ps__flag(ps__child_args *a, const char *name)
+{
+    if (a->n + 2 >= (int)(sizeof(a->argv) / sizeof(a->argv[0]))) {
+        a->too_long = 1;
+        return;
+    }
+    a->argv[++a->n] = (char *)name;
+}
+
+/* An option: "--name value", the value formatted from fmt. */
+static void ps__opt(ps__child_args *a, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void ps__opt(ps__child_args *a, const char *name, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (a->v == PS__CHILD_OPTS) {
+        a->too_long = 1;
+        return;
+    }
+    ps__flag(a, name);
+    va_start(ap, fmt);
+    vsnprintf(a->vals[a->v], sizeof(a->vals[a->v]), fmt, ap);
+    va_end(ap);
+    ps__flag(a, a->vals[a->v++]);
+}
 
 /* The options every server and worker must agree on. */
-static int ps__common_args(ps__cluster *cl, char **args, char (*vals)[4096], int *vi)
+static void ps__common_args(const ps__cluster *cl, ps__child_args *a)
 {
-    int n = 1, v = *vi;
-
-    PS__ARG("--workers", "%d", cl->n_workers);
-    PS__ARG("--hidden", "%s", cl->hidden);
-    PS__ARG("--seed", "%d", cl->seed);
-    PS__ARG("--chunk-bytes", "%.0f", cl->chunk_bytes);
+    a->n = 0;
+    a->v = 0;
+    a->too_long = 0;
+    ps__opt(a, "--workers", "%d", cl->n_workers);
+    ps__opt(a, "--hidden", "%s", cl->hidden);
+    ps__opt(a, "--seed", "%d", cl->seed);
+    ps__opt(a, "--chunk-bytes", "%.0f", cl->chunk_bytes);
     if (cl->auth_token_file)
-        PS__ARG("--auth-token-file", "%s", cl->auth_token_file);
-    *vi = v;
-    return n;
+        ps__opt(a, "--auth-token-file", "%s", cl->auth_token_file);
 }
 
 /* Starts server i: on a port of the OS's choosing the first time, and on the
  * same port when it is restarted, so the workers' server list stays right. */
 static void ps__spawn_server(ps__cluster *cl, int i, int restore)
 {
-    char vals[32][4096];
-    char *args[72];
-    int v = 0, n = ps__common_args(cl, args, vals, &v);
-    char listen[32];
+    ps__child_args a;
 
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", cl->ports[i]);
-    PS__ARG("--listen", "%s", listen);
-    PS__ARG("--server-index", "%d", i);
-    PS__ARG("--num-servers", "%d", cl->n_servers);
-    PS__ARG("--mode", "%s", cl->mode);
-    PS__ARG("--staleness", "%d", cl->staleness);
-    PS__ARG("--optimizer", "%s", cl->optimizer);
-    PS__ARG("--lr", "%.9g", cl->lr);
-    PS__ARG("--momentum", "%.9g", cl->momentum);
-    PS__ARG("--lr-schedule", "%s", cl->lr_schedule);
-    PS__ARG("--warmup-steps", "%d", cl->warmup_steps);
-    PS__ARG("--sync-quorum", "%d", cl->quorum);
-    PS__ARG("--apply-threads", "%d", cl->apply_threads);
-    PS__ARG("--heartbeat-timeout", "%.9g", cl->heartbeat_timeout);
+    ps__common_args(cl, &a);
+    ps__opt(&a, "--listen", "127.0.0.1:%d", cl->ports[i]);
+    ps__opt(&a, "--server-index", "%d", i);
+    ps__opt(&a, "--num-servers", "%d", cl->n_servers);
+    ps__opt(&a, "--mode", "%s", cl->mode);
+    ps__opt(&a, "--staleness", "%d", cl->staleness);
+    ps__opt(&a, "--optimizer", "%s", cl->optimizer);
+    ps__opt(&a, "--lr", "%.9g", cl->lr);
+    ps__opt(&a, "--momentum", "%.9g", cl->momentum);
+    ps__opt(&a, "--lr-schedule", "%s", cl->lr_schedule);
+    ps__opt(&a, "--warmup-steps", "%d", cl->warmup_steps);
+    ps__opt(&a, "--sync-quorum", "%d", cl->quorum);
+    ps__opt(&a, "--apply-threads", "%d", cl->apply_threads);
+    ps__opt(&a, "--heartbeat-timeout", "%.9g", cl->heartbeat_timeout);
     if (cl->damping)
-        args[n++] = "--staleness-damping";
-    PS__ARG("--ready-fd", "%d", 3);
+        ps__flag(&a, "--staleness-damping");
+    ps__opt(&a, "--ready-fd", "%d", 3);
     if (cl->metrics_port >= 0)
-        PS__ARG("--metrics-port", "%d", cl->metrics_port ? cl->metrics_port + i : 0);
+        ps__opt(&a, "--metrics-port", "%d", cl->metrics_port ? cl->metrics_port + i : 0);
     if (cl->metrics_dir)
-        PS__ARG("--metrics-file", "%s/server-%d.jsonl", cl->metrics_dir, i);
+        ps__opt(&a, "--metrics-file", "%s/server-%d.jsonl", cl->metrics_dir, i);
     if (cl->checkpoint_dir) {
-        PS__ARG("--checkpoint-dir", "%s", cl->checkpoint_dir);
-        PS__ARG("--checkpoint-every", "%d", cl->checkpoint_every);
+        ps__opt(&a, "--checkpoint-dir", "%s", cl->checkpoint_dir);
+        ps__opt(&a, "--checkpoint-every", "%d", cl->checkpoint_every);
     }
     if (restore)
-        args[n++] = "--restore";
+        ps__flag(&a, "--restore");
     if (restore && cl->restore_clock >= 0)
-        PS__ARG("--restore-clock", "%d", cl->restore_clock);
-    args[n] = NULL;
-    if (ps__spawn(cl, PS__SERVER, i, args) < 0) {
+        ps__opt(&a, "--restore-clock", "%d", cl->restore_clock);
+    if (ps__spawn(cl, PS__SERVER, i, &a) < 0) {
         ps__fail(cl, "a server could not be started");
         return;
     }
@@ -553,35 +586,33 @@ static void ps__start_workers(ps__cluster *cl)
     ps_info("%d server%s listening; starting %d worker%s", cl->n_servers,
             cl->n_servers == 1 ? "" : "s", cl->n_workers, cl->n_workers == 1 ? "" : "s");
     for (int r = 0; r < cl->n_workers && !cl->failed; r++) {
-        char vals[24][4096];
-        char *args[56];
-        int v = 0, n = ps__common_args(cl, args, vals, &v);
+        ps__child_args a;
 
-        PS__ARG("--servers", "%s", servers);
-        PS__ARG("--rank", "%d", r);
-        PS__ARG("--batch", "%d", cl->batch);
-        PS__ARG("--epochs", "%d", cl->epochs);
-        PS__ARG("--steps", "%d", cl->steps);
-        PS__ARG("--data-dir", "%s", cl->data_dir);
-        PS__ARG("--threads", "%d", cl->threads);
-        PS__ARG("--device", "%s", cl->device);
-        PS__ARG("--compress", "%s", cl->compress);
+        ps__common_args(cl, &a);
+        ps__opt(&a, "--servers", "%s", servers);
+        ps__opt(&a, "--rank", "%d", r);
+        ps__opt(&a, "--batch", "%d", cl->batch);
+        ps__opt(&a, "--epochs", "%d", cl->epochs);
+        ps__opt(&a, "--steps", "%d", cl->steps);
+        ps__opt(&a, "--data-dir", "%s", cl->data_dir);
+        ps__opt(&a, "--threads", "%d", cl->threads);
+        ps__opt(&a, "--device", "%s", cl->device);
+        ps__opt(&a, "--compress", "%s", cl->compress);
         if (cl->tf32)
-            args[n++] = "--tf32";
-        PS__ARG("--progress-every", "%d", cl->progress_every);
-        PS__ARG("--report-fd", "%d", 3);
+            ps__flag(&a, "--tf32");
+        ps__opt(&a, "--progress-every", "%d", cl->progress_every);
+        ps__opt(&a, "--report-fd", "%d", 3);
         if (cl->metrics_dir)
-            PS__ARG("--metrics-file", "%s/worker-%d.jsonl", cl->metrics_dir, r);
+            ps__opt(&a, "--metrics-file", "%s/worker-%d.jsonl", cl->metrics_dir, r);
         if (cl->eval_every > 0)
-            PS__ARG("--eval-every", "%d", cl->eval_every);
+            ps__opt(&a, "--eval-every", "%d", cl->eval_every);
         if (r == 0 && cl->dump_weights)
-            PS__ARG("--dump-weights", "%s", cl->dump_weights);
+            ps__opt(&a, "--dump-weights", "%s", cl->dump_weights);
         if (r == cl->slow_rank)
-            PS__ARG("--slow-ms", "%d", cl->slow_ms);
+            ps__opt(&a, "--slow-ms", "%d", cl->slow_ms);
         if (cl->clip_norm > 0)
-            PS__ARG("--clip-norm", "%.9g", cl->clip_norm);
-        args[n] = NULL;
-        if (ps__spawn(cl, PS__WORKER, r, args) < 0)
+            ps__opt(&a, "--clip-norm", "%.9g", cl->clip_norm);
+        if (ps__spawn(cl, PS__WORKER, r, &a) < 0)
             ps__fail(cl, "a worker could not be started");
     }
 }

@@ -38,11 +38,10 @@ typedef struct {
     int retrying; /* this connection was refused for now; a new one is coming */
     uint8_t client_nonce[PS_AUTH_NONCE_BYTES];
     int server_proved; /* the server showed it holds the auth token */
-    /* This server's keys in key order, their chunks, and scratch iovecs. */
+    /* This server's keys in key order and their chunks. */
     int n_keys;
     uint64_t *keys;
     const ps_chunk **chunks;
-    ps_iov *iov;
     ps_frame_piece *pieces; /* where a pull reply's chunks land */
     size_t bytes;
     uint16_t *half;  /* --compress fp16: the push payloads (owned; see ps__push_chunk) */
@@ -388,12 +387,11 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
         c->n_timers = s + 1;
         sv->keys = calloc((size_t)n + 1, sizeof(*sv->keys));
         sv->chunks = calloc((size_t)n + 1, sizeof(*sv->chunks));
-        sv->iov = calloc((size_t)n + 1, sizeof(*sv->iov));
         sv->pieces = calloc((size_t)n + 1, sizeof(*sv->pieces));
         sv->push_ids = calloc((size_t)n + 1, sizeof(*sv->push_ids));
         sv->half_at = calloc((size_t)n + 1, sizeof(*sv->half_at));
-        if (sv->keys == NULL || sv->chunks == NULL || sv->iov == NULL || sv->pieces == NULL ||
-            sv->push_ids == NULL || sv->half_at == NULL)
+        if (sv->keys == NULL || sv->chunks == NULL || sv->pieces == NULL || sv->push_ids == NULL ||
+            sv->half_at == NULL)
             goto fail;
         for (int i = 0; i < ps_partition_chunk_count(c->part); i++) {
             const ps_chunk *ch = ps_partition_chunk(c->part, i);
@@ -536,14 +534,13 @@ static int ps__push_chunk(ps_kv_client *c, ps__server *sv, int i, const float *g
 {
     const ps_chunk *ch = sv->chunks[i];
     Shardps__Header h = SHARDPS__HEADER__INIT;
+    ps_iov iov = {grad, ch->numel * sizeof(float)};
     int rc;
 
     if (sv->conn == NULL)
         return -PS_ECLOSED;
     if (sv->push_n == sv->n_keys)
         return -EBUSY;
-    sv->iov[0].base = grad;
-    sv->iov[0].len = ch->numel * sizeof(float);
     h.dtype = SHARDPS__DTYPE__DTYPE_F32;
     if (c->cfg.compress == PS_COMPRESS_FP16) {
         /* Each chunk has its own place in the server's buffer of halves,
@@ -551,8 +548,8 @@ static int ps__push_chunk(ps_kv_client *c, ps__server *sv, int i, const float *g
          * gradients, it is borrowed by the send until wait returns. */
         uint16_t *half = sv->half + sv->half_at[i];
         ps_f32_to_f16(half, grad, ch->numel);
-        sv->iov[0].base = half;
-        sv->iov[0].len = ch->numel * sizeof(uint16_t);
+        iov.base = half;
+        iov.len = ch->numel * sizeof(uint16_t);
         h.dtype = SHARDPS__DTYPE__DTYPE_F16;
     }
     h.type = SHARDPS__MSG_TYPE__PUSH;
@@ -560,16 +557,16 @@ static int ps__push_chunk(ps_kv_client *c, ps__server *sv, int i, const float *g
     h.clock = step;
     h.n_keys = 1;
     h.keys = &sv->keys[i];
-    if (sv->iov[0].len < PS__CORK_BYTES)
+    if (iov.len < PS__CORK_BYTES)
         ps__cork(sv);
     else
         ps__uncork(sv);
-    rc = ps_conn_send(sv->conn, &h, sv->iov, 1, NULL, NULL);
+    rc = ps_conn_send(sv->conn, &h, &iov, 1, NULL, NULL);
     if (rc < 0)
         return rc;
     sv->push_ids[(sv->push_head + sv->push_n) % sv->n_keys] = h.request_id;
     sv->push_n++;
-    c->stats.bytes_sent += sv->iov[0].len;
+    c->stats.bytes_sent += iov.len;
     c->outstanding++;
     return 0;
 }
@@ -669,7 +666,6 @@ static void ps__client_free(ps_kv_client *c, int goodbye)
     for (int s = 0; c->servers && s < c->n_servers; s++) {
         free(c->servers[s].keys);
         free(c->servers[s].chunks);
-        free(c->servers[s].iov);
         free(c->servers[s].pieces);
         free(c->servers[s].push_ids);
         free(c->servers[s].half);

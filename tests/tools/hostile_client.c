@@ -176,13 +176,6 @@ static int send_all(int fd, const void *data, size_t len)
     return 0;
 }
 
-/* [prefix][header] exactly as given: unlike ps_frame_encode, the version and
- * payload fields are left alone, so the frame can lie about them. */
-static int pack_raw(const Shardps__Header *h, uint8_t **out, size_t *out_len)
-{
-    return ps_frame_pack_header(h, out, out_len);
-}
-
 /* Encodes a correct frame (version, length and CRC filled in) and sends it
  * with its payload. */
 static int send_frame(hc_conn *c, Shardps__Header *h, const void *payload, size_t len)
@@ -397,7 +390,8 @@ static int lying_hello(hc_ctx *ctx, hc_conn *c, uint32_t version, uint64_t paylo
     make_hello(ctx, &h, &hello);
     h.version = version;
     h.payload_bytes = payload_bytes;
-    if (pack_raw(&h, &buf, &len) < 0)
+    /* Unlike ps_frame_encode, this leaves version and payload fields alone. */
+    if (ps_frame_pack_header(&h, &buf, &len) < 0)
         return -1;
     rc = send_all(c->fd, buf, len);
     free(buf);

@@ -378,6 +378,21 @@ static void pull_initial(ps_kv_client *c, model_bufs *w)
 
 /* Trains two steps of plain SGD and checks w <- w - LR * g after each. The
  * second step overlaps the push with the next pull, as a worker does. */
+/* One plain SGD step: pushes gradient number `seed` (into g), pulls `clock`
+ * into w and checks that w became w - LR * g (want is scratch). */
+static void sgd_step_checked(ps_kv_client *c, model_bufs *w, model_bufs *g, model_bufs *want,
+                             int seed, uint64_t clock, const char *when)
+{
+    fill_grad(g, seed);
+    for (int i = 0; i < fx.spec.n_tensors; i++)
+        for (size_t j = 0; j < fx.spec.tensors[i].numel; j++)
+            want->t[i][j] = w->t[i][j] - LR * g->t[i][j];
+    cr_assert_eq(ps_kv_client_push(c, (const float *const *)g->t), 0);
+    cr_assert_eq(ps_kv_client_pull(c, clock, w->t), 0);
+    cr_assert_eq(ps_kv_client_wait(c), 0);
+    check_weights(w, want, when);
+}
+
 static void train_two_steps(ps_kv_client *c)
 {
     model_bufs w, g, want;
@@ -398,14 +413,7 @@ static void train_two_steps(ps_kv_client *c)
     cr_assert_eq(ps_kv_client_wait(c), 0);
     check_weights(&w, &want, "after step 0");
 
-    fill_grad(&g, 1);
-    for (int i = 0; i < fx.spec.n_tensors; i++)
-        for (size_t j = 0; j < fx.spec.tensors[i].numel; j++)
-            want.t[i][j] = w.t[i][j] - LR * g.t[i][j];
-    cr_assert_eq(ps_kv_client_push(c, (const float *const *)g.t), 0);
-    cr_assert_eq(ps_kv_client_pull(c, 2, w.t), 0);
-    cr_assert_eq(ps_kv_client_wait(c), 0);
-    check_weights(&w, &want, "after step 1");
+    sgd_step_checked(c, &w, &g, &want, 1, 2, "after step 1");
     cr_assert_eq(ps__dropped(c), 0);
 
     bufs_free(&w);
@@ -734,14 +742,7 @@ static void check_nonfinite_rejected(ps_compress compress, float bad0, float bad
     cr_assert_eq(ps__dropped(c), 2, "the rejected chunks were not reported as dropped");
     check_weights(&w, &want, "after a push with a NaN and an Inf chunk");
 
-    fill_grad(&g, 1);
-    for (int i = 0; i < fx.spec.n_tensors; i++)
-        for (size_t j = 0; j < fx.spec.tensors[i].numel; j++)
-            want.t[i][j] = w.t[i][j] - LR * g.t[i][j];
-    cr_assert_eq(ps_kv_client_push(c, (const float *const *)g.t), 0);
-    cr_assert_eq(ps_kv_client_pull(c, 2, w.t), 0);
-    cr_assert_eq(ps_kv_client_wait(c), 0);
-    check_weights(&w, &want, "after a good push following a NaN push");
+    sgd_step_checked(c, &w, &g, &want, 1, 2, "after a good push following a NaN push");
     for (int i = 0; i < fx.spec.n_tensors; i++)
         for (size_t j = 0; j < fx.spec.tensors[i].numel; j++)
             cr_assert(isfinite(w.t[i][j]));
