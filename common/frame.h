@@ -39,6 +39,9 @@ typedef struct {
     Shardps__Header *hdr;
     uint8_t *payload;
     size_t payload_len;
+    /* Only with ps_frame_decoder_set_scan_nonfinite on and hdr->dtype float32
+     * or float16: 1 when some value of the payload is Inf or NaN. Else 0. */
+    int nonfinite;
 } ps_frame;
 
 /* Asked once per frame, after its header passed every check and before any
@@ -76,12 +79,18 @@ void ps_frame_decoder_set_max_payload(ps_frame_decoder *d, size_t max_payload);
 /* Installs (or, with NULL, removes) the callback that may place payloads. */
 void ps_frame_decoder_set_place(ps_frame_decoder *d, ps_frame_place_cb cb, void *arg);
 
+/* With on, float32 and float16 payloads (by hdr->dtype) are searched for Inf
+ * and NaN as they arrive, block by block right after the CRC while the bytes
+ * are in cache, and ps_frame.nonfinite says what was found. A server that
+ * refuses such gradients then needs no pass of its own over each push. */
+void ps_frame_decoder_set_scan_nonfinite(ps_frame_decoder *d, int on);
 /* Where the next bytes from the peer should be written, and how many fit
  * (always at least 1). Valid until the next call on the decoder. */
 void ps_frame_decoder_buf(ps_frame_decoder *d, uint8_t **buf, size_t *len);
 /* n bytes (at most the length ps_frame_decoder_buf gave) were written there.
- * Payload bytes are checksummed here, piece by piece while they are still in
- * cache, so the CRC pass is not a separate walk over the whole payload. */
+ * Payload bytes are checksummed (and scanned, if asked) here, piece by piece
+ * while they are still in cache, so neither is a separate walk over the whole
+ * payload. */
 void ps_frame_decoder_commit(ps_frame_decoder *d, size_t n);
 
 /* Returns 1 and the next complete frame, 0 when more bytes are needed, or a

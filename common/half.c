@@ -2,20 +2,18 @@
  * patterns one value at a time, so they are exact by construction and need
  * no floating-point environment; the F16C copies convert eight values per
  * instruction. Which one runs is decided per call from the CPU's feature
- * bits, read once (CPUID is slow, and traps to the hypervisor on a VM), not
- * by an ifunc, so the choice also works in the ThreadSanitizer build, where
- * optimizer.c has to give up its target_clones (their resolver runs before
- * TSan has started). CPUID rather than __builtin_cpu_supports, which clang
- * (the fuzzing build) does not know "f16c" for. */
+ * bits (common/cpu), not by an ifunc, so the choice also works in the
+ * ThreadSanitizer build, where optimizer.c has to give up its target_clones
+ * (their resolver runs before TSan has started). */
 #include "half.h"
 
 #include <errno.h>
 #include <string.h>
 
+#include "cpu.h"
+
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <cpuid.h>
 #include <immintrin.h>
-#include <pthread.h>
 #define PS__F16C 1
 #else
 #define PS__F16C 0
@@ -100,26 +98,9 @@ void ps_f16_to_f32_ref(float *dst, const uint16_t *src, size_t n)
 }
 
 #if PS__F16C
-static pthread_once_t ps__once = PTHREAD_ONCE_INIT;
-static int ps__f16c;
-
-/* F16C's 256-bit forms also need AVX, and an OS that saves the AVX
- * registers (XCR0 bits 1 and 2, read with XGETBV once OSXSAVE says it may
- * be). */
-static void ps__detect(void)
-{
-    unsigned int a, b, c, d, xcr0, xcr0_hi;
-
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_F16C) || !(c & bit_AVX) || !(c & bit_OSXSAVE))
-        return;
-    __asm__("xgetbv" : "=a"(xcr0), "=d"(xcr0_hi) : "c"(0));
-    ps__f16c = (xcr0 & 6u) == 6u;
-}
-
 static int ps__have_f16c(void)
 {
-    pthread_once(&ps__once, ps__detect);
-    return ps__f16c;
+    return ps_cpu_features_get()->f16c;
 }
 
 #define PS__TARGET __attribute__((target("avx,f16c")))

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf_pool.h"
 #include "ps_error.h"
 #include "ps_log.h"
 
@@ -173,6 +174,7 @@ static ps_conn *ps__conn_new(uv_loop_t *loop, const ps_conn_config *cfg, void *d
     }
     if (cfg->place)
         ps_frame_decoder_set_place(c->dec, ps__place, c);
+    ps_frame_decoder_set_scan_nonfinite(c->dec, cfg->scan_nonfinite);
     c->cfg = *cfg;
     c->data = data;
     uv_tcp_init(loop, &c->tcp);
@@ -336,11 +338,44 @@ static ps__write *ps__batch(ps_conn *c)
     return w;
 }
 
+/* Appends a frame to the batch: head (owned from here on, freed with the
+ * write) minus its first head_skip bytes, then the payload pieces. */
+static int ps__queue(ps_conn *c, uint8_t *head, size_t head_skip, size_t head_len,
+                     const ps_iov *payload, int n, ps_conn_sent_cb sent, void *arg)
+{
+    ps__write *w = ps__batch(c);
+    ps__frame_out *fo;
+    size_t total = 0;
+
+    if (w == NULL ||
+        ps__grow((void **)&w->frames, w->inline_frames, &w->cap_frames, w->n_frames + 1,
+                 sizeof(*w->frames)) < 0 ||
+        ps__grow((void **)&w->bufs, w->inline_bufs, &w->cap_bufs, w->n_bufs + n + 1,
+                 sizeof(*w->bufs)) < 0) {
+        free(head);
+        return -ENOMEM;
+    }
+    fo = &w->frames[w->n_frames++];
+    fo->head = head;
+    fo->sent = sent;
+    fo->arg = arg;
+    if (head_skip < head_len)
+        w->bufs[w->n_bufs++] =
+            uv_buf_init((char *)head + head_skip, (unsigned int)(head_len - head_skip));
+    for (int i = 0; i < n; i++) {
+        w->bufs[w->n_bufs++] = uv_buf_init((char *)payload[i].base, (unsigned int)payload[i].len);
+        total += payload[i].len;
+    }
+    w->bytes += head_len - head_skip + total;
+    if (c->corked == 0 || w->n_bufs >= PS__MAX_BATCH_BUFS)
+        ps__flush(c);
+    ps__update_reading(c);
+    return 0;
+}
+
 static int ps__send(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int n,
                     const uint32_t *crc, ps_conn_sent_cb sent, void *arg)
 {
-    ps__write *w;
-    ps__frame_out *fo;
     uint8_t *head = NULL;
     size_t head_len, total = 0;
     int rc;
@@ -352,30 +387,8 @@ static int ps__send(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int
     rc = crc ? ps_frame_encode_summed(hdr, total, *crc, &head, &head_len)
              : ps_frame_encode(hdr, payload, n, &head, &head_len);
     if (rc < 0)
-        goto fail;
-    rc = -ENOMEM;
-    w = ps__batch(c);
-    if (w == NULL ||
-        ps__grow((void **)&w->frames, w->inline_frames, &w->cap_frames, w->n_frames + 1,
-                 sizeof(*w->frames)) < 0 ||
-        ps__grow((void **)&w->bufs, w->inline_bufs, &w->cap_bufs, w->n_bufs + n + 1,
-                 sizeof(*w->bufs)) < 0)
-        goto fail;
-    fo = &w->frames[w->n_frames++];
-    fo->head = head;
-    fo->sent = sent;
-    fo->arg = arg;
-    w->bufs[w->n_bufs++] = uv_buf_init((char *)head, (unsigned int)head_len);
-    for (int i = 0; i < n; i++)
-        w->bufs[w->n_bufs++] = uv_buf_init((char *)payload[i].base, (unsigned int)payload[i].len);
-    w->bytes += head_len + total;
-    if (c->corked == 0 || w->n_bufs >= PS__MAX_BATCH_BUFS)
-        ps__flush(c);
-    ps__update_reading(c);
-    return 0;
-fail:
-    free(head);
-    return rc;
+        return rc;
+    return ps__queue(c, head, 0, head_len, payload, n, sent, arg);
 }
 
 int ps_conn_send(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int n,
@@ -388,6 +401,97 @@ int ps_conn_send_summed(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload,
                         uint32_t crc, ps_conn_sent_cb sent, void *arg)
 {
     return ps__send(c, hdr, payload, n, &crc, sent, arg);
+}
+
+static void ps__on_rest_sent(ps_conn *c, int status, void *arg)
+{
+    (void)c;
+    (void)status;
+    ps_buf_pool_put(arg);
+}
+
+/* Writes [head][payload] to the socket without waiting, as far as it takes
+ * it; returns the bytes written (0 if it would block or others are queued
+ * first) or a negative libuv error. */
+static ssize_t ps__try_write_frame(ps_conn *c, uint8_t *head, size_t head_len,
+                                   const ps_iov *payload, int n)
+{
+    uv_buf_t inline_bufs[PS__INLINE_BUFS], *bufs = inline_bufs;
+    int k;
+
+    if (uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) != 0)
+        return 0;
+    if (n + 1 > PS__INLINE_BUFS && (bufs = malloc((size_t)(n + 1) * sizeof(*bufs))) == NULL)
+        return 0; /* the caller copies it all, which needs no array */
+    bufs[0] = uv_buf_init((char *)head, (unsigned int)head_len);
+    for (int i = 0; i < n; i++)
+        bufs[i + 1] = uv_buf_init((char *)payload[i].base, (unsigned int)payload[i].len);
+    k = uv_try_write((uv_stream_t *)&c->tcp, bufs, (unsigned int)n + 1);
+    if (bufs != inline_bufs)
+        free(bufs);
+    return k == UV_EAGAIN ? 0 : k;
+}
+
+int ps_conn_send_transient(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int n,
+                           ps_buf_pool *pool)
+{
+    uint8_t *head = NULL, *rest = NULL;
+    size_t head_len, total = 0, skip, rest_len, off = 0, pos = 0;
+    ssize_t done;
+    ps_iov rest_iov;
+    int rc;
+
+    if (c->closing)
+        return -PS_ECLOSED;
+    for (int i = 0; i < n; i++)
+        total += payload[i].len;
+    rc = ps_frame_encode(hdr, payload, n, &head, &head_len);
+    if (rc < 0)
+        return rc;
+    /* Whatever is waiting goes first, so frames keep their order. */
+    ps__flush(c);
+    if (c->closing) {
+        rc = -PS_ECLOSED;
+        goto fail;
+    }
+    done = ps__try_write_frame(c, head, head_len, payload, n);
+    if (done < 0) {
+        ps_conn_close(c, (int)done);
+        rc = -PS_ECLOSED;
+        goto fail;
+    }
+    if ((size_t)done == head_len + total) {
+        free(head);
+        return 0;
+    }
+    skip = (size_t)done < head_len ? (size_t)done : head_len;
+    rest_len = total - ((size_t)done - skip);
+    if (rest_len == 0)
+        return ps__queue(c, head, skip, head_len, NULL, 0, NULL, NULL);
+    /* Sized for the whole payload: the rest varies from call to call, and
+     * buffers of one size serve every reply (and the server's pushes) alike
+     * instead of making the pool allocate, and fault in, new ones. */
+    rest = ps_buf_pool_get(pool, total);
+    if (rest == NULL) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    /* The payload bytes the socket did not take: from (done - skip) on. */
+    for (int i = 0; i < n; pos += payload[i].len, i++) {
+        size_t from = (size_t)done - skip, a;
+        if (pos + payload[i].len <= from)
+            continue;
+        a = from > pos ? from - pos : 0;
+        memcpy(rest + off, (const uint8_t *)payload[i].base + a, payload[i].len - a);
+        off += payload[i].len - a;
+    }
+    rest_iov.base = rest;
+    rest_iov.len = rest_len;
+    return ps__queue(c, head, skip, head_len, &rest_iov, 1, ps__on_rest_sent, rest);
+fail:
+    free(head);
+    ps_buf_pool_put(rest);
+    return rc;
 }
 
 void ps_conn_cork(ps_conn *c)

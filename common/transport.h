@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <uv.h>
 
+#include "buf_pool.h"
 #include "frame.h"
 
 typedef struct ps_conn ps_conn;
@@ -45,6 +46,7 @@ typedef struct {
     ps_conn_place_cb place; /* NULL: every payload lands in the connection's buffer */
     size_t max_payload;     /* frames announcing more are refused */
     size_t max_write_queue; /* stop reading above this many queued bytes */
+    int scan_nonfinite;     /* see ps_frame_decoder_set_scan_nonfinite */
 } ps_conn_config;
 
 /* Accepts one pending connection on listener. cfg is copied; data is the
@@ -69,6 +71,17 @@ int ps_conn_send(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int n,
  * in the loop that copied it: saves a pass over the bytes. */
 int ps_conn_send_summed(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int n,
                         uint32_t crc, ps_conn_sent_cb sent, void *arg);
+
+/* Sends a frame whose payload may change as soon as this returns, such as
+ * weights that the next update overwrites: it is checksummed and written to
+ * the socket now, as far as the socket takes it, and only the rest is copied
+ * (into a buffer from pool, returned there once sent) to go out later. When
+ * the peer keeps up, a pull reply then costs no copy at all. Frames queued
+ * before it (corked ones too) are sent first. Returns 0, -PS_ECLOSED if the
+ * connection is closing or the write failed (it is then closing), or
+ * -ENOMEM / an encoding error. */
+int ps_conn_send_transient(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int n,
+                           ps_buf_pool *pool);
 
 /* While corked (calls nest), frames wait on the connection and leave in one
  * write at the last uncork, so a request pair or an ack and a reply share a

@@ -130,7 +130,7 @@ struct ps_kv_server {
     uint8_t *finished;   /* by rank: said goodbye */
     uint8_t *has_joined; /* by rank: joined at least once (training starts when all have) */
     size_t max_write_queue;
-    ps_buf_pool *bufs; /* pull-reply snapshots and push payloads, reused */
+    ps_buf_pool *bufs; /* push payloads and the unsent rest of pull replies, reused */
     ps_apply_queue *updates;
     /* A checkpoint asked for and waiting for the updates submitted before it
      * (number ckpt_seq) to finish; its clocks are taken when asked. */
@@ -257,13 +257,6 @@ static uint64_t ps__reply_clock(const ps_kv_server *s, uint64_t asked)
     return c > asked ? c : asked;
 }
 
-static void ps__on_reply_sent(ps_conn *c, int status, void *arg)
-{
-    (void)c;
-    (void)status;
-    ps_buf_pool_put(arg);
-}
-
 static void ps__push_buf_release(ps__push_buf *b)
 {
     if (b == NULL || --b->refs > 0)
@@ -272,34 +265,27 @@ static void ps__push_buf_release(ps__push_buf *b)
     free(b);
 }
 
-/* Answers a pull with a snapshot of the weights: a later apply must not
- * change bytes that are still waiting in the socket's queue, and their CRC
- * was computed at send time. The snapshot buffer comes from a pool, since a
- * fresh one of tens of megabytes faults in every page, and the copy computes
- * the CRC as it goes: one pass over the weights per reply. */
+/* Answers a pull straight from the weights: ps_conn_send_transient writes
+ * what the socket takes now and copies only the rest, because the next update
+ * may change the weights as soon as this returns (updates that could run
+ * meanwhile on the pool are held, see ps__release_pulls). */
 static void ps__answer_pull(ps_kv_server *s, ps__peer *p, uint64_t request_id, uint64_t clock,
                             const int *locals, size_t n)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
-    uint64_t *keys = NULL;
-    uint8_t *buf = NULL;
-    size_t bytes = 0, off = 0;
-    uint32_t crc = 0;
-    ps_iov iov;
+    uint64_t *keys = malloc(n * sizeof(*keys));
+    ps_iov *iov = malloc(n * sizeof(*iov));
+    size_t bytes = 0;
     int rc = -ENOMEM;
 
-    for (size_t i = 0; i < n; i++)
-        bytes += ps_shard_chunk(s->shard, locals[i])->numel * sizeof(float);
-    keys = malloc(n * sizeof(*keys));
-    buf = ps_buf_pool_get(s->bufs, bytes);
-    if (keys == NULL || buf == NULL)
+    if (keys == NULL || iov == NULL)
         goto fail;
     for (size_t i = 0; i < n; i++) {
         const ps_chunk *c = ps_shard_chunk(s->shard, locals[i]);
         keys[i] = c->key;
-        crc = ps_crc32c_copy(crc, buf + off, ps_shard_weights(s->shard, locals[i]),
-                             c->numel * sizeof(float));
-        off += c->numel * sizeof(float);
+        iov[i].base = ps_shard_weights(s->shard, locals[i]);
+        iov[i].len = c->numel * sizeof(float);
+        bytes += iov[i].len;
     }
     h.type = SHARDPS__MSG_TYPE__PULL_REPLY;
     h.request_id = request_id;
@@ -307,9 +293,7 @@ static void ps__answer_pull(ps_kv_server *s, ps__peer *p, uint64_t request_id, u
     h.dtype = SHARDPS__DTYPE__DTYPE_F32;
     h.n_keys = n;
     h.keys = keys;
-    iov.base = buf;
-    iov.len = bytes;
-    rc = ps_conn_send_summed(p->conn, &h, &iov, 1, crc, ps__on_reply_sent, buf);
+    rc = ps_conn_send_transient(p->conn, &h, iov, (int)n, s->bufs);
     if (rc < 0)
         goto fail;
     s->n_pulls++;
@@ -317,10 +301,11 @@ static void ps__answer_pull(ps_kv_server *s, ps__peer *p, uint64_t request_id, u
     p->n_pulls++;
     p->bytes_out += bytes;
     free(keys);
+    free(iov);
     return;
 fail:
     free(keys);
-    ps_buf_pool_put(buf);
+    free(iov);
     if (rc != -PS_ECLOSED)
         ps_conn_close(p->conn, rc);
 }
@@ -796,19 +781,6 @@ static uint64_t ps__push_now(ps_kv_server *s, int local, uint64_t clock, const f
     return staleness;
 }
 
-/* True when every float of the payload is finite. Works on the bit pattern
- * (exponent all ones = Inf or NaN) so it vectorises and never traps. */
-static int ps__all_finite(const uint8_t *payload, size_t bytes)
-{
-    const uint32_t *w = (const uint32_t *)payload;
-    size_t n = bytes / sizeof(uint32_t);
-    uint32_t bad = 0;
-
-    for (size_t i = 0; i < n; i++)
-        bad |= (uint32_t)((w[i] & 0x7f800000u) == 0x7f800000u);
-    return !bad;
-}
-
 /* Checks a push's dtype and that its payload holds exactly the values its
  * keys need (f32_bytes in float32): float32, or float16 from a worker's
  * --compress fp16 at 2 bytes a value. Returns 0, or -1 after failing the
@@ -855,9 +827,7 @@ static int ps__place_push(ps_conn *c, const Shardps__Header *h, const ps_frame_p
 
 /* The push's values as float32 in a buffer the updates can share: the one
  * the payload was placed in, a pooled copy if it was not placed, or (float16)
- * a pooled buffer it is widened into. Widening is exact and keeps Inf and
- * NaN, so the non-finite check works on the result either way. The caller
- * holds one reference. NULL when out of memory. */
+ * a pooled buffer it is widened into. The caller holds one reference. NULL when out of memory. */
 static ps__push_buf *ps__take_push_payload(ps_kv_server *s, ps__peer *p, const ps_frame *f,
                                            size_t f32_bytes)
 {
@@ -915,7 +885,10 @@ static void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
         goto out;
     }
     payload = buf->data;
-    usable = !s->cfg.reject_nonfinite || ps__all_finite(payload, (size_t)bytes);
+    /* The decoder scanned the payload as it arrived (see ps__on_connection);
+     * float16 Inf and NaN widen to float32 Inf and NaN, so it is the same
+     * answer for both dtypes. */
+    usable = !s->cfg.reject_nonfinite || !f->nonfinite;
     if (!usable) {
         s->n_nonfinite++;
         if (s->n_nonfinite == 1 || s->n_nonfinite % 100 == 0)
@@ -1298,7 +1271,11 @@ static void ps__on_connection(uv_stream_t *listener, int status)
 {
     ps_kv_server *s = listener->data;
     /* No payload until the peer is admitted: a HELLO carries none. */
-    ps_conn_config cc = {ps__on_frame, ps__on_conn_close, ps__place_push, 0, s->max_write_queue};
+    ps_conn_config cc = {.on_frame = ps__on_frame,
+                         .on_close = ps__on_conn_close,
+                         .place = ps__place_push,
+                         .max_write_queue = s->max_write_queue,
+                         .scan_nonfinite = s->cfg.reject_nonfinite};
     ps__peer *p;
     ps_conn *c;
 

@@ -338,8 +338,11 @@ static void ps__on_connect(ps_conn *conn, int status, void *data)
 static void ps__start_connect(ps__server *sv)
 {
     ps_kv_client *c = sv->cl;
-    ps_conn_config cc = {ps__on_frame, ps__on_close, ps__place_reply, c->cfg.max_payload,
-                         PS__WRITE_QUEUE_LIMIT};
+    ps_conn_config cc = {.on_frame = ps__on_frame,
+                         .on_close = ps__on_close,
+                         .place = ps__place_reply,
+                         .max_payload = c->cfg.max_payload,
+                         .max_write_queue = PS__WRITE_QUEUE_LIMIT};
     int rc = ps_conn_connect(&c->loop, (struct sockaddr *)&sv->addr, &cc, sv, ps__on_connect);
 
     if (rc < 0) {

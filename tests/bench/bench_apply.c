@@ -13,8 +13,9 @@
  * g, v; write w, v), Adam 28 (read w, g, m, v; write w, m, v). Timed blocks of
  * the three alternate and each figure is the median over rounds, so load from
  * elsewhere hits all three alike. A second table times the other per-byte work
- * a push+pull does on the server and client (CRC32C, a copy into a reused
- * buffer, and a copy into a fresh malloc, as the pull snapshot does), for the
+ * a push+pull does on the server and client (CRC32C as ps_crc32c picks it and
+ * with the crc32 instruction, a copy into a reused buffer, and a copy into a
+ * fresh malloc, as pull replies were once snapshotted), for the
  * analysis in docs/performance.md, and what --compress fp16 adds: narrowing
  * on the worker and widening on the server, the F16C copies and the plain C
  * references (docs/compression.md). */
@@ -127,6 +128,11 @@ __attribute__((noinline)) static void ps__k_naive_adam(ps__arrays *a)
 static void ps__k_crc(ps__arrays *a)
 {
     a->sink ^= ps_crc32c(0, a->g, a->n * sizeof(float));
+}
+
+static void ps__k_crc_sse42(ps__arrays *a)
+{
+    a->sink ^= ps_crc32c_sse42(0, a->g, a->n * sizeof(float));
 }
 
 static void ps__k_copy(ps__arrays *a)
@@ -325,17 +331,20 @@ int main(int argc, char **argv)
         }
     }
 
-    printf("\nper-byte work of a push+pull (GB/s of float32 payload; copy = memcpy into a reused "
-           "buffer;\nsnapshot = malloc + memcpy + free, as the server's pull reply does; "
-           "f32>f16, f16>f32:\n--compress fp16, *-ref the plain C references)\n\n");
+    printf("\nper-byte work of a push+pull (GB/s of float32 payload; crc32c = %s, crc32c-insn = "
+           "crc32 instruction;\ncopy = memcpy into a reused buffer; snapshot = malloc + memcpy + "
+           "free, as pull replies once were;\nf32>f16, f16>f32: --compress fp16, *-ref the plain C "
+           "references)\n\n",
+           ps_crc32c_impl());
     printf("%-11s %-9s | %8s %9s | %6s\n", "work", "size", "GB/s", "copy", "ratio");
     for (int i = 0; i < n_sizes; i++) {
-        ps__kernel k[7] = {ps__k_crc,        ps__k_copy,      ps__k_narrow,  ps__k_widen,
-                           ps__k_narrow_ref, ps__k_widen_ref, ps__k_snapshot};
-        static const char *const names[] = {"crc32c",      "copy",        "f32>f16", "f16>f32",
-                                            "f32>f16-ref", "f16>f32-ref", "snapshot"};
+        ps__kernel k[8] = {ps__k_crc,        ps__k_copy,      ps__k_narrow,    ps__k_widen,
+                           ps__k_narrow_ref, ps__k_widen_ref, ps__k_crc_sse42, ps__k_snapshot};
+        static const char *const names[] = {"crc32c",      "copy",        "f32>f16",
+                                            "f16>f32",     "f32>f16-ref", "f16>f32-ref",
+                                            "crc32c-insn", "snapshot"};
         size_t n = sizes[i] / sizeof(float);
-        double t[7];
+        double t[8];
         ps__arrays a;
 
         if (ps__alloc_arrays(&a, n, PS__SGD) < 0) {
@@ -350,7 +359,8 @@ int main(int argc, char **argv)
         ps__race(k + 2, 2, &a, rounds, block_s, t + 2);
         ps__race(k + 4, 2, &a, rounds, block_s, t + 4);
         ps__race(k + 6, 1, &a, rounds, block_s, t + 6);
-        for (int j = 0; j < 7; j++) {
+        ps__race(k + 7, 1, &a, rounds, block_s, t + 7);
+        for (int j = 0; j < 8; j++) {
             double gb = (double)sizes[i] / t[j] / 1e9, copy = (double)sizes[i] / t[1] / 1e9;
             if (j == 1)
                 continue;

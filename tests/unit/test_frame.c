@@ -47,6 +47,7 @@ typedef struct {
     const uint8_t *payload;
     size_t payload_len;
     int n_iov;
+    Shardps__DType dtype; /* 0 (unset) unless a test needs one */
 } want_frame;
 
 static uint64_t rng_state;
@@ -106,6 +107,7 @@ static void encode_append(const want_frame *w, uint8_t **stream, size_t *len)
     h.clock = w->clock;
     h.n_keys = w->n_keys;
     h.keys = keys;
+    h.dtype = w->dtype;
     cr_assert_eq(ps_frame_encode(&h, iov, w->n_iov, &head, &head_len), 0);
     cr_assert_eq(h.version, PS_PROTOCOL_VERSION);
     cr_assert_eq(h.payload_bytes, w->payload_len);
@@ -865,4 +867,127 @@ Test(frame, consecutive_placed_payloads, .timeout = 30)
     free(dest);
     free(p1);
     free(p2);
+}
+
+/* Decodes stream in steps of `step` bytes with the Inf/NaN scan set to scan,
+ * through pl's uneven pieces when pl is given, and stores each frame's
+ * nonfinite flag in flags. Returns the number of frames. */
+static int decode_scanned(const uint8_t *stream, size_t len, size_t step, int scan, placer *pl,
+                          int *flags, int max)
+{
+    ps_frame_decoder *d = new_decoder(PS_DEFAULT_MAX_PAYLOAD);
+    size_t off = 0;
+    int n = 0, rc;
+    ps_frame f;
+
+    ps_frame_decoder_set_scan_nonfinite(d, scan);
+    if (pl != NULL)
+        ps_frame_decoder_set_place(d, place_reversed, pl);
+    for (;;) {
+        while ((rc = ps_frame_decoder_next(d, &f)) == 1) {
+            cr_assert_lt(n, max);
+            flags[n++] = f.nonfinite;
+        }
+        cr_assert_eq(rc, 0, "step %zu: %s", step, ps_frame_decoder_error(d));
+        if (off == len)
+            break;
+        off += ps_frame_decoder_feed(d, stream + off, len - off < step ? len - off : step);
+    }
+    ps_frame_decoder_free(d);
+    return n;
+}
+
+/* The scan must see a bad value wherever it sits: first, last, or cut in
+ * two by a read or a piece boundary (odd step sizes, pieces at len/3), in
+ * float32 and float16, and must not report one that is not there. Values
+ * whose exponent is all ones only in the other half of a float32 (the bytes
+ * 0x7f80 in its low 16 bits) must not count: the scan reads whole values. */
+Test(frame, nonfinite_scan_finds_inf_and_nan_at_every_position, .timeout = 60)
+{
+    const size_t n_vals = 3001, steps[] = {SIZE_MAX, 1, 3, 7, 4096};
+    const size_t where[] = {0, 1, 1000, 1500, 3000};
+    const Shardps__DType types[] = {SHARDPS__DTYPE__DTYPE_F32, SHARDPS__DTYPE__DTYPE_F16};
+
+    for (int t = 0; t < 2; t++) {
+        size_t elem = types[t] == SHARDPS__DTYPE__DTYPE_F32 ? 4 : 2;
+        size_t bytes = n_vals * elem;
+        uint8_t *clean = malloc(bytes), *bad = malloc(bytes), *dest = malloc(bytes);
+        cr_assert(clean != NULL && bad != NULL && dest != NULL);
+        for (size_t i = 0; i < n_vals; i++) {
+            /* finite values: 1.0 (0x3f800000) and 1.0 half (0x3c00), with
+             * 0x7f80 in the low bytes of every float32 */
+            uint32_t w = 0x3f807f80u;
+            uint16_t h = 0x3c00u;
+            if (elem == 4)
+                memcpy(clean + 4 * i, &w, 4);
+            else
+                memcpy(clean + 2 * i, &h, 2);
+        }
+        for (size_t wi = 0; wi < sizeof(where) / sizeof(where[0]); wi++) {
+            want_frame w[3] = {
+                {.type = SHARDPS__MSG_TYPE__PUSH,
+                 .payload = clean,
+                 .payload_len = bytes,
+                 .n_iov = 1,
+                 .dtype = types[t]},
+                {.type = SHARDPS__MSG_TYPE__PUSH,
+                 .payload = bad,
+                 .payload_len = bytes,
+                 .n_iov = 2,
+                 .dtype = types[t]},
+                {.type = SHARDPS__MSG_TYPE__PUSH,
+                 .payload = clean,
+                 .payload_len = bytes,
+                 .n_iov = 1,
+                 .dtype = types[t]},
+            };
+            uint8_t *stream = NULL;
+            size_t len = 0;
+            uint32_t nan32 = 0x7fc00001u, inf32 = 0xff800000u;
+            uint16_t nan16 = 0x7e00u, inf16 = 0xfc00u;
+
+            memcpy(bad, clean, bytes);
+            if (elem == 4)
+                memcpy(bad + 4 * where[wi], wi % 2 ? &nan32 : &inf32, 4);
+            else
+                memcpy(bad + 2 * where[wi], wi % 2 ? &nan16 : &inf16, 2);
+            for (int i = 0; i < 3; i++)
+                encode_append(&w[i], &stream, &len);
+            for (size_t st = 0; st < sizeof(steps) / sizeof(steps[0]); st++) {
+                for (int placed = 0; placed < 2; placed++) {
+                    placer pl = {.dest = dest, .n = 4, .only = SHARDPS__MSG_TYPE__PUSH};
+                    int flags[3], off_flags[3];
+                    cr_assert_eq(
+                        decode_scanned(stream, len, steps[st], 1, placed ? &pl : NULL, flags, 3),
+                        3);
+                    cr_assert(flags[0] == 0 && flags[1] == 1 && flags[2] == 0,
+                              "dtype %d, bad value %zu, step %zu, placed %d: flags %d %d %d",
+                              types[t], where[wi], steps[st], placed, flags[0], flags[1], flags[2]);
+                    decode_scanned(stream, len, steps[st], 0, placed ? &pl : NULL, off_flags, 3);
+                    cr_assert(off_flags[1] == 0, "reported although the scan is off");
+                }
+            }
+            free(stream);
+        }
+        free(clean);
+        free(bad);
+        free(dest);
+    }
+}
+
+Test(frame, nonfinite_scan_ignores_payloads_without_a_float_dtype, .timeout = 30)
+{
+    uint32_t nan32 = 0x7fc00000u;
+    want_frame w = {.type = SHARDPS__MSG_TYPE__PUSH,
+                    .payload = (const uint8_t *)&nan32,
+                    .payload_len = 4,
+                    .n_iov = 1};
+    uint8_t *stream = NULL;
+    size_t len = 0;
+    int flag = -1;
+
+    encode_append(&w, &stream, &len);
+    cr_assert_eq(decode_scanned(stream, len, SIZE_MAX, 1, NULL, &flag, 1), 1);
+    cr_assert_eq(flag, 0);
+    free(stream);
 }
