@@ -410,26 +410,62 @@ static void ps__on_rest_sent(ps_conn *c, int status, void *arg)
     ps_buf_pool_put(arg);
 }
 
-/* Writes [head][payload] to the socket without waiting, as far as it takes
- * it; returns the bytes written (0 if it would block or others are queued
- * first) or a negative libuv error. */
+/* Drops the first k bytes of a batch that a direct write has sent. */
+static void ps__batch_advance(ps__write *w, size_t k)
+{
+    int i = 0;
+
+    while (k > 0 && k >= w->bufs[i].len)
+        k -= w->bufs[i++].len;
+    memmove(w->bufs, w->bufs + i, (size_t)(w->n_bufs - i) * sizeof(*w->bufs));
+    w->n_bufs -= i;
+    w->bufs[0].base += k;
+    w->bufs[0].len -= (unsigned int)k;
+    w->bytes -= k;
+}
+
+/* Writes the corked batch and then [head][payload] to the socket in one
+ * system call, without waiting, as far as it takes them (an ack and the
+ * reply after it then cost one write, and the peer one wake-up). The batch is
+ * done with either way: sent, or its rest queued. Returns the bytes of the
+ * frame written (0 if the socket is full or others are queued first) or a
+ * negative libuv error. */
 static ssize_t ps__try_write_frame(ps_conn *c, uint8_t *head, size_t head_len,
                                    const ps_iov *payload, int n)
 {
     uv_buf_t inline_bufs[PS__INLINE_BUFS], *bufs = inline_bufs;
-    int k;
+    ps__write *w = c->batch;
+    int nb = w ? w->n_bufs : 0, k;
+    size_t done;
 
-    if (uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) != 0)
+    if (uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) != 0 ||
+        (nb + n + 1 > PS__INLINE_BUFS &&
+         (bufs = malloc((size_t)(nb + n + 1) * sizeof(*bufs))) == NULL)) {
+        ps__flush(c); /* the caller copies the whole frame, which needs no array */
         return 0;
-    if (n + 1 > PS__INLINE_BUFS && (bufs = malloc((size_t)(n + 1) * sizeof(*bufs))) == NULL)
-        return 0; /* the caller copies it all, which needs no array */
-    bufs[0] = uv_buf_init((char *)head, (unsigned int)head_len);
+    }
+    if (nb > 0)
+        memcpy(bufs, w->bufs, (size_t)nb * sizeof(*bufs));
+    bufs[nb] = uv_buf_init((char *)head, (unsigned int)head_len);
     for (int i = 0; i < n; i++)
-        bufs[i + 1] = uv_buf_init((char *)payload[i].base, (unsigned int)payload[i].len);
-    k = uv_try_write((uv_stream_t *)&c->tcp, bufs, (unsigned int)n + 1);
+        bufs[nb + 1 + i] = uv_buf_init((char *)payload[i].base, (unsigned int)payload[i].len);
+    k = uv_try_write((uv_stream_t *)&c->tcp, bufs, (unsigned int)(nb + n + 1));
     if (bufs != inline_bufs)
         free(bufs);
-    return k == UV_EAGAIN ? 0 : k;
+    if (k < 0 && k != UV_EAGAIN)
+        return k;
+    done = k > 0 ? (size_t)k : 0;
+    if (w == NULL)
+        return (ssize_t)done;
+    if (done >= w->bytes) {
+        done -= w->bytes;
+        c->batch = NULL;
+        ps__write_done(w, 0);
+        return (ssize_t)done;
+    }
+    ps__batch_advance(w, done);
+    ps__flush(c);
+    return 0;
 }
 
 int ps_conn_send_transient(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int n,
@@ -449,12 +485,11 @@ int ps_conn_send_transient(ps_conn *c, Shardps__Header *hdr, const ps_iov *paylo
     if (rc < 0)
         return rc;
     /* Whatever is waiting goes first, so frames keep their order. */
-    ps__flush(c);
+    done = ps__try_write_frame(c, head, head_len, payload, n);
     if (c->closing) {
         rc = -PS_ECLOSED;
         goto fail;
     }
-    done = ps__try_write_frame(c, head, head_len, payload, n);
     if (done < 0) {
         ps_conn_close(c, (int)done);
         rc = -PS_ECLOSED;
@@ -462,6 +497,7 @@ int ps_conn_send_transient(ps_conn *c, Shardps__Header *hdr, const ps_iov *paylo
     }
     if ((size_t)done == head_len + total) {
         free(head);
+        ps__update_reading(c);
         return 0;
     }
     skip = (size_t)done < head_len ? (size_t)done : head_len;

@@ -4,7 +4,8 @@
  * valid CRC, after the frames queued before it. The receiver is a plain
  * blocking socket read by a second thread, with a small receive buffer and a
  * late start, so the socket cannot take a large frame at once and the copied
- * rest is what gets sent; a small frame must go out whole with no copy. */
+ * rest is what gets sent; a small frame must go out whole with no copy, and
+ * one behind a frame the socket could not take must be copied whole. */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
@@ -19,8 +20,6 @@
 #include "buf_pool.h"
 #include "frame.h"
 #include "transport.h"
-
-#define SMALL_BYTES 1000
 
 typedef struct {
     int fd;
@@ -98,10 +97,11 @@ static void on_done(uv_async_t *a)
     uv_close((uv_handle_t *)a, NULL);
 }
 
-/* Sends a small frame and then one of big_bytes with ps_conn_send_transient,
- * both corked together, scribbles over the big payload right after, and
- * returns how many buffers the pool had to allocate for copies. */
-static size_t send_and_check(size_t big_bytes)
+/* Sends a frame of first_bytes with ps_conn_send and then one of big_bytes
+ * with ps_conn_send_transient, both corked together, scribbles over the
+ * transient payload right after, and returns how many buffers the pool had
+ * to allocate for copies. */
+static size_t send_and_check(size_t first_bytes, size_t big_bytes)
 {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t alen = sizeof(a);
@@ -114,7 +114,7 @@ static size_t send_and_check(size_t big_bytes)
                           .max_payload = 1024,
                           .max_write_queue = (size_t)1 << 30};
     ps_buf_pool *pool = NULL;
-    uint8_t *small = malloc(SMALL_BYTES), *big = malloc(big_bytes), *want = malloc(big_bytes);
+    uint8_t *small = malloc(first_bytes), *big = malloc(big_bytes), *want = malloc(big_bytes);
     reader r = {.want_frames = 2, .done = &done};
     pthread_t th;
     size_t copies;
@@ -136,14 +136,14 @@ static size_t send_and_check(size_t big_bytes)
     cr_assert_eq(uv_async_init(&loop, &done, on_done), 0);
     done.data = &k;
 
-    for (size_t i = 0; i < SMALL_BYTES; i++)
+    for (size_t i = 0; i < first_bytes; i++)
         small[i] = (uint8_t)(i * 7);
     for (size_t i = 0; i < big_bytes; i++)
         big[i] = (uint8_t)(i * 13 + (i >> 16));
     memcpy(want, big, big_bytes);
     {
         Shardps__Header h1 = SHARDPS__HEADER__INIT, h2 = SHARDPS__HEADER__INIT;
-        ps_iov one = {small, SMALL_BYTES};
+        ps_iov one = {small, first_bytes};
         /* Three uneven pieces, as the chunks of a reply are. */
         ps_iov three[3] = {{big, big_bytes / 3},
                            {big + big_bytes / 3, big_bytes / 2 - big_bytes / 3},
@@ -165,8 +165,8 @@ static size_t send_and_check(size_t big_bytes)
     cr_assert_eq(r.decode_rc, 0, "the receiver could not decode the stream (bad CRC?)");
     cr_assert_eq(r.got, 2);
     cr_assert_eq(r.type[0], SHARDPS__MSG_TYPE__PUSH_REPLY, "the frame queued first came second");
-    cr_assert_eq(r.payload_len[0], SMALL_BYTES);
-    cr_assert(memcmp(r.payload[0], small, SMALL_BYTES) == 0);
+    cr_assert_eq(r.payload_len[0], first_bytes);
+    cr_assert(memcmp(r.payload[0], small, first_bytes) == 0);
     cr_assert_eq(r.type[1], SHARDPS__MSG_TYPE__PULL_REPLY);
     cr_assert_eq(r.payload_len[1], big_bytes);
     cr_assert(memcmp(r.payload[1], want, big_bytes) == 0,
@@ -188,10 +188,20 @@ Test(transport, transient_payload_too_big_for_the_socket_is_copied_in_time, .tim
 {
     /* Far more than a 4 KiB receive buffer and the sender's autotuned send
      * buffer together can hold before anyone reads. */
-    cr_assert_eq(send_and_check((size_t)48 << 20), 1, "the unsent rest should have been copied");
+    cr_assert_eq(send_and_check(1000, (size_t)48 << 20), 1,
+                 "the unsent rest should have been copied");
 }
 
 Test(transport, transient_payload_the_socket_takes_is_not_copied, .timeout = 60)
 {
-    cr_assert_eq(send_and_check(2000), 0, "a frame the socket took whole was copied");
+    cr_assert_eq(send_and_check(1000, 2000), 0, "a frame the socket took whole was copied");
+}
+
+/* The frame queued first is too big for the socket: the direct write takes
+ * only part of it, its rest is queued, and the transient frame behind it must
+ * be copied whole and still come second. */
+Test(transport, transient_payload_behind_a_full_socket_is_copied_and_stays_second, .timeout = 60)
+{
+    cr_assert_eq(send_and_check((size_t)48 << 20, 3000), 1,
+                 "the transient frame behind the queued one should have been copied");
 }
