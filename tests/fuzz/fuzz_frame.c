@@ -11,9 +11,11 @@
  * exactly themselves (a canonical encoding is a fixed point). The split pass
  * also places every payload into three pieces of a separate buffer, stored
  * out of order, as a pull reply is placed into the parameters: gathered back,
- * it must equal what the whole pass kept in the decoder's own buffer. A
- * broken invariant aborts, which libFuzzer reports as a crash with its
- * input. */
+ * it must equal what the whole pass kept in the decoder's own buffer. Both
+ * passes scan float payloads for Inf/NaN as they arrive, and what the
+ * decoder reports must equal a plain scan of the whole payload, however the
+ * reads and pieces cut its values. A broken invariant aborts, which libFuzzer
+ * reports as a crash with its input. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +120,25 @@ static const uint8_t *ff_gather(ff_placer *pl, size_t len)
     return pl->gathered;
 }
 
+/* The Inf/NaN answer for a payload, value by value: what the decoder's
+ * block-wise scan must agree with. */
+static int ff_nonfinite(const Shardps__Header *h, const uint8_t *p, size_t len)
+{
+    size_t e = h->dtype == SHARDPS__DTYPE__DTYPE_F32   ? 4
+               : h->dtype == SHARDPS__DTYPE__DTYPE_F16 ? 2
+                                                       : 0;
+
+    for (size_t i = 0; e > 0 && i + e <= len; i += e) {
+        uint32_t v = e == 4 ? (uint32_t)p[i] | (uint32_t)p[i + 1] << 8 |
+                                  (uint32_t)p[i + 2] << 16 | (uint32_t)p[i + 3] << 24
+                            : (uint32_t)p[i] | (uint32_t)p[i + 1] << 8;
+        uint32_t exp = e == 4 ? 0x7f800000u : 0x7c00u;
+        if ((v & exp) == exp)
+            return 1;
+    }
+    return 0;
+}
+
 /* Checks one decoded frame against the limits and appends its canonical
  * encoding (prefix, header, payload) to res->enc. pl: the placer, when the
  * pass places payloads. */
@@ -138,6 +159,7 @@ static void ff_take(const ps_frame *f, size_t max_payload, ff_placer *pl, ff_res
     }
     FF_CHECK(f->payload_len == 0 || payload != NULL);
     FF_CHECK(ps_crc32c(0, payload, f->payload_len) == f->hdr->payload_crc32c);
+    FF_CHECK(f->nonfinite == ff_nonfinite(f->hdr, payload, f->payload_len));
     iov.base = payload;
     iov.len = f->payload_len;
     res->frames++;
@@ -176,6 +198,7 @@ static void ff_pass(const uint8_t *data, size_t len, size_t max_payload, uint64_
 
     memset(res, 0, sizeof(*res));
     FF_CHECK(ps_frame_decoder_init(&d, max_payload) == 0);
+    ps_frame_decoder_set_scan_nonfinite(d, 1);
     if (pl)
         ps_frame_decoder_set_place(d, ff_place, pl);
     while (off < len && res->rc == 0) {
