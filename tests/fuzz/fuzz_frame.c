@@ -129,8 +129,8 @@ static int ff_nonfinite(const Shardps__Header *h, const uint8_t *p, size_t len)
                                                        : 0;
 
     for (size_t i = 0; e > 0 && i + e <= len; i += e) {
-        uint32_t v = e == 4 ? (uint32_t)p[i] | (uint32_t)p[i + 1] << 8 |
-                                  (uint32_t)p[i + 2] << 16 | (uint32_t)p[i + 3] << 24
+        uint32_t v = e == 4 ? (uint32_t)p[i] | (uint32_t)p[i + 1] << 8 | (uint32_t)p[i + 2] << 16 |
+                                  (uint32_t)p[i + 3] << 24
                             : (uint32_t)p[i] | (uint32_t)p[i + 1] << 8;
         uint32_t exp = e == 4 ? 0x7f800000u : 0x7c00u;
         if ((v & exp) == exp)
