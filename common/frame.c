@@ -67,14 +67,8 @@ int ps_frame_encode(Shardps__Header *hdr, const ps_iov *payload, int n, uint8_t 
         total += payload[i].len;
         crc = ps_crc32c(crc, payload[i].base, payload[i].len);
     }
-    return ps_frame_encode_summed(hdr, total, crc, out, out_len);
-}
-
-int ps_frame_encode_summed(Shardps__Header *hdr, uint64_t payload_bytes, uint32_t crc,
-                           uint8_t **out, size_t *out_len)
-{
     hdr->version = PS_PROTOCOL_VERSION;
-    hdr->payload_bytes = payload_bytes;
+    hdr->payload_bytes = total;
     hdr->payload_crc32c = crc;
     if (shardps__header__get_packed_size(hdr) > PS_MAX_HEADER_BYTES)
         return -PS_ETOOBIG;

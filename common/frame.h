@@ -58,11 +58,6 @@ typedef int (*ps_frame_place_cb)(void *arg, const Shardps__Header *hdr,
  * Returns 0, -PS_ETOOBIG (header over PS_MAX_HEADER_BYTES) or -ENOMEM. */
 int ps_frame_encode(Shardps__Header *hdr, const ps_iov *payload, int n, uint8_t **out,
                     size_t *out_len);
-/* The same for a payload of payload_bytes whose CRC32C the caller already
- * computed (typically in the same pass that produced the bytes). */
-int ps_frame_encode_summed(Shardps__Header *hdr, uint64_t payload_bytes, uint32_t crc,
-                           uint8_t **out, size_t *out_len);
-
 /* Packs [prefix][header] exactly as hdr says, filling in nothing (tools that
  * build deliberately wrong frames use this). Caller frees *out with free().
  * Returns 0 or -ENOMEM. */

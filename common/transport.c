@@ -373,34 +373,19 @@ static int ps__queue(ps_conn *c, uint8_t *head, size_t head_skip, size_t head_le
     return 0;
 }
 
-static int ps__send(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int n,
-                    const uint32_t *crc, ps_conn_sent_cb sent, void *arg)
+int ps_conn_send(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int n,
+                 ps_conn_sent_cb sent, void *arg)
 {
     uint8_t *head = NULL;
-    size_t head_len, total = 0;
+    size_t head_len;
     int rc;
 
     if (c->closing)
         return -PS_ECLOSED;
-    for (int i = 0; i < n; i++)
-        total += payload[i].len;
-    rc = crc ? ps_frame_encode_summed(hdr, total, *crc, &head, &head_len)
-             : ps_frame_encode(hdr, payload, n, &head, &head_len);
+    rc = ps_frame_encode(hdr, payload, n, &head, &head_len);
     if (rc < 0)
         return rc;
     return ps__queue(c, head, 0, head_len, payload, n, sent, arg);
-}
-
-int ps_conn_send(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int n,
-                 ps_conn_sent_cb sent, void *arg)
-{
-    return ps__send(c, hdr, payload, n, NULL, sent, arg);
-}
-
-int ps_conn_send_summed(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int n,
-                        uint32_t crc, ps_conn_sent_cb sent, void *arg)
-{
-    return ps__send(c, hdr, payload, n, &crc, sent, arg);
 }
 
 static void ps__on_rest_sent(ps_conn *c, int status, void *arg)

@@ -67,11 +67,6 @@ int ps_conn_connect(uv_loop_t *loop, const struct sockaddr *addr, const ps_conn_
 int ps_conn_send(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int n,
                  ps_conn_sent_cb sent, void *arg);
 
-/* ps_conn_send for a payload whose CRC32C the caller computed already, e.g.
- * in the loop that copied it: saves a pass over the bytes. */
-int ps_conn_send_summed(ps_conn *c, Shardps__Header *hdr, const ps_iov *payload, int n,
-                        uint32_t crc, ps_conn_sent_cb sent, void *arg);
-
 /* Sends a frame whose payload may change as soon as this returns, such as
  * weights that the next update overwrites: it is checksummed and written to
  * the socket now, as far as the socket takes it, and only the rest is copied

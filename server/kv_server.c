@@ -13,7 +13,6 @@
 #include "apply_queue.h"
 #include "buf_pool.h"
 #include "checkpoint.h"
-#include "crc32c.h"
 #include "half.h"
 #include "partition.h"
 #include "ps_error.h"
@@ -137,7 +136,7 @@ struct ps_kv_server {
     int ckpt_due, ckpt_again;
     uint64_t ckpt_seq, ckpt_due_clock;
     char ckpt_why[32], ckpt_again_why[32];
-    uint64_t *ckpt_clocks, *ckpt_newest;
+    uint64_t *ckpt_clocks, *ckpt_newest; /* per chunk, written and restored from here */
     int live;
     int started;           /* every rank has joined once */
     int joined;            /* ranks that have joined at least once */
@@ -310,8 +309,9 @@ fail:
         ps_conn_close(p->conn, rc);
 }
 
-/* What a checkpoint of this server must say about itself, and room for its
- * per-chunk clocks (the caller frees both arrays, NULL if out of memory). */
+/* What a checkpoint of this server must say about itself, and where its
+ * per-chunk clocks are: the server's own ckpt_clocks/ckpt_newest, which a
+ * due checkpoint fills and a restore reads into (borrowed, not freed). */
 static void ps__checkpoint_identity(const ps_kv_server *s, ps_checkpoint_meta *meta,
                                     ps_checkpoint_clocks *clocks)
 {
@@ -322,8 +322,8 @@ static void ps__checkpoint_identity(const ps_kv_server *s, ps_checkpoint_meta *m
     meta->fingerprint = ps_model_spec_fingerprint(&s->cfg.spec);
     meta->chunk_bytes = s->cfg.chunk_bytes;
     meta->total_steps = s->total_steps;
-    clocks->clock = malloc(((size_t)s->n_local + 1) * sizeof(uint64_t));
-    clocks->newest = malloc(((size_t)s->n_local + 1) * sizeof(uint64_t));
+    clocks->clock = s->ckpt_clocks;
+    clocks->newest = s->ckpt_newest;
 }
 
 /* Writes the checkpoint that was due, with the clocks taken when it was
@@ -335,18 +335,12 @@ static int ps__write_checkpoint(ps_kv_server *s)
     char path[4096];
     const char *why = s->ckpt_why;
     uint64_t t0 = uv_hrtime();
-    int rc = -ENOMEM;
+    int rc;
 
     ps__checkpoint_identity(s, &meta, &clocks);
     meta.clock = s->ckpt_due_clock;
-    if (clocks.clock && clocks.newest) {
-        memcpy(clocks.clock, s->ckpt_clocks, (size_t)s->n_local * sizeof(uint64_t));
-        memcpy(clocks.newest, s->ckpt_newest, (size_t)s->n_local * sizeof(uint64_t));
-        rc = ps_checkpoint_write(s->cfg.checkpoint_dir, s->cfg.keep_checkpoints, &meta, s->shard,
-                                 &clocks, path, sizeof(path));
-    }
-    free(clocks.clock);
-    free(clocks.newest);
+    rc = ps_checkpoint_write(s->cfg.checkpoint_dir, s->cfg.keep_checkpoints, &meta, s->shard,
+                             &clocks, path, sizeof(path));
     if (rc < 0) {
         ps_error("checkpoint at clock %" PRIu64 " into %s failed: %s; the previous ones are kept",
                  meta.clock, s->cfg.checkpoint_dir, ps_strerror(rc));
@@ -390,7 +384,7 @@ static int ps__try_checkpoint(ps_kv_server *s)
     return rc;
 }
 
-static int ps__request_checkpoint(ps_kv_server *s, const char *why)
+int ps_kv_server_checkpoint(ps_kv_server *s, const char *why)
 {
     if (s->cfg.checkpoint_dir == NULL)
         return 0;
@@ -401,11 +395,6 @@ static int ps__request_checkpoint(ps_kv_server *s, const char *why)
     }
     ps__checkpoint_due(s, why);
     return ps__try_checkpoint(s);
-}
-
-int ps_kv_server_checkpoint(ps_kv_server *s, const char *why)
-{
-    return ps__request_checkpoint(s, why);
 }
 
 /* Called after every push, before waiting pulls are answered: in sync mode a
@@ -420,7 +409,7 @@ static void ps__maybe_checkpoint(ps_kv_server *s)
         return;
     clock = ps__progress_clock(s);
     if (clock >= s->ckpt_clock + s->cfg.checkpoint_every)
-        ps__request_checkpoint(s, "periodic");
+        ps_kv_server_checkpoint(s, "periodic");
 }
 
 static void ps__on_checkpoint_timer(uv_timer_t *t)
@@ -428,7 +417,7 @@ static void ps__on_checkpoint_timer(uv_timer_t *t)
     ps_kv_server *s = t->data;
 
     if (ps__progress_clock(s) != s->ckpt_clock && !s->ckpt_due)
-        ps__request_checkpoint(s, "timer");
+        ps_kv_server_checkpoint(s, "timer");
 }
 
 int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t err_len)
@@ -436,7 +425,7 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
     ps_checkpoint_meta meta;
     ps_checkpoint_clocks clocks;
     char path[4096];
-    int rc = -ENOMEM;
+    int rc;
 
     if (s->cfg.checkpoint_dir == NULL) {
         snprintf(err, err_len, "no checkpoint directory given");
@@ -444,9 +433,8 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
     }
     ps__checkpoint_identity(s, &meta, &clocks);
     err[0] = '\0';
-    if (clocks.clock && clocks.newest)
-        rc = ps_checkpoint_restore(s->cfg.checkpoint_dir, max_clock, &meta, s->shard, &clocks, path,
-                                   sizeof(path), err, err_len);
+    rc = ps_checkpoint_restore(s->cfg.checkpoint_dir, max_clock, &meta, s->shard, &clocks, path,
+                               sizeof(path), err, err_len);
     if (rc == 0) {
         for (int i = 0; i < s->n_local; i++) {
             s->sync[i].clock = clocks.clock[i];
@@ -459,8 +447,6 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
             ps_warn("skipped unusable checkpoints: %s", err);
         ps_info("restored clock %" PRIu64 " from %s", meta.clock, path);
     }
-    free(clocks.clock);
-    free(clocks.newest);
     return rc;
 }
 
