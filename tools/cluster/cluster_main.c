@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "drills.h"
 #include "flags.h"
 #include "partition.h"
 #include "ps_log.h"
@@ -57,16 +58,7 @@ struct ps__cluster {
     int ports_known, workers_exited;
     int ports[PS__MAX_PROCS];
     int failed, interrupted, stopping;
-    int kill_rank;
-    uint64_t kill_step;
-    int pause_rank;      /* --pause-worker: SIGSTOP at pause_step, SIGCONT once */
-    uint64_t pause_step; /* another worker reports pause_step + pause_for */
-    uint64_t pause_for;
-    int paused, resumed;
-    int slow_rank, slow_ms;
-    int kill_server;           /* --kill-server: SIGKILL it at kill_server_step, then */
-    uint64_t kill_server_step; /* start it again with --restore on the same port */
-    int server_killed;
+    ps_drills *drills; /* --kill-worker, --pause-worker, --kill-server, --slow-worker */
     ps__child *server_slot[PS__MAX_PROCS]; /* current process of each server index */
     char **child_env;                      /* see ps__child_environment */
     double t_start;
@@ -190,27 +182,31 @@ static void ps__end_progress(ps__cluster *cl)
     cl->progress_shown = 0;
 }
 
-/* --pause-worker R@STEP:N: stop worker R with SIGSTOP once it reports STEP,
- * and let it go on with SIGCONT once another worker has gone N steps further,
- * which can only happen if the servers let the others proceed without it. */
-static void ps__pause_drill(ps__cluster *cl, ps__child *c)
+static int ps__running(void *arg, int is_server, int index)
 {
-    ps__child *target;
+    ps__cluster *cl = arg;
+    ps__child *c = is_server ? cl->server_slot[index] : &cl->children[cl->n_servers + index];
 
-    if (cl->pause_rank < 0 || cl->resumed)
-        return;
-    target = &cl->children[cl->n_servers + cl->pause_rank];
-    if (!cl->paused && c == target && c->step >= cl->pause_step && c->running) {
-        ps_info("pausing worker %d at step %" PRIu64 " with SIGSTOP, as --pause-worker asked",
-                c->index, c->step);
-        uv_process_kill(&c->proc, SIGSTOP);
-        cl->paused = 1;
-    } else if (cl->paused && c != target && c->step >= cl->pause_step + cl->pause_for &&
-               target->running) {
-        ps_info("worker %d reached step %" PRIu64 " without worker %d; resuming it with SIGCONT",
-                c->index, c->step, cl->pause_rank);
-        uv_process_kill(&target->proc, SIGCONT);
-        cl->resumed = 1;
+    return c != NULL && c->running;
+}
+
+/* Worker rank has reached step: the drills due now are carried out here,
+ * where the processes are. A killed server is restarted by ps__on_exit. */
+static void ps__run_drills(ps__cluster *cl, int rank, uint64_t step)
+{
+    ps_drill_action act[PS_DRILLS_MAX_ACTIONS];
+    int n = ps_drills_on_step(cl->drills, rank, step, ps__running, cl, act);
+
+    for (int i = 0; i < n; i++) {
+        ps__child *c = act[i].kind == PS_DRILL_KILL_SERVER
+                           ? cl->server_slot[act[i].target]
+                           : &cl->children[cl->n_servers + act[i].target];
+        int sig = act[i].kind == PS_DRILL_STOP_WORKER   ? SIGSTOP
+                  : act[i].kind == PS_DRILL_CONT_WORKER ? SIGCONT
+                                                        : SIGKILL;
+        if (sig == SIGKILL)
+            c->killed_on_purpose = 1;
+        uv_process_kill(&c->proc, sig);
     }
 }
 
@@ -234,24 +230,7 @@ static void ps__worker_line(ps__cluster *cl, ps__child *c, const char *line)
         ps__json_num(line, "staleness_max", &c->staleness_max);
         if (c->index == 0)
             ps__print_progress(cl, line);
-        ps__pause_drill(cl, c);
-        if (c->index == 0 && cl->kill_server >= 0 && !cl->server_killed &&
-            c->step >= cl->kill_server_step && cl->server_slot[cl->kill_server]->running) {
-            ps__child *sv = cl->server_slot[cl->kill_server];
-            ps_info("killing server %d at step %" PRIu64
-                    " with SIGKILL, as --kill-server asked; it restarts with --restore",
-                    sv->index, c->step);
-            cl->server_killed = 1;
-            sv->killed_on_purpose = 1;
-            uv_process_kill(&sv->proc, SIGKILL);
-        }
-        if (c->index == cl->kill_rank && c->step >= cl->kill_step && c->running &&
-            !c->killed_on_purpose) {
-            ps_info("killing worker %d at step %" PRIu64 " with SIGKILL, as --kill-worker asked",
-                    c->index, c->step);
-            c->killed_on_purpose = 1;
-            uv_process_kill(&c->proc, SIGKILL);
-        }
+        ps__run_drills(cl, c->index, c->step);
     } else if (ps__json_is(line, "eval")) {
         double epoch = 0;
         ps__json_num(line, "epoch", &epoch);
@@ -608,8 +587,8 @@ static void ps__start_workers(ps__cluster *cl)
             ps__opt(&a, "--eval-every", "%d", cl->eval_every);
         if (r == 0 && cl->dump_weights)
             ps__opt(&a, "--dump-weights", "%s", cl->dump_weights);
-        if (r == cl->slow_rank)
-            ps__opt(&a, "--slow-ms", "%d", cl->slow_ms);
+        if (ps_drills_slow_ms(cl->drills, r) > 0)
+            ps__opt(&a, "--slow-ms", "%d", ps_drills_slow_ms(cl->drills, r));
         if (cl->clip_norm > 0)
             ps__opt(&a, "--clip-norm", "%.9g", cl->clip_norm);
         if (ps__spawn(cl, PS__WORKER, r, &a) < 0)
@@ -788,12 +767,8 @@ int main(int argc, char **argv)
     cl.chunk_bytes = PS_DEFAULT_CHUNK_BYTES;
     cl.data_dir = "/usr/share/datasets/fashion-mnist";
     cl.progress_every = 200;
-    cl.kill_rank = -1;
     cl.metrics_port = -1;
-    cl.pause_rank = -1;
-    cl.kill_server = -1;
     cl.restore_clock = -1;
-    cl.slow_rank = -1;
     cl.lr_schedule = "cosine";
     cl.heartbeat_timeout = 10;
     cl.apply_threads = -1;
@@ -808,62 +783,31 @@ int main(int argc, char **argv)
                         "127.0.0.1, ports chosen by the OS.");
     if (rc != 0)
         return rc > 0 ? 0 : 2;
-    if (kill_worker) {
-        unsigned long long step;
-        if (sscanf(kill_worker, "%d@%llu", &cl.kill_rank, &step) != 2 || cl.kill_rank < 0 ||
-            cl.kill_rank >= cl.n_workers) {
-            fprintf(stderr,
-                    "shardps-cluster: --kill-worker '%s' must be RANK@STEP with RANK below "
-                    "--workers, e.g. 1@50; see shardps-cluster --help\n",
-                    kill_worker);
-            return 2;
-        }
-        cl.kill_step = step;
-    }
-    if (kill_server) {
-        unsigned long long at;
-        if (sscanf(kill_server, "%d@%llu", &cl.kill_server, &at) != 2 || cl.kill_server < 0 ||
-            cl.kill_server >= cl.n_servers || cl.checkpoint_dir == NULL) {
-            fprintf(stderr,
-                    "shardps-cluster: --kill-server '%s' must be I@STEP with I below "
-                    "--servers, and needs --checkpoint-dir to restart from; see "
-                    "shardps-cluster --help\n",
-                    kill_server);
-            return 2;
-        }
-        cl.kill_server_step = at;
-    }
     if (cl.restore && cl.checkpoint_dir == NULL) {
         fprintf(stderr, "shardps-cluster: --restore needs --checkpoint-dir DIR; see "
                         "shardps-cluster --help\n");
         return 2;
     }
-    if (slow_worker && (sscanf(slow_worker, "%d:%d", &cl.slow_rank, &cl.slow_ms) != 2 ||
-                        cl.slow_rank < 0 || cl.slow_rank >= cl.n_workers || cl.slow_ms < 0)) {
-        fprintf(stderr,
-                "shardps-cluster: --slow-worker '%s' must be RANK:MS with RANK below "
-                "--workers, e.g. 2:50; see shardps-cluster --help\n",
-                slow_worker);
-        return 2;
-    }
-    if (pause_worker) {
-        unsigned long long at, n;
-        if (sscanf(pause_worker, "%d@%llu:%llu", &cl.pause_rank, &at, &n) != 3 ||
-            cl.pause_rank < 0 || cl.pause_rank >= cl.n_workers || cl.n_workers < 2) {
-            fprintf(stderr,
-                    "shardps-cluster: --pause-worker '%s' must be RANK@STEP:N with RANK "
-                    "below --workers (2 or more), e.g. 1@50:30; see shardps-cluster "
-                    "--help\n",
-                    pause_worker);
-            return 2;
+    {
+        const ps_drills_config dc = {kill_worker,
+                                     pause_worker,
+                                     kill_server,
+                                     slow_worker,
+                                     cl.n_workers,
+                                     cl.n_servers,
+                                     cl.checkpoint_dir != NULL};
+        char err[256];
+        rc = ps_drills_init(&cl.drills, &dc, err, sizeof(err));
+        if (rc < 0) {
+            fprintf(stderr, "shardps-cluster: %s; see shardps-cluster --help\n", err);
+            return rc == -ENOMEM ? 1 : 2;
         }
-        cl.pause_step = at;
-        cl.pause_for = n;
     }
     if (cl.bin_dir == NULL) {
         fprintf(stderr,
                 "shardps-cluster: cannot tell where the shardps binaries are; pass --bin-dir\n");
-        return 2;
+        rc = 2;
+        goto out;
     }
     ncpu = (int)uv_available_parallelism();
     if (cl.threads == 0)
@@ -871,7 +815,8 @@ int main(int argc, char **argv)
     if (cl.metrics_dir && mkdir(cl.metrics_dir, 0777) < 0 && errno != EEXIST) {
         fprintf(stderr, "shardps-cluster: cannot create --metrics-dir %s: %s\n", cl.metrics_dir,
                 strerror(errno));
-        return 2;
+        rc = 2;
+        goto out;
     }
     /* Servers append to their files, so that one restarted with --restore
      * goes on with its history; a new job starts from empty files. */
@@ -880,7 +825,8 @@ int main(int argc, char **argv)
         snprintf(path, sizeof(path), "%s/server-%d.jsonl", cl.metrics_dir, i);
         if (truncate(path, 0) < 0 && errno != ENOENT) {
             fprintf(stderr, "shardps-cluster: cannot empty %s: %s\n", path, strerror(errno));
-            return 2;
+            rc = 2;
+            goto out;
         }
     }
     cl.tty = isatty(STDOUT_FILENO);
@@ -890,7 +836,8 @@ int main(int argc, char **argv)
     cl.child_env = ps__child_environment();
     if (cl.child_env == NULL) {
         fprintf(stderr, "shardps-cluster: out of memory\n");
-        return 1;
+        rc = 1;
+        goto out;
     }
     uv_loop_init(&cl.loop);
     uv_signal_init(&cl.loop, &cl.sigint);
@@ -909,11 +856,11 @@ int main(int argc, char **argv)
     wall = ps__now() - cl.t_start;
     ps__end_progress(&cl);
     uv_loop_close(&cl.loop);
+    rc = cl.interrupted ? 130 : cl.failed ? 1 : 0;
+    if (rc == 0)
+        ps__summary(&cl, wall);
+out:
     free(cl.child_env);
-    if (cl.interrupted)
-        return 130;
-    if (cl.failed)
-        return 1;
-    ps__summary(&cl, wall);
-    return 0;
+    ps_drills_free(cl.drills);
+    return rc;
 }
