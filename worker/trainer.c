@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 #include "dataset.h"
 #include "ps_error.h"
 #include "ps_log.h"
+#include "report.h"
 #include "train_metrics.h"
 
 struct ps_trainer {
@@ -46,25 +46,17 @@ static double ps__now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void ps__report(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* One JSON object per line on the launcher's pipe; nothing when run alone. */
-static void ps__report(int fd, const char *fmt, ...)
+/* One line on the launcher's pipe; nothing when run alone. */
+static void ps__report(const ps_trainer *t, ps_report *r)
 {
-    char line[512];
-    va_list ap;
-    int n;
+    int rc;
 
-    if (fd < 0)
+    if (t->cfg.report_fd < 0)
         return;
-    va_start(ap, fmt);
-    n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
-    va_end(ap);
-    if (n < 0 || n >= (int)sizeof(line) - 1)
-        return;
-    line[n++] = '\n';
-    if (write(fd, line, (size_t)n) != n)
-        ps_warn("could not write a progress report: %s", strerror(errno));
+    r->rank = t->cfg.rank;
+    rc = ps_report_write(t->cfg.report_fd, r);
+    if (rc < 0)
+        ps_warn("could not write a report to the launcher: %s", ps_strerror(rc));
 }
 
 static int ps__evaluate(ps_trainer *t, int epoch, uint64_t step, double *acc_out, int epoch_end)
@@ -85,10 +77,7 @@ static int ps__evaluate(ps_trainer *t, int epoch, uint64_t step, double *acc_out
         return 0;
     }
     ps_info("epoch %d: test accuracy %.4f, test loss %.4f", epoch, *acc_out, loss);
-    ps__report(t->cfg.report_fd,
-               "{\"event\":\"eval\",\"rank\":%d,\"epoch\":%d,\"step\":%" PRIu64
-               ",\"test_accuracy\":%.6f,\"test_loss\":%.6f}",
-               t->cfg.rank, epoch, step, *acc_out, loss);
+    ps__report(t, &(ps_report){.kind = PS_REPORT_EVAL, .u.eval = {epoch, step, *acc_out, loss}});
     return 0;
 }
 
@@ -333,10 +322,8 @@ int ps_trainer_init(ps_trainer **out, const ps_trainer_config *cfg)
             "%" PRIu64 " of %" PRIu64,
             cfg->n_servers, cfg->n_servers == 1 ? "" : "s", t->steps_per_epoch, cfg->workers,
             cfg->batch, t->start, t->total);
-    ps__report(cfg->report_fd,
-               "{\"event\":\"start\",\"rank\":%d,\"step\":%" PRIu64 ",\"steps\":%" PRIu64
-               ",\"steps_per_epoch\":%d}",
-               cfg->rank, t->start, t->total, t->steps_per_epoch);
+    ps__report(t, &(ps_report){.kind = PS_REPORT_START,
+                               .u.start = {t->start, t->total, t->steps_per_epoch}});
     rc = ps_train_metrics_open(&t->tm, cfg->metrics_file, cfg->rank, t->steps_per_epoch);
     if (rc < 0) {
         ps_error("cannot write --metrics-file %s: %s", cfg->metrics_file, strerror(-rc));
@@ -381,12 +368,9 @@ static void ps__progress(ps_trainer *t, ps__interval *iv, int epoch, uint64_t st
                 "staleness mean %.2f max %" PRIu64,
                 epoch + 1, o->epochs, step, t->total, iv->loss_sum / iv->loss_n, sps, stale,
                 ks.staleness_max);
-    ps__report(o->report_fd,
-               "{\"event\":\"progress\",\"rank\":%d,\"epoch\":%d,\"step\":%" PRIu64
-               ",\"steps\":%" PRIu64 ",\"loss\":%.6f,\"samples_per_second\":%.1f"
-               ",\"staleness_mean\":%.3f,\"staleness_max\":%" PRIu64 ",\"dropped\":%" PRIu64 "}",
-               o->rank, epoch + 1, step, t->total, iv->loss_sum / iv->loss_n, sps, stale,
-               ks.staleness_max, ks.dropped);
+    ps__report(t, &(ps_report){.kind = PS_REPORT_PROGRESS,
+                               .u.progress = {epoch + 1, step, t->total, iv->loss_sum / iv->loss_n,
+                                              sps, stale, ks.staleness_max, ks.dropped}});
     iv->last_t = now;
     iv->last_step = iv->steps_done;
     iv->loss_sum = 0;
@@ -406,12 +390,9 @@ static void ps__done(ps_trainer *t, const ps__interval *iv, double t0, double ac
             "pulled, %" PRIu64 " late chunks dropped",
             iv->steps_done, secs, samples / secs, ks.bytes_sent / 1e6, ks.bytes_received / 1e6,
             ks.dropped);
-    ps__report(o->report_fd,
-               "{\"event\":\"done\",\"rank\":%d,\"steps\":%" PRIu64
-               ",\"samples\":%.0f,\"seconds\":%.3f,\"test_accuracy\":%.6f,\"dropped\":%" PRIu64
-               ",\"bytes_pushed\":%" PRIu64 ",\"bytes_pulled\":%" PRIu64 "}",
-               o->rank, iv->steps_done, samples, secs, acc, ks.dropped, ks.bytes_sent,
-               ks.bytes_received);
+    ps__report(t, &(ps_report){.kind = PS_REPORT_DONE,
+                               .u.done = {iv->steps_done, samples, secs, acc, ks.dropped,
+                                          ks.bytes_sent, ks.bytes_received}});
 }
 
 int ps_trainer_run(ps_trainer *t)

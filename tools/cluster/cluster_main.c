@@ -22,6 +22,7 @@
 #include "flags.h"
 #include "partition.h"
 #include "ps_log.h"
+#include "report.h"
 
 #define PS__MAX_PROCS 256
 
@@ -117,43 +118,20 @@ static void ps__fail(ps__cluster *cl, const char *why)
     ps__shutdown(cl);
 }
 
-/* Finds "key": in a one-line JSON object and reads the number after it. */
-static int ps__json_num(const char *line, const char *key, double *out)
-{
-    char pat[64];
-    const char *p;
-    char *end;
-
-    snprintf(pat, sizeof(pat), "\"%s\":", key);
-    p = strstr(line, pat);
-    if (p == NULL)
-        return -1;
-    *out = strtod(p + strlen(pat), &end);
-    return end == p + strlen(pat) ? -1 : 0;
-}
-
-static int ps__json_is(const char *line, const char *event)
-{
-    char pat[64];
-    snprintf(pat, sizeof(pat), "\"event\":\"%s\"", event);
-    return strstr(line, pat) != NULL;
-}
-
 /* On a terminal: one line redrawn in place with a bar through the current
  * epoch, throughput, staleness and the time left; elsewhere (logs, tests that
  * grep) one plain line per report. */
-static void ps__print_progress(ps__cluster *cl, const char *line)
+static void ps__print_progress(ps__cluster *cl, const ps_report_progress *p)
 {
-    double epoch = 0, loss = 0, sps = 0, stale = 0;
-    uint64_t step = cl->children[cl->n_servers].step;
+    double sps = 0;
+    int epoch = p->epoch;
+    uint64_t step = p->step;
 
     for (int r = 0; r < cl->n_workers; r++)
         sps += cl->children[cl->n_servers + r].samples_per_second;
-    ps__json_num(line, "epoch", &epoch);
-    ps__json_num(line, "loss", &loss);
     if (!cl->tty) {
-        printf("epoch %d/%d  step %" PRIu64 "/%" PRIu64 "  loss %.4f  %.0f samples/s\n", (int)epoch,
-               cl->epochs, step, cl->total_steps, loss, sps);
+        printf("epoch %d/%d  step %" PRIu64 "/%" PRIu64 "  loss %.4f  %.0f samples/s\n", epoch,
+               cl->epochs, step, cl->total_steps, p->loss, sps);
     } else {
         char bar[21];
         int spe = cl->steps_per_epoch > 0 ? cl->steps_per_epoch : 1;
@@ -164,11 +142,10 @@ static void ps__print_progress(ps__cluster *cl, const char *line)
         bar[20] = '\0';
         if (step > 0 && cl->total_steps > step)
             eta = t / (double)step * (double)(cl->total_steps - step);
-        ps__json_num(line, "staleness_mean", &stale);
         printf("\r\033[Kepoch %d/%d [%s] step %" PRIu64 "/%" PRIu64
                "  loss %.4f  %.0f samples/s  staleness %.2f  ETA %d:%02d",
-               (int)epoch, cl->epochs, bar, step, cl->total_steps, loss, sps, stale, (int)eta / 60,
-               (int)eta % 60);
+               epoch, cl->epochs, bar, step, cl->total_steps, p->loss, sps, p->staleness_mean,
+               (int)eta / 60, (int)eta % 60);
         cl->progress_shown = 1;
     }
     fflush(stdout);
@@ -210,40 +187,48 @@ static void ps__run_drills(ps__cluster *cl, int rank, uint64_t step)
     }
 }
 
+/* A worker's report (report.h). A line that does not parse, or that names
+ * another rank, is logged and dropped: the launcher acts only on reports it
+ * can read as written. */
 static void ps__worker_line(ps__cluster *cl, ps__child *c, const char *line)
 {
-    double v;
+    ps_report r;
+    char err[160];
 
-    if (ps__json_is(line, "start")) {
-        if (c->index == 0 && ps__json_num(line, "steps", &v) == 0)
-            cl->total_steps = (uint64_t)v;
-        if (c->index == 0 && ps__json_num(line, "steps_per_epoch", &v) == 0)
-            cl->steps_per_epoch = (int)v;
-        if (c->index == 0)
+    if (ps_report_parse(line, &r, err, sizeof(err)) < 0 || r.rank != c->index) {
+        ps_warn("worker %d sent a report the launcher cannot read (%s): %.200s", c->index,
+                err[0] ? err : "wrong rank", line);
+        return;
+    }
+    switch (r.kind) {
+    case PS_REPORT_START:
+        if (c->index == 0) {
+            cl->total_steps = r.u.start.steps;
+            cl->steps_per_epoch = r.u.start.steps_per_epoch;
             cl->t_train = ps__now();
-    } else if (ps__json_is(line, "progress")) {
-        if (ps__json_num(line, "step", &v) == 0)
-            c->step = (uint64_t)v;
-        if (ps__json_num(line, "samples_per_second", &v) == 0)
-            c->samples_per_second = v;
-        ps__json_num(line, "staleness_mean", &c->staleness_mean);
-        ps__json_num(line, "staleness_max", &c->staleness_max);
+        }
+        break;
+    case PS_REPORT_PROGRESS:
+        c->step = r.u.progress.step;
+        c->samples_per_second = r.u.progress.samples_per_second;
+        c->staleness_mean = r.u.progress.staleness_mean;
+        c->staleness_max = (double)r.u.progress.staleness_max;
         if (c->index == 0)
-            ps__print_progress(cl, line);
+            ps__print_progress(cl, &r.u.progress);
         ps__run_drills(cl, c->index, c->step);
-    } else if (ps__json_is(line, "eval")) {
-        double epoch = 0;
-        ps__json_num(line, "epoch", &epoch);
-        if (ps__json_num(line, "test_accuracy", &v) == 0)
-            cl->last_accuracy = v;
+        break;
+    case PS_REPORT_EVAL:
+        cl->last_accuracy = r.u.eval.test_accuracy;
         ps__end_progress(cl);
-        printf("epoch %d done: test accuracy %.4f\n", (int)epoch, cl->last_accuracy);
+        printf("epoch %d done: test accuracy %.4f\n", r.u.eval.epoch, cl->last_accuracy);
         fflush(stdout);
-    } else if (ps__json_is(line, "done")) {
+        break;
+    case PS_REPORT_DONE:
         c->done = 1;
-        ps__json_num(line, "samples", &c->samples);
-        ps__json_num(line, "seconds", &c->seconds);
-        ps__json_num(line, "bytes_pushed", &c->bytes_pushed);
+        c->samples = r.u.done.samples;
+        c->seconds = r.u.done.seconds;
+        c->bytes_pushed = (double)r.u.done.bytes_pushed;
+        break;
     }
 }
 
