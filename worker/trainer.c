@@ -14,6 +14,7 @@
 
 #include "auth.h"
 #include "backend.h"
+#include "clock.h"
 #include "dataset.h"
 #include "ps_error.h"
 #include "ps_log.h"
@@ -39,13 +40,6 @@ struct ps_trainer {
     int finished;          /* every step done: say goodbye to the servers */
 };
 
-static double ps__now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* One line on the launcher's pipe; nothing when run alone. */
 static void ps__report(const ps_trainer *t, ps_report *r)
 {
@@ -63,13 +57,13 @@ static int ps__evaluate(ps_trainer *t, int epoch, uint64_t step, double *acc_out
 {
     float loss;
     int correct, rc;
-    double t0 = ps__now();
+    double t0 = ps_clock_now();
 
     rc = ps_backend_evaluate(t->be, t->test_x, t->test.labels, t->test.n, &loss, &correct);
     if (rc < 0)
         return rc;
     *acc_out = (double)correct / t->test.n;
-    ps_train_metrics_eval(&t->tm, step, *acc_out, loss, ps__now() - t0);
+    ps_train_metrics_eval(&t->tm, step, *acc_out, loss, ps_clock_now() - t0);
     /* --eval-every: within an epoch, a log line and the metrics file only; the
      * launcher's "epoch done" reports stay one per epoch. */
     if (!epoch_end) {
@@ -356,7 +350,7 @@ static void ps__progress(ps_trainer *t, ps__interval *iv, int epoch, uint64_t st
 {
     const ps_trainer_config *o = &t->cfg;
     ps_kv_client_stats ks;
-    double now = ps__now();
+    double now = ps_clock_now();
     double sps = (double)(iv->steps_done - iv->last_step) * o->batch / (now - iv->last_t);
     double stale;
 
@@ -381,7 +375,7 @@ static void ps__done(ps_trainer *t, const ps__interval *iv, double t0, double ac
 {
     const ps_trainer_config *o = &t->cfg;
     ps_kv_client_stats ks;
-    double secs = ps__now() - t0;
+    double secs = ps_clock_now() - t0;
     double samples = (double)iv->steps_done * o->batch;
 
     ps_kv_client_stats_get(t->kv, &ks);
@@ -403,7 +397,7 @@ int ps_trainer_run(ps_trainer *t)
     uint64_t clock;
     double t0, acc = -1, t_step, t_exchange;
 
-    t0 = iv.last_t = ps__now();
+    t0 = iv.last_t = ps_clock_now();
     iv.last_step = t->start;
     rc = ps__pull(t, t->start);
     for (clock = t->start; clock < t->total; clock++) {
@@ -436,7 +430,7 @@ int ps_trainer_run(ps_trainer *t)
                    (rc = ps__evaluate(t, e, clock, &acc, 0)) < 0) {
             break;
         }
-        t_step = ps__now();
+        t_step = ps_clock_now();
         ps_dataset_gather(&t->train, t->order + ps__first_sample(t, clock), o->batch, t->batch_x,
                           t->batch_y);
         t->push_rc = 0;
@@ -450,7 +444,7 @@ int ps_trainer_run(ps_trainer *t)
             ps__slow_down(o->slow_ms);
             t->push_rc = ps_kv_client_push(t->kv, t->grads);
         }
-        t_exchange = ps__now();
+        t_exchange = ps_clock_now();
         iv.loss_sum += loss;
         iv.loss_n++;
         rc = t->push_rc;
@@ -459,8 +453,8 @@ int ps_trainer_run(ps_trainer *t)
         if (rc < 0)
             continue;
         iv.steps_done++;
-        ps_train_metrics_step(&t->tm, t_exchange - t_step, ps__now() - t_exchange, loss, correct,
-                              o->batch);
+        ps_train_metrics_step(&t->tm, t_exchange - t_step, ps_clock_now() - t_exchange, loss,
+                              correct, o->batch);
         /* Sync with backup workers: the step may have been applied without
          * us; the pull brought newer weights, so skip to where they are. */
         if (ps_kv_client_weights_clock(t->kv) > clock + 1)

@@ -13,9 +13,8 @@
 #include "partition.h"
 #include "ps_error.h"
 #include "ps_log.h"
+#include "server_list.h"
 #include "trainer.h"
-
-#define PS__MAX_SERVERS 4096
 
 typedef struct {
     const char *servers, *hidden, *data_dir, *dump_weights, *device;
@@ -28,19 +27,6 @@ typedef struct {
     int eval_every;
     double chunk_bytes, connect_timeout, max_payload;
 } ps__worker_opts;
-
-/* Splits "a:1,b:2" in place into list; returns the count or -EINVAL. */
-static int ps__split_servers(char *text, const char **list, int max)
-{
-    int n = 0;
-
-    for (char *tok = strtok(text, ","); tok; tok = strtok(NULL, ",")) {
-        if (n == max)
-            return -EINVAL;
-        list[n++] = tok;
-    }
-    return n > 0 ? n : -EINVAL;
-}
 
 /* A server refused us and logged what it runs; log what we run and where
  * each value came from, so the reader sees which side to fix. */
@@ -58,13 +44,12 @@ static void ps__log_own_side(const ps_flags_ctx *ctx, const ps__worker_opts *o, 
              ps_flags_describe_origin(ctx, "chunk-bytes", from[4], sizeof(from[4])));
 }
 
-static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const char **servers,
-                     int n_servers)
+static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const ps_server_list *sl)
 {
     ps_trainer_config tc = {
         .spec = *spec,
-        .servers = servers,
-        .n_servers = n_servers,
+        .servers = ps_server_list_entries(sl),
+        .n_servers = ps_server_list_count(sl),
         .rank = o->rank,
         .workers = o->workers,
         .seed = o->seed,
@@ -186,10 +171,10 @@ int main(int argc, char **argv)
      * strings may point into the cluster file's values it holds. */
     static ps_flags_ctx ctx;
     char rank_from[PATH_MAX + 64], workers_from[PATH_MAX + 64];
-    const char *servers[PS__MAX_SERVERS];
+    ps_server_list *sl;
     ps_model_spec spec;
-    char role[32], *server_text;
-    int sizes[PS_MAX_LAYERS + 1], nh, n_servers, rc;
+    char role[32], err[256];
+    int sizes[PS_MAX_LAYERS + 1], nh, rc;
 
     /* A peer that resets while we write must cost a connection, not the
      * process: take write errors as EPIPE instead of the signal. */
@@ -223,14 +208,10 @@ int main(int argc, char **argv)
                 o.hidden);
         return 2;
     }
-    server_text = strdup(o.servers);
-    n_servers = server_text ? ps__split_servers(server_text, servers, PS__MAX_SERVERS) : -ENOMEM;
-    if (n_servers < 0) {
-        fprintf(stderr,
-                "shardps-worker: --servers '%s' is not a comma-separated list of HOST:PORT\n",
-                o.servers);
-        free(server_text);
-        return 2;
+    rc = ps_server_list_parse(&sl, o.servers, PS_MAX_SERVERS, 0, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "shardps-worker: --servers '%s': %s\n", o.servers, err);
+        return rc == -ENOMEM ? 1 : 2;
     }
     snprintf(role, sizeof(role), "worker %d", o.rank);
     ps_log_set_role(role);
@@ -240,12 +221,12 @@ int main(int argc, char **argv)
     sizes[nh + 1] = 10;
     if (ps_model_spec_init_mlp(&spec, sizes, nh + 2, (uint64_t)o.seed) < 0) {
         fprintf(stderr, "shardps-worker: --hidden '%s' gives an invalid model\n", o.hidden);
-        free(server_text);
+        ps_server_list_free(sl);
         return 2;
     }
-    rc = ps__train(&o, &spec, servers, n_servers);
+    rc = ps__train(&o, &spec, sl);
     if (rc == -PS_EREJECTED)
-        ps__log_own_side(&ctx, &o, n_servers);
-    free(server_text);
+        ps__log_own_side(&ctx, &o, ps_server_list_count(sl));
+    ps_server_list_free(sl);
     return rc < 0 ? 1 : 0;
 }

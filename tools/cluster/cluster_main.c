@@ -18,6 +18,8 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "child_env.h"
+#include "clock.h"
 #include "drills.h"
 #include "flags.h"
 #include "partition.h"
@@ -61,7 +63,7 @@ struct ps__cluster {
     int failed, interrupted, stopping;
     ps_drills *drills; /* --kill-worker, --pause-worker, --kill-server, --slow-worker */
     ps__child *server_slot[PS__MAX_PROCS]; /* current process of each server index */
-    char **child_env;                      /* see ps__child_environment */
+    char **child_env;                      /* ps_child_env: no SHARDPS_* variables */
     double t_start;
     double last_accuracy;
     /* Observability: --metrics-dir (per-process JSON lines), --metrics-port
@@ -84,11 +86,6 @@ struct ps__cluster {
     const char *checkpoint_dir;
     double lr, momentum, chunk_bytes, heartbeat_timeout, clip_norm;
 };
-
-static double ps__now(void)
-{
-    return (double)uv_hrtime() * 1e-9;
-}
 
 static const char *ps__child_name(const ps__child *c, char *buf, size_t len)
 {
@@ -136,7 +133,7 @@ static void ps__print_progress(ps__cluster *cl, const ps_report_progress *p)
         char bar[21];
         int spe = cl->steps_per_epoch > 0 ? cl->steps_per_epoch : 1;
         int fill = (int)(20 * (double)(step - (uint64_t)(epoch - 1) * (uint64_t)spe) / spe);
-        double t = ps__now() - cl->t_train, eta = 0;
+        double t = ps_clock_now() - cl->t_train, eta = 0;
         for (int i = 0; i < 20; i++)
             bar[i] = i < fill ? '#' : '.';
         bar[20] = '\0';
@@ -205,7 +202,7 @@ static void ps__worker_line(ps__cluster *cl, ps__child *c, const char *line)
         if (c->index == 0) {
             cl->total_steps = r.u.start.steps;
             cl->steps_per_epoch = r.u.start.steps_per_epoch;
-            cl->t_train = ps__now();
+            cl->t_train = ps_clock_now();
         }
         break;
     case PS_REPORT_PROGRESS:
@@ -365,26 +362,6 @@ static void ps__on_exit(uv_process_t *p, int64_t status, int term_signal)
 }
 
 extern char **environ;
-
-/* The children's environment: ours without SHARDPS_* variables. Every
- * setting reaches them as a flag, and a SHARDPS_CLUSTER (or any other
- * SHARDPS_ variable) meant for this launcher must not reach them behind its
- * back. The array points into environ; only the array is owned. */
-static char **ps__child_environment(void)
-{
-    size_t n = 0, k = 0;
-    char **env;
-
-    while (environ[n])
-        n++;
-    env = calloc(n + 1, sizeof(*env));
-    if (env == NULL)
-        return NULL;
-    for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "SHARDPS_", 8) != 0)
-            env[k++] = environ[i];
-    return env;
-}
 
 /* A child's argv, built flag by flag. Room for every flag either kind of
  * child is given, with a margin; a flag past it marks the argv as too long
@@ -818,7 +795,7 @@ int main(int argc, char **argv)
     ps_log_set_role("cluster");
     setvbuf(stdout, NULL, _IOLBF, 0);
 
-    cl.child_env = ps__child_environment();
+    cl.child_env = ps_child_env(environ);
     if (cl.child_env == NULL) {
         fprintf(stderr, "shardps-cluster: out of memory\n");
         rc = 1;
@@ -834,11 +811,11 @@ int main(int argc, char **argv)
     ps_info("starting %d server%s and %d worker%s, mode %s, %d epoch%s", cl.n_servers,
             cl.n_servers == 1 ? "" : "s", cl.n_workers, cl.n_workers == 1 ? "" : "s", cl.mode,
             cl.epochs, cl.epochs == 1 ? "" : "s");
-    cl.t_start = ps__now();
+    cl.t_start = ps_clock_now();
     cl.last_accuracy = NAN;
     ps__start_servers(&cl);
     uv_run(&cl.loop, UV_RUN_DEFAULT);
-    wall = ps__now() - cl.t_start;
+    wall = ps_clock_now() - cl.t_start;
     ps__end_progress(&cl);
     uv_loop_close(&cl.loop);
     rc = cl.interrupted ? 130 : cl.failed ? 1 : 0;
