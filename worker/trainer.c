@@ -341,7 +341,10 @@ static size_t ps__first_sample(const ps_trainer *t, uint64_t clock)
 
 /* The figures of one progress interval. */
 typedef struct {
-    uint64_t steps_done, last_step;
+    /* Steps this process computed, and as many at the last report: counts
+     * of this run alone, never clocks (a restored run starts at a clock far
+     * above 0, and throughput is over the steps made here). */
+    uint64_t steps_done, steps_done_before;
     double last_t, loss_sum;
     int loss_n;
 } ps__interval;
@@ -351,7 +354,7 @@ static void ps__progress(ps_trainer *t, ps__interval *iv, int epoch, uint64_t st
     const ps_trainer_config *o = &t->cfg;
     ps_kv_client_stats ks;
     double now = ps_clock_now();
-    double sps = (double)(iv->steps_done - iv->last_step) * o->batch / (now - iv->last_t);
+    double sps = (double)(iv->steps_done - iv->steps_done_before) * o->batch / (now - iv->last_t);
     double stale;
 
     ps_kv_client_stats_get(t->kv, &ks);
@@ -366,7 +369,7 @@ static void ps__progress(ps_trainer *t, ps__interval *iv, int epoch, uint64_t st
                                .u.progress = {epoch + 1, step, t->total, iv->loss_sum / iv->loss_n,
                                               sps, stale, ks.staleness_max, ks.dropped}});
     iv->last_t = now;
-    iv->last_step = iv->steps_done;
+    iv->steps_done_before = iv->steps_done;
     iv->loss_sum = 0;
     iv->loss_n = 0;
 }
@@ -398,7 +401,6 @@ int ps_trainer_run(ps_trainer *t)
     double t0, acc = -1, t_step, t_exchange;
 
     t0 = iv.last_t = ps_clock_now();
-    iv.last_step = t->start;
     rc = ps__pull(t, t->start);
     for (clock = t->start; clock < t->total; clock++) {
         int e = (int)(clock / (uint64_t)t->steps_per_epoch);
