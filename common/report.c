@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef enum { PS__INT, PS__U64, PS__NUM } ps__type;
+typedef enum { PS__INT, PS__U64, PS__NUM, PS__BOOL } ps__type;
 
 typedef struct {
     const char *name;
@@ -47,6 +47,7 @@ static const ps__field ps__eval_fields[] = {
     PS__F(eval, ps_report_eval, step, PS__U64),
     PS__F(eval, ps_report_eval, test_accuracy, PS__NUM),
     PS__F(eval, ps_report_eval, test_loss, PS__NUM),
+    PS__F(eval, ps_report_eval, epoch_end, PS__BOOL),
 };
 
 static const ps__field ps__done_fields[] = {
@@ -105,6 +106,9 @@ static void ps__put_field(char *buf, size_t len, size_t *pos, const ps_report *r
         break;
     case PS__U64:
         ps__put(buf, len, pos, "%" PRIu64, *(const uint64_t *)(const void *)p);
+        break;
+    case PS__BOOL:
+        ps__put(buf, len, pos, "%s", *(const int *)(const void *)p ? "true" : "false");
         break;
     case PS__NUM:
         /* %.17g reads back as the same double; JSON has no NaN or Inf. */
@@ -249,6 +253,12 @@ static int ps__convert(const ps__pair *pr, const ps__field *f, ps_report *r, cha
         *(double *)(void *)p = NAN;
         return 0;
     }
+    if (f->type == PS__BOOL) {
+        if (strcmp(text, "true") != 0 && strcmp(text, "false") != 0)
+            return ps__fail(err, errlen, "\"%s\" is not true or false: %s", f->name, text);
+        *(int *)(void *)p = text[0] == 't';
+        return 0;
+    }
     if (!ps__number_chars(text, pr->val_len))
         return ps__fail(err, errlen, "\"%s\" is not a number: %s", f->name, text);
     errno = 0;
@@ -268,6 +278,8 @@ static int ps__convert(const ps__pair *pr, const ps__field *f, ps_report *r, cha
         *(uint64_t *)(void *)p = (uint64_t)v;
         break;
     }
+    case PS__BOOL: /* converted above */
+        break;
     case PS__NUM: {
         double v = strtod(text, &end);
         if (*end != '\0' || errno == ERANGE)

@@ -5,7 +5,8 @@
  *
  * A line is a flat object whose "event" names the kind and whose other keys
  * are exactly that kind's fields below, each once: integers in range, numbers
- * (a non-finite one travels as null), booleans. The parser refuses anything
+ * (a non-finite one travels as null), booleans (int fields 0 or 1 here, true
+ * or false on the line). The parser refuses anything
  * else, saying what, so a report can only be read as what it was written. */
 #ifndef PS_REPORT_H
 #define PS_REPORT_H
@@ -38,9 +39,10 @@ typedef struct {
 } ps_report_progress;
 
 typedef struct {
-    int epoch; /* 1-based epoch the evaluation ends */
+    int epoch; /* 1-based epoch of step */
     uint64_t step;
     double test_accuracy, test_loss;
+    int epoch_end; /* 1: step ends epoch; 0: the run stopped inside it (--steps) */
 } ps_report_eval;
 
 typedef struct {

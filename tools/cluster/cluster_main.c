@@ -184,6 +184,14 @@ static void ps__run_drills(ps__cluster *cl, int rank, uint64_t step)
     }
 }
 
+/* How much of its epoch step has done, in whole percent. */
+static int ps__epoch_percent(const ps__cluster *cl, uint64_t step)
+{
+    uint64_t spe = cl->steps_per_epoch > 0 ? (uint64_t)cl->steps_per_epoch : 1;
+
+    return (int)(step % spe * 100 / spe);
+}
+
 /* A worker's report (report.h). A line that does not parse, or that names
  * another rank, is logged and dropped: the launcher acts only on reports it
  * can read as written. */
@@ -217,7 +225,12 @@ static void ps__worker_line(ps__cluster *cl, ps__child *c, const char *line)
     case PS_REPORT_EVAL:
         cl->last_accuracy = r.u.eval.test_accuracy;
         ps__end_progress(cl);
-        printf("epoch %d done: test accuracy %.4f\n", r.u.eval.epoch, cl->last_accuracy);
+        if (r.u.eval.epoch_end)
+            printf("epoch %d done: test accuracy %.4f\n", r.u.eval.epoch, cl->last_accuracy);
+        else
+            /* --steps stopped the run inside an epoch: say how far it got. */
+            printf("step %" PRIu64 " (epoch %d, %d%%): test accuracy %.4f\n", r.u.eval.step,
+                   r.u.eval.epoch, ps__epoch_percent(cl, r.u.eval.step), cl->last_accuracy);
         fflush(stdout);
         break;
     case PS_REPORT_DONE:
