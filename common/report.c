@@ -42,6 +42,10 @@ static const ps__field ps__progress_fields[] = {
     PS__F(progress, ps_report_progress, dropped, PS__U64),
 };
 
+static const ps__field ps__step_fields[] = {
+    PS__F(step, ps_report_step, step, PS__U64),
+};
+
 static const ps__field ps__eval_fields[] = {
     PS__F(eval, ps_report_eval, epoch, PS__INT),
     PS__F(eval, ps_report_eval, step, PS__U64),
@@ -72,6 +76,7 @@ static const struct {
 } ps__kinds[] = {
     {"start", ps__start_fields, PS__N(ps__start_fields)},
     {"progress", ps__progress_fields, PS__N(ps__progress_fields)},
+    {"step", ps__step_fields, PS__N(ps__step_fields)},
     {"eval", ps__eval_fields, PS__N(ps__eval_fields)},
     {"done", ps__done_fields, PS__N(ps__done_fields)},
 };

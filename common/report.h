@@ -17,6 +17,7 @@
 typedef enum {
     PS_REPORT_START,    /* "start": joined the job */
     PS_REPORT_PROGRESS, /* "progress": a progress interval ended */
+    PS_REPORT_STEP,     /* "step": reached a step the launcher asked about (--report-steps) */
     PS_REPORT_EVAL,     /* "eval": a test-set evaluation at the end of an epoch or the run */
     PS_REPORT_DONE,     /* "done": every step done */
 } ps_report_kind;
@@ -39,6 +40,10 @@ typedef struct {
 } ps_report_progress;
 
 typedef struct {
+    uint64_t step; /* steps done by the job as this worker knows it */
+} ps_report_step;
+
+typedef struct {
     int epoch; /* 1-based epoch of step */
     uint64_t step;
     double test_accuracy, test_loss;
@@ -59,6 +64,7 @@ typedef struct {
     union {
         ps_report_start start;
         ps_report_progress progress;
+        ps_report_step step;
         ps_report_eval eval;
         ps_report_done done;
     } u;

@@ -37,6 +37,7 @@ struct ps_trainer {
     int steps_per_epoch;
     uint64_t start, total; /* the clock we joined at, and the last step */
     int push_rc;           /* the first push error of this step (ps__push_layer) */
+    int next_report_step;  /* index of the first cfg.report_steps not yet reported */
     int finished;          /* every step done: say goodbye to the servers */
 };
 
@@ -382,6 +383,23 @@ static void ps__progress(ps_trainer *t, ps__interval *iv, int epoch, uint64_t st
     iv->loss_n = 0;
 }
 
+/* --report-steps: the launcher hears of each named step as soon as it is
+ * done, so a drill fires on the step it names. A worker that skips ahead
+ * past one (a rejoin, a quorum) reports the step it skipped to. */
+static void ps__report_step(ps_trainer *t, uint64_t step)
+{
+    const ps_trainer_config *o = &t->cfg;
+    int due = 0;
+
+    while (t->next_report_step < o->n_report_steps &&
+           o->report_steps[t->next_report_step] <= step) {
+        t->next_report_step++;
+        due = 1;
+    }
+    if (due)
+        ps__report(t, &(ps_report){.kind = PS_REPORT_STEP, .u.step = {step}});
+}
+
 static void ps__done(ps_trainer *t, const ps__interval *iv, double t0, double acc)
 {
     const ps_trainer_config *o = &t->cfg;
@@ -471,6 +489,7 @@ int ps_trainer_run(ps_trainer *t)
             clock = ps_kv_client_weights_clock(t->kv) - 1;
         if ((clock + 1) % (uint64_t)o->progress_every == 0 || clock + 1 >= t->total)
             ps__progress(t, &iv, epoch, clock + 1);
+        ps__report_step(t, clock + 1);
     }
     if (rc < 0)
         return rc;

@@ -40,6 +40,9 @@ static void round_trip(const ps_report *in)
         else
             cr_assert_eq(out.u.progress.loss, in->u.progress.loss);
         break;
+    case PS_REPORT_STEP:
+        cr_assert_eq(out.u.step.step, in->u.step.step);
+        break;
     case PS_REPORT_EVAL:
         cr_assert_eq(memcmp(&out.u.eval, &in->u.eval, sizeof(in->u.eval)), 0);
         break;
@@ -66,6 +69,12 @@ Test(report, every_kind_round_trips)
         (ps_report_progress){2, 1200, 9370, 0.1 + 0.2, 12345.678, 1.0 / 3, 7, 1ull << 40};
     round_trip(&r);
     r.u.progress.loss = NAN; /* a diverged run: travels as null */
+    round_trip(&r);
+
+    memset(&r, 0, sizeof(r));
+    r.kind = PS_REPORT_STEP;
+    r.rank = 2;
+    r.u.step.step = 100;
     round_trip(&r);
 
     memset(&r, 0, sizeof(r));

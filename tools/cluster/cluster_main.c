@@ -222,6 +222,9 @@ static void ps__worker_line(ps__cluster *cl, ps__child *c, const char *line)
             ps__print_progress(cl, &r.u.progress);
         ps__run_drills(cl, c->index, c->step);
         break;
+    case PS_REPORT_STEP: /* a step a drill named: --report-steps */
+        ps__run_drills(cl, c->index, r.u.step.step);
+        break;
     case PS_REPORT_EVAL:
         cl->last_accuracy = r.u.eval.test_accuracy;
         ps__end_progress(cl);
@@ -541,6 +544,8 @@ static void ps__start_workers(ps__cluster *cl)
             cl->n_servers == 1 ? "" : "s", cl->n_workers, cl->n_workers == 1 ? "" : "s");
     for (int r = 0; r < cl->n_workers && !cl->failed; r++) {
         ps__child_args a;
+        uint64_t steps[PS_DRILLS_MAX_STEPS];
+        int n_steps;
 
         ps__common_args(cl, &a);
         ps__opt(&a, "--servers", "%s", servers);
@@ -562,6 +567,14 @@ static void ps__start_workers(ps__cluster *cl)
             ps__opt(&a, "--eval-every", "%d", cl->eval_every);
         if (r == 0 && cl->dump_weights)
             ps__opt(&a, "--dump-weights", "%s", cl->dump_weights);
+        n_steps = ps_drills_report_steps(cl->drills, r, steps);
+        if (n_steps > 0) {
+            char list[PS_DRILLS_MAX_STEPS * 24] = "";
+            for (int i = 0; i < n_steps; i++)
+                snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%" PRIu64,
+                         i ? "," : "", steps[i]);
+            ps__opt(&a, "--report-steps", "%s", list);
+        }
         if (ps_drills_slow_ms(cl->drills, r) > 0)
             ps__opt(&a, "--slow-ms", "%d", ps_drills_slow_ms(cl->drills, r));
         if (cl->clip_norm > 0)
