@@ -2,9 +2,9 @@
  *
  * Starts S servers on 127.0.0.1 with ports chosen by the OS (each reports its
  * port on a pipe, so nothing polls), then W workers pointed at them; turns the
- * workers' JSON reports into one progress line per interval and a summary, and
- * stops everything on exit, on Ctrl-C, or as soon as any process fails. It
- * lives beside the server because it is the servers' supervisor first. */
+ * workers' reports (report.h) into one progress line per interval and a
+ * summary, carries out the fault drills (drills.h), and stops everything on
+ * exit, on Ctrl-C, or as soon as any process fails. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
