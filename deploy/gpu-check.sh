@@ -30,7 +30,8 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 SRC=$PWD
-BUDGET=480
+# 8 minutes, less the grace a stopped step gets before it is killed.
+BUDGET=460
 DEB=.deb
 DEB_LIMIT=$((64 * 1024 * 1024))
 WORK=${TMPDIR:-/tmp}/shardps-gpu-check
@@ -203,7 +204,9 @@ step() {
     local name=$1 limit=$2 rc=0
     shift 2
     echo "gpu-check: $name (at most $(left "$limit") s)"
-    timeout "$(left "$limit")" "$@" >"$RESULTS/$name.log" 2>&1 || rc=$?
+    # timeout signals the step's whole process group (servers and workers
+    # too), and kills it 10 s later if it is still there.
+    timeout -k 10 "$(left "$limit")" "$@" >"$RESULTS/$name.log" 2>&1 || rc=$?
     [ "$rc" = 124 ] && echo "(stopped by gpu-check: past its time limit)" >>"$RESULTS/$name.log"
     return "$rc"
 }
