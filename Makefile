@@ -78,6 +78,15 @@ fuzz: deps
 	@cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_frame fuzz_handshake
 	@bash tests/fuzz/run.sh $(BUILD_FUZZ) $(FUZZ_SECONDS)
 
+# The CPU half of the GPU check (deploy/gpu-check.sh --no-gpu) inside a bare
+# Debian 12 root with only a compiler, CMake and ninja besides the carried
+# .deb/ packages: proves the script and its package list need nothing else.
+# Needs root and Debian's registry; not part of `make test` (docs/gpu.md).
+GPU_CHROOT ?= /var/tmp/shardps-bookworm
+.PHONY: gpu-check-chroot
+gpu-check-chroot: deps
+	@bash deploy/gpu-check-chroot.sh $(GPU_CHROOT)
+
 clean: fuzz-clean
 fuzz-clean:
 	rm -rf $(BUILD_FUZZ)

@@ -40,8 +40,8 @@ static void ps__detect(void)
     if (!leaf7)
         return;
     ps__features.avx2 = (b & bit_AVX2) != 0;
-    ps__features.avx512_vpclmulqdq =
-        (xcr0 & PS__XCR0_AVX512) == PS__XCR0_AVX512 && (b & bit_AVX512F) && (c & bit_VPCLMULQDQ);
+    ps__features.avx512f = (xcr0 & PS__XCR0_AVX512) == PS__XCR0_AVX512 && (b & bit_AVX512F);
+    ps__features.avx512_vpclmulqdq = ps__features.avx512f && (c & bit_VPCLMULQDQ);
 }
 #else
 static void ps__detect(void) {}

@@ -10,6 +10,7 @@ typedef struct {
     int sse42;             /* the crc32 instruction */
     int avx2;              /* 256-bit integer vectors */
     int f16c;              /* half <-> float conversion (with AVX) */
+    int avx512f;           /* 512-bit vectors and mask registers */
     int avx512_vpclmulqdq; /* AVX-512F and 512-bit carry-less multiply */
 } ps_cpu_features;
 

@@ -1,4 +1,4 @@
-/* Float <-> half conversion (see half.h). The references work on the bit
+/* Float <-> half and float <-> bfloat16 conversion (see half.h). The references work on the bit
  * patterns one value at a time, so they are exact by construction and need
  * no floating-point environment; the F16C copies convert eight values per
  * instruction. Which one runs is decided per call from the CPU's feature
@@ -14,9 +14,9 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define PS__F16C 1
+#define PS__X86 1
 #else
-#define PS__F16C 0
+#define PS__X86 0
 #endif
 
 /* One float to half, rounding to nearest even. */
@@ -97,7 +97,7 @@ void ps_f16_to_f32_ref(float *dst, const uint16_t *src, size_t n)
         dst[i] = ps__widen(src[i]);
 }
 
-#if PS__F16C
+#if PS__X86
 static int ps__have_f16c(void)
 {
     return ps_cpu_features_get()->f16c;
@@ -186,4 +186,178 @@ void ps_f16_to_f32(float *dst, const uint16_t *src, size_t n)
 {
     if (ps_f16_to_f32_fast(dst, src, n) < 0)
         ps_f16_to_f32_ref(dst, src, n);
+}
+
+/* ---- bfloat16 ---------------------------------------------------------- */
+
+/* One float to bfloat16. Adding 0x7fff, plus one when the kept part is odd,
+ * carries into the kept bits exactly when the dropped 16 bits are above
+ * half, or at half with an odd kept part: round to nearest even. A carry out
+ * of the mantissa moves to the next exponent, which is the right next value,
+ * up to Inf. Only NaN must not be rounded: its payload could carry into the
+ * exponent's neighbour or round to Inf. */
+static uint16_t ps__bf16_narrow(float f)
+{
+    uint32_t x;
+
+    memcpy(&x, &f, sizeof(x));
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x0040u);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+void ps_f32_to_bf16_ref(uint16_t *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = ps__bf16_narrow(src[i]);
+}
+
+void ps_bf16_to_f32_ref(float *dst, const uint16_t *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t x = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &x, sizeof(x));
+    }
+}
+
+/* The vector copies do the reference's integer arithmetic on 8 or 16 lanes
+ * (not AVX512_BF16's VCVTNEPS2BF16, which flushes subnormals to zero). A
+ * tail shorter than a vector goes through the reference: the rule is the
+ * same integer arithmetic, so which one converts it makes no difference. */
+#if PS__X86
+#define PS__AVX2   __attribute__((target("avx2")))
+#define PS__AVX512 __attribute__((target("avx512f")))
+
+static PS__AVX2 void ps__bf16_narrow_avx2(uint16_t *dst, const float *src, size_t n)
+{
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i quiet = _mm256_set1_epi32(0x0040);
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(src + i));
+        __m256i hi = _mm256_srli_epi32(x, 16);
+        __m256i r = _mm256_add_epi32(_mm256_add_epi32(x, bias), _mm256_and_si256(hi, one));
+        /* Signed compare is right: both sides are below 2^31. */
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs), inf);
+        r = _mm256_blendv_epi8(_mm256_srli_epi32(r, 16), _mm256_or_si256(hi, quiet), nan);
+        /* Every lane is below 2^16, so unsigned saturation keeps it; packing
+         * works per 128-bit half, and the permute brings the two results'
+         * 64-bit pieces (0 and 2) together. */
+        r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_castsi256_si128(r));
+    }
+    ps_f32_to_bf16_ref(dst + i, src + i, n - i);
+}
+
+static PS__AVX2 void ps__bf16_widen_avx2(float *dst, const uint16_t *src, size_t n)
+{
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_slli_epi32(h, 16));
+    }
+    ps_bf16_to_f32_ref(dst + i, src + i, n - i);
+}
+
+static PS__AVX512 void ps__bf16_narrow_avx512(uint16_t *dst, const float *src, size_t n)
+{
+    const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
+    const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i quiet = _mm512_set1_epi32(0x0040);
+    size_t i = 0;
+
+    for (; i + 16 <= n; i += 16) {
+        __m512i x = _mm512_loadu_si512(src + i);
+        __m512i hi = _mm512_srli_epi32(x, 16);
+        __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, bias), _mm512_and_si512(hi, one));
+        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, abs), inf);
+        r = _mm512_mask_or_epi32(_mm512_srli_epi32(r, 16), nan, hi, quiet);
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtepi32_epi16(r));
+    }
+    ps_f32_to_bf16_ref(dst + i, src + i, n - i);
+}
+
+static PS__AVX512 void ps__bf16_widen_avx512(float *dst, const uint16_t *src, size_t n)
+{
+    size_t i = 0;
+
+    for (; i + 16 <= n; i += 16) {
+        __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
+        _mm512_storeu_si512(dst + i, _mm512_slli_epi32(h, 16));
+    }
+    ps_bf16_to_f32_ref(dst + i, src + i, n - i);
+}
+
+static int ps__have_avx2(void)
+{
+    return ps_cpu_features_get()->avx2;
+}
+
+static int ps__have_avx512(void)
+{
+    return ps_cpu_features_get()->avx512f;
+}
+#else
+static int ps__have_avx2(void)
+{
+    return 0;
+}
+
+static int ps__have_avx512(void)
+{
+    return 0;
+}
+
+/* Never called (no x86-64 vectors here), but the wrappers name them. */
+#define ps__bf16_narrow_avx2   ps_f32_to_bf16_ref
+#define ps__bf16_widen_avx2    ps_bf16_to_f32_ref
+#define ps__bf16_narrow_avx512 ps_f32_to_bf16_ref
+#define ps__bf16_widen_avx512  ps_bf16_to_f32_ref
+#endif
+
+int ps_f32_to_bf16_avx2(uint16_t *dst, const float *src, size_t n)
+{
+    if (!ps__have_avx2())
+        return -ENOTSUP;
+    ps__bf16_narrow_avx2(dst, src, n);
+    return 0;
+}
+
+int ps_bf16_to_f32_avx2(float *dst, const uint16_t *src, size_t n)
+{
+    if (!ps__have_avx2())
+        return -ENOTSUP;
+    ps__bf16_widen_avx2(dst, src, n);
+    return 0;
+}
+
+int ps_f32_to_bf16_avx512(uint16_t *dst, const float *src, size_t n)
+{
+    if (!ps__have_avx512())
+        return -ENOTSUP;
+    ps__bf16_narrow_avx512(dst, src, n);
+    return 0;
+}
+
+int ps_bf16_to_f32_avx512(float *dst, const uint16_t *src, size_t n)
+{
+    if (!ps__have_avx512())
+        return -ENOTSUP;
+    ps__bf16_widen_avx512(dst, src, n);
+    return 0;
+}
+
+void ps_f32_to_bf16(uint16_t *dst, const float *src, size_t n)
+{
+    if (ps_f32_to_bf16_avx512(dst, src, n) < 0 && ps_f32_to_bf16_avx2(dst, src, n) < 0)
+        ps_f32_to_bf16_ref(dst, src, n);
+}
+
+void ps_bf16_to_f32(float *dst, const uint16_t *src, size_t n)
+{
+    if (ps_bf16_to_f32_avx512(dst, src, n) < 0 && ps_bf16_to_f32_avx2(dst, src, n) < 0)
+        ps_bf16_to_f32_ref(dst, src, n);
 }

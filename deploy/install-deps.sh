@@ -18,6 +18,8 @@ pkgs=(
   libmicrohttpd-dev gnuplot-nox jq
   # checking the deploy files without Docker or Kubernetes (it_deploy_files)
   docker-compose yamllint
+  # make gpu-check-chroot: a bare Debian 12 root to run deploy/gpu-check.sh in
+  debootstrap
 )
 
 missing=()

@@ -153,6 +153,20 @@ extern "C" cudaError_t ps_cuda_check_image(void)
     return cudaFuncGetAttributes(&attr, ps__relu_bwd);
 }
 
+/* The integer arithmetic of the CPU reference (common/half.c): adding
+ * 0x7fff, plus one when the kept part is odd, carries into the kept bits
+ * exactly when rounding to nearest even goes up. */
+static __global__ void ps__f32_to_bf16(uint16_t *dst, const float *src, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        unsigned int x = __float_as_uint(src[i]);
+        dst[i] = (x & 0x7fffffffu) > 0x7f800000u
+                     ? (uint16_t)((x >> 16) | 0x0040u)
+                     : (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+    }
+}
+
 extern "C" cudaError_t ps_cuda_bias_act_fwd(float *y, const float *b, int B, int out, int relu,
                                             cudaStream_t stream)
 {
@@ -213,5 +227,14 @@ extern "C" cudaError_t ps_cuda_count_correct(const float *logits, const uint8_t 
     if (B < 1 || C < 1)
         return cudaSuccess;
     ps__count_correct<<<grid, PS__THREADS, 0, stream>>>(logits, labels, B, C, count);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ps_cuda_f32_to_bf16(uint16_t *dst, const float *src, size_t n,
+                                           cudaStream_t stream)
+{
+    if (n == 0)
+        return cudaSuccess;
+    ps__f32_to_bf16<<<ps__blocks(n), PS__THREADS, 0, stream>>>(dst, src, n);
     return cudaGetLastError();
 }

@@ -56,6 +56,13 @@ cudaError_t ps_cuda_sum_add(const float *v, int n, double *acc, cudaStream_t str
 cudaError_t ps_cuda_count_correct(const float *logits, const uint8_t *labels, int B, int C,
                                   int *count, cudaStream_t stream);
 
+/* dst[i] = src[i] narrowed to bfloat16, i < n, with ps_f32_to_bf16_ref's
+ * rule (common/half.h) bit for bit: round to nearest even on the bit
+ * pattern, subnormals kept, NaN quieted with its sign and top payload bits.
+ * Not CUDA's __float2bfloat16_rn, which returns one canonical NaN. For
+ * narrowing a gradient on the device before it is copied to the host. */
+cudaError_t ps_cuda_f32_to_bf16(uint16_t *dst, const float *src, size_t n, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

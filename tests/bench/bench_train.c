@@ -64,7 +64,7 @@
 #define PS__MAX_PAYLOAD ((size_t)1 << 30) /* the worker's and the server's default */
 
 typedef struct {
-    int steps, servers, workers, batch, threads, logs;
+    int steps, servers, workers, batch, threads, logs, tf32;
     const char *models, *device, *server_bin, *worker_bin, *data_dir;
 } ps__opts;
 
@@ -244,6 +244,7 @@ static int ps__compute_only(const ps__opts *o, ps__result *r, const ps_dataset *
         return rc;
     /* Sized as the worker sizes it, so the two run the same code. */
     bc.max_batch = o->batch > 256 ? o->batch : 256;
+    bc.tf32 = o->tf32;
     rc = ps_backend_init(&be, &r->spec, &bc);
     if (rc < 0)
         goto out;
@@ -501,6 +502,7 @@ static int ps__train(const ps__opts *o, ps__result *r, const char *dir)
                     (char *)o->data_dir,
                     "--metrics-file",
                     NULL, /* path[rank] */
+                    o->tf32 ? "--tf32" : NULL,
                     NULL};
     int n_argv = (int)(sizeof(argv) / sizeof(argv[0])), started = 0, rc;
 
@@ -519,7 +521,7 @@ static int ps__train(const ps__opts *o, ps__result *r, const char *dir)
         snprintf(a_rank, sizeof(a_rank), "%d", started);
         snprintf(path[started], sizeof(path[started]), "%s/%s-worker-%d.jsonl", dir, r->model->name,
                  started);
-        argv[n_argv - 2] = path[started];
+        argv[n_argv - 3] = path[started];
         rc = ps_bench_spawn(argv, o->logs, 0, &wk[started]);
     }
     if (rc == 0)
@@ -585,14 +587,15 @@ static void ps__report(const ps__opts *o, const ps__result *r, char *json, size_
     snprintf(json, len,
              "{\"bench\":\"train\",\"model\":\"%s\",\"hidden\":\"%s\",\"params\":%zu,"
              "\"model_bytes\":%zu,\"mode\":\"sync\",\"servers\":%d,\"workers\":%d,\"batch\":%d,"
-             "\"threads\":%d,\"device\":\"%s\",\"steps\":%d,\"warmup_steps\":%d,"
+             "\"threads\":%d,\"device\":\"%s\",\"tf32\":%s,\"steps\":%d,\"warmup_steps\":%d,"
              "\"samples_per_s\":%.1f,\"step_ms\":%.3f,\"compute_ms\":%.3f,\"comm_ms\":%.3f,"
              "\"wait_ms\":%.3f,\"compute_only_ms\":%.3f,\"comm_only_ms\":%.3f,\"ratio\":%.4f,"
              "\"hidden_fraction\":%.4f,\"other_cpu_cores\":%.3f}",
              r->model->name, r->model->hidden, params, params * sizeof(float), o->servers,
-             o->workers, o->batch, o->threads, o->device, r->steps, r->warmup, r->samples_per_s,
-             r->step_s * 1e3, r->compute_s * 1e3, r->comm_s * 1e3, r->wait_s * 1e3,
-             r->compute_only_s * 1e3, r->comm_only_s * 1e3, ratio, hidden, r->other_cores);
+             o->workers, o->batch, o->threads, o->device, o->tf32 ? "true" : "false", r->steps,
+             r->warmup, r->samples_per_s, r->step_s * 1e3, r->compute_s * 1e3, r->comm_s * 1e3,
+             r->wait_s * 1e3, r->compute_only_s * 1e3, r->comm_only_s * 1e3, ratio, hidden,
+             r->other_cores);
 }
 
 /* ---- main --------------------------------------------------------------- */
@@ -708,6 +711,9 @@ int main(int argc, char **argv)
          0, 1024, NULL},
         {"device", PS_FLAG_CHOICE, &o.device, "DEV", "where the workers compute", 0, 0,
          "cpu|auto|cuda"},
+        {"tf32", PS_FLAG_BOOL, &o.tf32, NULL,
+         "TF32 tensor-core products on a GPU (workers and compute alone; ignored on the CPU)", 0, 0,
+         NULL},
         {"data-dir", PS_FLAG_STRING, &o.data_dir, "DIR", "folder with the Fashion-MNIST IDX files",
          0, 0, NULL},
         {"server-bin", PS_FLAG_STRING, &o.server_bin, "PATH", "the shardps-server to start", 0, 0,
@@ -761,8 +767,8 @@ int main(int argc, char **argv)
     ps_dataset_epoch_order(1, 0, ds.n, order);
 
     printf("bench-train: sync, Adam, %d server(s), %d worker(s) x batch %d, %d BLAS thread(s) "
-           "per worker, device %s; per-step means over the measured steps\n\n",
-           o.servers, o.workers, o.batch, o.threads, o.device);
+           "per worker, device %s%s; per-step means over the measured steps\n\n",
+           o.servers, o.workers, o.batch, o.threads, o.device, o.tf32 ? " (TF32)" : "");
     ps__print_header();
     for (int i = 0; i < n_models && rc == 0; i++) {
         rc = ps__run_model(&o, &ps__models[models[i]], &ds, order, dir, json[n_json],

@@ -10,6 +10,8 @@
  * with no argument it runs them all. Exit 0: passed, 1: failed, 77: skipped.
  *
  * Tolerances, and why:
+ * - f32_to_bf16: bit for bit against ps_f32_to_bf16_ref, NaN payloads
+ *   included: both do the same integer arithmetic on the bit pattern.
  * - bias_act_fwd, relu_bwd, count_correct: exact. One float add, a compare,
  *   an integer count: nothing is left to rounding order.
  * - bias_grad: |got - ref| <= (ceil(B/16) + 5) * 2^-23 * sum_i |dy[i][o]|.
@@ -45,6 +47,7 @@
 #include "backend.h"
 #include "cpu_kernels.h"
 #include "cuda_kernels.h"
+#include "half.h"
 #include "mlp.h"
 #include "../test_rng.h"
 
@@ -168,6 +171,50 @@ static void test_relu_bwd(void)
         CUDA_OK(cudaFree(d_y));
         CUDA_OK(cudaFree(d_dy));
         free(y), free(dy), free(got);
+    }
+}
+
+static void test_f32_to_bf16(void)
+{
+    static const size_t sizes[] = {1, 255, 256, 257, 4097, ((size_t)1 << 21) + 3};
+    /* Ties both ways, the overflow tie, subnormal ties, Inf and NaNs whose
+     * payload would round into the exponent. */
+    static const uint32_t edges[] = {0x3f808000u, 0x3f818000u, 0x7f7f8000u, 0x7f7fffffu,
+                                     0x00008000u, 0x00018000u, 0x807f8000u, 0x00000001u,
+                                     0x7f800000u, 0xff800000u, 0x7f800001u, 0x7fffffffu,
+                                     0xff80ffffu, 0x7fc00000u, 0x80000000u, 0x00000000u};
+
+    rng_state = 7;
+    for (int si = 0; si < COUNT(sizes); si++) {
+        size_t n = sizes[si];
+        float *x = malloc(n * sizeof(*x) + 1);
+        uint16_t *got = malloc(n * sizeof(*got) + 1), *ref = malloc(n * sizeof(*ref) + 1);
+        void *d_src = NULL, *d_dst = NULL;
+
+        if (x == NULL || got == NULL || ref == NULL)
+            abort();
+        for (size_t i = 0; i < n; i++) {
+            uint64_t r = rng_next();
+            /* Any pattern, or an exact tie with random kept bits. */
+            uint32_t bits =
+                r & 1 ? (uint32_t)(r >> 32) : ((uint32_t)(r >> 32) & 0xffff0000u) | 0x8000u;
+            if (i < (size_t)COUNT(edges))
+                bits = edges[i];
+            memcpy(&x[n - 1 - i], &bits, sizeof(bits));
+        }
+        ps_f32_to_bf16_ref(ref, x, n);
+        CUDA_OK(upload(&d_src, x, n * sizeof(*x)));
+        CUDA_OK(upload(&d_dst, NULL, n * sizeof(*got)));
+        CUDA_OK(ps_cuda_f32_to_bf16(d_dst, d_src, n, 0));
+        CUDA_OK(cudaMemcpy(got, d_dst, n * sizeof(*got), cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) {
+            uint32_t bits;
+            memcpy(&bits, &x[i], sizeof(bits));
+            CHECK(got[i] == ref[i], "n=%zu: 0x%08x -> 0x%04x, CPU 0x%04x", n, bits, got[i], ref[i]);
+        }
+        CUDA_OK(cudaFree(d_src));
+        CUDA_OK(cudaFree(d_dst));
+        free(x), free(got), free(ref);
     }
 }
 
@@ -484,6 +531,7 @@ static const struct {
     {"bias_grad", test_bias_grad},       {"softmax_xent", test_softmax_xent},
     {"sum_add", test_sum_add},           {"count_correct", test_count_correct},
     {"model_fp32", test_model_fp32},     {"model_tf32", test_model_tf32},
+    {"f32_to_bf16", test_f32_to_bf16},
 };
 
 int main(int argc, char **argv)

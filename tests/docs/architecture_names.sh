@@ -29,8 +29,8 @@ while IFS= read -r f; do
     esac
     base=$(basename "$f")
     stem=${base%.*}
-    # A module is named as `stem` (or `ps_stem`); a file as .../base or `base`.
-    if grep -Eq "\`(ps_)?${stem}\`|(^|[/\` ])${base//./\\.}([\` ,.:)]|$)" "$doc"; then
+    # A module is named as `stem`, `ps_stem` or `dir/stem`; a file as .../base or `base`.
+    if grep -Eq "[\`/](ps_)?${stem}\`|(^|[/\` ])${base//./\\.}([\` ,.:)]|$)" "$doc"; then
         continue
     fi
     missing+=("$f")

@@ -1,4 +1,6 @@
-/* Tests for the float <-> half conversions behind --compress fp16. The plain
+/* Tests for the float <-> half conversions behind --compress fp16, and the
+ * float <-> bfloat16 ones (same layout: references by hand and by
+ * definition, then every vector copy against them bit for bit). The plain
  * C references are checked against values worked out by hand (every kind of
  * edge: zeros, subnormals, ties, overflow, Inf, NaN), against the definition
  * of rounding to nearest even on random floats, and by a round trip through
@@ -303,4 +305,259 @@ Test(half, dispatching_names_give_the_reference_results)
     cr_assert(memcmp(back, ref_back, sizeof(back)) == 0);
     cr_assert(isinf(back[3]));
     cr_assert_float_eq(back[10], 1.1f, 1e-3f);
+}
+
+/* ---- bfloat16 ---------------------------------------------------------- */
+
+static uint16_t bf16_narrow_ref(float f)
+{
+    uint16_t h;
+    ps_f32_to_bf16_ref(&h, &f, 1);
+    return h;
+}
+
+static float bf16_widen_ref(uint16_t h)
+{
+    float f;
+    ps_bf16_to_f32_ref(&f, &h, 1);
+    return f;
+}
+
+static const struct {
+    uint32_t f32;
+    uint16_t bf16;
+    const char *what;
+} bf16_cases[] = {
+    {0x00000000u, 0x0000u, "+0"},
+    {0x80000000u, 0x8000u, "-0"},
+    {0x3f800000u, 0x3f80u, "1"},
+    {0xc0490fdbu, 0xc049u, "-pi rounds towards zero (low bits below half)"},
+    {0x3eaaaaabu, 0x3eabu, "1/3 rounds up"},
+    {0x3f808000u, 0x3f80u, "1 + 2^-8: a tie, to the even 1"},
+    {0x3f818000u, 0x3f82u, "1 + 3*2^-8: a tie, to the even 1 + 2^-6"},
+    {0x3f808001u, 0x3f81u, "just above a tie rounds up"},
+    {0x3f807fffu, 0x3f80u, "just below a tie rounds down"},
+    {0x3fff8000u, 0x4000u, "a tie that carries into the exponent"},
+    {0x7f7f0000u, 0x7f7fu, "the largest bfloat16"},
+    {0x7f7f7fffu, 0x7f7fu, "just below the tie above it stays"},
+    {0x7f7f8000u, 0x7f80u, "the tie above the largest: to the even Inf"},
+    {0x7f7fffffu, 0x7f80u, "FLT_MAX rounds to Inf"},
+    {0xff7fffffu, 0xff80u, "-FLT_MAX rounds to -Inf"},
+    {0x7f800000u, 0x7f80u, "+Inf"},
+    {0xff800000u, 0xff80u, "-Inf"},
+    {0x7fc00000u, 0x7fc0u, "quiet NaN"},
+    {0xffc00000u, 0xffc0u, "negative quiet NaN"},
+    {0x7f800001u, 0x7fc0u, "signalling NaN, low payload only: quieted, not Inf"},
+    {0x7fa00000u, 0x7fe0u, "signalling NaN, high payload kept and quieted"},
+    {0x7fffffffu, 0x7fffu, "NaN with every payload bit: not rounded"},
+    {0xff80ffffu, 0xffc0u, "negative NaN, low payload only"},
+    {0x00800000u, 0x0080u, "FLT_MIN, the smallest normal"},
+    {0x00400000u, 0x0040u, "2^-127, a subnormal"},
+    {0x00000001u, 0x0000u, "the smallest subnormal rounds to 0"},
+    {0x80000001u, 0x8000u, "its negative to -0"},
+    {0x00008000u, 0x0000u, "2^-134: a tie, to the even 0"},
+    {0x00018000u, 0x0002u, "3 * 2^-134: a tie, to the even 2^-132"},
+    {0x00008001u, 0x0001u, "just above the first tie rounds up to a subnormal"},
+    {0x007fffffu, 0x0080u, "the largest subnormal rounds up to FLT_MIN"},
+    {0x807f8000u, 0x8080u, "a negative subnormal tie, carrying to -FLT_MIN"},
+};
+#define N_BF16_CASES (sizeof(bf16_cases) / sizeof(bf16_cases[0]))
+
+Test(bf16, reference_converts_hand_worked_values)
+{
+    for (size_t i = 0; i < N_BF16_CASES; i++) {
+        uint16_t h = bf16_narrow_ref(from_bits(bf16_cases[i].f32));
+        cr_expect_eq(h, bf16_cases[i].bf16, "%s: 0x%08x -> 0x%04x, want 0x%04x", bf16_cases[i].what,
+                     bf16_cases[i].f32, h, bf16_cases[i].bf16);
+    }
+}
+
+/* Widening is the pattern shifted up, NaNs and all; narrowing it back gives
+ * every bfloat16 itself, a NaN quieted. */
+Test(bf16, reference_widens_exactly_and_round_trips_every_value)
+{
+    for (uint32_t h = 0; h < N_HALVES; h++) {
+        int nan = (h & 0x7f80u) == 0x7f80u && (h & 0x7fu) != 0;
+        float f = bf16_widen_ref((uint16_t)h);
+        uint16_t back = bf16_narrow_ref(f);
+        cr_assert_eq(to_bits(f), h << 16, "0x%04x widened to 0x%08x", h, to_bits(f));
+        cr_assert_eq(back, (uint16_t)(nan ? h | 0x40u : h), "0x%04x came back as 0x%04x", h, back);
+    }
+}
+
+static double bf16_dist(float f, uint32_t h)
+{
+    return fabs((double)f - (double)bf16_widen_ref((uint16_t)h));
+}
+
+/* Round to nearest even by its definition, on random finite floats of every
+ * exponent, subnormals included: no neighbour is nearer, a tie goes to the
+ * even mantissa, and only values past the last tie become Inf. */
+Test(bf16, reference_rounds_to_the_nearest_even)
+{
+    rng_state = 12;
+    for (int i = 0; i < 400000; i++) {
+        uint64_t r = rng_next();
+        uint32_t x = (uint32_t)r;
+        float f;
+        uint16_t h;
+        uint32_t mag;
+        double d;
+
+        /* A quarter exact ties, to make sure they are met. */
+        if ((r >> 32) % 4 == 0)
+            x = (x & 0xffff0000u) | 0x8000u;
+        if ((x & 0x7f800000u) == 0x7f800000u)
+            continue;
+        f = from_bits(x);
+        h = bf16_narrow_ref(f);
+        mag = h & 0x7fffu;
+        d = bf16_dist(f, h);
+        cr_assert_eq(h >> 15, x >> 31, "0x%08x changed sign", x);
+        if (mag == 0x7f80u) {
+            cr_assert_geq(fabs((double)f), 0x1.ffp127, "0x%08x narrowed to Inf", x);
+            continue;
+        }
+        if (mag > 0)
+            cr_assert_leq(d, bf16_dist(f, (h & 0x8000u) | (mag - 1)),
+                          "0x%08x -> 0x%04x: below is nearer", x, h);
+        if (mag + 1 < 0x7f80u) {
+            double up = bf16_dist(f, (h & 0x8000u) | (mag + 1));
+            cr_assert_leq(d, up, "0x%08x -> 0x%04x: above is nearer", x, h);
+            if (d == up)
+                cr_assert_eq(mag & 1u, 0u, "0x%08x -> 0x%04x: a tie to odd", x, h);
+        }
+    }
+}
+
+/* The vector copies, each against the reference where the CPU has it. */
+typedef int (*bf16_narrow_fn)(uint16_t *, const float *, size_t);
+typedef int (*bf16_widen_fn)(float *, const uint16_t *, size_t);
+
+static const struct {
+    const char *name;
+    bf16_narrow_fn narrow;
+    bf16_widen_fn widen;
+} bf16_copies[] = {
+    {"AVX2", ps_f32_to_bf16_avx2, ps_bf16_to_f32_avx2},
+    {"AVX-512", ps_f32_to_bf16_avx512, ps_bf16_to_f32_avx512},
+};
+#define N_BF16_COPIES (sizeof(bf16_copies) / sizeof(bf16_copies[0]))
+
+/* Converts src in pieces of 1..MAX_CHUNK values (every tail of 8 and 16
+ * lanes) with each copy the CPU has, bit for bit against the reference.
+ * Returns how many copies ran. */
+static int bf16_compare_narrow(const float *src, size_t n)
+{
+    uint16_t fast[MAX_CHUNK], ref[MAX_CHUNK];
+    int ran = 0;
+
+    for (size_t c = 0; c < N_BF16_COPIES; c++) {
+        float one = 1.0f;
+        uint16_t h;
+        size_t len = 1;
+
+        if (bf16_copies[c].narrow(&h, &one, 1) == -ENOTSUP)
+            continue;
+        ran++;
+        for (size_t i = 0; i < n; i += len, len = len % MAX_CHUNK + 1) {
+            size_t k = n - i < len ? n - i : len;
+            cr_assert_eq(bf16_copies[c].narrow(fast, src + i, k), 0);
+            ps_f32_to_bf16_ref(ref, src + i, k);
+            for (size_t j = 0; j < k; j++)
+                cr_assert_eq(fast[j], ref[j], "0x%08x: %s 0x%04x, reference 0x%04x",
+                             to_bits(src[i + j]), bf16_copies[c].name, fast[j], ref[j]);
+        }
+    }
+    return ran;
+}
+
+static void skip_if_none_ran(int ran)
+{
+    if (ran == 0)
+        cr_skip_test("neither AVX2 nor AVX-512F on this CPU or build: the reference is used");
+}
+
+Test(bf16, vector_widening_matches_the_reference_on_every_value)
+{
+    uint16_t *in = xmalloc(N_HALVES * sizeof(*in));
+    float *fast = xmalloc(N_HALVES * sizeof(*fast)), *ref = xmalloc(N_HALVES * sizeof(*ref));
+    int ran = 0;
+
+    for (uint32_t h = 0; h < N_HALVES; h++)
+        in[h] = (uint16_t)h;
+    ps_bf16_to_f32_ref(ref, in, N_HALVES);
+    for (size_t c = 0; c < N_BF16_COPIES; c++) {
+        if (bf16_copies[c].widen(fast, in, N_HALVES) == -ENOTSUP)
+            continue;
+        ran++;
+        cr_assert(memcmp(fast, ref, N_HALVES * sizeof(*fast)) == 0, "%s widening differs",
+                  bf16_copies[c].name);
+        memset(fast, 0, N_HALVES * sizeof(*fast));
+        for (size_t i = 0, len = 1; i < N_HALVES; i += len, len = len % MAX_CHUNK + 1)
+            cr_assert_eq(
+                bf16_copies[c].widen(fast + i, in + i, N_HALVES - i < len ? N_HALVES - i : len), 0);
+        cr_assert(memcmp(fast, ref, N_HALVES * sizeof(*fast)) == 0, "%s piecewise widening differs",
+                  bf16_copies[c].name);
+    }
+    free(in);
+    free(fast);
+    free(ref);
+    skip_if_none_ran(ran);
+}
+
+/* Every exponent and sign, with the low 16 bits at and around the tie and
+ * the edges, both parities of the kept part, and the hand-worked cases. */
+Test(bf16, vector_narrowing_matches_the_reference_on_edge_cases)
+{
+    static const uint32_t low[] = {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu};
+    static const uint32_t kept[] = {0x00u, 0x01u, 0x40u, 0x7eu, 0x7fu};
+    enum { PER_EXP = sizeof(low) / sizeof(low[0]) * (sizeof(kept) / sizeof(kept[0])) };
+    size_t n = 0, cap = 2 * 256 * PER_EXP + N_BF16_CASES;
+    float *src = xmalloc(cap * sizeof(*src));
+
+    for (uint32_t sign = 0; sign < 2; sign++)
+        for (uint32_t exp = 0; exp < 256; exp++)
+            for (size_t k = 0; k < sizeof(kept) / sizeof(kept[0]); k++)
+                for (size_t l = 0; l < sizeof(low) / sizeof(low[0]); l++)
+                    src[n++] = from_bits(sign << 31 | exp << 23 | kept[k] << 16 | low[l]);
+    for (size_t i = 0; i < N_BF16_CASES; i++)
+        src[n++] = from_bits(bf16_cases[i].f32);
+    cr_assert_eq(n, cap);
+    skip_if_none_ran(bf16_compare_narrow(src, n));
+    free(src);
+}
+
+Test(bf16, vector_narrowing_matches_the_reference_on_random_patterns)
+{
+    float *src = xmalloc(N_RANDOM * sizeof(*src));
+
+    rng_state = 6;
+    for (size_t i = 0; i < N_RANDOM; i += 2) {
+        uint64_t r = rng_next();
+        /* Half of them anywhere; half exact ties, with random kept bits. */
+        src[i] = from_bits((uint32_t)r);
+        src[i + 1] = from_bits(((uint32_t)(r >> 32) & 0xffff0000u) | 0x8000u);
+    }
+    skip_if_none_ran(bf16_compare_narrow(src, N_RANDOM));
+    free(src);
+}
+
+Test(bf16, dispatching_names_give_the_reference_results)
+{
+    float in[37], back[37], ref_back[37];
+    uint16_t h[37], ref_h[37];
+
+    for (int i = 0; i < 37; i++)
+        in[i] = (float)(i - 18) * 1.1f + (i == 3 ? FLT_MAX : 0.0f);
+    in[5] = from_bits(0x7f800001u);
+    ps_f32_to_bf16(h, in, 37);
+    ps_f32_to_bf16_ref(ref_h, in, 37);
+    cr_assert(memcmp(h, ref_h, sizeof(h)) == 0);
+    ps_bf16_to_f32(back, h, 37);
+    ps_bf16_to_f32_ref(ref_back, h, 37);
+    cr_assert(memcmp(back, ref_back, sizeof(back)) == 0);
+    cr_assert(isinf(back[3]));
+    cr_assert(isnan(back[5]));
+    cr_assert_float_eq(back[19], 1.1f, 1e-2f);
 }
