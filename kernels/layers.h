@@ -24,6 +24,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* layers_cuda.cu (C++) shares these declarations. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* The shape of one sample's activation; a vector of n features is {n, 1, 1}. */
 typedef struct ps_shape {
     int c, h, w;
@@ -137,5 +142,9 @@ void ps_flatten_backward(size_t n, const float *dy, float *dx);
  * is the label. 0, or -EINVAL when a label is not below C. */
 int ps_softmax_xent(int B, int C, const float *logits, const uint8_t *labels, float *dlogits,
                     float *loss, int *correct);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
