@@ -212,7 +212,8 @@ int main(int argc, char **argv)
     printf("  %.2f ms per batch, %.1f us per sample, %.0f samples/s\n", med * 1e3,
            med * 1e6 / batch, batch / med);
     for (int l = 0; l < L_N; l++)
-        printf("  %-6s %5.1f%%\n", ps__names[l], 100.0 * layer[l] / total);
+        printf("  %-6s %5.1f%%  %7.2f ms per batch\n", ps__names[l], 100.0 * layer[l] / total,
+               1e3 * layer[l] / ((double)rounds * steps));
     printf("{\"bench\":\"layers\",\"batch\":%d,\"ms_per_batch\":%.3f,\"us_per_sample\":%.2f}\n",
            batch, med * 1e3, med * 1e6 / batch);
     ps__cnn_free(&m);
