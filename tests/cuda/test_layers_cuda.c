@@ -30,24 +30,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_kernels.h"
+#include "cuda_test.h"
 #include "layers.h"
 #include "layers_cuda.h"
 #include "../test_rng.h"
 
-#define SKIPPED 77
-
-static int failures;
 static ps_cuda_ctx ctx;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond) && ++failures <= 10) {                                                         \
-            fprintf(stderr, "  line %d: ", __LINE__);                                              \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
 
 /* A failed CUDA call (or layer call, 0 or a negative code) ends the test. */
 #define OK(call)                                                                                   \
@@ -384,10 +372,7 @@ static void test_softmax_xent(void)
     xent_case(33, 100);
 }
 
-static const struct {
-    const char *name;
-    void (*run)(void);
-} tests[] = {
+static const cuda_test tests[] = {
     {"conv2d", test_conv2d},
     {"dense", test_dense},
     {"maxpool2d", test_maxpool2d},
@@ -400,35 +385,17 @@ static const struct {
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL;
-    int count = 0, ran = 0, failed = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
+    int rc = cuda_test_need_gpu(only);
 
-    if (err == cudaSuccess && count > 0)
-        err = ps_cuda_check_image();
-    if (err != cudaSuccess || count == 0) {
-        printf("SKIPPED%s%s: no usable GPU (%s)\n", only ? " " : "", only ? only : "",
-               err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found none");
-        return SKIPPED;
-    }
+    if (rc)
+        return rc;
     if (cudaStreamCreate(&ctx.stream) != cudaSuccess || cublasCreate(&ctx.blas) != 0 ||
         cublasSetStream(ctx.blas, ctx.stream) != 0) {
         fprintf(stderr, "test_layers_cuda: cannot create a stream and a cuBLAS handle\n");
         return 1;
     }
-    for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
-        if (only && strcmp(only, tests[i].name) != 0)
-            continue;
-        failures = 0;
-        tests[i].run();
-        printf("%s %s\n", failures ? "FAIL" : "PASS", tests[i].name);
-        failed += failures > 0;
-        ran++;
-    }
+    rc = cuda_test_run("test_layers_cuda", tests, sizeof(tests) / sizeof(tests[0]), only);
     cublasDestroy(ctx.blas);
     cudaStreamDestroy(ctx.stream);
-    if (ran == 0) {
-        fprintf(stderr, "test_layers_cuda: no test named '%s'\n", only);
-        return 2;
-    }
-    return failed ? 1 : 0;
+    return rc;
 }
