@@ -14,6 +14,7 @@
  * sample (ps_conv2d_init keeps a sample's sizes inside int). */
 #include <errno.h>
 
+#include "cuda_block_sum.cuh"
 #include "cuda_kernels.h"
 #include "dropout_mask.h"
 #include "layers_cuda.h"
@@ -129,15 +130,9 @@ static __global__ void ps__channel_bias_grad(const float *dy, float *db, int B, 
 
     for (size_t m = threadIdx.x; m < m_total; m += PS__THREADS)
         s += dy[((m / (size_t)P) * (size_t)C + (size_t)o) * (size_t)P + m % (size_t)P];
-    part[threadIdx.x] = s;
-    __syncthreads();
-    for (int h = PS__THREADS / 2; h > 0; h /= 2) {
-        if ((int)threadIdx.x < h)
-            part[threadIdx.x] += part[threadIdx.x + h];
-        __syncthreads();
-    }
+    s = ps__block_sum(s, part);
     if (threadIdx.x == 0)
-        db[o] = part[0];
+        db[o] = s;
 }
 
 /* out[i] = sum over n < B of part[n][i], in sample order. */
