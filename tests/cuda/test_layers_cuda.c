@@ -56,24 +56,6 @@ const char *__asan_default_options(void)
     return "protect_shadow_gap=0";
 }
 
-/* Host arrays: a real allocation failure aborts (ctest: failed). */
-static float *host(size_t n)
-{
-    float *p = malloc(n * sizeof(float) + 1);
-    if (!p)
-        abort();
-    fill_random(p, n, 1.0);
-    return p;
-}
-
-static float *absolute(const float *p, size_t n)
-{
-    float *a = host(n);
-    for (size_t i = 0; i < n; i++)
-        a[i] = fabsf(p[i]);
-    return a;
-}
-
 /* A device buffer of n bytes, with host's bytes when host is not NULL;
  * NULL on failure (the caller's OK on the pointer test ends the test). */
 static void *dev(const void *src, size_t n)
@@ -126,12 +108,16 @@ static void conv_case(const int *c)
     int B = c[8], K = g.in.c * g.k_h * g.k_w, P = g.out_h * g.out_w;
     size_t nx = B * ps_shape_count(g.in), ny = B * ps_shape_count(out);
     size_t nw = ps_conv2d_weight_count(&g), nb = (size_t)g.out_c;
-    float *x = host(nx), *w = host(nw), *b = host(nb), *dy = host(ny);
-    float *xa = absolute(x, nx), *wa = absolute(w, nw), *ba = absolute(b, nb);
-    float *dya = absolute(dy, ny);
-    float *y = host(ny), *ya = host(ny), *yg = host(ny), *ws = host(ps_conv2d_workspace(&g));
-    float *dx = host(nx), *dw = host(nw), *db = host(nb), *dxa = host(nx), *dwa = host(nw);
-    float *dba = host(nb), *dxg = host(nx), *dwg = host(nw), *dbg = host(nb);
+    float *x = rng_floats(nx, 1.0), *w = rng_floats(nw, 1.0), *b = rng_floats(nb, 1.0),
+          *dy = rng_floats(ny, 1.0);
+    float *xa = abs_copy(x, nx), *wa = abs_copy(w, nw), *ba = abs_copy(b, nb);
+    float *dya = abs_copy(dy, ny);
+    float *y = rng_floats(ny, 1.0), *ya = rng_floats(ny, 1.0), *yg = rng_floats(ny, 1.0),
+          *ws = rng_floats(ps_conv2d_workspace(&g), 1.0);
+    float *dx = rng_floats(nx, 1.0), *dw = rng_floats(nw, 1.0), *db = rng_floats(nb, 1.0),
+          *dxa = rng_floats(nx, 1.0), *dwa = rng_floats(nw, 1.0);
+    float *dba = rng_floats(nb, 1.0), *dxg = rng_floats(nx, 1.0), *dwg = rng_floats(nw, 1.0),
+          *dbg = rng_floats(nb, 1.0);
     float *d_x = dev(x, nx * 4), *d_w = dev(w, nw * 4), *d_b = dev(b, nb * 4);
     float *d_dy = dev(dy, ny * 4), *d_y = dev(NULL, ny * 4), *d_dx = dev(NULL, nx * 4);
     float *d_dw = dev(NULL, nw * 4), *d_db = dev(NULL, nb * 4);
@@ -176,11 +162,15 @@ static void dense_case(int B, int in, int outn)
     ps_shape out;
     OK(ps_dense_init(&g, (ps_shape){in, 1, 1}, outn, &out));
     size_t nx = (size_t)B * in, ny = (size_t)B * outn, nw = (size_t)in * outn;
-    float *x = host(nx), *w = host(nw), *b = host(outn), *dy = host(ny);
-    float *xa = absolute(x, nx), *wa = absolute(w, nw), *ba = absolute(b, outn);
-    float *dya = absolute(dy, ny), *y = host(ny), *ya = host(ny), *yg = host(ny);
-    float *dx = host(nx), *dw = host(nw), *db = host(outn), *dxa = host(nx), *dwa = host(nw);
-    float *dba = host(outn), *dxg = host(nx), *dwg = host(nw), *dbg = host(outn);
+    float *x = rng_floats(nx, 1.0), *w = rng_floats(nw, 1.0), *b = rng_floats(outn, 1.0),
+          *dy = rng_floats(ny, 1.0);
+    float *xa = abs_copy(x, nx), *wa = abs_copy(w, nw), *ba = abs_copy(b, outn);
+    float *dya = abs_copy(dy, ny), *y = rng_floats(ny, 1.0), *ya = rng_floats(ny, 1.0),
+          *yg = rng_floats(ny, 1.0);
+    float *dx = rng_floats(nx, 1.0), *dw = rng_floats(nw, 1.0), *db = rng_floats(outn, 1.0),
+          *dxa = rng_floats(nx, 1.0), *dwa = rng_floats(nw, 1.0);
+    float *dba = rng_floats(outn, 1.0), *dxg = rng_floats(nx, 1.0), *dwg = rng_floats(nw, 1.0),
+          *dbg = rng_floats(outn, 1.0);
     float *d_x = dev(x, nx * 4), *d_w = dev(w, nw * 4), *d_b = dev(b, outn * 4);
     float *d_dy = dev(dy, ny * 4), *d_y = dev(NULL, ny * 4), *d_dx = dev(NULL, nx * 4);
     float *d_dw = dev(NULL, nw * 4), *d_db = dev(NULL, outn * 4);
@@ -226,8 +216,9 @@ static void pool_case(int c, int h, int w, int k, int stride, int B)
     ps_shape out;
     OK(ps_maxpool2d_init(&g, (ps_shape){c, h, w}, k, stride, &out));
     size_t nx = B * ps_shape_count(g.in), ny = B * ps_shape_count(out);
-    float *x = host(nx), *y = host(ny), *yg = host(ny), *dy = host(ny), *dx = host(nx);
-    float *dxg = host(nx);
+    float *x = rng_floats(nx, 1.0), *y = rng_floats(ny, 1.0), *yg = rng_floats(ny, 1.0),
+          *dy = rng_floats(ny, 1.0), *dx = rng_floats(nx, 1.0);
+    float *dxg = rng_floats(nx, 1.0);
     int32_t *idx = malloc(ny * 4 + 1), *idxg = malloc(ny * 4 + 1);
     float *d_x = dev(x, nx * 4), *d_y = dev(NULL, ny * 4), *d_dy = dev(dy, ny * 4);
     float *d_dx = dev(NULL, nx * 4);
@@ -264,7 +255,8 @@ static void test_maxpool2d(void)
 static void test_relu(void)
 {
     enum { N = 100003 };
-    float *x = host(N), *y = host(N), *yg = host(N), *dy = host(N), *dx = host(N), *dxg = host(N);
+    float *x = rng_floats(N, 1.0), *y = rng_floats(N, 1.0), *yg = rng_floats(N, 1.0),
+          *dy = rng_floats(N, 1.0), *dx = rng_floats(N, 1.0), *dxg = rng_floats(N, 1.0);
     float *d_x = dev(NULL, N * 4), *d_y = dev(NULL, N * 4), *d_dy = dev(dy, N * 4);
 
     rng_state = 104;
@@ -287,7 +279,7 @@ static void test_dropout(void)
 {
     enum { N = 1000003 };
     static const float rates[] = {0.0f, 0.1f, 0.5f, 0.77f};
-    float *x = host(N), *y = host(N), *yg = host(N);
+    float *x = rng_floats(N, 1.0), *y = rng_floats(N, 1.0), *yg = rng_floats(N, 1.0);
     float *d_x = dev(x, N * 4), *d_y = dev(NULL, N * 4);
 
     rng_state = 105;
@@ -314,7 +306,7 @@ static void test_dropout(void)
 static void test_flatten(void)
 {
     enum { N = 3137 };
-    float *x = host(N), *yg = host(N);
+    float *x = rng_floats(N, 1.0), *yg = rng_floats(N, 1.0);
     float *d_x = dev(x, N * 4), *d_y = dev(NULL, N * 4);
 
     rng_state = 106;
@@ -332,7 +324,7 @@ static void test_flatten(void)
 static void xent_case(int B, int C)
 {
     size_t n = (size_t)B * C;
-    float *logits = host(n), *d = host(n), *dg = host(n), loss;
+    float *logits = rng_floats(n, 1.0), *d = rng_floats(n, 1.0), *dg = rng_floats(n, 1.0), loss;
     uint8_t *labels = malloc((size_t)B + 1);
     int correct, correct_g = 0;
     double loss_g = 0.0;

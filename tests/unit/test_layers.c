@@ -35,20 +35,10 @@
 #define FD_STEP_LINEAR 0.25f
 #define FD_STEP_KINK   0.01f
 
+/* Uniform in [-1, 1). */
 static float *floats(size_t n)
 {
-    float *p = malloc((n ? n : 1) * sizeof(float));
-    cr_assert_not_null(p);
-    fill_random(p, n, 1.0);
-    return p;
-}
-
-static float *abs_copy(const float *p, size_t n)
-{
-    float *a = floats(n);
-    for (size_t i = 0; i < n; i++)
-        a[i] = fabsf(p[i]);
-    return a;
+    return rng_floats(n, 1.0);
 }
 
 static void assert_within(const char *what, const float *got, const float *ref, const float *mag,
