@@ -41,6 +41,11 @@ int ps_dense_init(ps_dense *g, ps_shape in, int out, ps_shape *out_shape)
     return 0;
 }
 
+size_t ps_dense_weight_count(const ps_dense *g)
+{
+    return (size_t)g->out * g->in;
+}
+
 void ps_dense_forward(const ps_dense *g, int B, const float *x, const float *w, const float *b,
                       float *y)
 {

@@ -45,6 +45,8 @@ typedef struct ps_dense {
 /* Takes any input shape (it is read as ps_shape_count(in) features).
  * 0, or -EINVAL on a non-positive size or one that overflows int. */
 int ps_dense_init(ps_dense *g, ps_shape in, int out, ps_shape *out_shape);
+/* The weight is [out][in], the bias [out]. */
+size_t ps_dense_weight_count(const ps_dense *g);
 void ps_dense_forward(const ps_dense *g, int B, const float *x, const float *w, const float *b,
                       float *y);
 void ps_dense_backward(const ps_dense *g, int B, const float *x, const float *w, const float *dy,
@@ -92,9 +94,12 @@ typedef struct ps_maxpool2d {
 /* out = (in - k) / stride + 1. 0, or -EINVAL when a size is not positive or
  * the window is larger than the input. */
 int ps_maxpool2d_init(ps_maxpool2d *g, ps_shape in, int k, int stride, ps_shape *out_shape);
-/* argmax[B][c][out_h][out_w] receives, for each output, the index within its
- * input plane (h * in_w + w) of the window's first maximum; backward needs
- * only these, not x. NaN inputs never win a window. */
+/* argmax[B][c][out_h][out_w] (one int32_t per output element, kept by the
+ * executor from forward to backward) receives, for each output, the index
+ * within its input plane (h * in_w + w) of the window's first maximum;
+ * backward needs only these, not x. The scan starts at the window's first
+ * element and moves only to a strictly greater one, so a NaN elsewhere never
+ * wins (a NaN first element stays). */
 void ps_maxpool2d_forward(const ps_maxpool2d *g, int B, const float *x, float *y, int32_t *argmax);
 void ps_maxpool2d_backward(const ps_maxpool2d *g, int B, const float *dy, const int32_t *argmax,
                            float *dx);

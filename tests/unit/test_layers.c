@@ -247,8 +247,11 @@ Test(layers, dense_matches_ref_and_fd)
         cr_assert_eq(
             ps_dense_init(&t.g, (ps_shape){shapes[s][1], shapes[s][2], 1}, shapes[s][3], &out), 0);
         cr_assert(out.c == shapes[s][3] && out.h == 1 && out.w == 1);
+        cr_assert_eq(ps_dense_weight_count(&t.g),
+                     (size_t)shapes[s][1] * shapes[s][2] * shapes[s][3]);
         t.B = shapes[s][0];
-        size_t nx = (size_t)t.B * t.g.in, ny = (size_t)t.B * t.g.out, nw = (size_t)t.g.out * t.g.in;
+        size_t nx = (size_t)t.B * t.g.in, ny = (size_t)t.B * t.g.out,
+               nw = ps_dense_weight_count(&t.g);
         t.x = floats(nx), t.w = floats(nw), t.b = floats(t.g.out), t.y = floats(ny);
         t.r = floats(ny);
         float *yr = floats(ny), *ya = floats(ny), *xa = abs_copy(t.x, nx), *wa = abs_copy(t.w, nw);
