@@ -53,8 +53,9 @@ build-tsan: deps
 
 # The benchmarks on the Release build: optimizer apply against plain loops,
 # push+pull against raw loopback TCP, then a sync training step split into
-# compute, communication and waiting against each alone (about two minutes
-# on a quiet machine). Not part of `make test`: they report numbers, they do
+# compute, communication and waiting against each alone, and the layer
+# library's CNN forward + backward per sample (about two minutes on a quiet
+# machine). Not part of `make test`: they report numbers, they do
 # not pass or fail. Options go through BENCH_ARGS to bench-pushpull, e.g.
 # BENCH_ARGS="--sizes 4K,4M", and through BENCH_TRAIN_ARGS to bench-train,
 # e.g. BENCH_TRAIN_ARGS="--models wide --steps 40".
@@ -64,6 +65,8 @@ bench: build
 	@$(BUILD)/tests/bench/bench-pushpull $(BENCH_ARGS)
 	@echo
 	@$(BUILD)/tests/bench/bench-train $(BENCH_TRAIN_ARGS)
+	@echo
+	@$(BUILD)/tests/bench/bench-layers
 
 # libFuzzer (clang, ASan + UBSan) on the frame decoder and on a real server's
 # handshake, FUZZ_SECONDS per target: two targets, one minute in all by

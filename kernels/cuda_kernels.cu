@@ -9,6 +9,8 @@
  * at touching memory once, not at peak bandwidth; cuBLAS does the heavy work. */
 #include "cuda_kernels.h"
 
+#include "cuda_block_sum.cuh"
+
 /* Threads per block of the element-wise and per-row kernels. */
 #define PS__THREADS 256
 /* Enough blocks to fill any current GPU; grid-stride loops cover the rest. */
@@ -112,17 +114,11 @@ static __global__ void ps__sum_add(const float *v, int n, double *acc)
 
     for (int i = (int)threadIdx.x; i < n; i += PS__THREADS)
         s += v[i];
-    part[threadIdx.x] = s;
-    __syncthreads();
-    for (int h = PS__THREADS / 2; h > 0; h /= 2) {
-        if ((int)threadIdx.x < h)
-            part[threadIdx.x] += part[threadIdx.x + h];
-        __syncthreads();
-    }
+    s = ps__block_sum(s, part);
     /* A single block, and kernels on a stream run in order: a plain add is
      * race-free and keeps the total deterministic. */
     if (threadIdx.x == 0)
-        *acc += part[0];
+        *acc += s;
 }
 
 static __global__ void ps__count_correct(const float *logits, const uint8_t *labels, int B, int C,

@@ -6,7 +6,9 @@
 #define PS_TEST_RNG_H
 
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 static uint64_t rng_state;
 
@@ -30,6 +32,28 @@ static inline void fill_random(float *p, size_t n, double scale)
 {
     for (size_t i = 0; i < n; i++)
         p[i] = (float)((2.0 * rng_uniform() - 1.0) * scale);
+}
+
+/* n floats uniform in [-scale, scale), malloc'd (freed by the caller). A
+ * failed allocation aborts, which every test runner reports as a failure;
+ * one spare float keeps malloc(0) from returning NULL. */
+static inline float *rng_floats(size_t n, double scale)
+{
+    float *p = (float *)malloc((n + 1) * sizeof(float));
+    if (!p)
+        abort();
+    fill_random(p, n, scale);
+    return p;
+}
+
+/* |p[i]| for i < n, in a new array freed by the caller: the magnitudes a
+ * reference is run on to bound the rounding of a sum of products. */
+static inline float *abs_copy(const float *p, size_t n)
+{
+    float *a = rng_floats(n, 0.0);
+    for (size_t i = 0; i < n; i++)
+        a[i] = fabsf(p[i]);
+    return a;
 }
 
 #endif

@@ -47,26 +47,14 @@
 #include "backend.h"
 #include "cpu_kernels.h"
 #include "cuda_kernels.h"
+#include "cuda_test.h"
 #include "half.h"
 #include "mlp.h"
 #include "../test_rng.h"
 
-#define SKIPPED 77
 /* Distance from zero (pre-activations) and between the top two logits that
  * FP32 rounding differences cannot cross; see the tolerances above. */
 #define MARGIN 2e-5
-
-static int failures;
-
-/* Records a failure; only the first few of a test are printed. */
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond) && ++failures <= 10) {                                                         \
-            fprintf(stderr, "  line %d: ", __LINE__);                                              \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
 
 /* A failed CUDA call ends the test it is in: what follows would only
  * report the same failure again. */
@@ -523,10 +511,7 @@ static void test_model_tf32(void)
     run_models(1);
 }
 
-static const struct {
-    const char *name;
-    void (*run)(void);
-} tests[] = {
+static const cuda_test tests[] = {
     {"bias_act_fwd", test_bias_act_fwd}, {"relu_bwd", test_relu_bwd},
     {"bias_grad", test_bias_grad},       {"softmax_xent", test_softmax_xent},
     {"sum_add", test_sum_add},           {"count_correct", test_count_correct},
@@ -537,29 +522,7 @@ static const struct {
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL;
-    cudaError_t err;
-    int count = 0, ran = 0, failed = 0;
+    int rc = cuda_test_need_gpu(only);
 
-    err = cudaGetDeviceCount(&count);
-    if (err == cudaSuccess && count > 0)
-        err = ps_cuda_check_image();
-    if (err != cudaSuccess || count == 0) {
-        printf("SKIPPED%s%s: no usable GPU (%s)\n", only ? " " : "", only ? only : "",
-               err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found none");
-        return SKIPPED;
-    }
-    for (int i = 0; i < COUNT(tests); i++) {
-        if (only && strcmp(only, tests[i].name) != 0)
-            continue;
-        failures = 0;
-        tests[i].run();
-        printf("%s %s\n", failures ? "FAIL" : "PASS", tests[i].name);
-        failed += failures > 0;
-        ran++;
-    }
-    if (ran == 0) {
-        fprintf(stderr, "test_cuda: no test named '%s'\n", only);
-        return 2;
-    }
-    return failed ? 1 : 0;
+    return rc ? rc : cuda_test_run("test_cuda", tests, sizeof(tests) / sizeof(tests[0]), only);
 }
