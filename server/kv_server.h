@@ -27,11 +27,10 @@
 #include <uv.h>
 
 #include "auth.h"
+#include "consistency.h"
 #include "lr_schedule.h"
 #include "model_spec.h"
 #include "optimizer.h"
-
-#define PS_STALENESS_UNBOUNDED UINT32_MAX
 
 typedef struct {
     ps_model_spec spec;
