@@ -77,3 +77,72 @@ uint64_t ps_consistency_join_clock(const ps_consistency_view *v, uint64_t resume
         return v->server_clock;
     return v->min_live_clock == UINT64_MAX ? resume_clock : v->min_live_clock;
 }
+
+uint64_t ps_consistency_clock_ceiling(const ps_consistency_view *v, uint64_t earned)
+{
+    uint64_t base = v->progress_clock;
+
+    if (v->staleness == 0)
+        return v->server_clock + 1;
+    if (v->restored_clock > base)
+        base = v->restored_clock;
+    if (earned > base)
+        base = earned;
+    return base + v->clock_lead < base ? UINT64_MAX : base + v->clock_lead;
+}
+
+ps_clock_verdict ps_consistency_check_pull(const ps_consistency_view *v, uint64_t rank_clock,
+                                           uint64_t earned, int keys_pushed, uint64_t asked)
+{
+    /* A sync worker that fell behind may ask for an older step (it is
+     * answered with the current one); elsewhere going back would let it slip
+     * past the ssp gate. */
+    if (v->staleness != 0 && asked < rank_clock)
+        return PS_CLOCK_BEHIND;
+    if (asked > ps_consistency_clock_ceiling(v, earned))
+        return PS_CLOCK_AHEAD;
+    if (asked > rank_clock && keys_pushed != 0)
+        return PS_CLOCK_MID_STEP;
+    return PS_CLOCK_OK;
+}
+
+ps_clock_verdict ps_consistency_check_push(const ps_consistency_view *v, uint64_t rank_clock,
+                                           uint64_t clock)
+{
+    if (!v->started)
+        return PS_CLOCK_NOT_STARTED;
+    if (v->staleness != 0 && clock != rank_clock)
+        return PS_CLOCK_NOT_ITS;
+    return PS_CLOCK_OK;
+}
+
+ps_clock_verdict ps_consistency_sync_push(uint64_t chunk_clock, uint64_t clock)
+{
+    if (clock < chunk_clock)
+        return PS_CLOCK_BEHIND;
+    return clock > chunk_clock ? PS_CLOCK_AHEAD : PS_CLOCK_OK;
+}
+
+const char *ps_consistency_verdict_text(ps_clock_verdict verdict)
+{
+    switch (verdict) {
+    case PS_CLOCK_OK:
+        return "clock allowed";
+    case PS_CLOCK_AHEAD:
+        return "clock past what the mode allows";
+    case PS_CLOCK_BEHIND:
+        return "clock behind the worker's own";
+    case PS_CLOCK_MID_STEP:
+        return "clock moved in the middle of pushing a step";
+    case PS_CLOCK_NOT_ITS:
+        return "clock is not the worker's";
+    case PS_CLOCK_NOT_STARTED:
+        return "clock given before the job started";
+    }
+    return "clock refused";
+}
+
+uint64_t ps_consistency_resume_clock(uint64_t resume_clock, uint64_t earned)
+{
+    return earned > resume_clock ? earned : resume_clock;
+}

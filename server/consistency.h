@@ -27,7 +27,20 @@ typedef struct {
     int started;             /* every rank has joined once */
     uint64_t server_clock;   /* ps_consistency_server_clock of the chunks */
     uint64_t min_live_clock; /* ps_consistency_min_clock of the live workers */
+    uint64_t progress_clock; /* ps_consistency_progress_clock of the chunks */
+    uint64_t restored_clock; /* the clock restored from a checkpoint (0: none) */
+    uint64_t clock_lead;     /* async, ssp: how far past the job a clock may be */
 } ps_consistency_view;
+
+/* Why a worker's clock is refused (0: it is not). */
+typedef enum {
+    PS_CLOCK_OK = 0,
+    PS_CLOCK_AHEAD,      /* past what the mode allows */
+    PS_CLOCK_BEHIND,     /* behind the rank's own clock (async, ssp) */
+    PS_CLOCK_MID_STEP,   /* a pull while the rank's push of its step is half done */
+    PS_CLOCK_NOT_ITS,    /* async, ssp: a push for another clock than the rank's */
+    PS_CLOCK_NOT_STARTED /* a push before every rank has joined */
+} ps_clock_verdict;
 
 /* The lowest of n clocks; UINT64_MAX when n is 0 (no live worker). */
 uint64_t ps_consistency_min_clock(const uint64_t *clocks, int n);
@@ -57,5 +70,30 @@ uint64_t ps_consistency_staleness(uint64_t newest, uint64_t clock);
 /* Where a worker joining now starts: the steps applied (sync); otherwise
  * the lowest clock of the live workers, or resume_clock with none live. */
 uint64_t ps_consistency_join_clock(const ps_consistency_view *v, uint64_t resume_clock);
+
+/* The highest clock a worker may name: sync, one step past the steps
+ * applied; async and ssp, clock_lead past the furthest of the job's progress
+ * here, the clock restored from a checkpoint, and what this rank has earned
+ * (its join clock, or 1 + the step of its last complete push). Earned, not
+ * asked: no request moves the ceiling by itself. */
+uint64_t ps_consistency_clock_ceiling(const ps_consistency_view *v, uint64_t earned);
+/* A PULL for `asked` by a rank at `rank_clock`, `earned` as above, with
+ * keys_pushed keys of its current step pushed so far. */
+ps_clock_verdict ps_consistency_check_pull(const ps_consistency_view *v, uint64_t rank_clock,
+                                           uint64_t earned, int keys_pushed, uint64_t asked);
+/* A PUSH computed at `clock` by a rank at rank_clock. Sync pushes are
+ * judged per chunk by ps_consistency_sync_push. */
+ps_clock_verdict ps_consistency_check_push(const ps_consistency_view *v, uint64_t rank_clock,
+                                           uint64_t clock);
+/* Sync: one chunk's share of a push at `clock` for a chunk accumulating
+ * step chunk_clock: PS_CLOCK_OK (accumulate), PS_CLOCK_BEHIND (that step
+ * was applied without it: dropped as late, not an error) or PS_CLOCK_AHEAD
+ * (refused). */
+ps_clock_verdict ps_consistency_sync_push(uint64_t chunk_clock, uint64_t clock);
+/* What a verdict means, for logs and refusals. */
+const char *ps_consistency_verdict_text(ps_clock_verdict verdict);
+/* Where the job resumes once a rank at `earned` leaves with nobody live:
+ * the furthest clock any rank earned, never one it only asked for. */
+uint64_t ps_consistency_resume_clock(uint64_t resume_clock, uint64_t earned);
 
 #endif

@@ -143,6 +143,7 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
         }
         s->total_steps = meta.total_steps;
         s->resume_clock = meta.clock;
+        s->restored_clock = meta.clock;
         s->ckpt_clock = meta.clock;
         if (*err)
             ps_warn("skipped unusable checkpoints: %s", err);

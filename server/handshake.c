@@ -62,8 +62,11 @@ static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *h
     if (s->workers[hello->rank]) {
         /* -EADDRINUSE tells a worker that is reconnecting to try again: its
          * old connection may simply not have been seen closing yet. */
-        ps__peer_fail(p, -EADDRINUSE, "rank %u is already connected from %s", hello->rank,
-                      ps_conn_peer(s->workers[hello->rank]->conn));
+        /* The reason does not say where the live worker is: a stranger
+         * learns nothing from asking. The log does. */
+        ps_info("%s asked for rank %u, live from %s", p->name, hello->rank,
+                ps_conn_peer(s->workers[hello->rank]->conn));
+        ps__peer_fail(p, -EADDRINUSE, "rank %u is already connected", hello->rank);
         return -1;
     }
     return 0;
@@ -89,6 +92,7 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
      * already past that clock is dropped as late. */
     ps__view(s, &v);
     p->clock = ps_consistency_join_clock(&v, s->resume_clock);
+    p->earned = p->clock;
     if (s->rank_pushed[p->rank] == NULL &&
         (s->rank_pushed[p->rank] = calloc((size_t)s->n_local + 1, sizeof(uint64_t))) == NULL) {
         ps_conn_close(p->conn, -ENOMEM);

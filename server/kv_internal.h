@@ -30,6 +30,7 @@ typedef struct ps__peer {
     int failed; /* an ERROR is on its way; ignore further frames */
     uint32_t rank;
     uint64_t clock;   /* steps fully pushed to this server */
+    uint64_t earned;  /* its join clock, or 1 + the step of its last complete push */
     int keys_pushed;  /* keys pushed so far at `clock` */
     uint64_t *pushed; /* the rank's push record (borrowed from the server) */
     int pending;      /* pulls waiting in the server's queue */
@@ -77,6 +78,8 @@ typedef struct {
     ps_shard *shard;
     ps__update_kind kind;
     int local, count;
+    int rc;            /* the shard's answer, read by done */
+    ps_kv_server *srv; /* for done's counters */
     float lr;
     const float *grad; /* inside buf */
     ps__push_buf *buf;
@@ -115,15 +118,20 @@ struct ps_kv_server {
     char ckpt_why[32], ckpt_again_why[32];
     uint64_t *ckpt_clocks, *ckpt_newest; /* per chunk, written and restored from here */
     int live;
-    int started;           /* every rank has joined once */
-    int joined;            /* ranks that have joined at least once */
-    uint64_t resume_clock; /* where a worker joining with nobody live starts */
-    ps__pull *pulls;       /* waiting pulls, oldest first */
-    ps__peer *peers;       /* every open connection */
+    int started;             /* every rank has joined once */
+    int joined;              /* ranks that have joined at least once */
+    uint64_t resume_clock;   /* where a worker joining with nobody live starts */
+    uint64_t restored_clock; /* the clock of the checkpoint restored (0: none) */
+    int n_peers;             /* open connections, for --max-connections */
+    ps__pull *pulls;         /* waiting pulls, oldest first */
+    ps__peer *peers;         /* every open connection */
     ps_kv_server_done_cb done;
     void *done_arg;
-    uv_timer_t heartbeat;
-    int heartbeat_on;
+    uv_timer_t liveness; /* every connection's deadlines, see ps__on_liveness_check */
+    int liveness_on;
+    int max_connections;           /* cfg's, or its default */
+    uint32_t handshake_timeout_ms; /* cfg's, or its default */
+    uint64_t clock_lead;           /* cfg's max_clock_lead, or its default */
     uv_timer_t ckpt_timer;
     int ckpt_timer_on;
     uint64_t ckpt_clock;  /* progress clock of the last checkpoint written or restored */
@@ -133,6 +141,9 @@ struct ps_kv_server {
     /* Counters for the summary line. */
     uint64_t n_pushes, n_pulls, bytes_in, bytes_out, n_applied, n_dropped, n_refused;
     uint64_t n_nonfinite;
+    uint64_t n_unstable;  /* updates refused: they would make a chunk non-finite */
+    uint64_t n_too_large; /* chunks refused by --max-grad-norm */
+    uint64_t n_capped;    /* connections refused by --max-connections */
 };
 
 /* kv_server.c: peers, membership, the job's clocks. */

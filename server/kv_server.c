@@ -21,6 +21,10 @@
  * full pulls of this shard plus headroom, so a well-behaved worker (one pull
  * in flight) never waits on it and a peer that never reads costs little. */
 #define PS__WRITE_QUEUE_HEADROOM ((size_t)16 << 20)
+/* Default deadline for a connection to say HELLO and finish its handshake,
+ * and for a refused peer to take its reason and go. */
+#define PS__HANDSHAKE_TIMEOUT_MS 10000
+
 static void ps__on_error_sent(ps_conn *c, int status, void *arg)
 {
     (void)status;
@@ -28,28 +32,36 @@ static void ps__on_error_sent(ps_conn *c, int status, void *arg)
     ps_conn_close(c, 0);
 }
 
-/* A protocol violation: tell the peer why, log it, and close once the reason
- * is written. Nothing the peer sent after this is looked at. */
-void ps__peer_fail(ps__peer *p, int err, const char *fmt, ...)
+/* Sends the reason a peer is refused (REJECT during the handshake, ERROR
+ * after) and closes once it is written; nothing it sends after this is
+ * looked at. */
+static void ps__send_refusal(ps__peer *p, int err, char *reason)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
-    char reason[256];
-    va_list ap;
 
-    if (p->failed)
-        return;
     p->failed = 1;
-    va_start(ap, fmt);
-    vsnprintf(reason, sizeof(reason), fmt, ap);
-    va_end(ap);
-    ps_warn("closing %s: %s", p->name, reason);
-    p->srv->n_refused++;
     h.type = p->state == PS__PEER_HANDSHAKE || p->state == PS__PEER_AUTH ? SHARDPS__MSG_TYPE__REJECT
                                                                          : SHARDPS__MSG_TYPE__ERROR;
     h.status = err;
     h.reason = reason;
     if (ps_conn_send(p->conn, &h, NULL, 0, ps__on_error_sent, NULL) < 0)
         ps_conn_close(p->conn, err);
+}
+
+/* A protocol violation: tell the peer why, log it, and close. */
+void ps__peer_fail(ps__peer *p, int err, const char *fmt, ...)
+{
+    char reason[256];
+    va_list ap;
+
+    if (p->failed)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof(reason), fmt, ap);
+    va_end(ap);
+    ps_warn("closing %s: %s", p->name, reason);
+    p->srv->n_refused++;
+    ps__send_refusal(p, err, reason);
 }
 
 uint64_t ps__server_clock(const ps_kv_server *s)
@@ -73,6 +85,9 @@ void ps__view(const ps_kv_server *s, ps_consistency_view *v)
     v->started = s->started;
     v->server_clock = ps__server_clock(s);
     v->min_live_clock = ps_consistency_min_clock(s->live_clocks, n);
+    v->progress_clock = ps__progress_clock(s);
+    v->restored_clock = s->restored_clock;
+    v->clock_lead = s->clock_lead;
 }
 
 /* Resolves and checks a request's keys: each must exist on this server and
@@ -121,8 +136,7 @@ static void ps__worker_leave(ps_kv_server *s, ps__peer *p, const char *why)
     p->state = PS__PEER_GONE;
     s->workers[p->rank] = NULL;
     s->live--;
-    if (p->clock > s->resume_clock)
-        s->resume_clock = p->clock;
+    s->resume_clock = ps_consistency_resume_clock(s->resume_clock, p->earned);
     ps__drop_pulls(s, p);
     for (int i = 0; i < s->n_local; i++)
         if (p->pushed[i] == s->sync[i].clock + 1 && s->sync[i].pushes > 0)
@@ -146,6 +160,23 @@ static void ps__worker_leave(ps_kv_server *s, ps__peer *p, const char *why)
     }
     if (s->done)
         s->done(s, s->done_arg);
+}
+
+/* A goodbye ends the connection. It counts as the rank finishing only once
+ * the job has started: before that, a rank that says hello and goodbye
+ * (anyone, without a token) is as if it never came, and training still waits
+ * for every rank. */
+static void ps__handle_bye(ps_kv_server *s, ps__peer *p)
+{
+    if (s->started) {
+        s->finished[p->rank] = 1;
+        ps__worker_leave(s, p, "finished");
+    } else {
+        s->has_joined[p->rank] = 0;
+        s->joined--;
+        ps__worker_leave(s, p, "said goodbye before the job started");
+    }
+    ps_conn_close(p->conn, 0);
 }
 
 static void ps__on_frame(ps_conn *c, const ps_frame *f)
@@ -172,8 +203,7 @@ static void ps__on_frame(ps_conn *c, const ps_frame *f)
         ps__handle_push(s, p, f);
         break;
     case SHARDPS__MSG_TYPE__BYE:
-        s->finished[p->rank] = 1;
-        ps__worker_leave(s, p, "finished");
+        ps__handle_bye(s, p);
         break;
     case SHARDPS__MSG_TYPE__HEARTBEAT:
         break;
@@ -181,6 +211,16 @@ static void ps__on_frame(ps_conn *c, const ps_frame *f)
         ps__peer_fail(p, -PS_EPROTO, "unexpected message type %d from a worker", f->hdr->type);
         break;
     }
+}
+
+/* The decoder refused what the peer sent (a wrong version, a size over a
+ * limit, a bad checksum, a payload the place callback refused): the reason
+ * goes back in a REJECT or ERROR before the connection closes. */
+static void ps__on_decode_error(ps_conn *c, int err)
+{
+    ps__peer *p = ps_conn_data(c);
+
+    ps__peer_fail(p, err, "%s: %s", ps_strerror(err), ps_conn_error(c));
 }
 
 static void ps__on_conn_close(ps_conn *c, int err)
@@ -194,6 +234,7 @@ static void ps__on_conn_close(ps_conn *c, int err)
         s->n_refused++;
     }
     ps__worker_leave(s, p, err == -PS_ECLOSED || err == 0 ? "disconnected" : ps_strerror(err));
+    s->n_peers--;
     if (p->prev)
         p->prev->next = p->next;
     else
@@ -204,27 +245,33 @@ static void ps__on_conn_close(ps_conn *c, int err)
     free(p);
 }
 
-/* A worker that has sent nothing for the heartbeat timeout (stopped,
- * partitioned, or hung) leaves the barrier; its connection is closed so that,
- * if it wakes up, it reconnects and rejoins at the current clock. */
-static void ps__on_heartbeat_check(uv_timer_t *t)
+/* Every connection state has a deadline. Before HELLO and during the
+ * handshake: the handshake timeout (a connection that never completes it
+ * holds a descriptor for nothing); a refused peer that does not take its
+ * reason: the same. An admitted worker that has sent nothing for the
+ * heartbeat timeout (stopped, partitioned, hung, or stuck mid-frame) leaves
+ * the barrier; its connection is closed so that, if it wakes up, it
+ * reconnects and rejoins at the current clock. After BYE the connection is
+ * closed at once. */
+static void ps__on_liveness_check(uv_timer_t *t)
 {
     ps_kv_server *s = t->data;
     uint64_t now = uv_now(s->loop);
 
-    /* A connection that never completes its handshake holds a descriptor
-     * and a slot for nothing. */
     for (ps__peer *p = s->peers; p; p = p->next) {
-        if ((p->state == PS__PEER_HANDSHAKE || p->state == PS__PEER_AUTH) && !p->failed &&
-            now - p->last_seen > s->cfg.heartbeat_timeout_ms) {
+        if (now - p->last_seen <= s->handshake_timeout_ms)
+            continue;
+        if (p->failed) {
+            ps_conn_close(p->conn, -PS_ETIMEOUT);
+        } else if (p->state == PS__PEER_HANDSHAKE || p->state == PS__PEER_AUTH) {
             ps_warn("closing %s: no handshake within %.1f s", p->name,
-                    s->cfg.heartbeat_timeout_ms / 1000.0);
+                    s->handshake_timeout_ms / 1000.0);
             s->n_refused++;
             p->failed = 1;
             ps_conn_close(p->conn, -PS_ETIMEOUT);
         }
     }
-    for (int r = 0; r < s->cfg.world; r++) {
+    for (int r = 0; s->cfg.heartbeat_timeout_ms > 0 && r < s->cfg.world; r++) {
         ps__peer *p = s->workers[r];
         if (p == NULL || now - p->last_seen <= s->cfg.heartbeat_timeout_ms)
             continue;
@@ -242,6 +289,7 @@ static void ps__on_connection(uv_stream_t *listener, int status)
     ps_conn_config cc = {.on_frame = ps__on_frame,
                          .on_close = ps__on_conn_close,
                          .place = ps__place_push,
+                         .on_decode_error = ps__on_decode_error,
                          .max_write_queue = s->max_write_queue,
                          .scan_nonfinite = s->cfg.reject_nonfinite};
     ps__peer *p;
@@ -268,6 +316,19 @@ static void ps__on_connection(uv_stream_t *listener, int status)
     if (s->peers)
         s->peers->prev = p;
     s->peers = p;
+    /* Over the cap the connection is refused at once, with the reason; the
+     * log names the first and every hundredth, so a flood cannot flood it. */
+    if (++s->n_peers > s->max_connections) {
+        char reason[128];
+        s->n_capped++;
+        s->n_refused++;
+        snprintf(reason, sizeof(reason), "this server takes at most %d connections",
+                 s->max_connections);
+        if (s->n_capped == 1 || s->n_capped % 100 == 0)
+            ps_warn("refusing %s: %s (--max-connections; %" PRIu64 " refused so far)", p->name,
+                    reason, s->n_capped);
+        ps__send_refusal(p, -PS_EREJECTED, reason);
+    }
 }
 
 int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_config *cfg,
@@ -288,6 +349,14 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
     s->done_arg = arg;
     s->cfg.lr.base_lr = cfg->opt.lr;
     s->total_steps = cfg->lr.total_steps;
+    s->max_connections = cfg->max_connections > 0 ? cfg->max_connections : 2 * cfg->world + 16;
+    s->handshake_timeout_ms =
+        cfg->handshake_timeout_ms > 0 ? cfg->handshake_timeout_ms : PS__HANDSHAKE_TIMEOUT_MS;
+    /* A server restored from a checkpoint taken every N steps may be up to
+     * N steps behind the others, which welcome workers at their clocks. */
+    s->clock_lead = cfg->max_clock_lead > 0                            ? cfg->max_clock_lead
+                    : cfg->checkpoint_dir && cfg->checkpoint_every > 0 ? cfg->checkpoint_every
+                                                                       : 0;
     rc = ps_partition_init(&s->part, &cfg->spec, cfg->num_servers, cfg->chunk_bytes);
     if (rc < 0)
         goto fail;
@@ -342,12 +411,15 @@ int ps_kv_server_start(ps_kv_server *s, const struct sockaddr *addr, int *bound_
         rc = uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len);
     if (rc < 0)
         return rc;
-    if (s->cfg.heartbeat_timeout_ms > 0) {
-        uint64_t every = s->cfg.heartbeat_timeout_ms / 4 ? s->cfg.heartbeat_timeout_ms / 4 : 1;
-        uv_timer_init(s->loop, &s->heartbeat);
-        s->heartbeat.data = s;
-        s->heartbeat_on = 1;
-        uv_timer_start(&s->heartbeat, ps__on_heartbeat_check, every, every);
+    {
+        uint64_t every = s->handshake_timeout_ms;
+        if (s->cfg.heartbeat_timeout_ms > 0 && s->cfg.heartbeat_timeout_ms < every)
+            every = s->cfg.heartbeat_timeout_ms;
+        every = every / 4 ? every / 4 : 1;
+        uv_timer_init(s->loop, &s->liveness);
+        s->liveness.data = s;
+        s->liveness_on = 1;
+        uv_timer_start(&s->liveness, ps__on_liveness_check, every, every);
     }
     ps__durability_start(s);
     *bound_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
@@ -365,8 +437,8 @@ void ps_kv_server_stop(ps_kv_server *s)
     s->stopping = 1;
     if (s->listening && !uv_is_closing((uv_handle_t *)&s->listener))
         uv_close((uv_handle_t *)&s->listener, NULL);
-    if (s->heartbeat_on)
-        uv_close((uv_handle_t *)&s->heartbeat, NULL);
+    if (s->liveness_on)
+        uv_close((uv_handle_t *)&s->liveness, NULL);
     ps__durability_stop(s);
     for (ps__peer *p = s->peers; p; p = p->next)
         ps_conn_close(p->conn, 0);
@@ -408,6 +480,8 @@ void ps_kv_server_stats_get(const ps_kv_server *s, ps_kv_server_stats *out)
     out->dropped = s->n_dropped;
     out->refused = s->n_refused;
     out->nonfinite = s->n_nonfinite;
+    out->unstable = s->n_unstable;
+    out->too_large = s->n_too_large;
     out->live_workers = s->live;
     out->clock = ps__progress_clock(s);
     for (int b = 0; b < PS__STALE_BINS; b++)
@@ -458,8 +532,9 @@ void ps_kv_server_log_summary(const ps_kv_server *s)
     ps_info("summary: clock %" PRIu64 ", %" PRIu64 " pushes (%.1f MB in), %" PRIu64
             " pulls (%.1f MB out), %" PRIu64 " chunk updates, %" PRIu64
             " late pushes dropped, %" PRIu64 " non-finite pushes rejected, %" PRIu64
+            " updates refused as non-finite, %" PRIu64 " chunks over --max-grad-norm, %" PRIu64
             " connections refused; staleness mean %.2f, p99 %.0f, max %" PRIu64,
             st.clock, st.pushes, (double)st.bytes_in / 1e6, st.pulls, (double)st.bytes_out / 1e6,
-            st.updates, st.dropped, st.nonfinite, st.refused, st.staleness_mean, st.staleness_p99,
-            st.staleness_max);
+            st.updates, st.dropped, st.nonfinite, st.unstable, st.too_large, st.refused,
+            st.staleness_mean, st.staleness_p99, st.staleness_max);
 }

@@ -105,36 +105,35 @@ void ps__handle_pull(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     const Shardps__Header *h = f->hdr;
     ps__pull *q = NULL;
     int *locals = malloc((h->n_keys ? h->n_keys : 1) * sizeof(int));
+    ps_consistency_view v;
+    ps_clock_verdict verdict;
 
     if (locals == NULL)
         goto oom;
-    if (f->payload_len != 0) {
-        ps__peer_fail(p, -PS_EPROTO, "pull carries a %zu-byte payload", f->payload_len);
-        goto out;
-    }
+    /* Everything is checked before anything changes; a payload never got
+     * this far (ps__place_push refuses it). */
     if (ps__resolve_keys(s, p, h, locals) < 0)
         goto out;
-    /* A worker's clock only moves forward. It pulls the step after its last
-     * push, or a later one when it joins mid-run or (sync) catches up to the
-     * steps already applied. Going back would let it slip past the ssp gate. */
-    if (h->clock < p->clock && s->cfg.staleness != 0) {
-        ps__peer_fail(p, -PS_EPROTO, "pull for clock %" PRIu64 " from a worker at clock %" PRIu64,
-                      h->clock, p->clock);
+    /* A worker's clock only moves forward, and only as far as the mode
+     * allows: the step after its last push, a later one when it joins
+     * mid-run or (sync) catches up to the steps already applied; never
+     * anywhere a stranger asks. */
+    ps__view(s, &v);
+    verdict = ps_consistency_check_pull(&v, p->clock, p->earned, p->keys_pushed, h->clock);
+    if (verdict != PS_CLOCK_OK) {
+        ps__peer_fail(p, -PS_EPROTO,
+                      "pull for clock %" PRIu64 " from a worker at clock %" PRIu64
+                      ": %s (at most %" PRIu64 ")",
+                      h->clock, p->clock, ps_consistency_verdict_text(verdict),
+                      ps_consistency_clock_ceiling(&v, p->earned));
         goto out;
-    }
-    if (h->clock > p->clock) {
-        if (p->keys_pushed != 0) {
-            ps__peer_fail(p, -PS_EPROTO,
-                          "pull for clock %" PRIu64 " in the middle of pushing step %" PRIu64,
-                          h->clock, p->clock);
-            goto out;
-        }
-        p->clock = h->clock;
     }
     if (p->pending >= PS__MAX_PENDING_PER_PEER) {
         ps__peer_fail(p, -PS_EPROTO, "more than %d pulls waiting", PS__MAX_PENDING_PER_PEER);
         goto out;
     }
+    if (h->clock > p->clock)
+        p->clock = h->clock;
     q = calloc(1, sizeof(*q));
     if (q == NULL)
         goto oom;

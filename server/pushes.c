@@ -9,6 +9,7 @@
 
 #include "half.h"
 #include "kv_internal.h"
+#include "validate.h"
 #include "ps_error.h"
 #include "ps_log.h"
 
@@ -35,10 +36,10 @@ static void ps__update_run(ps_apply_job *j)
         ps_shard_accumulate(u->shard, u->local, u->grad);
         break;
     case PS__UPDATE_APPLY_SUM:
-        ps_shard_apply_accumulated(u->shard, u->local, u->count, u->lr);
+        u->rc = ps_shard_apply_accumulated(u->shard, u->local, u->count, u->lr);
         break;
     case PS__UPDATE_APPLY_GRAD:
-        ps_shard_apply_grad(u->shard, u->local, u->grad, u->lr);
+        u->rc = ps_shard_apply_grad(u->shard, u->local, u->grad, u->lr);
         break;
     }
 }
@@ -46,7 +47,20 @@ static void ps__update_run(ps_apply_job *j)
 static void ps__update_done(ps_apply_job *j)
 {
     ps__update *u = (ps__update *)j;
+    ps_kv_server *s = u->srv;
 
+    /* The shard refused an update that would have made the chunk
+     * non-finite (finite gradients can still overflow, or square to Inf in
+     * Adam's and Adagrad's state): the chunk is as it was. */
+    if (u->rc < 0) {
+        uint64_t key = ps_shard_chunk(s->shard, u->local)->key;
+        s->n_unstable++;
+        if (s->n_unstable == 1 || s->n_unstable % 100 == 0)
+            ps_warn("refused an update of key %" PRIu64 ":%" PRIu64
+                    " that would make its weights or optimizer state non-finite (%" PRIu64
+                    " so far); the chunk is unchanged",
+                    key >> 32, key & 0xffffffffu, s->n_unstable);
+    }
     ps__push_buf_release(u->buf);
     free(u);
 }
@@ -62,6 +76,7 @@ static int ps__submit_update(ps_kv_server *s, ps__update_kind kind, int local, c
         return -ENOMEM;
     u->job.run = ps__update_run;
     u->job.done = ps__update_done;
+    u->srv = s;
     u->shard = s->shard;
     u->kind = kind;
     u->local = local;
@@ -146,21 +161,15 @@ static void ps__ack_push(ps__peer *p, uint64_t request_id, uint64_t clock, int d
 /* Sync: adds the gradient of one chunk to the step it was computed for, or
  * drops it when that step was already applied without it. Returns 1 when
  * dropped, 0 when accumulated, -1 after failing the peer. */
-static int ps__push_sync(ps_kv_server *s, ps__peer *p, int local, uint64_t key, uint64_t clock,
-                         const float *g, ps__push_buf *buf, int usable)
+static int ps__push_sync(ps_kv_server *s, ps__peer *p, int local, uint64_t clock, const float *g,
+                         ps__push_buf *buf, int usable)
 {
     ps_chunk_clock *c = &s->sync[local];
 
-    if (clock < c->clock) {
+    /* Pushes ahead of the chunk were refused before anything changed. */
+    if (ps_consistency_sync_push(c->clock, clock) == PS_CLOCK_BEHIND) {
         s->n_dropped++;
         return 1;
-    }
-    if (clock > c->clock) {
-        ps__peer_fail(p, -PS_EPROTO,
-                      "push for step %" PRIu64 " of key %" PRIu64 ":%" PRIu64
-                      " before step %" PRIu64 " was applied",
-                      clock, key >> 32, key & 0xffffffffu, c->clock);
-        return -1;
     }
     if (usable) {
         if (ps__submit_update(s, PS__UPDATE_ACCUMULATE, local, g, buf, 0, 0.0f) < 0) {
@@ -197,48 +206,101 @@ static uint64_t ps__push_now(ps_kv_server *s, int local, uint64_t clock, const f
     return staleness;
 }
 
-/* Checks a push's dtype and that its payload holds exactly the values its
- * keys need (f32_bytes in float32): float32, or float16 from a worker's
- * --compress fp16 at 2 bytes a value. Returns 0, or -1 after failing the
- * peer. */
-static int ps__check_push_values(ps__peer *p, const ps_frame *f, size_t f32_bytes)
+/* Checks everything a push's header says before any of it is used or
+ * buffered: its keys, dtype and payload size (validate.h), and its clock,
+ * for the whole frame and (sync) every chunk it names (consistency.h). Runs
+ * in the place callback, before any payload byte is stored, and again when
+ * the frame is handled, since the job may have moved while it arrived.
+ * Fills locals; returns the float32 bytes of its keys, or -1 after failing
+ * the peer. */
+static long long ps__check_push(ps_kv_server *s, ps__peer *p, const Shardps__Header *h, int *locals)
 {
-    int half = f->hdr->dtype == SHARDPS__DTYPE__DTYPE_F16;
-    size_t numel = f32_bytes / sizeof(float), want = half ? numel * sizeof(uint16_t) : f32_bytes;
+    char why[256];
+    ps_consistency_view v;
+    ps_clock_verdict verdict;
+    long long bytes = ps__resolve_keys(s, p, h, locals);
 
-    if (!half && f->hdr->dtype != SHARDPS__DTYPE__DTYPE_F32) {
-        ps__peer_fail(p, -PS_EPROTO,
-                      "push with dtype %d; only float32 (1) and float16 (2) are supported",
-                      f->hdr->dtype);
+    if (bytes < 0)
+        return -1;
+    if (ps_validate_payload(h->type, h->dtype, (size_t)bytes, h->payload_bytes, why, sizeof(why)) <
+        0) {
+        ps__peer_fail(p, -PS_EPROTO, "%s", why);
         return -1;
     }
-    if (f->payload_len != want) {
+    ps__view(s, &v);
+    verdict = ps_consistency_check_push(&v, p->clock, h->clock);
+    if (verdict != PS_CLOCK_OK) {
         ps__peer_fail(p, -PS_EPROTO,
-                      "%s push payload is %zu bytes, its keys need %zu (%zu values of %zu bytes)",
-                      half ? "float16" : "float32", f->payload_len, want, numel,
-                      half ? sizeof(uint16_t) : sizeof(float));
+                      "push for clock %" PRIu64 " from a worker at clock %" PRIu64 ": %s", h->clock,
+                      p->clock, ps_consistency_verdict_text(verdict));
         return -1;
     }
-    return 0;
+    for (size_t i = 0; s->cfg.staleness == 0 && i < h->n_keys; i++) {
+        uint64_t applied = s->sync[locals[i]].clock;
+        if (ps_consistency_sync_push(applied, h->clock) == PS_CLOCK_AHEAD) {
+            ps__peer_fail(p, -PS_EPROTO,
+                          "push for step %" PRIu64 " of key %" PRIu64 ":%" PRIu64
+                          " before step %" PRIu64 " was applied: clock past what the mode allows",
+                          h->clock, h->keys[i] >> 32, h->keys[i] & 0xffffffffu, applied);
+            return -1;
+        }
+    }
+    return bytes;
 }
 
-/* A push payload is read straight into a pooled buffer rather than the
- * connection's own, so the updates can keep it after the frame is handled
- * while the connection reads the next one. */
+/* Where a frame's payload lands; every frame with a payload is judged here,
+ * on its header alone, before a byte of it is stored. A push is read
+ * straight into a pooled buffer rather than the connection's own, so the
+ * updates can keep it after the frame is handled while the connection reads
+ * the next one. Any other type carries no payload. A refusal (negative)
+ * stops the connection reading; the ERROR naming why goes out first. */
 int ps__place_push(ps_conn *c, const Shardps__Header *h, const ps_frame_piece **pieces)
 {
     ps__peer *p = ps_conn_data(c);
+    ps_kv_server *s = p->srv;
+    char why[256];
+    long long bytes;
+    int *locals;
 
-    if (h->type != SHARDPS__MSG_TYPE__PUSH || p->state != PS__PEER_WORKER || p->failed)
-        return 0;
-    /* One placed for a frame that was then ignored (the peer failed). */
+    /* Nothing more is read from a peer already refused or gone. */
+    if (p->failed || p->state != PS__PEER_WORKER)
+        return -PS_EPROTO;
+    if (ps_validate_worker_type(h->type, why, sizeof(why)) < 0 ||
+        (h->type != SHARDPS__MSG_TYPE__PUSH &&
+         ps_validate_payload(h->type, h->dtype, 0, h->payload_bytes, why, sizeof(why)) < 0)) {
+        ps__peer_fail(p, -PS_EPROTO, "%s", why);
+        return -PS_EPROTO;
+    }
+    locals = malloc((h->n_keys ? h->n_keys : 1) * sizeof(int));
+    if (locals == NULL)
+        return -ENOMEM;
+    bytes = ps__check_push(s, p, h, locals);
+    free(locals);
+    if (bytes < 0)
+        return -PS_EPROTO;
+    /* One placed for a frame that was then not handled. */
     ps_buf_pool_put(p->push_piece.base);
-    p->push_piece.base = ps_buf_pool_get(p->srv->bufs, (size_t)h->payload_bytes);
+    p->push_piece.base = ps_buf_pool_get(s->bufs, (size_t)h->payload_bytes);
     if (p->push_piece.base == NULL)
         return 0;
     p->push_piece.len = (size_t)h->payload_bytes;
     *pieces = &p->push_piece;
     return 1;
+}
+
+/* A chunk's gradient may still be refused on its own: --max-grad-norm. */
+static int ps__chunk_usable(ps_kv_server *s, ps__peer *p, uint64_t key, const float *g, size_t n)
+{
+    char why[128];
+
+    if (ps_validate_grad_norm(g, n, s->cfg.max_grad_norm, why, sizeof(why)) == 0)
+        return 1;
+    s->n_too_large++;
+    if (s->n_too_large == 1 || s->n_too_large % 100 == 0)
+        ps_warn("refused key %" PRIu64 ":%" PRIu64 " of a push from %s: %s (%" PRIu64
+                " so far); the chunk is unchanged",
+                key >> 32, key & 0xffffffffu, p->name, why, s->n_too_large);
+    return 0;
 }
 
 /* The push's values as float32 in a buffer the updates can share: the one
@@ -285,16 +347,11 @@ void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
         ps_conn_close(p->conn, -ENOMEM);
         return;
     }
-    bytes = ps__resolve_keys(s, p, h, locals);
+    /* Everything is checked before anything changes: a refused push leaves
+     * no trace. */
+    bytes = ps__check_push(s, p, h, locals);
     if (bytes < 0)
         goto out;
-    if (ps__check_push_values(p, f, (size_t)bytes) < 0)
-        goto out;
-    if (!sync && h->clock != p->clock) {
-        ps__peer_fail(p, -PS_EPROTO, "push for clock %" PRIu64 " from a worker at clock %" PRIu64,
-                      h->clock, p->clock);
-        goto out;
-    }
     buf = ps__take_push_payload(s, p, f, (size_t)bytes);
     if (buf == NULL) {
         ps_conn_close(p->conn, -ENOMEM);
@@ -316,9 +373,10 @@ void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     for (size_t i = 0; i < h->n_keys; i++) {
         int local = locals[i];
         const float *g = (const float *)payload;
-        int rc;
+        size_t numel = ps_shard_chunk(s->shard, local)->numel;
+        int rc, ok;
 
-        payload += ps_shard_chunk(s->shard, local)->numel * sizeof(float);
+        payload += numel * sizeof(float);
         if (p->pushed[local] > h->clock) {
             /* A repeat (typically resent after a reconnect): this rank's
              * gradient for this step is already in. */
@@ -327,17 +385,18 @@ void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
             continue;
         }
         p->pushed[local] = h->clock + 1;
+        ok = usable && ps__chunk_usable(s, p, h->keys[i], g, numel);
         if (!sync) {
-            uint64_t st = usable ? ps__push_now(s, local, h->clock, g, buf) : 0;
+            uint64_t st = ok ? ps__push_now(s, local, h->clock, g, buf) : 0;
             if (st > max_stale)
                 max_stale = st;
-            dropped += !usable;
+            dropped += !ok;
             continue;
         }
-        rc = ps__push_sync(s, p, local, h->keys[i], h->clock, g, buf, usable);
+        rc = ps__push_sync(s, p, local, h->clock, g, buf, ok);
         if (rc < 0)
             goto out;
-        dropped += rc || !usable;
+        dropped += rc || !ok;
     }
     s->n_pushes++;
     s->bytes_in += f->payload_len;
@@ -347,6 +406,7 @@ void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     if (p->keys_pushed >= s->n_local) {
         p->keys_pushed = 0;
         p->clock = h->clock + 1;
+        p->earned = p->clock;
     }
     ps__ack_push(p, h->request_id, h->clock, dropped, max_stale);
     ps__maybe_checkpoint(s);
