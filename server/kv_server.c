@@ -352,11 +352,12 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
     s->max_connections = cfg->max_connections > 0 ? cfg->max_connections : 2 * cfg->world + 16;
     s->handshake_timeout_ms =
         cfg->handshake_timeout_ms > 0 ? cfg->handshake_timeout_ms : PS__HANDSHAKE_TIMEOUT_MS;
-    /* A server restored from a checkpoint taken every N steps may be up to
-     * N steps behind the others, which welcome workers at their clocks. */
-    s->clock_lead = cfg->max_clock_lead > 0                            ? cfg->max_clock_lead
-                    : cfg->checkpoint_dir && cfg->checkpoint_every > 0 ? cfg->checkpoint_every
-                                                                       : 0;
+    /* Servers see a worker's push of a step one after the other, so a worker
+     * joining now may be welcomed one step further by another server; and a
+     * server restored from a checkpoint taken every N steps may be up to N
+     * steps behind the others. */
+    s->clock_lead = cfg->max_clock_lead > 0 ? cfg->max_clock_lead
+                                            : 1 + (cfg->checkpoint_dir ? cfg->checkpoint_every : 0);
     rc = ps_partition_init(&s->part, &cfg->spec, cfg->num_servers, cfg->chunk_bytes);
     if (rc < 0)
         goto fail;

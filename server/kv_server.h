@@ -56,7 +56,8 @@ typedef struct {
     int max_connections;           /* open connections at most; 0 = 2 * world + 16 */
     uint32_t handshake_timeout_ms; /* before HELLO, mid-handshake, after a refusal; 0 = 10 s */
     double max_grad_norm;          /* refuse a chunk's gradient of larger L2 norm; 0 = no limit */
-    uint64_t max_clock_lead; /* async, ssp: clocks a worker may be past this server; 0 = auto */
+    uint64_t max_clock_lead;       /* async, ssp: clocks a worker may be past this server; 0 = 1 +
+                                      checkpoint_every */
     uint8_t auth_key[PS_AUTH_KEY_BYTES];
 } ps_kv_server_config;
 

@@ -244,7 +244,7 @@ int main(int argc, char **argv)
          1e30, NULL},
         {"max-clock-lead", PS_FLAG_DOUBLE, &max_clock_lead, "STEPS",
          "async, ssp: how many steps past this server's own clock a worker may be (a server "
-         "restored behind the others; 0: --checkpoint-every)",
+         "restored behind the others; 0: 1 + --checkpoint-every)",
          0, 1e18, NULL},
         {"ready-fd", PS_FLAG_INT, &ready_fd, "FD",
          "write the bound port to this descriptor once listening", -1, 1 << 20, NULL},
