@@ -282,8 +282,9 @@ static int ps__dec_fail(ps_frame_decoder *d, int err, const char *fmt, ...)
     return err;
 }
 
-/* Asks the owner where the payload goes; keeps pieces that add up. */
-static void ps__dec_place(ps_frame_decoder *d)
+/* Asks the owner where the payload goes; keeps pieces that add up. Returns
+ * 0, or the owner's refusal (negative) after failing the decoder. */
+static int ps__dec_place(ps_frame_decoder *d)
 {
     const ps_frame_piece *pieces = NULL;
     size_t sum = 0;
@@ -291,23 +292,28 @@ static void ps__dec_place(ps_frame_decoder *d)
 
     d->n_pieces = 0;
     if (d->place == NULL || d->payload_len == 0)
-        return;
+        return 0;
     n = d->place(d->place_arg, d->hdr, &pieces);
+    if (n < 0)
+        return ps__dec_fail(d, n, "a payload of %zu bytes refused by the receiver", d->payload_len);
     for (int i = 0; i < n; i++)
         sum += pieces[i].len;
-    if (n <= 0 || sum != d->payload_len)
-        return;
+    if (n == 0 || sum != d->payload_len)
+        return 0;
     d->pieces = pieces;
     d->n_pieces = n;
     d->piece = 0;
     d->piece_off = 0;
     ps__dec_next_piece(d);
+    return 0;
 }
 
 /* Validates the freshly unpacked header and prepares where the payload goes,
  * then moves there the payload bytes that arrived with the header. */
 static int ps__dec_accept_header(ps_frame_decoder *d)
 {
+    int rc;
+
     if (d->hdr->version != PS_PROTOCOL_VERSION)
         return ps__dec_fail(d, -PS_EVERSION, "protocol version %u, this build speaks %u",
                             d->hdr->version, PS_PROTOCOL_VERSION);
@@ -324,7 +330,9 @@ static int ps__dec_accept_header(ps_frame_decoder *d)
         d->scan_elem = 2;
     d->scan_bad = 0;
     d->carry_n = 0;
-    ps__dec_place(d);
+    rc = ps__dec_place(d);
+    if (rc < 0)
+        return rc;
     if (d->n_pieces == 0 && d->payload_len > d->payload_cap) {
         uint8_t *p = realloc(d->payload, d->payload_len);
         if (p == NULL)

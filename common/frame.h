@@ -48,8 +48,10 @@ typedef struct {
  * payload byte is stored: return how many pieces (*pieces, borrowed by the
  * decoder until that frame is delivered) the payload should be scattered
  * into, or 0 to keep it in the decoder's own buffer. Pieces whose lengths do
- * not add up to hdr->payload_bytes are ignored, as if 0 was returned. This
- * is how a pull reply lands straight in the parameters it answers. */
+ * not add up to hdr->payload_bytes are ignored, as if 0 was returned. A
+ * negative return refuses the frame before any payload byte is stored: the
+ * decoder fails with that code. This is how a pull reply lands straight in
+ * the parameters it answers, and how a server judges a payload's size. */
 typedef int (*ps_frame_place_cb)(void *arg, const Shardps__Header *hdr,
                                  const ps_frame_piece **pieces);
 

@@ -149,6 +149,8 @@ static void ps__deliver(ps_conn *c)
     ps_conn_cork(c);
     while (!c->closing && c->reading && (rc = ps_frame_decoder_next(c->dec, &f)) == 1)
         c->cfg.on_frame(c, &f);
+    if (!c->closing && rc < 0 && c->cfg.on_decode_error)
+        c->cfg.on_decode_error(c, rc);
     ps_conn_uncork(c);
     c->delivering = 0;
     if (!c->closing && rc < 0)

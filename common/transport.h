@@ -36,7 +36,9 @@ typedef void (*ps_conn_sent_cb)(ps_conn *c, int status, void *arg);
 /* Result of ps_conn_connect: 0 and a connection, or an error and NULL. */
 typedef void (*ps_conn_connect_cb)(ps_conn *c, int status, void *data);
 /* May say where an incoming frame's payload goes (see ps_frame_place_cb):
- * returns the number of pieces, or 0 for the connection's own buffer. */
+ * returns the number of pieces, 0 for the connection's own buffer, or a
+ * negative code to refuse the frame (the connection closes, see
+ * on_decode_error). */
 typedef int (*ps_conn_place_cb)(ps_conn *c, const Shardps__Header *hdr,
                                 const ps_frame_piece **pieces);
 
@@ -44,6 +46,10 @@ typedef struct {
     ps_conn_frame_cb on_frame;
     ps_conn_close_cb on_close;
     ps_conn_place_cb place; /* NULL: every payload lands in the connection's buffer */
+    /* May be NULL. A frame failed to decode (err; ps_conn_error says why) or
+     * place refused one: called just before the connection closes, so a
+     * reason sent from here goes out first. */
+    void (*on_decode_error)(ps_conn *c, int err);
     size_t max_payload;     /* frames announcing more are refused */
     size_t max_write_queue; /* stop reading above this many queued bytes */
     int scan_nonfinite;     /* see ps_frame_decoder_set_scan_nonfinite */

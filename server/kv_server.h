@@ -27,11 +27,10 @@
 #include <uv.h>
 
 #include "auth.h"
+#include "consistency.h"
 #include "lr_schedule.h"
 #include "model_spec.h"
 #include "optimizer.h"
-
-#define PS_STALENESS_UNBOUNDED UINT32_MAX
 
 typedef struct {
     ps_model_spec spec;
@@ -49,17 +48,24 @@ typedef struct {
     int reject_nonfinite;          /* drop pushes holding NaN or Inf (counted, logged) */
     int pool_updates;  /* large chunks' updates on libuv's thread pool; 0: all on the loop */
     ps_lr_schedule lr; /* shape of the rate over steps; base_lr is opt.lr */
-    const char *checkpoint_dir; /* NULL: no checkpoints (borrowed, must outlive s) */
-    uint32_t checkpoint_every;  /* steps between checkpoints; 0 = not by steps */
-    double checkpoint_seconds;  /* seconds between checkpoints; 0 = not by time */
-    int keep_checkpoints;       /* newest files kept per server */
-    int auth;                   /* peers must prove they hold the token behind auth_key */
+    const char *checkpoint_dir;    /* NULL: no checkpoints (borrowed, must outlive s) */
+    uint32_t checkpoint_every;     /* steps between checkpoints; 0 = not by steps */
+    double checkpoint_seconds;     /* seconds between checkpoints; 0 = not by time */
+    int keep_checkpoints;          /* newest files kept per server */
+    int auth;                      /* peers must prove they hold the token behind auth_key */
+    int max_connections;           /* open connections at most; 0 = 2 * world + 16 */
+    uint32_t handshake_timeout_ms; /* before HELLO, mid-handshake, after a refusal; 0 = 10 s */
+    double max_grad_norm;          /* refuse a chunk's gradient of larger L2 norm; 0 = no limit */
+    uint64_t max_clock_lead;       /* async, ssp: clocks a worker may be past this server; 0 = 1 +
+                                      checkpoint_every */
     uint8_t auth_key[PS_AUTH_KEY_BYTES];
 } ps_kv_server_config;
 
 /* What the server has seen so far; a plain snapshot. */
 typedef struct {
     uint64_t pushes, pulls, bytes_in, bytes_out, updates, dropped, refused, nonfinite;
+    uint64_t unstable;  /* updates refused that would have made a chunk non-finite */
+    uint64_t too_large; /* chunks refused by max_grad_norm */
     uint64_t staleness_count, staleness_max;
     uint64_t clock; /* steps applied (sync) or newest step applied (async, ssp) */
     double staleness_mean, staleness_p99;

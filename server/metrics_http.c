@@ -194,6 +194,12 @@ int ps_metrics_render_prometheus(const ps_metrics_snapshot *s, char **out, size_
          "Pushed chunks dropped because their step was already applied.", (double)st->dropped},
         {"shardps_server_nonfinite_pushes_total", "counter",
          "Pushes refused because their gradient held NaN or Inf.", (double)st->nonfinite},
+        {"shardps_server_unstable_updates_total", "counter",
+         "Chunk updates refused because they would have made a weight or optimizer state "
+         "non-finite.",
+         (double)st->unstable},
+        {"shardps_server_large_gradients_total", "counter",
+         "Pushed chunks refused for a gradient norm over --max-grad-norm.", (double)st->too_large},
         {"shardps_server_rejected_frames_total", "counter",
          "Connections refused or closed for a malformed or disallowed frame.", (double)st->refused},
         {"shardps_server_live_workers", "gauge", "Workers connected and taking part now.",

@@ -172,10 +172,9 @@ ps__span(const ps__coef *c, float *restrict w, float *restrict s, const float *r
 #define PS__CLONES
 #endif
 
-PS__CLONES void ps_optimizer_apply(const ps_optimizer_config *cfg, float *w, float *state,
-                                   const float *g, size_t n, uint64_t step)
+static void ps__coef_init(const ps_optimizer_config *cfg, uint64_t step, ps__coef *c)
 {
-    ps__coef c = {
+    *c = (ps__coef){
         .rule = ps__rule_of(cfg),
         .lr = cfg->lr,
         .l2 = cfg->weight_decay,
@@ -187,23 +186,154 @@ PS__CLONES void ps_optimizer_apply(const ps_optimizer_config *cfg, float *w, flo
         .b2 = cfg->beta2,
         .eps = cfg->eps,
     };
-    size_t stride = ps__stride(c.rule);
-
-    if (c.rule == PS__ADAM) {
+    if (c->rule == PS__ADAM) {
         /* step counts from 1; 0 would divide by a zero bias correction. */
         double t = step ? (double)step : 1.0;
-        c.step_size = (float)(cfg->lr / (1.0 - pow(cfg->beta1, t)));
-        c.inv_sqrt_bc2 = (float)(1.0 / sqrt(1.0 - pow(cfg->beta2, t)));
+        c->step_size = (float)(cfg->lr / (1.0 - pow(cfg->beta1, t)));
+        c->inv_sqrt_bc2 = (float)(1.0 / sqrt(1.0 - pow(cfg->beta2, t)));
         if (cfg->kind == PS_OPT_ADAMW) {
-            c.decay = (float)(1.0 - (double)cfg->lr * cfg->weight_decay);
-            c.l2 = 0.0f;
+            c->decay = (float)(1.0 - (double)cfg->lr * cfg->weight_decay);
+            c->l2 = 0.0f;
         }
     }
+}
+
+static inline __attribute__((always_inline)) void ps__apply(const ps__coef *c, float *w,
+                                                            float *state, const float *g, size_t n)
+{
+    size_t stride = ps__stride(c->rule);
+
     for (; n >= PS__BLOCK; n -= PS__BLOCK, w += PS__BLOCK, g += PS__BLOCK) {
-        ps__span(&c, w, state, g, PS__BLOCK);
+        ps__span(c, w, state, g, PS__BLOCK);
         /* Plain SGD may be given no state at all. */
         if (stride)
             state += stride * PS__BLOCK;
     }
-    ps__span(&c, w, state, g, n);
+    ps__span(c, w, state, g, n);
+}
+
+/* 1 when some x[i] is Inf or NaN (all exponent bits set). */
+static inline __attribute__((always_inline)) int ps__any_nonfinite(const float *x, size_t n)
+{
+    uint32_t bad = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof(u));
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    return (int)bad;
+}
+
+/* The largest magnitude among x[0..n), or +Inf when some x[i] is Inf or
+ * NaN. On the bits: for finite floats the order of |x| is the order of the
+ * integers x & 0x7fffffff, and Inf and NaN sort above every finite value, so
+ * this is one integer max the compiler vectorises (a float max is not, for
+ * NaN's sake). */
+static inline __attribute__((always_inline)) double ps__max_abs(const float *x, size_t n)
+{
+    uint32_t m = 0;
+    size_t i = 0;
+    float f;
+
+    /* Constant-length blocks, as in ps__apply, for -O2's vectoriser. */
+    for (; i + PS__BLOCK <= n; i += PS__BLOCK)
+        for (size_t j = 0; j < PS__BLOCK; j++) {
+            uint32_t u;
+            memcpy(&u, &x[i + j], sizeof(u));
+            u &= 0x7fffffffu;
+            m = u > m ? u : m;
+        }
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof(u));
+        u &= 0x7fffffffu;
+        m = u > m ? u : m;
+    }
+    if (m >= 0x7f800000u)
+        return INFINITY;
+    memcpy(&f, &m, sizeof(f));
+    return f;
+}
+
+/* Bounds the update from the largest magnitudes of its inputs (in double,
+ * far below FLT_MAX so float rounding cannot cross it): 1 when every weight
+ * and state value it writes is provably finite. Most updates pass, and then
+ * this read-only pass is the whole cost of the check; the rest are checked
+ * exactly (ps__stays_finite). */
+static inline __attribute__((always_inline)) int
+ps__provably_finite(const ps__coef *c, const float *w, const float *state, const float *g, size_t n)
+{
+    const double limit = 1e37;
+    size_t stride = ps__stride(c->rule);
+    double W = ps__max_abs(w, n), G = ps__max_abs(g, n);
+    double S = stride ? ps__max_abs(state, stride * n) : 0.0;
+    double wi = W * fabs((double)c->decay), gi = G + fabs((double)c->l2) * wi, out_w = 0, out_s = 0;
+
+    /* A non-finite input makes every bound Inf: checked exactly below. */
+    switch (c->rule) {
+    case PS__PLAIN:
+        out_w = W + fabs((double)c->lr) * gi;
+        break;
+    case PS__MOMENTUM:
+        out_s = fabs((double)c->mu) * S + gi;
+        out_w = W + fabs((double)c->lr) *
+                        (fabs((double)c->g_coef) * gi + fabs((double)c->v_coef) * out_s);
+        break;
+    case PS__ADAM:
+        if (c->eps <= 0.0f)
+            return 0;
+        out_s = fabs((double)c->b1) * S + fabs(1.0 - c->b1) * gi;
+        out_s = fmax(out_s, fabs((double)c->b2) * S + fabs(1.0 - c->b2) * gi * gi);
+        out_w = wi + fabs((double)c->step_size) * out_s / c->eps;
+        break;
+    case PS__ADAGRAD:
+        if (c->eps <= 0.0f)
+            return 0;
+        out_s = S + gi * gi;
+        out_w = W + fabs((double)c->lr) * gi / c->eps;
+        break;
+    }
+    return gi < limit && out_w < limit && out_s < limit;
+}
+
+/* Whether the update would leave every weight and state value finite: each
+ * block computed into a copy on the stack, nothing written. */
+static inline __attribute__((always_inline)) int
+ps__stays_finite(const ps__coef *c, const float *w, const float *state, const float *g, size_t n)
+{
+    float wb[PS__BLOCK], sb[2 * PS__BLOCK];
+    size_t stride = ps__stride(c->rule);
+
+    for (size_t off = 0; off < n; off += PS__BLOCK) {
+        size_t m = n - off < PS__BLOCK ? n - off : PS__BLOCK;
+        memcpy(wb, w + off, m * sizeof(float));
+        if (stride)
+            memcpy(sb, state + stride * off, stride * m * sizeof(float));
+        ps__span(c, wb, sb, g + off, m);
+        if (ps__any_nonfinite(wb, m) || ps__any_nonfinite(sb, stride * m))
+            return 0;
+    }
+    return 1;
+}
+
+PS__CLONES void ps_optimizer_apply(const ps_optimizer_config *cfg, float *w, float *state,
+                                   const float *g, size_t n, uint64_t step)
+{
+    ps__coef c;
+
+    ps__coef_init(cfg, step, &c);
+    ps__apply(&c, w, state, g, n);
+}
+
+PS__CLONES int ps_optimizer_apply_checked(const ps_optimizer_config *cfg, float *w, float *state,
+                                          const float *g, size_t n, uint64_t step)
+{
+    ps__coef c;
+
+    ps__coef_init(cfg, step, &c);
+    if (!ps__provably_finite(&c, w, state, g, n) && !ps__stays_finite(&c, w, state, g, n))
+        return -ERANGE;
+    ps__apply(&c, w, state, g, n);
+    return 0;
 }

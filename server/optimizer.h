@@ -45,5 +45,13 @@ size_t ps_optimizer_state_floats(const ps_optimizer_config *cfg, size_t n);
  * first step. */
 void ps_optimizer_apply(const ps_optimizer_config *cfg, float *w, float *state, const float *g,
                         size_t n, uint64_t step);
+/* The same update, made only if it leaves every weight and state value
+ * finite; otherwise w and state are left as they were and -ERANGE is
+ * returned. The check reads the inputs once and bounds the result from their
+ * largest magnitudes; only when that bound is too large (absurd gradients)
+ * is the update computed twice, once into a stack copy to check it exactly.
+ * See docs/performance.md for the cost. */
+int ps_optimizer_apply_checked(const ps_optimizer_config *cfg, float *w, float *state,
+                               const float *g, size_t n, uint64_t step);
 
 #endif

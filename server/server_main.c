@@ -161,6 +161,8 @@ int main(int argc, char **argv)
     const char *lr_schedule = "cosine";
     double lr = 0.001, momentum = 0.9, weight_decay = 0, chunk_bytes = PS_DEFAULT_CHUNK_BYTES;
     double max_payload = (double)PS_DEFAULT_MAX_PAYLOAD;
+    int max_connections = 0;
+    double handshake_timeout = 10, max_grad_norm = 0, max_clock_lead = 0;
     int metrics_port = -1;
     double metrics_interval = 1;
     const char *metrics_file = NULL;
@@ -234,6 +236,19 @@ int main(int argc, char **argv)
          "a worker silent this long leaves the barrier (0: never)", 0, 86400, NULL},
         {"max-payload", PS_FLAG_DOUBLE, &max_payload, "BYTES", "largest frame payload accepted",
          1024, 1ull << 40, NULL},
+        {"max-connections", PS_FLAG_INT, &max_connections, "N",
+         "open connections at most; more are refused and logged (0: 2 x --workers + 16)", 0,
+         1 << 20, NULL},
+        {"handshake-timeout", PS_FLAG_DOUBLE, &handshake_timeout, "SECONDS",
+         "a connection must finish its handshake this soon (and a refused one go)", 0.01, 86400,
+         NULL},
+        {"max-grad-norm", PS_FLAG_DOUBLE, &max_grad_norm, "NORM",
+         "refuse a chunk's gradient whose L2 norm is larger (counted, logged; 0: no limit)", 0,
+         1e30, NULL},
+        {"max-clock-lead", PS_FLAG_DOUBLE, &max_clock_lead, "STEPS",
+         "async, ssp: how many steps past this server's own clock a worker may be (a server "
+         "restored behind the others; 0: 1 + --checkpoint-every)",
+         0, 1e18, NULL},
         {"ready-fd", PS_FLAG_INT, &ready_fd, "FD",
          "write the bound port to this descriptor once listening", -1, 1 << 20, NULL},
         {"metrics-port", PS_FLAG_INT, &metrics_port, "PORT",
@@ -363,6 +378,10 @@ int main(int argc, char **argv)
     cfg.checkpoint_seconds = checkpoint_seconds;
     cfg.keep_checkpoints = keep_checkpoints;
     cfg.reject_nonfinite = reject_nonfinite;
+    cfg.max_connections = max_connections;
+    cfg.handshake_timeout_ms = (uint32_t)(handshake_timeout * 1000);
+    cfg.max_grad_norm = max_grad_norm;
+    cfg.max_clock_lead = (uint64_t)max_clock_lead;
     if (restore && checkpoint_dir == NULL) {
         fprintf(stderr, "shardps-server: --restore needs --checkpoint-dir DIR to restore from\n");
         return 2;

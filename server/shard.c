@@ -131,28 +131,33 @@ void ps_shard_accumulate(ps_shard *s, int local, const float *g)
         acc[i] += g[i];
 }
 
-void ps_shard_apply_accumulated(ps_shard *s, int local, int count, float lr)
+int ps_shard_apply_accumulated(ps_shard *s, int local, int count, float lr)
 {
     ps__shard_chunk *c = &s->chunks[local];
     float *restrict acc = c->accum;
     size_t n = c->desc.numel;
     float inv = 1.0f / (float)count;
+    int rc;
 
     if (count > 1)
         for (size_t i = 0; i < n; i++)
             acc[i] *= inv;
-    ps_shard_apply_grad(s, local, acc, lr);
+    rc = ps_shard_apply_grad(s, local, acc, lr);
     memset(acc, 0, n * sizeof(float));
+    return rc;
 }
 
-void ps_shard_apply_grad(ps_shard *s, int local, const float *g, float lr)
+int ps_shard_apply_grad(ps_shard *s, int local, const float *g, float lr)
 {
     ps__shard_chunk *c = &s->chunks[local];
     ps_optimizer_config opt = s->opt;
+    int rc;
 
     opt.lr = lr;
-    c->updates++;
-    ps_optimizer_apply(&opt, c->weights, c->state, g, c->desc.numel, c->updates);
+    rc = ps_optimizer_apply_checked(&opt, c->weights, c->state, g, c->desc.numel, c->updates + 1);
+    if (rc == 0)
+        c->updates++;
+    return rc;
 }
 
 uint64_t ps_shard_updates(const ps_shard *s, int local)

@@ -35,10 +35,13 @@ size_t ps_shard_memory_bytes(const ps_shard *s);
 /* Adds g (chunk numel floats, borrowed) into the chunk's accumulator. */
 void ps_shard_accumulate(ps_shard *s, int local, const float *g);
 /* Applies the mean of the count accumulated gradients at learning rate lr
- * and clears the accumulator. */
-void ps_shard_apply_accumulated(ps_shard *s, int local, int count, float lr);
-/* Applies g directly at learning rate lr (asynchronous training). */
-void ps_shard_apply_grad(ps_shard *s, int local, const float *g, float lr);
+ * and clears the accumulator. Returns 0, or -ERANGE when the update would
+ * have made a weight or optimizer state non-finite: then the chunk is left
+ * as it was (the accumulator is cleared all the same). */
+int ps_shard_apply_accumulated(ps_shard *s, int local, int count, float lr);
+/* Applies g directly at learning rate lr (asynchronous training). Returns 0
+ * or -ERANGE as above. */
+int ps_shard_apply_grad(ps_shard *s, int local, const float *g, float lr);
 /* Updates applied to this chunk so far. */
 uint64_t ps_shard_updates(const ps_shard *s, int local);
 

@@ -12,12 +12,13 @@
  * Bytes touched per element: SGD 12 (read w, g; write w), momentum 20 (read w,
  * g, v; write w, v), Adam 28 (read w, g, m, v; write w, m, v). Timed blocks of
  * the three alternate and each figure is the median over rounds, so load from
- * elsewhere hits all three alike. A second table times the other per-byte work
- * a push+pull does on the server and client (CRC32C as ps_crc32c picks it and
- * with the crc32 instruction, a copy into a reused buffer, and a copy into a
- * fresh malloc, as pull replies were once snapshotted), for the
- * analysis in docs/performance.md, and what --compress fp16 adds: narrowing
- * on the worker and widening on the server, the F16C copies and the plain C
+ * elsewhere hits all three alike. A second table times what the server runs
+ * since issue 18, ps_optimizer_apply_checked (the update made only if every
+ * weight and state value stays finite), against the unchecked apply. A third table times the other
+ * per-byte work a push+pull does on the server and client (CRC32C as ps_crc32c picks it and with
+ * the crc32 instruction, a copy into a reused buffer, and a copy into a fresh malloc, as pull
+ * replies were once snapshotted), for the analysis in docs/performance.md, and what --compress fp16
+ * adds: narrowing on the worker and widening on the server, the F16C copies and the plain C
  * references (docs/compression.md). */
 #include <errno.h>
 #include <math.h>
@@ -59,6 +60,13 @@ typedef void (*ps__kernel)(ps__arrays *a);
 static void ps__k_server(ps__arrays *a)
 {
     ps_optimizer_apply(&a->cfg, a->w, a->s, a->g, a->n, ++a->step);
+}
+
+/* What the server runs since issue 18: the update only if it stays finite
+ * (computed twice, first into a stack copy to check it). */
+static void ps__k_checked(ps__arrays *a)
+{
+    a->sink ^= (uint32_t)ps_optimizer_apply_checked(&a->cfg, a->w, a->s, a->g, a->n, ++a->step);
 }
 
 /* The baselines are kept out of line and without restrict, as a plain loop
@@ -266,7 +274,7 @@ int main(int argc, char **argv)
     double block_s = 0.05;
     size_t sizes[8];
     /* JSON lines go after the tables, so the tables read as one block. */
-    char json[8 * 10][320];
+    char json[8 * 13][320];
     int n_json = 0;
     const ps_flag flags[] = {
         {"sizes", PS_FLAG_STRING, &sizes_text, "LIST", "weight array sizes (suffix K, M)", 0, 0,
@@ -328,6 +336,33 @@ int main(int argc, char **argv)
                 "\"ns_per_element\":%.4f}",
                 ps__rule_names[r], sizes[i], bytes, gb[0], gb[1], gb[0] / gb[1], gb[2],
                 t[0] / (double)n * 1e9);
+            ps__free_arrays(&a);
+        }
+    }
+
+    printf("\nthe finite check: ps_optimizer_apply_checked (what the server runs) against "
+           "ps_optimizer_apply, GB/s as above\n\n");
+    printf("%-9s %-9s | %8s %9s | %6s\n", "rule", "size", "checked", "unchecked", "ratio");
+    for (int i = 0; i < n_sizes; i++) {
+        for (int r = 0; r < PS__N_RULES; r++) {
+            ps__kernel k[2] = {ps__k_checked, ps__k_server};
+            size_t n = sizes[i] / sizeof(float);
+            double t[2], bytes = (double)ps__words[r] * sizeof(float) * (double)n;
+            ps__arrays a;
+
+            if (ps__alloc_arrays(&a, n, (ps__rule)r) < 0) {
+                fprintf(stderr, "bench-apply: out of memory for %zu bytes\n", sizes[i]);
+                return 1;
+            }
+            ps__race(k, 2, &a, rounds, block_s, t);
+            printf("%-9s %-9s | %8.2f %9.2f | %6.3f\n", ps__rule_names[r],
+                   ps_bench_size_text(sizes[i], sz, sizeof(sz)), bytes / t[0] / 1e9,
+                   bytes / t[1] / 1e9, t[1] / t[0]);
+            snprintf(json[n_json++], sizeof(json[0]),
+                     "{\"bench\":\"apply_checked\",\"rule\":\"%s\",\"size_bytes\":%zu,"
+                     "\"gbps\":%.3f,\"unchecked_gbps\":%.3f,\"ratio\":%.4f}",
+                     ps__rule_names[r], sizes[i], bytes / t[0] / 1e9, bytes / t[1] / 1e9,
+                     t[1] / t[0]);
             ps__free_arrays(&a);
         }
     }

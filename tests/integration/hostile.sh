@@ -5,8 +5,10 @@
 # anything and runs every other scenario as rank 1: random bytes, truncated
 # and oversized frames, a wrong version, model and rank, requests before the
 # handshake and after it with bad keys, sizes (float32 and float16) and
-# dtypes, and a reader that floods pulls without reading (the server must
-# stop reading it before its RSS grows past a bound). The server must log a reason naming each refused
+# dtypes, a PULL at clock 2^64-1, a PUSH header announcing 32 MiB for one
+# chunk, a HEARTBEAT with a payload (issue 18), and a reader that floods pulls
+# without reading (the server must stop reading it before its RSS grows past
+# a bound). The server must log a reason naming each refused
 # connection, the worker must finish every step, and the server must exit 0
 # on its own once rank 1 has said goodbye too.
 # Synchronisation is by FIFOs (the server's port, the worker's start report,
@@ -78,7 +80,7 @@ while read -r verdict name addr detail; do
         { cat "$TMP/server.err" >&2; fail "no 'closing ...' reason logged for $name ($addr)"; }
 done <"$TMP/hostile.out"
 n=$(grep -c '^PASS' "$TMP/hostile.out")
-[ "$n" -ge 17 ] || fail "only $n hostile scenarios ran"
+[ "$n" -ge 20 ] || fail "only $n hostile scenarios ran"
 
 grep -q "worker 0 (.*) left at clock $STEPS (finished)" "$TMP/server.err" ||
     { cat "$TMP/server.err" >&2; fail "worker 0 did not finish its $STEPS steps"; }

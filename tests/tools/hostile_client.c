@@ -371,8 +371,10 @@ static int sc_big_header(hc_ctx *ctx, hc_conn *c)
 
 /* A HELLO whose version and announced payload length are as given, packed
  * by hand since ps_frame_encode would correct them; the decoder must refuse
- * it and the server hang up. */
-static int lying_hello(hc_ctx *ctx, hc_conn *c, uint32_t version, uint64_t payload_bytes)
+ * it and the server answer with a REJECT of want_status naming want, then
+ * hang up. */
+static int lying_hello(hc_ctx *ctx, hc_conn *c, uint32_t version, uint64_t payload_bytes,
+                       int want_status, const char *want)
 {
     Shardps__Header h;
     Shardps__Hello hello;
@@ -390,19 +392,21 @@ static int lying_hello(hc_ctx *ctx, hc_conn *c, uint32_t version, uint64_t paylo
     free(buf);
     if (rc < 0)
         return -1;
-    return expect_refusal(ctx, c, 0, 0, NULL);
+    return expect_refusal(ctx, c, SHARDPS__MSG_TYPE__REJECT, want_status, want);
 }
 
 /* A payload past any --max-payload the server accepts. */
 static int sc_big_payload(hc_ctx *ctx, hc_conn *c)
 {
-    return lying_hello(ctx, c, PS_PROTOCOL_VERSION, ((uint64_t)1 << 40) + 1);
+    return lying_hello(ctx, c, PS_PROTOCOL_VERSION, ((uint64_t)1 << 40) + 1, -PS_ETOOBIG,
+                       "exceeds");
 }
 
-/* A HELLO that would be accepted but for its protocol version. */
+/* A HELLO that would be accepted but for its protocol version: the REJECT
+ * names both versions (issue 18: it was only logged). */
 static int sc_bad_version(hc_ctx *ctx, hc_conn *c)
 {
-    return lying_hello(ctx, c, PS_PROTOCOL_VERSION + 1, 0);
+    return lying_hello(ctx, c, PS_PROTOCOL_VERSION + 1, 0, -PS_EVERSION, "version");
 }
 
 static int sc_wrong_model(hc_ctx *ctx, hc_conn *c)
@@ -548,6 +552,64 @@ static int sc_bad_dtype(hc_ctx *ctx, hc_conn *c)
     h.n_keys = 1;
     h.keys = &key;
     return bad_request(ctx, c, &h, NULL, 0, "dtype");
+}
+
+/* Issue 18: a PULL at clock 2^64-1 must be refused, not become the rank's
+ * clock (and, once it left, every later worker's). */
+static int sc_pull_far(hc_ctx *ctx, hc_conn *c)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    uint64_t clock;
+
+    if (handshake(ctx, c, &clock) < 0)
+        return -1;
+    h.type = SHARDPS__MSG_TYPE__PULL;
+    h.request_id = 2;
+    h.clock = UINT64_MAX;
+    h.n_keys = ctx->n_keys;
+    h.keys = ctx->keys;
+    if (send_frame(c, &h, NULL, 0) < 0)
+        return -1;
+    return expect_refusal(ctx, c, SHARDPS__MSG_TYPE__ERROR, -PS_EPROTO, "clock");
+}
+
+/* Issue 18: a PUSH header announcing 32 MiB for one chunk, and no payload:
+ * refused on the header, before the server sets anything aside for it. */
+static int sc_push_announced(hc_ctx *ctx, hc_conn *c)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    uint64_t clock;
+    uint8_t *buf;
+    size_t len;
+    int rc;
+
+    if (handshake(ctx, c, &clock) < 0)
+        return -1;
+    h.type = SHARDPS__MSG_TYPE__PUSH;
+    h.request_id = 2;
+    h.clock = clock;
+    h.dtype = SHARDPS__DTYPE__DTYPE_F32;
+    h.n_keys = 1;
+    h.keys = ctx->keys;
+    h.version = PS_PROTOCOL_VERSION;
+    h.payload_bytes = (uint64_t)32 << 20;
+    if (ps_frame_pack_header(&h, &buf, &len) < 0)
+        return -1;
+    rc = send_all(c->fd, buf, len);
+    free(buf);
+    if (rc < 0)
+        return -1;
+    return expect_refusal(ctx, c, SHARDPS__MSG_TYPE__ERROR, -PS_EPROTO, "payload");
+}
+
+/* Issue 18: a HEARTBEAT carries nothing; 1 KiB of payload is refused. */
+static int sc_heartbeat_payload(hc_ctx *ctx, hc_conn *c)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    uint8_t junk[1024] = {0};
+
+    h.type = SHARDPS__MSG_TYPE__HEARTBEAT;
+    return bad_request(ctx, c, &h, junk, sizeof(junk), "payload");
 }
 
 /* Resident memory of the server in MiB, or -1 when it cannot be read. */
@@ -806,6 +868,9 @@ static const hc_scenario hc_scenarios[] = {
     {"short-f16-push", "a float16 PUSH one half short", sc_short_f16_push, 1},
     {"f16-as-f32", "a float16 PUSH carrying a float32-sized payload", sc_f16_as_f32, 1},
     {"bad-dtype", "a PUSH of an unknown dtype", sc_bad_dtype, 1},
+    {"pull-far", "a PULL at clock 2^64-1", sc_pull_far, 1},
+    {"push-announced", "a PUSH header announcing 32 MiB for one chunk", sc_push_announced, 1},
+    {"heartbeat-payload", "a HEARTBEAT carrying 1 KiB", sc_heartbeat_payload, 1},
     {"slow-reader", "a flood of PULLs, never reading a reply", sc_slow_reader, 1},
     {"bye", "a good HELLO, then BYE: the rank leaves as finished", sc_bye, 0},
     {"silent", "connect and say nothing until the server closes", sc_silent, 0},

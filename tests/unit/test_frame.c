@@ -844,6 +844,50 @@ Test(frame, placed_payload_with_bad_crc_is_refused, .timeout = 30)
     free(p);
 }
 
+/* A place callback that refuses every payload, as the server does when a
+ * frame's size does not fit its keys. */
+static int place_refuse(void *arg, const Shardps__Header *hdr, const ps_frame_piece **pieces)
+{
+    int *calls = arg;
+
+    (void)hdr;
+    (void)pieces;
+    ++*calls;
+    return -PS_EPROTO;
+}
+
+/* A refused payload fails the decoder with the callback's code before any
+ * payload byte is read (nothing past the first read is taken), so nobody
+ * buffers a size a header merely announces. */
+Test(frame, refused_payload_fails_before_it_is_buffered, .timeout = 30)
+{
+    uint8_t *p = random_bytes(70000, 25);
+    want_frame w = {
+        .type = SHARDPS__MSG_TYPE__PUSH, .payload = p, .payload_len = 70000, .n_iov = 1};
+    uint8_t *stream = NULL;
+    size_t len = 0;
+    ps_frame_decoder *d = new_decoder(PS_DEFAULT_MAX_PAYLOAD);
+    ps_frame f;
+    int calls = 0, rc = 0;
+    size_t off = 0;
+
+    encode_append(&w, &stream, &len);
+    ps_frame_decoder_set_place(d, place_refuse, &calls);
+    while (rc == 0 && off < len) {
+        off += ps_frame_decoder_feed(d, stream + off, len - off < 3000 ? len - off : 3000);
+        rc = ps_frame_decoder_next(d, &f);
+    }
+    cr_assert_eq(rc, -PS_EPROTO);
+    cr_assert_eq(calls, 1);
+    cr_assert(strstr(ps_frame_decoder_error(d), "refused") != NULL, "%s",
+              ps_frame_decoder_error(d));
+    cr_assert_lt(off, 70000, "the decoder read the payload before refusing it");
+    check_stays_failed(d);
+    ps_frame_decoder_free(d);
+    free(stream);
+    free(p);
+}
+
 Test(frame, consecutive_placed_payloads, .timeout = 30)
 {
     uint8_t *p1 = random_bytes(64, 31), *p2 = random_bytes(64, 32), *dest = malloc(64);

@@ -166,8 +166,8 @@ Test(metrics_render, prometheus_reads_back)
     cr_assert_eq(ps_metrics_render_prometheus(&s, &text, &len), 0);
     cr_assert_eq(strlen(text), len);
     cr_assert_eq(ps_prom_parse_text(text, len, on_sample, &seen, &bad), 0, "line %d", bad);
-    /* info + 14 server series + 6 per-worker families x 2 workers */
-    cr_assert_eq(seen.samples, 1 + 14 + 12);
+    /* info + 16 server series + 6 per-worker families x 2 workers */
+    cr_assert_eq(seen.samples, 1 + 16 + 12);
     cr_assert_eq(seen.server_has_label, seen.samples);
     cr_assert(seen.found_pushes && seen.found_rank4_clock && seen.found_info);
     /* Every family is declared once, before its samples. */

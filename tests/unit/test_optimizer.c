@@ -312,6 +312,43 @@ Test(optimizer, resumed_from_copied_state_is_exact)
     }
 }
 
+/* The checked update is the update when it stays finite, bit for bit; and
+ * when any weight or state value would not (a finite gradient can overflow,
+ * or square to Inf in Adam's and Adagrad's state), nothing is written. */
+Test(optimizer, checked_apply_commits_only_finite_results)
+{
+    for (size_t k = 0; k < N_KINDS; k++) {
+        ps_optimizer_config c = config(all_kinds[k], 0.9f, 0.01f);
+        size_t ns = ps_optimizer_state_floats(&c, N);
+        float *w1 = xcalloc(N, sizeof(float)), *s1 = xcalloc(ns + 1, sizeof(float));
+        float *w2 = xcalloc(N, sizeof(float)), *s2 = xcalloc(ns + 1, sizeof(float));
+        float *g = xcalloc(N, sizeof(float));
+        const char *name = ps_optimizer_name(all_kinds[k]);
+
+        make_weights(w1, N);
+        memcpy(w2, w1, N * sizeof(float));
+        for (int t = 1; t <= 3; t++) {
+            make_grad(g, N, t);
+            ps_optimizer_apply(&c, w1, s1, g, N, (uint64_t)t);
+            cr_assert_eq(ps_optimizer_apply_checked(&c, w2, s2, g, N, (uint64_t)t), 0, "%s", name);
+        }
+        cr_assert_eq(memcmp(w1, w2, N * sizeof(float)), 0, "%s weights", name);
+        cr_assert_eq(memcmp(s1, s2, ns * sizeof(float)), 0, "%s state", name);
+        /* One huge value in the last, partial block. */
+        make_grad(g, N, 4);
+        g[N - 1] = 3e38f;
+        c.lr = 10.0f;
+        cr_assert_eq(ps_optimizer_apply_checked(&c, w2, s2, g, N, 4), -ERANGE, "%s", name);
+        cr_assert_eq(memcmp(w1, w2, N * sizeof(float)), 0, "%s weights changed", name);
+        cr_assert_eq(memcmp(s1, s2, ns * sizeof(float)), 0, "%s state changed", name);
+        free(g);
+        free(s2);
+        free(w2);
+        free(s1);
+        free(w1);
+    }
+}
+
 /* The server may split a chunk across threads: elements [a, b) with their
  * state at state + per_element * a must update exactly like the whole. */
 Test(optimizer, chunk_updated_in_pieces)

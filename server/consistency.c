@@ -1,0 +1,148 @@
+/* The consistency rules: pull readiness, reply clocks, quorum, staleness and
+ * join clocks, as pure functions (see consistency.h). The server gathers the
+ * numbers; these decide. */
+#include "consistency.h"
+
+uint64_t ps_consistency_min_clock(const uint64_t *clocks, int n)
+{
+    uint64_t m = UINT64_MAX;
+
+    for (int i = 0; i < n; i++)
+        if (clocks[i] < m)
+            m = clocks[i];
+    return m;
+}
+
+uint64_t ps_consistency_server_clock(const ps_chunk_clock *chunks, int n)
+{
+    uint64_t m = UINT64_MAX;
+
+    for (int i = 0; i < n; i++)
+        if (chunks[i].clock < m)
+            m = chunks[i].clock;
+    return m == UINT64_MAX ? 0 : m;
+}
+
+uint64_t ps_consistency_progress_clock(uint32_t staleness, const ps_chunk_clock *chunks, int n)
+{
+    uint64_t m = 0;
+
+    if (staleness == 0)
+        return ps_consistency_server_clock(chunks, n);
+    for (int i = 0; i < n; i++)
+        if (chunks[i].newest > m)
+            m = chunks[i].newest;
+    return m;
+}
+
+int ps_consistency_pull_ready(const ps_consistency_view *v, uint64_t clock, uint64_t fed)
+{
+    if (!v->started)
+        return 0;
+    if (v->staleness == 0)
+        return clock <= v->server_clock && fed <= v->server_clock;
+    if (v->staleness == PS_STALENESS_UNBOUNDED)
+        return 1;
+    return v->min_live_clock == UINT64_MAX || clock <= v->min_live_clock + v->staleness;
+}
+
+uint64_t ps_consistency_reply_clock(uint32_t staleness, uint64_t server_clock, uint64_t asked)
+{
+    if (staleness != 0)
+        return asked;
+    return server_clock > asked ? server_clock : asked;
+}
+
+int ps_consistency_pushes_needed(int quorum, int world, int live)
+{
+    int q = quorum > 0 ? quorum : world;
+    return q < live ? q : live;
+}
+
+int ps_consistency_step_complete(const ps_chunk_clock *c, int needed)
+{
+    if (c->live_pushes == 0 && c->pushes == 0)
+        return 0;
+    return c->live_pushes >= needed;
+}
+
+uint64_t ps_consistency_staleness(uint64_t newest, uint64_t clock)
+{
+    return newest > clock + 1 ? newest - (clock + 1) : 0;
+}
+
+uint64_t ps_consistency_join_clock(const ps_consistency_view *v, uint64_t resume_clock)
+{
+    if (v->staleness == 0)
+        return v->server_clock;
+    return v->min_live_clock == UINT64_MAX ? resume_clock : v->min_live_clock;
+}
+
+uint64_t ps_consistency_clock_ceiling(const ps_consistency_view *v, uint64_t earned)
+{
+    uint64_t base = v->progress_clock;
+
+    if (v->staleness == 0)
+        return v->server_clock + 1;
+    if (v->restored_clock > base)
+        base = v->restored_clock;
+    if (earned > base)
+        base = earned;
+    return base + v->clock_lead < base ? UINT64_MAX : base + v->clock_lead;
+}
+
+ps_clock_verdict ps_consistency_check_pull(const ps_consistency_view *v, uint64_t rank_clock,
+                                           uint64_t earned, int keys_pushed, uint64_t asked)
+{
+    /* A sync worker that fell behind may ask for an older step (it is
+     * answered with the current one); elsewhere going back would let it slip
+     * past the ssp gate. */
+    if (v->staleness != 0 && asked < rank_clock)
+        return PS_CLOCK_BEHIND;
+    if (asked > ps_consistency_clock_ceiling(v, earned))
+        return PS_CLOCK_AHEAD;
+    if (asked > rank_clock && keys_pushed != 0)
+        return PS_CLOCK_MID_STEP;
+    return PS_CLOCK_OK;
+}
+
+ps_clock_verdict ps_consistency_check_push(const ps_consistency_view *v, uint64_t rank_clock,
+                                           uint64_t clock)
+{
+    if (!v->started)
+        return PS_CLOCK_NOT_STARTED;
+    if (v->staleness != 0 && clock != rank_clock)
+        return PS_CLOCK_NOT_ITS;
+    return PS_CLOCK_OK;
+}
+
+ps_clock_verdict ps_consistency_sync_push(uint64_t chunk_clock, uint64_t clock)
+{
+    if (clock < chunk_clock)
+        return PS_CLOCK_BEHIND;
+    return clock > chunk_clock ? PS_CLOCK_AHEAD : PS_CLOCK_OK;
+}
+
+const char *ps_consistency_verdict_text(ps_clock_verdict verdict)
+{
+    switch (verdict) {
+    case PS_CLOCK_OK:
+        return "clock allowed";
+    case PS_CLOCK_AHEAD:
+        return "clock past what the mode allows";
+    case PS_CLOCK_BEHIND:
+        return "clock behind the worker's own";
+    case PS_CLOCK_MID_STEP:
+        return "clock moved in the middle of pushing a step";
+    case PS_CLOCK_NOT_ITS:
+        return "clock is not the worker's";
+    case PS_CLOCK_NOT_STARTED:
+        return "clock given before the job started";
+    }
+    return "clock refused";
+}
+
+uint64_t ps_consistency_resume_clock(uint64_t resume_clock, uint64_t earned)
+{
+    return earned > resume_clock ? earned : resume_clock;
+}

@@ -1,0 +1,99 @@
+/* The consistency rules of the key-value server as pure functions of clocks
+ * and membership: no sockets, no server, only plain numbers in and out, so
+ * the unit tests state each rule directly (tests/unit/test_consistency.c).
+ *
+ * Clocks count steps. A chunk's clock (sync) is the step whose pushes it is
+ * accumulating; its `newest` is 1 + the newest step applied to it (0: none).
+ * A worker's clock is the step it is working on. Staleness 0 is sync,
+ * PS_STALENESS_UNBOUNDED async, anything between ssp. */
+#ifndef PS_CONSISTENCY_H
+#define PS_CONSISTENCY_H
+
+#include <stdint.h>
+
+#define PS_STALENESS_UNBOUNDED UINT32_MAX
+
+/* One chunk's progress, as the server keeps it. */
+typedef struct {
+    uint64_t clock;  /* sync: step whose pushes are being accumulated */
+    int pushes;      /* contributions accumulated for `clock` */
+    int live_pushes; /* of those, from workers still live */
+    uint64_t newest; /* 1 + newest step applied (0: none), for staleness */
+} ps_chunk_clock;
+
+/* What the rules need to know about the job at one moment. */
+typedef struct {
+    uint32_t staleness;
+    int started;             /* every rank has joined once */
+    uint64_t server_clock;   /* ps_consistency_server_clock of the chunks */
+    uint64_t min_live_clock; /* ps_consistency_min_clock of the live workers */
+    uint64_t progress_clock; /* ps_consistency_progress_clock of the chunks */
+    uint64_t restored_clock; /* the clock restored from a checkpoint (0: none) */
+    uint64_t clock_lead;     /* async, ssp: how far past the job a clock may be */
+} ps_consistency_view;
+
+/* Why a worker's clock is refused (0: it is not). */
+typedef enum {
+    PS_CLOCK_OK = 0,
+    PS_CLOCK_AHEAD,      /* past what the mode allows */
+    PS_CLOCK_BEHIND,     /* behind the rank's own clock (async, ssp) */
+    PS_CLOCK_MID_STEP,   /* a pull while the rank's push of its step is half done */
+    PS_CLOCK_NOT_ITS,    /* async, ssp: a push for another clock than the rank's */
+    PS_CLOCK_NOT_STARTED /* a push before every rank has joined */
+} ps_clock_verdict;
+
+/* The lowest of n clocks; UINT64_MAX when n is 0 (no live worker). */
+uint64_t ps_consistency_min_clock(const uint64_t *clocks, int n);
+/* Sync: steps applied to every one of the n chunks (0 without chunks). */
+uint64_t ps_consistency_server_clock(const ps_chunk_clock *chunks, int n);
+/* How far training has come: steps applied (sync) or 1 + the newest step
+ * applied to any chunk (async, ssp). */
+uint64_t ps_consistency_progress_clock(uint32_t staleness, const ps_chunk_clock *chunks, int n);
+/* Whether a pull for `clock` by a worker whose last push went into step
+ * fed - 1 (fed 0: none) may be answered. Nothing is answered before the job
+ * has started. Sync: the server's clock has passed both the step asked for
+ * and the step the worker fed, so it never gets back the weights it just
+ * pushed for. Ssp: clock - (lowest live clock) <= staleness. Async: always. */
+int ps_consistency_pull_ready(const ps_consistency_view *v, uint64_t clock, uint64_t fed);
+/* The clock a pull reply reports: in sync mode the steps applied (a worker
+ * that fell behind catches up to it); otherwise the step asked for. */
+uint64_t ps_consistency_reply_clock(uint32_t staleness, uint64_t server_clock, uint64_t asked);
+/* Sync: pushes that complete a step: the quorum (0: the whole world), or
+ * every live worker if fewer are live. */
+int ps_consistency_pushes_needed(int quorum, int world, int live);
+/* Sync: whether a chunk's step is complete with `needed` pushes. A step
+ * nobody has pushed to is never complete (nothing to pass over). */
+int ps_consistency_step_complete(const ps_chunk_clock *c, int needed);
+/* A gradient computed at `clock` for a chunk whose newest applied step is
+ * newest - 1: how many newer steps the chunk has already taken in. */
+uint64_t ps_consistency_staleness(uint64_t newest, uint64_t clock);
+/* Where a worker joining now starts: the steps applied (sync); otherwise
+ * the lowest clock of the live workers, or resume_clock with none live. */
+uint64_t ps_consistency_join_clock(const ps_consistency_view *v, uint64_t resume_clock);
+
+/* The highest clock a worker may name: sync, one step past the steps
+ * applied; async and ssp, clock_lead past the furthest of the job's progress
+ * here, the clock restored from a checkpoint, and what this rank has earned
+ * (its join clock, or 1 + the step of its last complete push). Earned, not
+ * asked: no request moves the ceiling by itself. */
+uint64_t ps_consistency_clock_ceiling(const ps_consistency_view *v, uint64_t earned);
+/* A PULL for `asked` by a rank at `rank_clock`, `earned` as above, with
+ * keys_pushed keys of its current step pushed so far. */
+ps_clock_verdict ps_consistency_check_pull(const ps_consistency_view *v, uint64_t rank_clock,
+                                           uint64_t earned, int keys_pushed, uint64_t asked);
+/* A PUSH computed at `clock` by a rank at rank_clock. Sync pushes are
+ * judged per chunk by ps_consistency_sync_push. */
+ps_clock_verdict ps_consistency_check_push(const ps_consistency_view *v, uint64_t rank_clock,
+                                           uint64_t clock);
+/* Sync: one chunk's share of a push at `clock` for a chunk accumulating
+ * step chunk_clock: PS_CLOCK_OK (accumulate), PS_CLOCK_BEHIND (that step
+ * was applied without it: dropped as late, not an error) or PS_CLOCK_AHEAD
+ * (refused). */
+ps_clock_verdict ps_consistency_sync_push(uint64_t chunk_clock, uint64_t clock);
+/* What a verdict means, for logs and refusals. */
+const char *ps_consistency_verdict_text(ps_clock_verdict verdict);
+/* Where the job resumes once a rank at `earned` leaves with nobody live:
+ * the furthest clock any rank earned, never one it only asked for. */
+uint64_t ps_consistency_resume_clock(uint64_t resume_clock, uint64_t earned);
+
+#endif

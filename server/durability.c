@@ -1,0 +1,172 @@
+/* Durability: when checkpoints are taken (every N steps, every T seconds,
+ * on request), writing them once the updates before them are applied, and
+ * restoring the newest usable one at start. The file format is checkpoint.c's. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "checkpoint.h"
+#include "kv_internal.h"
+#include "ps_error.h"
+#include "ps_log.h"
+
+/* What a checkpoint of this server must say about itself, and where its
+ * per-chunk clocks are: the server's own ckpt_clocks/ckpt_newest, which a
+ * due checkpoint fills and a restore reads into (borrowed, not freed). */
+static void ps__checkpoint_identity(const ps_kv_server *s, ps_checkpoint_meta *meta,
+                                    ps_checkpoint_clocks *clocks)
+{
+    memset(meta, 0, sizeof(*meta));
+    meta->server_index = (uint32_t)s->cfg.server_index;
+    meta->num_servers = (uint32_t)s->cfg.num_servers;
+    meta->optimizer = (uint32_t)s->cfg.opt.kind;
+    meta->fingerprint = ps_model_spec_fingerprint(&s->cfg.spec);
+    meta->chunk_bytes = s->cfg.chunk_bytes;
+    meta->total_steps = s->total_steps;
+    clocks->clock = s->ckpt_clocks;
+    clocks->newest = s->ckpt_newest;
+}
+
+/* Writes the checkpoint that was due, with the clocks taken when it was
+ * asked for: the updates before it are applied, none after it started. */
+static int ps__write_checkpoint(ps_kv_server *s)
+{
+    ps_checkpoint_meta meta;
+    ps_checkpoint_clocks clocks;
+    char path[4096];
+    const char *why = s->ckpt_why;
+    uint64_t t0 = uv_hrtime();
+    int rc;
+
+    ps__checkpoint_identity(s, &meta, &clocks);
+    meta.clock = s->ckpt_due_clock;
+    rc = ps_checkpoint_write(s->cfg.checkpoint_dir, s->cfg.keep_checkpoints, &meta, s->shard,
+                             &clocks, path, sizeof(path));
+    if (rc < 0) {
+        ps_error("checkpoint at clock %" PRIu64 " into %s failed: %s; the previous ones are kept",
+                 meta.clock, s->cfg.checkpoint_dir, ps_strerror(rc));
+        return rc;
+    }
+    s->ckpt_clock = meta.clock;
+    ps_info("checkpoint (%s) at clock %" PRIu64 ": %s in %.1f ms", why, meta.clock, path,
+            (double)(uv_hrtime() - t0) / 1e6);
+    return 0;
+}
+
+/* Takes the clocks of everything submitted so far; the weights follow once
+ * those updates have run. */
+static void ps__checkpoint_due(ps_kv_server *s, const char *why)
+{
+    snprintf(s->ckpt_why, sizeof(s->ckpt_why), "%s", why);
+    s->ckpt_due = 1;
+    s->ckpt_seq = ps_apply_queue_next_seq(s->updates);
+    s->ckpt_due_clock = ps__progress_clock(s);
+    for (int i = 0; i < s->n_local; i++) {
+        s->ckpt_clocks[i] = s->sync[i].clock;
+        s->ckpt_newest[i] = s->sync[i].newest;
+    }
+}
+
+/* Writes the due checkpoint once the updates before it are applied, then
+ * the one asked for meanwhile, if any. */
+int ps__try_checkpoint(ps_kv_server *s)
+{
+    int rc;
+
+    if (!s->ckpt_due || !ps_apply_queue_settled_before(s->updates, s->ckpt_seq))
+        return 0;
+    s->ckpt_due = 0;
+    rc = ps__write_checkpoint(s);
+    if (s->ckpt_again) {
+        s->ckpt_again = 0;
+        ps__checkpoint_due(s, s->ckpt_again_why);
+        return ps__try_checkpoint(s);
+    }
+    return rc;
+}
+
+int ps_kv_server_checkpoint(ps_kv_server *s, const char *why)
+{
+    if (s->cfg.checkpoint_dir == NULL)
+        return 0;
+    if (s->ckpt_due) {
+        s->ckpt_again = 1;
+        snprintf(s->ckpt_again_why, sizeof(s->ckpt_again_why), "%s", why);
+        return 0;
+    }
+    ps__checkpoint_due(s, why);
+    return ps__try_checkpoint(s);
+}
+
+/* Called after every push, before waiting pulls are answered: in sync mode a
+ * checkpoint of a step is on disk before any worker sees that step's weights,
+ * so a restored server is never behind what a worker has already seen (pulls
+ * numbered after a due checkpoint wait for it). */
+void ps__maybe_checkpoint(ps_kv_server *s)
+{
+    uint64_t clock;
+
+    if (s->cfg.checkpoint_dir == NULL || s->cfg.checkpoint_every == 0 || s->ckpt_due)
+        return;
+    clock = ps__progress_clock(s);
+    if (clock >= s->ckpt_clock + s->cfg.checkpoint_every)
+        ps_kv_server_checkpoint(s, "periodic");
+}
+
+static void ps__on_checkpoint_timer(uv_timer_t *t)
+{
+    ps_kv_server *s = t->data;
+
+    if (ps__progress_clock(s) != s->ckpt_clock && !s->ckpt_due)
+        ps_kv_server_checkpoint(s, "timer");
+}
+
+int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t err_len)
+{
+    ps_checkpoint_meta meta;
+    ps_checkpoint_clocks clocks;
+    char path[4096];
+    int rc;
+
+    if (s->cfg.checkpoint_dir == NULL) {
+        snprintf(err, err_len, "no checkpoint directory given");
+        return -EINVAL;
+    }
+    ps__checkpoint_identity(s, &meta, &clocks);
+    err[0] = '\0';
+    rc = ps_checkpoint_restore(s->cfg.checkpoint_dir, max_clock, &meta, s->shard, &clocks, path,
+                               sizeof(path), err, err_len);
+    if (rc == 0) {
+        for (int i = 0; i < s->n_local; i++) {
+            s->sync[i].clock = clocks.clock[i];
+            s->sync[i].newest = clocks.newest[i];
+        }
+        s->total_steps = meta.total_steps;
+        s->resume_clock = meta.clock;
+        s->restored_clock = meta.clock;
+        s->ckpt_clock = meta.clock;
+        if (*err)
+            ps_warn("skipped unusable checkpoints: %s", err);
+        ps_info("restored clock %" PRIu64 " from %s", meta.clock, path);
+    }
+    return rc;
+}
+
+void ps__durability_start(ps_kv_server *s)
+{
+    uint64_t every;
+
+    if (s->cfg.checkpoint_dir == NULL || s->cfg.checkpoint_seconds <= 0)
+        return;
+    every = (uint64_t)(s->cfg.checkpoint_seconds * 1000);
+    uv_timer_init(s->loop, &s->ckpt_timer);
+    s->ckpt_timer.data = s;
+    s->ckpt_timer_on = 1;
+    uv_timer_start(&s->ckpt_timer, ps__on_checkpoint_timer, every, every);
+}
+
+void ps__durability_stop(ps_kv_server *s)
+{
+    if (s->ckpt_timer_on)
+        uv_close((uv_handle_t *)&s->ckpt_timer, NULL);
+}

@@ -1,0 +1,202 @@
+/* The handshake: a HELLO is checked against this server's model and
+ * cluster (and, with --auth-token-file, proven by a challenge and response
+ * before anything it says is looked at); the worker is then admitted at the
+ * job's current clock with a WELCOME, or refused with a REJECT naming why. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv_internal.h"
+#include "ps_error.h"
+#include "ps_log.h"
+
+static const char *ps__model_text(const ps_model_spec *m, char *buf, size_t len)
+{
+    size_t off = 0;
+
+    for (int i = 0; i <= m->n_layers && off < len; i++)
+        off += (size_t)snprintf(buf + off, len - off, "%s%d", i ? "-" : "", m->sizes[i]);
+    return buf;
+}
+
+static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
+{
+    char model[128];
+
+    if (hello == NULL || hello->role != SHARDPS__ROLE__ROLE_WORKER) {
+        ps__peer_fail(p, -PS_EPROTO, "first message must be a worker HELLO");
+        return -1;
+    }
+    if (hello->model_fingerprint != ps_model_spec_fingerprint(&s->cfg.spec)) {
+        ps__peer_fail(p, -PS_EMISMATCH,
+                      "model mismatch: this server trains an MLP %s with seed %" PRIu64
+                      "; start the worker with the same --hidden and --seed",
+                      ps__model_text(&s->cfg.spec, model, sizeof(model)), s->cfg.spec.seed);
+        return -1;
+    }
+    if (hello->num_servers != (uint32_t)s->cfg.num_servers ||
+        hello->chunk_bytes != s->cfg.chunk_bytes) {
+        ps__peer_fail(p, -PS_EMISMATCH,
+                      "partition mismatch: worker has %u servers and %" PRIu64
+                      "-byte chunks, this server %d and %zu; use the same server list and "
+                      "--chunk-bytes everywhere",
+                      hello->num_servers, hello->chunk_bytes, s->cfg.num_servers,
+                      s->cfg.chunk_bytes);
+        return -1;
+    }
+    if (hello->server_index != (uint32_t)s->cfg.server_index) {
+        ps__peer_fail(p, -PS_EMISMATCH,
+                      "the worker lists this address as server %u, but this is server %d; "
+                      "fix the order of --servers",
+                      hello->server_index, s->cfg.server_index);
+        return -1;
+    }
+    if (hello->world != (uint32_t)s->cfg.world || hello->rank >= hello->world) {
+        ps__peer_fail(p, -PS_EMISMATCH,
+                      "worker says rank %u of %u, this server expects %d workers (ranks 0..%d)",
+                      hello->rank, hello->world, s->cfg.world, s->cfg.world - 1);
+        return -1;
+    }
+    if (s->workers[hello->rank]) {
+        /* -EADDRINUSE tells a worker that is reconnecting to try again: its
+         * old connection may simply not have been seen closing yet. */
+        /* The reason does not say where the live worker is: a stranger
+         * learns nothing from asking. The log does. */
+        ps_info("%s asked for rank %u, live from %s", p->name, hello->rank,
+                ps_conn_peer(s->workers[hello->rank]->conn));
+        ps__peer_fail(p, -EADDRINUSE, "rank %u is already connected", hello->rank);
+        return -1;
+    }
+    return 0;
+}
+
+/* Admits a worker whose HELLO has passed authentication (if any): model and
+ * cluster checks, then WELCOME. */
+static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
+                      uint64_t request_id)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    Shardps__Welcome w = SHARDPS__WELCOME__INIT;
+    ps_consistency_view v;
+    int rc;
+
+    if (ps__check_hello(s, p, hello) < 0)
+        return;
+    p->rank = hello->rank;
+    if (hello->total_steps > s->total_steps)
+        s->total_steps = hello->total_steps;
+    /* A joining worker starts where the job is: the steps applied (sync), or
+     * the clock every live worker has reached; a push of it for a chunk
+     * already past that clock is dropped as late. */
+    ps__view(s, &v);
+    p->clock = ps_consistency_join_clock(&v, s->resume_clock);
+    p->earned = p->clock;
+    if (s->rank_pushed[p->rank] == NULL &&
+        (s->rank_pushed[p->rank] = calloc((size_t)s->n_local + 1, sizeof(uint64_t))) == NULL) {
+        ps_conn_close(p->conn, -ENOMEM);
+        return;
+    }
+    p->pushed = s->rank_pushed[p->rank];
+    /* A rank that fed the step under way before it dropped out counts as
+     * having pushed it again, now that it is back. */
+    for (int i = 0; i < s->n_local; i++)
+        if (p->pushed[i] == s->sync[i].clock + 1 && s->sync[i].pushes > 0)
+            s->sync[i].live_pushes++;
+    p->state = PS__PEER_WORKER;
+    ps_conn_set_max_payload(p->conn, s->cfg.max_payload);
+    s->workers[p->rank] = p;
+    s->live++;
+    snprintf(p->name, sizeof(p->name), "worker %u (%s)", p->rank, ps_conn_peer(p->conn));
+
+    h.type = SHARDPS__MSG_TYPE__WELCOME;
+    h.request_id = request_id;
+    w.clock = p->clock;
+    w.mode = (char *)s->cfg.mode;
+    w.staleness = s->cfg.staleness;
+    w.heartbeat_ms = s->cfg.heartbeat_timeout_ms / 4;
+    h.welcome = &w;
+    rc = ps_conn_send(p->conn, &h, NULL, 0, NULL, NULL);
+    if (rc < 0) {
+        ps_conn_close(p->conn, rc);
+        return;
+    }
+    if (!s->started) {
+        if (s->has_joined[p->rank]) {
+            ps_info("%s joined again; waiting for %d more", p->name, s->cfg.world - s->joined);
+            ps__release_pulls(s);
+            return;
+        }
+        s->has_joined[p->rank] = 1;
+        s->joined++;
+        if (s->joined == s->cfg.world) {
+            s->started = 1;
+            ps_info("%s joined; all %d workers present, training starts", p->name, s->cfg.world);
+        } else {
+            ps_info("%s joined; waiting for %d more", p->name, s->cfg.world - s->joined);
+        }
+    } else {
+        ps_info("%s joined at clock %" PRIu64 "; %d live", p->name, p->clock, s->live);
+    }
+    ps__release_pulls(s);
+}
+
+/* First frame: a HELLO. Without authentication it is judged at once; with
+ * it, the server proves itself and waits for the worker's proof before
+ * looking at anything else the HELLO says. */
+void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f)
+{
+    const Shardps__Hello *hello = f->hdr->hello;
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    uint8_t mac[PS_AUTH_MAC_BYTES];
+    int rc;
+
+    if (f->hdr->type != SHARDPS__MSG_TYPE__HELLO || hello == NULL) {
+        ps__peer_fail(p, -PS_EPROTO, "expected HELLO, got message type %d", f->hdr->type);
+        return;
+    }
+    if (!s->cfg.auth) {
+        ps__admit(s, p, hello, f->hdr->request_id);
+        return;
+    }
+    if (hello->client_nonce.len != PS_AUTH_NONCE_BYTES) {
+        ps__peer_fail(p, -PS_EREJECTED,
+                      "this server requires authentication; start the worker with "
+                      "--auth-token-file");
+        return;
+    }
+    p->hello = *hello;
+    p->hello.client_nonce.len = 0;
+    p->hello.client_nonce.data = NULL;
+    p->hello_id = f->hdr->request_id;
+    memcpy(p->client_nonce, hello->client_nonce.data, PS_AUTH_NONCE_BYTES);
+    ps_auth_nonce(p->server_nonce);
+    ps_auth_mac(s->cfg.auth_key, "server", p->client_nonce, p->server_nonce, mac);
+    h.type = SHARDPS__MSG_TYPE__AUTH_CHALLENGE;
+    h.request_id = f->hdr->request_id;
+    h.auth_nonce.len = PS_AUTH_NONCE_BYTES;
+    h.auth_nonce.data = p->server_nonce;
+    h.auth_mac.len = PS_AUTH_MAC_BYTES;
+    h.auth_mac.data = mac;
+    p->state = PS__PEER_AUTH;
+    rc = ps_conn_send(p->conn, &h, NULL, 0, NULL, NULL);
+    if (rc < 0)
+        ps_conn_close(p->conn, rc);
+}
+
+void ps__handle_auth(ps_kv_server *s, ps__peer *p, const ps_frame *f)
+{
+    const Shardps__Header *h = f->hdr;
+
+    if (h->type != SHARDPS__MSG_TYPE__AUTH_RESPONSE ||
+        !ps_auth_check(s->cfg.auth_key, "worker", p->server_nonce, p->client_nonce,
+                       h->auth_mac.data, h->auth_mac.len)) {
+        /* Deliberately vague to the peer; the log says who failed. */
+        ps_warn("authentication failed for %s", p->name);
+        ps__peer_fail(p, -PS_EREJECTED, "authentication failed");
+        return;
+    }
+    p->state = PS__PEER_HANDSHAKE;
+    ps__admit(s, p, &p->hello, p->hello_id);
+}

@@ -1,0 +1,192 @@
+/* The key-value server's shared state, for its own files only (handshake.c,
+ * pulls.c, pushes.c, durability.c, kv_server.c); nothing outside server/
+ * includes this. Everything here is touched on the libuv loop thread only,
+ * except what an update job reads on the pool (see apply_queue.h). */
+#ifndef PS_KV_INTERNAL_H
+#define PS_KV_INTERNAL_H
+
+#include <stdint.h>
+
+#include "apply_queue.h"
+#include "buf_pool.h"
+#include "consistency.h"
+#include "kv_server.h"
+#include "partition.h"
+#include "shard.h"
+#include "transport.h"
+
+typedef enum {
+    PS__PEER_HANDSHAKE, /* waiting for HELLO */
+    PS__PEER_AUTH,      /* challenged; waiting for AUTH_RESPONSE */
+    PS__PEER_WORKER,
+    PS__PEER_GONE,
+} ps__peer_state;
+
+typedef struct ps__peer {
+    struct ps__peer *next, *prev; /* every connection, for stop */
+    ps_kv_server *srv;
+    ps_conn *conn;
+    ps__peer_state state;
+    int failed; /* an ERROR is on its way; ignore further frames */
+    uint32_t rank;
+    uint64_t clock;   /* steps fully pushed to this server */
+    uint64_t earned;  /* its join clock, or 1 + the step of its last complete push */
+    int keys_pushed;  /* keys pushed so far at `clock` */
+    uint64_t *pushed; /* the rank's push record (borrowed from the server) */
+    int pending;      /* pulls waiting in the server's queue */
+    uint64_t fed;     /* sync: 1 + step its last push went into (0: none) */
+    uint64_t n_pushes, n_pulls, bytes_in, bytes_out;
+    uint64_t last_seen; /* loop time (ms) of its last frame */
+    char name[96];      /* "worker 1 (127.0.0.1:40000)" for logs */
+    /* Authentication in progress: the HELLO waits here until it is proven. */
+    Shardps__Hello hello;
+    uint64_t hello_id;
+    uint8_t client_nonce[PS_AUTH_NONCE_BYTES], server_nonce[PS_AUTH_NONCE_BYTES];
+    /* Where the push frame being read lands: a buffer from the server's
+     * pool, taken over by ps__handle_push (or returned when the peer goes). */
+    ps_frame_piece push_piece;
+} ps__peer;
+
+typedef struct ps__pull {
+    struct ps__pull *next;
+    ps__peer *peer;
+    uint64_t request_id;
+    uint64_t clock;
+    size_t n_keys;
+    int *locals; /* local chunk indices, in the order requested */
+    /* 0 until the clock rule allows an answer; then the apply queue's number
+     * at that moment: the reply waits for every update submitted before. */
+    uint64_t seq;
+} ps__pull;
+
+/* A push frame's payload, shared by the updates of its chunks and returned
+ * to the pool when the last of them is done. */
+typedef struct {
+    uint8_t *data;
+    int refs;
+} ps__push_buf;
+
+typedef enum {
+    PS__UPDATE_ACCUMULATE, /* sync: add the gradient into the chunk's sum */
+    PS__UPDATE_APPLY_SUM,  /* sync: apply the mean of `count` gradients */
+    PS__UPDATE_APPLY_GRAD, /* async, ssp: apply the gradient now */
+} ps__update_kind;
+
+/* One chunk's share of the optimizer's work, run on the thread pool. */
+typedef struct {
+    ps_apply_job job;
+    ps_shard *shard;
+    ps__update_kind kind;
+    int local, count;
+    int rc;            /* the shard's answer, read by done */
+    ps_kv_server *srv; /* for done's counters */
+    float lr;
+    const float *grad; /* inside buf */
+    ps__push_buf *buf;
+} ps__update;
+
+/* Staleness of applied gradients: exact counts up to PS__STALE_BINS - 1. */
+#define PS__STALE_BINS 256
+
+struct ps_kv_server {
+    uv_loop_t *loop;
+    ps_kv_server_config cfg;
+    ps_partition *part;
+    ps_shard *shard;
+    int n_local;
+    ps_chunk_clock *sync; /* per local chunk */
+    uint32_t *seen;       /* per local chunk: stamp of the request that last named it */
+    uint32_t seen_stamp;
+    uv_tcp_t listener;
+    int listening;
+    int stopping;
+    ps__peer **workers;    /* by rank; NULL while not live */
+    uint64_t *live_clocks; /* scratch for ps__view: the live workers' clocks */
+    /* By rank, per local chunk: 1 + the step of its last push (0: none). Kept
+     * across reconnects, so a rank that rejoins and repeats a push for a step
+     * it already fed is recognised and the repeat dropped: exactly once. */
+    uint64_t **rank_pushed;
+    uint8_t *finished;   /* by rank: said goodbye */
+    uint8_t *has_joined; /* by rank: joined at least once (training starts when all have) */
+    size_t max_write_queue;
+    ps_buf_pool *bufs; /* push payloads and the unsent rest of pull replies, reused */
+    ps_apply_queue *updates;
+    /* A checkpoint asked for and waiting for the updates submitted before it
+     * (number ckpt_seq) to finish; its clocks are taken when asked. */
+    int ckpt_due, ckpt_again;
+    uint64_t ckpt_seq, ckpt_due_clock;
+    char ckpt_why[32], ckpt_again_why[32];
+    uint64_t *ckpt_clocks, *ckpt_newest; /* per chunk, written and restored from here */
+    int live;
+    int started;             /* every rank has joined once */
+    int joined;              /* ranks that have joined at least once */
+    uint64_t resume_clock;   /* where a worker joining with nobody live starts */
+    uint64_t restored_clock; /* the clock of the checkpoint restored (0: none) */
+    int n_peers;             /* open connections, for --max-connections */
+    ps__pull *pulls;         /* waiting pulls, oldest first */
+    ps__peer *peers;         /* every open connection */
+    ps_kv_server_done_cb done;
+    void *done_arg;
+    uv_timer_t liveness; /* every connection's deadlines, see ps__on_liveness_check */
+    int liveness_on;
+    int max_connections;           /* cfg's, or its default */
+    uint32_t handshake_timeout_ms; /* cfg's, or its default */
+    uint64_t clock_lead;           /* cfg's max_clock_lead, or its default */
+    uv_timer_t ckpt_timer;
+    int ckpt_timer_on;
+    uint64_t ckpt_clock;  /* progress clock of the last checkpoint written or restored */
+    uint64_t total_steps; /* for the lr schedule: configured, or the largest a worker planned */
+    uint64_t stale_hist[PS__STALE_BINS];
+    uint64_t stale_sum, stale_max;
+    /* Counters for the summary line. */
+    uint64_t n_pushes, n_pulls, bytes_in, bytes_out, n_applied, n_dropped, n_refused;
+    uint64_t n_nonfinite;
+    uint64_t n_unstable;  /* updates refused: they would make a chunk non-finite */
+    uint64_t n_too_large; /* chunks refused by --max-grad-norm */
+    uint64_t n_capped;    /* connections refused by --max-connections */
+};
+
+/* kv_server.c: peers, membership, the job's clocks. */
+/* A protocol violation: tell the peer why (REJECT during the handshake,
+ * ERROR after), log it, and close once the reason is written. */
+void ps__peer_fail(ps__peer *p, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The numbers the consistency rules need, as of now. */
+void ps__view(const ps_kv_server *s, ps_consistency_view *v);
+uint64_t ps__server_clock(const ps_kv_server *s);
+uint64_t ps__progress_clock(const ps_kv_server *s);
+/* Resolves and checks a request's keys: each must exist on this server and
+ * appear once. Fills locals; returns the payload bytes they span, or -1
+ * after failing the peer. */
+long long ps__resolve_keys(ps_kv_server *s, ps__peer *p, const Shardps__Header *h, int *locals);
+
+/* handshake.c: the first frames of a connection. */
+void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f);
+void ps__handle_auth(ps_kv_server *s, ps__peer *p, const ps_frame *f);
+
+/* pulls.c */
+void ps__handle_pull(ps_kv_server *s, ps__peer *p, const ps_frame *f);
+/* Answers every waiting pull the rules and the apply queue allow. */
+void ps__release_pulls(ps_kv_server *s);
+/* The apply queue's "settled" callback (arg: the server). */
+void ps__on_updates_settled(void *arg);
+/* Forgets p's waiting pulls (p NULL: everyone's). */
+void ps__drop_pulls(ps_kv_server *s, ps__peer *p);
+
+/* pushes.c */
+void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f);
+/* The transport's place callback: where a push payload lands. */
+int ps__place_push(ps_conn *c, const Shardps__Header *h, const ps_frame_piece **pieces);
+/* Sync: applies a chunk's step once enough live workers have pushed it. */
+void ps__maybe_apply(ps_kv_server *s, int local);
+
+/* durability.c */
+/* Starts the checkpoint timer if one is configured. */
+void ps__durability_start(ps_kv_server *s);
+void ps__durability_stop(ps_kv_server *s);
+/* After a push: a periodic checkpoint if enough steps have passed. */
+void ps__maybe_checkpoint(ps_kv_server *s);
+/* Writes the due checkpoint once the updates before it are applied. */
+int ps__try_checkpoint(ps_kv_server *s);
+
+#endif

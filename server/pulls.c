@@ -1,0 +1,177 @@
+/* Pulls: a pull waits in the server's queue until the consistency rules
+ * allow it (consistency.h) and every update submitted before it has run,
+ * then is answered straight from the weights. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "kv_internal.h"
+#include "ps_error.h"
+#include "ps_log.h"
+
+/* Pulls one worker may have waiting at once; a well-behaved worker has one. */
+#define PS__MAX_PENDING_PER_PEER 16
+
+/* Answers a pull straight from the weights: ps_conn_send_transient writes
+ * what the socket takes now and copies only the rest, because the next update
+ * may change the weights as soon as this returns (updates that could run
+ * meanwhile on the pool are held, see ps__release_pulls). */
+static void ps__answer_pull(ps_kv_server *s, ps__peer *p, uint64_t request_id, uint64_t clock,
+                            const int *locals, size_t n)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    uint64_t *keys = malloc(n * sizeof(*keys));
+    ps_iov *iov = malloc(n * sizeof(*iov));
+    size_t bytes = 0;
+    int rc = -ENOMEM;
+
+    if (keys == NULL || iov == NULL)
+        goto fail;
+    for (size_t i = 0; i < n; i++) {
+        const ps_chunk *c = ps_shard_chunk(s->shard, locals[i]);
+        keys[i] = c->key;
+        iov[i].base = ps_shard_weights(s->shard, locals[i]);
+        iov[i].len = c->numel * sizeof(float);
+        bytes += iov[i].len;
+    }
+    h.type = SHARDPS__MSG_TYPE__PULL_REPLY;
+    h.request_id = request_id;
+    h.clock = ps_consistency_reply_clock(s->cfg.staleness, ps__server_clock(s), clock);
+    h.dtype = SHARDPS__DTYPE__DTYPE_F32;
+    h.n_keys = n;
+    h.keys = keys;
+    rc = ps_conn_send_transient(p->conn, &h, iov, (int)n, s->bufs);
+    if (rc < 0)
+        goto fail;
+    s->n_pulls++;
+    s->bytes_out += bytes;
+    p->n_pulls++;
+    p->bytes_out += bytes;
+    free(keys);
+    free(iov);
+    return;
+fail:
+    free(keys);
+    free(iov);
+    if (rc != -PS_ECLOSED)
+        ps_conn_close(p->conn, rc);
+}
+
+/* Answers every pull the clock rule allows whose updates have been applied.
+ * A pull the rule allows is numbered at that moment; updates numbered later
+ * are held back until it is answered, so it cannot be starved by newer
+ * pushes and never sees a chunk half updated. A due checkpoint holds back
+ * the same way, and pulls numbered after it wait until it is written. */
+void ps__release_pulls(ps_kv_server *s)
+{
+    ps__pull **pp = &s->pulls;
+    uint64_t hold = UINT64_MAX;
+    ps_consistency_view v;
+
+    ps__try_checkpoint(s);
+    ps__view(s, &v);
+    if (s->ckpt_due)
+        hold = s->ckpt_seq;
+    while (*pp) {
+        ps__pull *q = *pp;
+        if (!ps_consistency_pull_ready(&v, q->clock, q->peer->fed)) {
+            pp = &q->next;
+            continue;
+        }
+        if (q->seq == 0)
+            q->seq = ps_apply_queue_next_seq(s->updates);
+        if ((s->ckpt_due && q->seq > s->ckpt_seq) ||
+            !ps_apply_queue_settled_before(s->updates, q->seq)) {
+            hold = q->seq < hold ? q->seq : hold;
+            pp = &q->next;
+            continue;
+        }
+        *pp = q->next;
+        q->peer->pending--;
+        ps__answer_pull(s, q->peer, q->request_id, q->clock, q->locals, q->n_keys);
+        free(q->locals);
+        free(q);
+    }
+    ps_apply_queue_hold_from(s->updates, hold);
+}
+
+void ps__on_updates_settled(void *arg)
+{
+    ps__release_pulls(arg);
+}
+
+void ps__handle_pull(ps_kv_server *s, ps__peer *p, const ps_frame *f)
+{
+    const Shardps__Header *h = f->hdr;
+    ps__pull *q = NULL;
+    int *locals = malloc((h->n_keys ? h->n_keys : 1) * sizeof(int));
+    ps_consistency_view v;
+    ps_clock_verdict verdict;
+
+    if (locals == NULL)
+        goto oom;
+    /* Everything is checked before anything changes; a payload never got
+     * this far (ps__place_push refuses it). */
+    if (ps__resolve_keys(s, p, h, locals) < 0)
+        goto out;
+    /* A worker's clock only moves forward, and only as far as the mode
+     * allows: the step after its last push, a later one when it joins
+     * mid-run or (sync) catches up to the steps already applied; never
+     * anywhere a stranger asks. */
+    ps__view(s, &v);
+    verdict = ps_consistency_check_pull(&v, p->clock, p->earned, p->keys_pushed, h->clock);
+    if (verdict != PS_CLOCK_OK) {
+        ps__peer_fail(p, -PS_EPROTO,
+                      "pull for clock %" PRIu64 " from a worker at clock %" PRIu64
+                      ": %s (at most %" PRIu64 ")",
+                      h->clock, p->clock, ps_consistency_verdict_text(verdict),
+                      ps_consistency_clock_ceiling(&v, p->earned));
+        goto out;
+    }
+    if (p->pending >= PS__MAX_PENDING_PER_PEER) {
+        ps__peer_fail(p, -PS_EPROTO, "more than %d pulls waiting", PS__MAX_PENDING_PER_PEER);
+        goto out;
+    }
+    if (h->clock > p->clock)
+        p->clock = h->clock;
+    q = calloc(1, sizeof(*q));
+    if (q == NULL)
+        goto oom;
+    q->peer = p;
+    q->request_id = h->request_id;
+    q->clock = h->clock;
+    q->n_keys = h->n_keys;
+    q->locals = locals;
+    locals = NULL;
+    p->pending++;
+    {
+        ps__pull **tail = &s->pulls;
+        while (*tail)
+            tail = &(*tail)->next;
+        *tail = q;
+    }
+    ps__release_pulls(s);
+    goto out;
+oom:
+    ps_conn_close(p->conn, -ENOMEM);
+out:
+    free(locals);
+}
+
+void ps__drop_pulls(ps_kv_server *s, ps__peer *p)
+{
+    ps__pull **pp = &s->pulls;
+
+    while (*pp) {
+        ps__pull *q = *pp;
+        if (p != NULL && q->peer != p) {
+            pp = &q->next;
+            continue;
+        }
+        *pp = q->next;
+        free(q->locals);
+        free(q);
+    }
+    if (p != NULL)
+        p->pending = 0;
+}

@@ -1,0 +1,66 @@
+/* The frame shape rules (see validate.h): types, payload sizes, dtypes,
+ * gradient norms. Pure: no server, no sockets. */
+#include "validate.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "ps_error.h"
+
+int ps_validate_worker_type(Shardps__MsgType type, char *why, size_t why_len)
+{
+    switch (type) {
+    case SHARDPS__MSG_TYPE__PULL:
+    case SHARDPS__MSG_TYPE__PUSH:
+    case SHARDPS__MSG_TYPE__BYE:
+    case SHARDPS__MSG_TYPE__HEARTBEAT:
+        return 0;
+    default:
+        snprintf(why, why_len, "unexpected message type %d from a worker", type);
+        return -PS_EPROTO;
+    }
+}
+
+int ps_validate_payload(Shardps__MsgType type, Shardps__DType dtype, size_t f32_bytes,
+                        uint64_t payload_bytes, char *why, size_t why_len)
+{
+    int half = dtype == SHARDPS__DTYPE__DTYPE_F16;
+    size_t numel = f32_bytes / sizeof(float);
+    uint64_t want = half ? numel * sizeof(uint16_t) : f32_bytes;
+
+    if (type != SHARDPS__MSG_TYPE__PUSH) {
+        if (payload_bytes == 0)
+            return 0;
+        snprintf(why, why_len, "message type %d carries a %llu-byte payload; it takes none", type,
+                 (unsigned long long)payload_bytes);
+        return -PS_EPROTO;
+    }
+    if (!half && dtype != SHARDPS__DTYPE__DTYPE_F32) {
+        snprintf(why, why_len, "push with dtype %d; only float32 (1) and float16 (2) are supported",
+                 dtype);
+        return -PS_EPROTO;
+    }
+    if (payload_bytes != want) {
+        snprintf(why, why_len,
+                 "%s push payload is %llu bytes, its keys need %llu (%zu values of %zu bytes)",
+                 half ? "float16" : "float32", (unsigned long long)payload_bytes,
+                 (unsigned long long)want, numel, half ? sizeof(uint16_t) : sizeof(float));
+        return -PS_EPROTO;
+    }
+    return 0;
+}
+
+int ps_validate_grad_norm(const float *g, size_t n, double max_norm, char *why, size_t why_len)
+{
+    double sum = 0;
+
+    if (max_norm <= 0)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        sum += (double)g[i] * g[i];
+    if (sqrt(sum) <= max_norm)
+        return 0;
+    snprintf(why, why_len, "gradient norm %.3g over --max-grad-norm %.3g", sqrt(sum), max_norm);
+    return -ERANGE;
+}

@@ -1,0 +1,28 @@
+/* The shape rules of a worker's frames, as pure functions of what the frame
+ * says and what this server holds: which types a session state accepts,
+ * which carry a payload and exactly how many bytes, which dtypes, and how
+ * large a gradient may be. The server calls these before any frame changes
+ * its state (the clock rules are consistency.h's); the tests call them
+ * directly (tests/unit/test_consistency.c). Each returns 0, or a negative
+ * code with the reason written to why. */
+#ifndef PS_VALIDATE_H
+#define PS_VALIDATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shardps.pb-c.h"
+
+/* Whether an admitted worker may send this type at all. */
+int ps_validate_worker_type(Shardps__MsgType type, char *why, size_t why_len);
+/* A frame of this type announcing payload_bytes: PUSH must carry exactly its
+ * keys' values (f32_bytes in float32, half that in float16) in a supported
+ * dtype; every other type carries nothing. Checked on the header alone,
+ * before any payload byte is buffered. */
+int ps_validate_payload(Shardps__MsgType type, Shardps__DType dtype, size_t f32_bytes,
+                        uint64_t payload_bytes, char *why, size_t why_len);
+/* A chunk's gradient g[0..n) against max_norm (0: no limit): refused when
+ * its L2 norm is larger (or not a number). */
+int ps_validate_grad_norm(const float *g, size_t n, double max_norm, char *why, size_t why_len);
+
+#endif

@@ -1,0 +1,563 @@
+/* Issue 18: what a client written from proto/shardps.proto alone did to the
+ * server, one test per root cause, each against a real server in a thread
+ * (kv_fixture.h) with raw blocking sockets playing the strangers and the real
+ * workers, so every frame is exactly the one that did the damage:
+ *  1. a refused PUSH must change nothing (it used to record the rank's push
+ *     and make the real rank's pushes look like repeats: the job stopped);
+ *  2. a PULL clock outside what the mode allows is refused (one PULL at
+ *     2^64-1 used to become the job's resume clock);
+ *  3. BYE closes the connection, and every connection state has a deadline;
+ *  4. a PUSH whose announced payload does not fit its keys is refused before
+ *     any payload byte is buffered;
+ *  5. an update that would make a weight or optimizer state non-finite is
+ *     refused and the chunk left as it was;
+ *  7. a BYE before the job has started does not count as the rank finishing;
+ *  8. a version mismatch gets a REJECT; a REJECT of a taken rank does not
+ *     name the live worker's address; a HEARTBEAT carries no payload.
+ * Synchronisation is by replies and by the server closing connections. */
+#include <criterion/criterion.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kv_fixture.h"
+#include "partition.h"
+#include "ps_error.h"
+
+/* A raw peer: its socket and a decoder for what the server sends it. */
+typedef struct {
+    int fd;
+    ps_frame_decoder *dec;
+    uint64_t clock; /* from the WELCOME */
+} peer;
+
+/* The keys of the one server and their sizes, in key order. */
+static struct {
+    uint64_t keys[256];
+    size_t numel[256];
+    int n;
+    size_t total; /* floats over every key */
+} ks;
+
+static void keys_load(void)
+{
+    ps_partition *part;
+
+    memset(&ks, 0, sizeof(ks));
+    cr_assert_eq(ps_partition_init(&part, &fx.spec, 1, CHUNK_BYTES), 0);
+    for (int i = 0; i < ps_partition_chunk_count(part); i++) {
+        const ps_chunk *c = ps_partition_chunk(part, i);
+        cr_assert_lt(ks.n, 256);
+        ks.keys[ks.n] = c->key;
+        ks.numel[ks.n++] = c->numel;
+        ks.total += c->numel;
+    }
+    ps_partition_free(part);
+}
+
+/* Starts a server of world workers in the given mode and loads its keys. */
+static void up(ps_kv_server_config *cfg, int world, uint32_t staleness, const char *mode)
+{
+    cfg->world = world;
+    cfg->staleness = staleness;
+    cfg->mode = mode;
+    server_up_with(cfg);
+    keys_load();
+}
+
+static void peer_open(peer *p)
+{
+    p->fd = raw_connect();
+    cr_assert_eq(ps_frame_decoder_init(&p->dec, (size_t)64 << 20), 0);
+    p->clock = 0;
+}
+
+static void peer_close(peer *p)
+{
+    if (p->fd >= 0)
+        close(p->fd);
+    p->fd = -1;
+    ps_frame_decoder_free(p->dec);
+    p->dec = NULL;
+}
+
+/* A frame with a payload, encoded correctly. */
+static void peer_send(peer *p, Shardps__Header *h, const void *payload, size_t len)
+{
+    ps_iov iov = {payload, len};
+    uint8_t *head;
+    size_t head_len;
+
+    cr_assert_eq(ps_frame_encode(h, &iov, payload ? 1 : 0, &head, &head_len), 0);
+    cr_assert_eq(raw_send(p->fd, head, head_len), 0);
+    free(head);
+    if (len)
+        raw_send(p->fd, payload, len);
+}
+
+/* Reads frames until one of type want arrives; an ERROR or REJECT first
+ * fails the test with its reason. */
+static void peer_expect(peer *p, Shardps__MsgType want, ps_frame *f, const char *what)
+{
+    for (;;) {
+        raw_read_frame(p->fd, p->dec, f, what);
+        if (f->hdr->type == want)
+            return;
+        cr_assert(f->hdr->type != SHARDPS__MSG_TYPE__ERROR &&
+                      f->hdr->type != SHARDPS__MSG_TYPE__REJECT,
+                  "%s: refused: %s", what, f->hdr->reason ? f->hdr->reason : "");
+    }
+}
+
+/* The server must refuse: a frame of type want whose reason contains
+ * reason, then close the connection. Returns nothing; the peer is closed. */
+static void peer_expect_refusal(peer *p, Shardps__MsgType want, const char *reason,
+                                const char *what)
+{
+    ps_frame f;
+
+    for (;;) {
+        raw_read_frame(p->fd, p->dec, &f, what);
+        if (f.hdr->type == SHARDPS__MSG_TYPE__ERROR || f.hdr->type == SHARDPS__MSG_TYPE__REJECT)
+            break;
+    }
+    cr_assert_eq(f.hdr->type, want, "%s: got type %d (%s)", what, f.hdr->type,
+                 f.hdr->reason ? f.hdr->reason : "");
+    cr_assert(f.hdr->reason && strstr(f.hdr->reason, reason), "%s: reason \"%s\" lacks \"%s\"",
+              what, f.hdr->reason ? f.hdr->reason : "", reason);
+    expect_closed(p->fd, what);
+    p->fd = -1;
+    peer_close(p);
+}
+
+static void peer_join(peer *p, uint32_t rank, uint32_t world)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+    ps_frame f;
+
+    peer_open(p);
+    make_hello_as(&h, &hello, ps_model_spec_fingerprint(&fx.spec), rank, world);
+    raw_send_frame(p->fd, &h);
+    peer_expect(p, SHARDPS__MSG_TYPE__WELCOME, &f, "join");
+    p->clock = f.hdr->welcome->clock;
+}
+
+static void peer_pull(peer *p, uint64_t clock)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+
+    h.type = SHARDPS__MSG_TYPE__PULL;
+    h.request_id = 10 + clock;
+    h.clock = clock;
+    h.n_keys = (size_t)ks.n;
+    h.keys = ks.keys;
+    raw_send_frame(p->fd, &h);
+}
+
+/* Reads a pull reply into w (ks.total floats). Returns its clock. */
+static uint64_t peer_pull_reply(peer *p, float *w, const char *what)
+{
+    ps_frame f;
+
+    peer_expect(p, SHARDPS__MSG_TYPE__PULL_REPLY, &f, what);
+    cr_assert_eq(f.payload_len, ks.total * sizeof(float), "%s: reply size", what);
+    memcpy(w, f.payload, f.payload_len);
+    return f.hdr->clock;
+}
+
+/* A push of every key, every value v, at clock. */
+static void peer_push(peer *p, uint64_t clock, float v)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    float *g = malloc(ks.total * sizeof(float));
+
+    cr_assert_not_null(g);
+    for (size_t i = 0; i < ks.total; i++)
+        g[i] = v;
+    h.type = SHARDPS__MSG_TYPE__PUSH;
+    h.request_id = 1000 + clock;
+    h.clock = clock;
+    h.dtype = SHARDPS__DTYPE__DTYPE_F32;
+    h.n_keys = (size_t)ks.n;
+    h.keys = ks.keys;
+    peer_send(p, &h, g, ks.total * sizeof(float));
+    free(g);
+}
+
+/* Reads the push's acknowledgement; returns how many chunks it dropped. */
+static int peer_push_reply(peer *p, const char *what)
+{
+    ps_frame f;
+
+    peer_expect(p, SHARDPS__MSG_TYPE__PUSH_REPLY, &f, what);
+    return f.hdr->status;
+}
+
+static void peer_bye(peer *p)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+
+    h.type = SHARDPS__MSG_TYPE__BYE;
+    h.request_id = 99;
+    raw_send_frame(p->fd, &h);
+}
+
+static int done_calls(void)
+{
+    int n;
+
+    pthread_mutex_lock(&fx.done_lock);
+    n = fx.done_calls;
+    pthread_mutex_unlock(&fx.done_lock);
+    return n;
+}
+
+TestSuite(hostile, .fini = server_down, .timeout = 60);
+
+/* Cause 1. Before the fix the stranger's push was recorded as rank 1's push
+ * of step 1 before it was refused, the real rank 1's step-0 push of the
+ * first chunk was then dropped as a repeat, and step 1 never came. */
+Test(hostile, refused_push_changes_nothing)
+{
+    ps_kv_server_config cfg;
+    peer stranger, r0, r1;
+    float *w;
+
+    kv_fixture_config(&cfg);
+    up(&cfg, 2, 0, "sync");
+    w = malloc(ks.total * sizeof(float));
+    peer_join(&stranger, 1, 2);
+    peer_push(&stranger, 1, 0.5f);
+    peer_expect_refusal(&stranger, SHARDPS__MSG_TYPE__ERROR, "push", "the stranger's push");
+
+    peer_join(&r0, 0, 2);
+    peer_join(&r1, 1, 2);
+    peer_pull(&r0, 0);
+    peer_pull(&r1, 0);
+    peer_pull_reply(&r0, w, "rank 0 pulls step 0");
+    peer_pull_reply(&r1, w, "rank 1 pulls step 0");
+    peer_push(&r0, 0, 0.25f);
+    peer_push(&r1, 0, 0.25f);
+    cr_assert_eq(peer_push_reply(&r0, "rank 0 pushes step 0"), 0);
+    cr_assert_eq(peer_push_reply(&r1, "rank 1 pushes step 0"), 0,
+                 "rank 1's push was dropped as a repeat of the stranger's");
+    peer_pull(&r0, 1);
+    cr_assert_eq(peer_pull_reply(&r0, w, "step 1 after both pushed step 0"), 1);
+    peer_close(&r0);
+    peer_close(&r1);
+    free(w);
+}
+
+/* Cause 2. Before the fix the PULL's clock became the rank's clock without
+ * an upper bound and, once it left, the clock every later worker was
+ * welcomed at. */
+Test(hostile, pull_clock_outside_the_mode_is_refused)
+{
+    ps_kv_server_config cfg;
+    peer stranger, r0;
+
+    kv_fixture_config(&cfg);
+    up(&cfg, 2, PS_STALENESS_UNBOUNDED, "async");
+    peer_join(&stranger, 1, 2);
+    peer_pull(&stranger, UINT64_MAX);
+    peer_expect_refusal(&stranger, SHARDPS__MSG_TYPE__ERROR, "clock", "a pull at 2^64-1");
+    peer_join(&stranger, 1, 2);
+    peer_pull(&stranger, 1000);
+    peer_expect_refusal(&stranger, SHARDPS__MSG_TYPE__ERROR, "clock", "a pull at 1000");
+
+    peer_join(&r0, 0, 2);
+    cr_assert_eq(r0.clock, 0, "a worker was welcomed at clock %llu", (unsigned long long)r0.clock);
+    peer_close(&r0);
+}
+
+/* Sync allows a pull at most one step past the steps applied. */
+Test(hostile, sync_pull_past_the_next_step_is_refused)
+{
+    ps_kv_server_config cfg;
+    peer r0;
+
+    kv_fixture_config(&cfg);
+    up(&cfg, 1, 0, "sync");
+    peer_join(&r0, 0, 1);
+    peer_pull(&r0, 2);
+    peer_expect_refusal(&r0, SHARDPS__MSG_TYPE__ERROR, "clock", "a pull two steps ahead");
+}
+
+/* Cause 3. Before the fix the connection stayed open after BYE, with no
+ * deadline: a thousand of them used up the server's descriptors. */
+Test(hostile, bye_closes_the_connection)
+{
+    ps_kv_server_config cfg;
+    peer p;
+
+    kv_fixture_config(&cfg);
+    up(&cfg, 2, 0, "sync");
+    peer_join(&p, 0, 2);
+    peer_bye(&p);
+    expect_closed(p.fd, "after BYE");
+    p.fd = -1;
+    peer_close(&p);
+}
+
+/* Cause 4. Before the fix the server set aside a buffer of the announced
+ * size and waited for the payload: 32 MiB (1 GiB in the attack) held for a
+ * 64-byte chunk. Now the header alone is refused. */
+Test(hostile, push_payload_is_sized_before_it_is_buffered)
+{
+    ps_kv_server_config cfg;
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    uint8_t *buf;
+    size_t len;
+    peer p;
+
+    kv_fixture_config(&cfg);
+    cfg.max_payload = (size_t)64 << 20;
+    up(&cfg, 1, 0, "sync");
+    peer_join(&p, 0, 1);
+    h.type = SHARDPS__MSG_TYPE__PUSH;
+    h.request_id = 2;
+    h.dtype = SHARDPS__DTYPE__DTYPE_F32;
+    h.n_keys = 1;
+    h.keys = ks.keys;
+    h.version = PS_PROTOCOL_VERSION;
+    h.payload_bytes = (uint64_t)32 << 20;
+    cr_assert_eq(ps_frame_pack_header(&h, &buf, &len), 0);
+    cr_assert_eq(raw_send(p.fd, buf, len), 0);
+    free(buf);
+    peer_expect_refusal(&p, SHARDPS__MSG_TYPE__ERROR, "payload", "a 32 MiB push of one chunk");
+}
+
+/* Cause 5, SGD. Two finite pushes of 3e38 overflow the sum to Inf; before
+ * the fix the weights became -Inf and were served to every pull. */
+Test(hostile, update_that_overflows_is_refused)
+{
+    ps_kv_server_config cfg;
+    peer r0, r1;
+    float *w0 = malloc(sizeof(float) * 4096), *w = malloc(sizeof(float) * 4096);
+
+    kv_fixture_config(&cfg);
+    up(&cfg, 2, 0, "sync");
+    cr_assert_leq(ks.total, 4096);
+    peer_join(&r0, 0, 2);
+    peer_join(&r1, 1, 2);
+    peer_pull(&r0, 0);
+    peer_pull(&r1, 0);
+    peer_pull_reply(&r0, w0, "step 0");
+    peer_pull_reply(&r1, w0, "step 0");
+    peer_push(&r0, 0, 3e38f);
+    peer_push(&r1, 0, 3e38f);
+    peer_push_reply(&r0, "push 3e38");
+    peer_push_reply(&r1, "push 3e38");
+    peer_pull(&r0, 1);
+    cr_assert_eq(peer_pull_reply(&r0, w, "step 1"), 1);
+    for (size_t i = 0; i < ks.total; i++)
+        cr_assert(isfinite(w[i]) && w[i] == w0[i], "weight %zu is %g (was %g)", i, (double)w[i],
+                  (double)w0[i]);
+    peer_close(&r0);
+    peer_close(&r1);
+    free(w0);
+    free(w);
+}
+
+/* Cause 5, Adam. 3e38 squared is Inf in the second moment: before the fix the
+ * weights stayed finite but never moved again (every later step divided by
+ * Inf). Now the update is refused and the next one moves every weight. */
+Test(hostile, adam_state_stays_finite)
+{
+    ps_kv_server_config cfg;
+    peer r0;
+    float *w0 = malloc(sizeof(float) * 4096), *w = malloc(sizeof(float) * 4096);
+
+    kv_fixture_config(&cfg);
+    ps_optimizer_defaults(&cfg.opt, PS_OPT_ADAM);
+    cfg.opt.lr = 0.01f;
+    up(&cfg, 1, 0, "sync");
+    cr_assert_leq(ks.total, 4096);
+    peer_join(&r0, 0, 1);
+    peer_pull(&r0, 0);
+    peer_pull_reply(&r0, w0, "step 0");
+    peer_push(&r0, 0, 3e38f);
+    peer_push_reply(&r0, "push 3e38");
+    peer_pull(&r0, 1);
+    peer_pull_reply(&r0, w, "step 1");
+    for (size_t i = 0; i < ks.total; i++)
+        cr_assert(w[i] == w0[i], "weight %zu moved to %g under a refused update", i, (double)w[i]);
+    peer_push(&r0, 1, 1.0f);
+    peer_push_reply(&r0, "push 1.0");
+    peer_pull(&r0, 2);
+    peer_pull_reply(&r0, w, "step 2");
+    for (size_t i = 0; i < ks.total; i++)
+        cr_assert(isfinite(w[i]) && w[i] != w0[i], "weight %zu did not move (%g)", i, (double)w[i]);
+    peer_close(&r0);
+    free(w0);
+    free(w);
+}
+
+/* Cause 7, first half. Before the fix HELLO+BYE for every rank ended the job
+ * before it started (the server without --linger exited 0). */
+Test(hostile, bye_before_the_start_does_not_finish_the_rank)
+{
+    ps_kv_server_config cfg;
+    peer p, r0, r1;
+    float *w;
+
+    kv_fixture_config(&cfg);
+    up(&cfg, 2, 0, "sync");
+    w = malloc(ks.total * sizeof(float));
+    for (uint32_t r = 0; r < 2; r++) {
+        peer_join(&p, r, 2);
+        peer_bye(&p);
+        expect_closed(p.fd, "BYE before the start");
+        p.fd = -1;
+        peer_close(&p);
+    }
+    cr_assert_eq(done_calls(), 0, "the job ended before it started");
+    /* The real workers still train a step and finish the job. */
+    peer_join(&r0, 0, 2);
+    peer_join(&r1, 1, 2);
+    peer_pull(&r0, 0);
+    peer_pull(&r1, 0);
+    peer_pull_reply(&r0, w, "step 0");
+    peer_pull_reply(&r1, w, "step 0");
+    peer_push(&r0, 0, 0.5f);
+    peer_push(&r1, 0, 0.5f);
+    peer_push_reply(&r0, "step 0");
+    peer_push_reply(&r1, "step 0");
+    peer_bye(&r0);
+    peer_bye(&r1);
+    wait_done();
+    peer_close(&r0);
+    peer_close(&r1);
+    free(w);
+}
+
+/* Cause 8: a HELLO of another protocol version is answered with a REJECT
+ * naming both versions (it was only logged). */
+Test(hostile, version_mismatch_is_rejected_with_a_reason)
+{
+    ps_kv_server_config cfg;
+    Shardps__Header h;
+    Shardps__Hello hello;
+    uint8_t *buf;
+    size_t len;
+    peer p;
+
+    kv_fixture_config(&cfg);
+    up(&cfg, 1, 0, "sync");
+    peer_open(&p);
+    make_hello(&h, &hello, ps_model_spec_fingerprint(&fx.spec));
+    h.version = PS_PROTOCOL_VERSION + 1;
+    cr_assert_eq(ps_frame_pack_header(&h, &buf, &len), 0);
+    cr_assert_eq(raw_send(p.fd, buf, len), 0);
+    free(buf);
+    peer_expect_refusal(&p, SHARDPS__MSG_TYPE__REJECT, "version", "another protocol version");
+}
+
+/* Cause 8: the REJECT of a taken rank does not tell a stranger where the
+ * live worker is. */
+Test(hostile, taken_rank_reject_does_not_name_the_worker)
+{
+    ps_kv_server_config cfg;
+    Shardps__Header h;
+    Shardps__Hello hello;
+    ps_frame f;
+    peer r0, p;
+
+    kv_fixture_config(&cfg);
+    up(&cfg, 1, 0, "sync");
+    peer_join(&r0, 0, 1);
+    peer_open(&p);
+    make_hello(&h, &hello, ps_model_spec_fingerprint(&fx.spec));
+    raw_send_frame(p.fd, &h);
+    raw_read_frame(p.fd, p.dec, &f, "a second rank 0");
+    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__REJECT);
+    cr_assert_eq(f.hdr->status, -EADDRINUSE);
+    cr_assert(strstr(f.hdr->reason, "127.0.0.1") == NULL, "the reason names the worker: %s",
+              f.hdr->reason);
+    peer_close(&p);
+    peer_close(&r0);
+}
+
+/* Cause 8: a HEARTBEAT carries nothing; one with 1 KiB is refused. */
+Test(hostile, heartbeat_with_a_payload_is_refused)
+{
+    ps_kv_server_config cfg;
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    uint8_t junk[1024] = {0};
+    peer p;
+
+    kv_fixture_config(&cfg);
+    up(&cfg, 1, 0, "sync");
+    peer_join(&p, 0, 1);
+    h.type = SHARDPS__MSG_TYPE__HEARTBEAT;
+    h.request_id = 3;
+    peer_send(&p, &h, junk, sizeof(junk));
+    peer_expect_refusal(&p, SHARDPS__MSG_TYPE__ERROR, "payload", "a 1 KiB heartbeat");
+}
+
+/* Cause 3: past --max-connections a connection is refused at once with a
+ * REJECT saying why, and the others are unaffected. */
+Test(hostile, connections_past_the_cap_are_refused)
+{
+    ps_kv_server_config cfg;
+    peer held[3], p;
+
+    kv_fixture_config(&cfg);
+    cfg.max_connections = 3;
+    up(&cfg, 1, 0, "sync");
+    /* The server accepts connections in the order they were made, so the
+     * fourth is judged with the three before it counted. */
+    peer_join(&held[0], 0, 1);
+    peer_open(&held[1]);
+    peer_open(&held[2]);
+    peer_open(&p);
+    peer_expect_refusal(&p, SHARDPS__MSG_TYPE__REJECT, "at most 3 connections",
+                        "a fourth connection");
+    for (int i = 0; i < 3; i++)
+        peer_close(&held[i]);
+}
+
+/* Cause 3: a connection that never says HELLO is closed after the handshake
+ * timeout, even with heartbeats off. */
+Test(hostile, silent_connection_times_out_without_heartbeats)
+{
+    ps_kv_server_config cfg;
+    int fd;
+
+    kv_fixture_config(&cfg);
+    cfg.heartbeat_timeout_ms = 0;
+    cfg.handshake_timeout_ms = 200;
+    up(&cfg, 1, 0, "sync");
+    fd = raw_connect();
+    expect_closed(fd, "a connection that never says HELLO");
+}
+
+/* --max-grad-norm: a finite but absurd gradient is refused per chunk (the
+ * push is acknowledged with every chunk dropped) and the model unchanged. */
+Test(hostile, gradient_over_the_norm_limit_is_refused)
+{
+    ps_kv_server_config cfg;
+    peer r0;
+    float *w0 = malloc(sizeof(float) * 4096), *w = malloc(sizeof(float) * 4096);
+
+    kv_fixture_config(&cfg);
+    cfg.max_grad_norm = 10;
+    up(&cfg, 1, 0, "sync");
+    cr_assert_leq(ks.total, 4096);
+    peer_join(&r0, 0, 1);
+    peer_pull(&r0, 0);
+    peer_pull_reply(&r0, w0, "step 0");
+    peer_push(&r0, 0, 1e6f);
+    cr_assert_eq(peer_push_reply(&r0, "push 1e6"), ks.n, "every chunk is over the norm");
+    peer_pull(&r0, 1);
+    peer_pull_reply(&r0, w, "step 1");
+    for (size_t i = 0; i < ks.total; i++)
+        cr_assert(w[i] == w0[i], "weight %zu moved to %g", i, (double)w[i]);
+    peer_close(&r0);
+    free(w0);
+    free(w);
+}
