@@ -121,9 +121,11 @@ dc() {
 }
 
 # --- start and stop the engine ------------------------------------------------
+OWN=0 # 1 once the namespace is this run's: only then is there ours to remove
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
+    [ "$OWN" = 1 ] || exit $rc
     if [ -S "$SOCK" ]; then
         dc 120 down -v --remove-orphans -t 10 >/dev/null 2>&1
         # Anything left over in this private engine is ours.
@@ -152,17 +154,17 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# The namespace is also the lock: a second run, or the remains of one that
+# was killed (SIGKILL), stops this one here.
+ip netns add "$NS" || die "cannot create network namespace $NS: if it exists, another \
+compose-check runs, or one was killed (then remove it with 'ip netns del $NS' and end the \
+dockerd in $RUN/dockerd.pid)"
+OWN=1
 if [ "$PURGE" = 1 ] && [ -d "$STATE" ]; then
     echo "compose-check: deleting $STATE"
     rm -rf "$STATE"
 fi
-# A run that was killed (SIGKILL) leaves its namespace and engine behind.
-if ip netns list | grep -qw "$NS"; then
-    die "namespace $NS exists: another compose-check is running, or one was killed; \
-if none runs, remove it with 'ip netns del $NS' and end its dockerd ($RUN/dockerd.pid)"
-fi
 mkdir -p "$STATE/data" "$RUN" "$LOGS"
-ip netns add "$NS" || die "cannot create network namespace $NS"
 ip -n "$NS" link set lo up
 
 # setsid: each helper process leads its own group, ended as one on exit.
@@ -226,14 +228,13 @@ fi
 echo "compose-check: images ready in $((SECONDS - t0)) s"
 
 # --- helpers for the scenarios ------------------------------------------------
-cid() { # service -> container id
-    dc 60 ps -q "$1"
+cid() { # service -> container id, stopped or not (v2's ps needs -a for that)
+    dc 60 ps -a -q "$1"
 }
 # The service's log lines, without compose's "name | " prefix (and without
 # anything else compose prints, which has no such prefix).
-STRIP='/\| / { sub(/^[^|]*\| /, ""); print }'
 log_of() {
-    dc 60 logs --no-color "$1" 2>/dev/null | awk "$STRIP"
+    dc 60 logs --no-color "$1" 2>/dev/null | awk '/\| / { sub(/^[^|]*\| /, ""); print }'
 }
 # Prints the first line the service logs, after its first $3 lines, that
 # matches the ERE $2, as soon as it is logged; fails after $4 seconds. Read by
@@ -281,7 +282,7 @@ fail() {
 # deadline) and checks every exit code and rank 0's accuracy.
 job_ends_well() {
     local ids
-    ids=$(dc 60 ps -q)
+    ids=$(dc 60 ps -a -q)
     bounded "$JOB_TIMEOUT" docker wait $ids >/dev/null ||
         fail "the job did not end within $JOB_TIMEOUT s" || return 1
     for svc in ps0 ps1 w0 w1; do
