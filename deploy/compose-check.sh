@@ -296,10 +296,10 @@ job_ends_well() {
     at_least "$acc" "$MIN_ACC" || fail "test accuracy $acc is below $MIN_ACC" || return 1
     REASON="test accuracy $acc"
 }
-# The job's first progress line from w1: the job is under way.
+# The job's first progress line from w1: the job is under way. (Called in
+# $(...), so the callers set the reason.)
 mid_run() {
-    wait_log w1 ' step [0-9]+/[0-9]+ loss' 0 "$JOB_TIMEOUT" ||
-        fail "w1 logged no progress within $JOB_TIMEOUT s"
+    wait_log w1 ' step [0-9]+/[0-9]+ loss' 0 "$JOB_TIMEOUT"
 }
 
 # --- scenarios ---------------------------------------------------------------
@@ -307,11 +307,11 @@ scenario_sync() {
     job_ends_well
 }
 scenario_async() {
-    job_ends_well
+    scenario_sync
 }
 scenario_worker_rejoin() {
     local line step skip start
-    line=$(mid_run) || return 1
+    line=$(mid_run) || fail "w1 logged no progress within $JOB_TIMEOUT s" || return 1
     step=$(step_of "$line")
     skip=$(log_of w1 | wc -l)
     dc 60 kill -s SIGKILL w1 >/dev/null 2>&1 || fail "compose kill w1 failed" || return 1
@@ -326,7 +326,7 @@ scenario_worker_rejoin() {
 }
 scenario_server_restart() {
     local line step skip id started ckpt restored rejoin reset=
-    line=$(mid_run) || return 1
+    line=$(mid_run) || fail "w1 logged no progress within $JOB_TIMEOUT s" || return 1
     step=$(step_of "$line")
     skip=$(log_of ps1 | wc -l)
     dc 120 restart -t 60 ps1 >/dev/null 2>&1 || fail "compose restart ps1 failed" || return 1
@@ -363,7 +363,7 @@ it had checkpointed clock $ckpt on SIGTERM, after the job's step $step)"
 }
 scenario_worker_lost() {
     local line step w0 servers
-    line=$(mid_run) || return 1
+    line=$(mid_run) || fail "w1 logged no progress within $JOB_TIMEOUT s" || return 1
     step=$(step_of "$line")
     dc 60 kill -s SIGKILL w1 >/dev/null 2>&1 || fail "compose kill w1 failed" || return 1
     w0=$(cid w0)
