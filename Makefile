@@ -68,6 +68,18 @@ bench: build
 	@echo
 	@$(BUILD)/tests/bench/bench-layers
 
+# The compose cluster for real (deploy/compose-check.sh): builds the image,
+# runs deploy/docker-compose.yml in sync and async, kills a worker and
+# restarts a server mid-run, and reports PASS/FAIL per scenario. Needs root;
+# starts its own Docker engine in a network namespace and removes it after.
+# Not part of `make test`: about 5 minutes with the images cached, 10 from
+# scratch. COMPOSE_CHECK_ARGS takes its options, e.g.
+# COMPOSE_CHECK_ARGS="--only sync,async". See docs/deploy.md.
+COMPOSE_CHECK_ARGS ?=
+.PHONY: compose-check
+compose-check:
+	@bash deploy/compose-check.sh $(COMPOSE_CHECK_ARGS)
+
 # libFuzzer (clang, ASan + UBSan) on the frame decoder and on a real server's
 # handshake, FUZZ_SECONDS per target: two targets, one minute in all by
 # default. Its own build folder, since every object there is instrumented;

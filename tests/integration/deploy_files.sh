@@ -6,7 +6,8 @@
 # ports, counts and ranks in the ConfigMap against the Service, StatefulSet
 # and Job; in compose/cluster.ini against the compose services. Last, the real
 # programs read each cluster file and derive the intended listen addresses,
-# and the systemd units pass systemd-analyze verify where it exists.
+# and the systemd units pass systemd-analyze verify where it exists, and
+# deploy/compose-check.sh (`make compose-check`) parses.
 # Skipped (exit 77) when yamllint, docker-compose or PyYAML is missing
 # (deploy/install-deps.sh installs them).
 source "$(dirname "$0")/lib.sh"
@@ -17,6 +18,9 @@ for tool in yamllint docker-compose python3; do
     command -v "$tool" >/dev/null || { echo "SKIP: $tool is not installed (deploy/install-deps.sh)"; exit 77; }
 done
 python3 -c 'import yaml' 2>/dev/null || { echo "SKIP: PyYAML is not installed (python3-yaml)"; exit 77; }
+
+# The compose check itself needs a Docker engine; here it is only parsed.
+bash -n "$DEPLOY/compose-check.sh" || fail "deploy/compose-check.sh does not parse"
 
 yamllint -s -c "$SRC/.yamllint" "$DEPLOY/docker-compose.yml" "$DEPLOY/k8s" ||
     fail "yamllint found problems in the deploy files"
