@@ -14,6 +14,7 @@
 #include "buf_pool.h"
 #include "checkpoint.h"
 #include "half.h"
+#include "job_options.h"
 #include "partition.h"
 #include "ps_error.h"
 #include "ps_log.h"
@@ -54,8 +55,10 @@ typedef struct ps__peer {
     uint64_t n_pushes, n_pulls, bytes_in, bytes_out;
     uint64_t last_seen; /* loop time (ms) of its last frame */
     char name[96];      /* "worker 1 (127.0.0.1:40000)" for logs */
-    /* Authentication in progress: the HELLO waits here until it is proven. */
+    /* Authentication in progress: the HELLO waits here until it is proven;
+     * its job settings are copied (owned), as the frame goes away. */
     Shardps__Hello hello;
+    char *hello_settings;
     uint64_t hello_id;
     uint8_t client_nonce[PS_AUTH_NONCE_BYTES], server_nonce[PS_AUTH_NONCE_BYTES];
     /* Where the push frame being read lands: a buffer from the server's
@@ -173,7 +176,7 @@ static void ps__on_error_sent(ps_conn *c, int status, void *arg)
 static void ps__peer_fail(ps__peer *p, int err, const char *fmt, ...)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
-    char reason[256];
+    char reason[1280];
     va_list ap;
 
     if (p->failed)
@@ -938,6 +941,28 @@ static const char *ps__model_text(const ps_model_spec *m, char *buf, size_t len)
     return buf;
 }
 
+/* The job settings a worker sent (older workers send none) against ours. */
+static int ps__check_job_settings(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
+{
+    char diff[1024];
+    int n;
+
+    if (s->cfg.job_settings == NULL || hello->job_settings == NULL || !*hello->job_settings)
+        return 0;
+    n = ps_job_settings_diff(hello->job_settings, s->cfg.job_settings, "the worker", "this server",
+                             diff, sizeof(diff));
+    if (n == 0)
+        return 0;
+    if (n < 0)
+        ps__peer_fail(p, -PS_EPROTO, "the HELLO's job settings are malformed");
+    else
+        ps__peer_fail(p, -PS_EMISMATCH,
+                      "job settings differ (%d): %s; start every process "
+                      "of the job with the same options",
+                      n, diff);
+    return -1;
+}
+
 static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
 {
     char model[128];
@@ -946,6 +971,8 @@ static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *h
         ps__peer_fail(p, -PS_EPROTO, "first message must be a worker HELLO");
         return -1;
     }
+    if (ps__check_job_settings(s, p, hello) < 0)
+        return -1;
     if (hello->model_fingerprint != ps_model_spec_fingerprint(&s->cfg.spec)) {
         ps__peer_fail(p, -PS_EMISMATCH,
                       "model mismatch: this server trains an MLP %s with seed %" PRIu64
@@ -1085,6 +1112,12 @@ static void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     p->hello = *hello;
     p->hello.client_nonce.len = 0;
     p->hello.client_nonce.data = NULL;
+    p->hello.job_settings = NULL;
+    if (hello->job_settings && (p->hello_settings = strdup(hello->job_settings)) == NULL) {
+        ps__peer_fail(p, -ENOMEM, "out of memory");
+        return;
+    }
+    p->hello.job_settings = p->hello_settings;
     p->hello_id = f->hdr->request_id;
     memcpy(p->client_nonce, hello->client_nonce.data, PS_AUTH_NONCE_BYTES);
     ps_auth_nonce(p->server_nonce);
@@ -1219,6 +1252,7 @@ static void ps__on_conn_close(ps_conn *c, int err)
     if (p->next)
         p->next->prev = p->prev;
     ps_buf_pool_put(p->push_piece.base);
+    free(p->hello_settings);
     free(p);
 }
 

@@ -55,6 +55,10 @@ typedef struct {
     int keep_checkpoints;       /* newest files kept per server */
     int auth;                   /* peers must prove they hold the token behind auth_key */
     uint8_t auth_key[PS_AUTH_KEY_BYTES];
+    /* The job's settings (ps_job_settings_format); a worker whose HELLO
+     * carries others is refused, each difference named. Borrowed; NULL: not
+     * compared. */
+    const char *job_settings;
 } ps_kv_server_config;
 
 /* What the server has seen so far; a plain snapshot. */

@@ -25,6 +25,7 @@
 #include "auth.h"
 #include "dataset.h"
 #include "flags.h"
+#include "job_options.h"
 #include "kv_client.h"
 #include "partition.h"
 #include "ps_error.h"
@@ -43,6 +44,7 @@ typedef struct {
     const char *auth_token_file;
     int eval_every;
     double chunk_bytes, connect_timeout, max_payload;
+    const char *job_settings; /* sent in HELLO; see job_options.h */
 } ps__worker_opts;
 
 static double ps__now(void)
@@ -291,11 +293,19 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
     }
     features = w.train.rows * w.train.cols;
     if (features != spec->sizes[0]) {
-        ps_error("the data has %d features per sample but the model's input is %d", features,
-                 spec->sizes[0]);
+        ps_error("the data has %d features per sample but the model's input is %d (--input)",
+                 features, spec->sizes[0]);
         rc = -PS_EMISMATCH;
         goto out;
     }
+    for (int i = 0; i < w.train.n; i++)
+        if (w.train.labels[i] >= spec->sizes[spec->n_layers]) {
+            ps_error("sample %d of the data has label %d but the model has %d classes "
+                     "(--classes)",
+                     i, w.train.labels[i], spec->sizes[spec->n_layers]);
+            rc = -PS_EMISMATCH;
+            goto out;
+        }
     steps_per_epoch = w.train.n / (o->batch * o->workers);
     if (steps_per_epoch == 0) {
         ps_error("--batch %d x %d workers exceeds the %d training samples; use a smaller batch",
@@ -341,6 +351,7 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
     kc.max_payload = (size_t)o->max_payload;
     kc.total_steps = total;
     kc.compress = strcmp(o->compress, "fp16") == 0 ? PS_COMPRESS_FP16 : PS_COMPRESS_NONE;
+    kc.job_settings = o->job_settings;
     if (o->auth_token_file) {
         int loose = 0;
         rc = ps_auth_load_key(o->auth_token_file, auth_key, &loose, err, sizeof(err));
@@ -510,90 +521,39 @@ out:
 
 int main(int argc, char **argv)
 {
-    ps__worker_opts o = {
-        .servers = "127.0.0.1:7000",
-        .hidden = "256,128",
-        .data_dir = PS_DEFAULT_DATA_DIR,
-        .device = "auto",
-        .compress = "none",
-        .workers = 1,
-        .seed = 1,
-        .batch = 64,
-        .epochs = 10,
-        .report_fd = -1,
-        .progress_every = 100,
-        .chunk_bytes = PS_DEFAULT_CHUNK_BYTES,
-        .connect_timeout = 30,
-        .max_payload = (double)((size_t)1 << 30),
-        .max_reconnects = 10,
-    };
+    /* Static: the settings last as long as the process, and the table's
+     * strings may point into the cluster file's values the context holds. */
+    static ps_job_options jo;
+    static ps_flags_ctx ctx;
+    static ps_flag flags[96];
+    static char settings[4096];
+    ps__worker_opts o = {.report_fd = -1};
     const char *cluster = NULL;
-    int print_config = 0;
-    const ps_flag flags[] = {
+    int print_config = 0, nflags;
+    const ps_flag own[] = {
         {"cluster", PS_FLAG_STRING, &cluster, "FILE",
          "cluster file (INI) shared by the job's servers and workers; see docs/deploy.md", 0, 0,
-         NULL},
-        {"servers", PS_FLAG_STRING, &o.servers, "HOST:PORT,...",
-         "parameter servers, in server-index order", 0, 0, NULL},
-        {"rank", PS_FLAG_INT, &o.rank, "R", "this worker's rank, 0..workers-1", 0, 65535, NULL},
-        {"workers", PS_FLAG_INT, &o.workers, "W", "number of workers in the job", 1, 65536, NULL},
-        {"hidden", PS_FLAG_STRING, &o.hidden, "N,N,...", "hidden layer sizes of the MLP", 0, 0,
-         NULL},
-        {"seed", PS_FLAG_INT, &o.seed, "N", "seed for initial weights and data order", 0,
-         2147483647, NULL},
-        {"batch", PS_FLAG_INT, &o.batch, "B", "samples per step on this worker", 1, 65536, NULL},
-        {"epochs", PS_FLAG_INT, &o.epochs, "E", "passes over the training data", 1, 100000, NULL},
-        {"steps", PS_FLAG_INT, &o.steps, "N", "stop after N steps in all (0: run every epoch)", 0,
-         2147483647, NULL},
-        {"data-dir", PS_FLAG_STRING, &o.data_dir, "DIR", "folder with the Fashion-MNIST IDX files",
-         0, 0, NULL},
-        {"chunk-bytes", PS_FLAG_DOUBLE, &o.chunk_bytes, "BYTES",
-         "chunk size; must match the servers", 4, 1 << 30, NULL},
-        {"connect-timeout", PS_FLAG_DOUBLE, &o.connect_timeout, "SECONDS",
-         "how long to keep trying to reach the servers", 0, 86400, NULL},
-        {"device", PS_FLAG_CHOICE, &o.device, "DEV",
-         "where to compute: auto (CUDA if a usable GPU is present, else CPU), cpu, cuda", 0, 0,
-         "auto|cpu|cuda"},
-        {"tf32", PS_FLAG_BOOL, &o.tf32, NULL,
-         "CUDA: matrix products in TF32 on tensor cores (faster, ~1e-3 relative error)", 0, 0,
-         NULL},
+         NULL, NULL, NULL},
+        {"rank", PS_FLAG_INT, &o.rank, "R", "this worker's rank, 0..workers-1", 0, 65535, NULL,
+         NULL, NULL},
         {"threads", PS_FLAG_INT, &o.threads, "N", "BLAS threads (0: OpenBLAS's default)", 0, 1024,
-         NULL},
+         NULL, NULL, NULL},
         {"no-eval", PS_FLAG_BOOL, &o.no_eval, NULL, "skip the test-set evaluation on rank 0", 0, 0,
-         NULL},
-        {"eval-every", PS_FLAG_INT, &o.eval_every, "N",
-         "rank 0 also evaluates on the test set every N steps (0: once per epoch)", 0, 2147483647,
-         NULL},
+         NULL, NULL, NULL},
         {"metrics-file", PS_FLAG_STRING, &o.metrics_file, "FILE",
-         "write JSON lines of progress, time split and evaluations here", 0, 0, NULL},
-        {"progress-every", PS_FLAG_INT, &o.progress_every, "N", "report progress every N steps", 1,
-         1000000, NULL},
+         "write JSON lines of progress, time split and evaluations here", 0, 0, NULL, NULL, NULL},
         {"dump-weights", PS_FLAG_STRING, &o.dump_weights, "FILE",
-         "write the final weights (raw float32, tensor order) here", 0, 0, NULL},
+         "write the final weights (raw float32, tensor order) here", 0, 0, NULL, NULL, NULL},
         {"report-fd", PS_FLAG_INT, &o.report_fd, "FD",
          "write JSON progress lines to this descriptor (used by shardps-cluster)", -1, 1 << 20,
-         NULL},
-        {"max-payload", PS_FLAG_DOUBLE, &o.max_payload, "BYTES", "largest frame payload accepted",
-         1024, 1ull << 40, NULL},
-        {"compress", PS_FLAG_CHOICE, &o.compress, "KIND",
-         "how pushes carry gradients: none (float32) or fp16 (IEEE half, half the bytes; the "
-         "servers accumulate in float32)",
-         0, 0, "none|fp16"},
-        {"clip-norm", PS_FLAG_DOUBLE, &o.clip_norm, "NORM",
-         "scale each tensor's gradient to at most this L2 norm (0: off)", 0, 1e9, NULL},
-        {"max-reconnects", PS_FLAG_INT, &o.max_reconnects, "N",
-         "rejoin the job at most N times after losing a server", 0, 1000000, NULL},
+         NULL, NULL, NULL},
         {"slow-ms", PS_FLAG_INT, &o.slow_ms, "MS",
-         "wait this long every step: an artificial straggler for experiments", 0, 3600000, NULL},
+         "wait this long every step: an artificial straggler for experiments", 0, 3600000, NULL,
+         NULL, NULL},
         {"print-config", PS_FLAG_BOOL, &print_config, NULL,
-         "print the effective settings and where each came from, then exit", 0, 0, NULL},
-        {"auth-token-file", PS_FLAG_STRING, &o.auth_token_file, "FILE",
-         "prove to the servers (and make them prove) that we share this secret", 0, 0, NULL},
-        {"verbose", PS_FLAG_BOOL, &o.verbose, NULL, "log debug detail", 0, 0, NULL},
+         "print the effective settings and where each came from, then exit", 0, 0, NULL, NULL,
+         NULL},
     };
-    /* Static: the settings last as long as the process, and the table's
-     * strings may point into the cluster file's values it holds. */
-    static ps_flags_ctx ctx;
     char rank_from[PATH_MAX + 64], workers_from[PATH_MAX + 64];
     const char *servers[PS__MAX_SERVERS];
     ps_model_spec spec;
@@ -603,8 +563,15 @@ int main(int argc, char **argv)
     /* A peer that resets while we write must cost a connection, not the
      * process: take write errors as EPIPE instead of the signal. */
     signal(SIGPIPE, SIG_IGN);
+    ps_job_options_defaults(&jo);
+    nflags =
+        ps_job_options_flags(&jo, PS_JOB_WORKER, flags, (int)(sizeof(flags) / sizeof(flags[0])));
+    if (nflags < 0 ||
+        nflags + (int)(sizeof(own) / sizeof(own[0])) > (int)(sizeof(flags) / sizeof(flags[0])))
+        return 1;
+    memcpy(flags + nflags, own, sizeof(own));
     ctx.flags = flags;
-    ctx.n = (int)(sizeof(flags) / sizeof(flags[0]));
+    ctx.n = nflags + (int)(sizeof(own) / sizeof(own[0]));
     ctx.prog = "shardps-worker";
     ctx.summary = "Trains an MLP on its shard of Fashion-MNIST against parameter servers.";
     ctx.section = "worker";
@@ -616,6 +583,27 @@ int main(int argc, char **argv)
         ps_flags_print_config(&ctx, stdout);
         return 0;
     }
+    /* The job options this worker trains with; the rest of o is its own. */
+    o.servers = jo.servers;
+    o.workers = jo.workers;
+    o.hidden = jo.hidden;
+    o.seed = jo.seed;
+    o.chunk_bytes = jo.chunk_bytes;
+    o.auth_token_file = jo.auth_token_file;
+    o.batch = jo.batch;
+    o.epochs = jo.epochs;
+    o.steps = jo.steps;
+    o.data_dir = jo.data_dir;
+    o.device = jo.device;
+    o.tf32 = jo.tf32;
+    o.compress = jo.compress;
+    o.clip_norm = jo.clip_norm;
+    o.eval_every = jo.eval_every;
+    o.progress_every = jo.progress_every;
+    o.connect_timeout = jo.connect_timeout;
+    o.max_reconnects = jo.max_reconnects;
+    o.max_payload = jo.max_payload;
+    o.verbose = jo.verbose;
     if (o.rank >= o.workers) {
         fprintf(stderr,
                 "shardps-worker: --rank %d must be below --workers %d (rank from %s, workers "
@@ -647,8 +635,15 @@ int main(int argc, char **argv)
         ps_log_set_level(PS_LOG_DEBUG);
     if (o.threads > 0)
         openblas_set_num_threads(o.threads);
-    sizes[0] = 784;
-    sizes[nh + 1] = 10;
+    sizes[0] = jo.input;
+    sizes[nh + 1] = jo.classes;
+    if (ps_job_settings_format(&jo, n_servers, settings, sizeof(settings)) < 0) {
+        fprintf(stderr, "shardps-worker: the job's settings do not fit in %zu bytes\n",
+                sizeof(settings));
+        free(server_text);
+        return 2;
+    }
+    o.job_settings = settings;
     if (ps_model_spec_init_mlp(&spec, sizes, nh + 2, (uint64_t)o.seed) < 0) {
         fprintf(stderr, "shardps-worker: --hidden '%s' gives an invalid model\n", o.hidden);
         free(server_text);
