@@ -35,10 +35,11 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "clock.h"
 #include "ps_log.h"
 
 /* How long a scrape waits for the loop to publish a fresh snapshot. */
-#define PS__METRICS_FRESH_WAIT_NS 1000000000L
+#define PS__METRICS_FRESH_WAIT_S 1.0
 
 struct ps_metrics {
     uv_loop_t *loop;
@@ -320,13 +321,9 @@ static void ps__mhd_log(void *cls, const char *fmt, va_list ap)
 /* Copies a snapshot no older than this call into m->scratch. HTTP thread. */
 static void ps__fresh_snapshot(ps_metrics *m)
 {
-    struct timespec deadline;
+    struct timespec deadline = ps_clock_after(PS__METRICS_FRESH_WAIT_S);
     uint64_t seen;
 
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_nsec += PS__METRICS_FRESH_WAIT_NS % 1000000000L;
-    deadline.tv_sec += PS__METRICS_FRESH_WAIT_NS / 1000000000L + deadline.tv_nsec / 1000000000L;
-    deadline.tv_nsec %= 1000000000L;
     pthread_mutex_lock(&m->mu);
     seen = m->gen;
     if (!m->closing)

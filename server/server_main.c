@@ -19,6 +19,7 @@
 #include "partition.h"
 #include "ps_error.h"
 #include "ps_log.h"
+#include "server_list.h"
 #include "transport.h"
 
 typedef struct {
@@ -77,27 +78,29 @@ static void ps__on_done(ps_kv_server *s, void *arg)
 static int ps__apply_servers(ps_flags_ctx *ctx, const char *servers, int index, int *num_servers,
                              const char **listen, char *own, size_t own_len)
 {
-    char from[PATH_MAX + 64], other[PATH_MAX + 64], why[2 * PATH_MAX + 64];
-    const char *p = servers, *colon;
-    int n = 0;
+    char from[PATH_MAX + 64], other[PATH_MAX + 64], why[2 * PATH_MAX + 64], err[256];
+    const char *colon;
+    ps_server_list *sl;
+    int n, rc;
 
     if (servers == NULL)
         return 0;
     ps_flags_describe_origin(ctx, "servers", from, sizeof(from));
-    own[0] = '\0';
-    for (; p != NULL; n++) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        if (len == 0 || len >= own_len) {
-            fprintf(stderr,
-                    "shardps-server: servers '%s' (from %s) has an empty or overlong entry\n",
-                    servers, from);
-            return -PS_EUSAGE;
-        }
-        if (n == index)
-            snprintf(own, own_len, "%.*s", (int)len, p);
-        p = comma ? comma + 1 : NULL;
+    rc = ps_server_list_parse(&sl, servers, PS_MAX_SERVERS, 1, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "shardps-server: servers '%s' (from %s): %s\n", servers, from, err);
+        return rc == -ENOMEM ? rc : -PS_EUSAGE;
     }
+    n = ps_server_list_count(sl);
+    if (index < n && strlen(ps_server_list_entries(sl)[index]) >= own_len) {
+        fprintf(stderr, "shardps-server: servers '%s' (from %s): entry %d is too long\n", servers,
+                from, index);
+        ps_server_list_free(sl);
+        return -PS_EUSAGE;
+    }
+    if (index < n)
+        snprintf(own, own_len, "%s", ps_server_list_entries(sl)[index]);
+    ps_server_list_free(sl);
     if (index >= n) {
         fprintf(stderr,
                 "shardps-server: --server-index %d (from %s) has no entry in the servers list "
@@ -163,8 +166,8 @@ int main(int argc, char **argv)
          "address to listen on (port 0: any free port)", 0, 0, NULL, NULL, NULL},
         {"server-index", PS_FLAG_INT, &server_index, "I", "this server's index in the server list",
          0, 4095, NULL, NULL, NULL},
-        {"num-servers", PS_FLAG_INT, &num_servers, "S", "number of servers in the cluster", 1, 4096,
-         NULL, NULL, NULL},
+        {"num-servers", PS_FLAG_INT, &num_servers, "S", "number of servers in the cluster", 1,
+         PS_MAX_SERVERS, NULL, NULL, NULL},
         {"ready-fd", PS_FLAG_INT, &ready_fd, "FD",
          "write the bound port to this descriptor once listening", -1, 1 << 20, NULL, NULL, NULL},
         {"metrics-port", PS_FLAG_INT, &metrics_port, "PORT",

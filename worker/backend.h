@@ -29,6 +29,9 @@ typedef struct {
     int max_batch;    /* largest B of train_step, and evaluate's batch size */
     int tf32;         /* CUDA: matrix products in TF32 on tensor cores; ignored on the CPU */
     int device_index; /* CUDA: use GPU device_index % (GPUs visible), e.g. the worker's rank */
+    /* CPU: BLAS threads, a setting of the whole process (0: the library's
+     * default, e.g. OPENBLAS_NUM_THREADS); ignored on CUDA. */
+    int threads;
 } ps_backend_config;
 
 typedef struct ps_backend ps_backend;

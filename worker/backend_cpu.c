@@ -78,6 +78,8 @@ int ps__backend_cpu_init(ps_backend **out, const ps_model_spec *spec, const ps_b
         c->base.params[t] = ps_mlp_param(c->mlp, t);
         c->base.grads[t] = ps_mlp_grad(c->mlp, t);
     }
+    if (cfg->threads > 0)
+        openblas_set_num_threads(cfg->threads);
     threads = openblas_get_num_threads();
     snprintf(c->base.describe, sizeof(c->base.describe), "cpu: OpenBLAS, %d thread%s, FP32",
              threads, threads == 1 ? "" : "s");

@@ -10,14 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "ps_log.h"
-
-static double ps__mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static double ps__unix(void)
 {
@@ -38,7 +32,7 @@ static void ps__num(FILE *f, const char *key, double v)
 /* The fields every line starts with. */
 static void ps__head(ps_train_metrics *m, const char *event, uint64_t step)
 {
-    double elapsed = ps__mono() - m->t0;
+    double elapsed = ps_clock_now() - m->t0;
 
     fprintf(m->f, "{\"event\":\"%s\",\"time\":%.3f,\"rank\":%d,\"step\":%" PRIu64, event,
             ps__unix(), m->rank, step);
@@ -73,7 +67,7 @@ int ps_train_metrics_open(ps_train_metrics *m, const char *path, int rank, int s
     memset(m, 0, sizeof(*m));
     m->rank = rank;
     m->steps_per_epoch = steps_per_epoch > 0 ? steps_per_epoch : 1;
-    m->t0 = m->last_t = ps__mono();
+    m->t0 = m->last_t = ps_clock_now();
     m->min_exchange_s = INFINITY;
     if (path == NULL)
         return 0;
@@ -103,7 +97,7 @@ void ps_train_metrics_step(ps_train_metrics *m, double compute_s, double exchang
 void ps_train_metrics_interval(ps_train_metrics *m, uint64_t step, uint64_t clock,
                                const ps_kv_client_stats *ks)
 {
-    double now = ps__mono(), dt;
+    double now = ps_clock_now(), dt;
 
     if (m->f == NULL)
         return;
@@ -149,7 +143,7 @@ void ps_train_metrics_close(ps_train_metrics *m, uint64_t step, const ps_kv_clie
     if (m->f == NULL)
         return;
     if (ks != NULL) {
-        double train = ps__mono() - m->t0 - m->eval_s;
+        double train = ps_clock_now() - m->t0 - m->eval_s;
         uint64_t steps = m->total_steps + m->steps;
         ps__head(m, "done", step);
         fprintf(m->f, ",\"steps\":%" PRIu64, steps);

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "crc32c.h"
 #include "bench_util.h"
 #include "flags.h"
@@ -180,13 +181,13 @@ static void ps__k_snapshot(ps__arrays *a)
  * seconds per call. */
 static double ps__time(ps__kernel k, ps__arrays *a, double min_s, long min_calls)
 {
-    double t0 = ps_bench_now(), t;
+    double t0 = ps_clock_now(), t;
     long calls = 0;
 
     do {
         k(a);
         calls++;
-        t = ps_bench_now() - t0;
+        t = ps_clock_now() - t0;
     } while (t < min_s || calls < min_calls);
     return t / (double)calls;
 }

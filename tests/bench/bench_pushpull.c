@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "clock.h"
 #include "flags.h"
 #include "kv_client.h"
 #include "partition.h"
@@ -334,15 +335,15 @@ static int ps__measure(ps__step_fn step, void *ctx, const ps_bench_child *kids, 
     rc = ps__usage_of(kids, n_kids, &s_cpu0, &s_flt0);
     if (rc < 0)
         return rc;
-    start = ps_bench_now();
+    start = ps_clock_now();
     while (res->n < PS__MAX_ITERS &&
-           (done < (size_t)min_steps || ps_bench_now() - start < seconds)) {
-        t0 = ps_bench_now();
+           (done < (size_t)min_steps || ps_clock_now() - start < seconds)) {
+        t0 = ps_clock_now();
         rc = step(ctx);
         if (rc < 0)
             return rc;
-        res->lat_us[res->n++] = (ps_bench_now() - t0) * 1e6;
-        res->total_s += ps_bench_now() - t0;
+        res->lat_us[res->n++] = (ps_clock_now() - t0) * 1e6;
+        res->total_s += ps_clock_now() - t0;
         done++;
     }
     ps__self_usage(&c_cpu1, &c_flt1);
@@ -358,9 +359,9 @@ static int ps__measure(ps__step_fn step, void *ctx, const ps_bench_child *kids, 
 
 static int ps__warmup(ps__step_fn step, void *ctx, double seconds)
 {
-    double start = ps_bench_now();
+    double start = ps_clock_now();
 
-    for (int i = 0; i < 1 || ps_bench_now() - start < seconds; i++) {
+    for (int i = 0; i < 1 || ps_clock_now() - start < seconds; i++) {
         int rc = step(ctx);
         if (rc < 0)
             return rc;
@@ -663,7 +664,6 @@ int main(int argc, char **argv)
         return rc > 0 ? 0 : 2;
     if (raw_server)
         return ps__raw_serve(3) < 0 ? 1 : 0;
-    ps_bench_drop_shardps_env();
     ps_log_set_role("bench");
     n_sizes = ps_bench_parse_sizes(sizes_text, sizes, PS__MAX_SIZES);
     n_counts = ps_bench_parse_sizes(servers_text, counts, PS__MAX_SIZES);

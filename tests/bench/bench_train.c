@@ -42,6 +42,7 @@
 
 #include "backend.h"
 #include "bench_util.h"
+#include "clock.h"
 #include "dataset.h"
 #include "job_options.h"
 #include "flags.h"
@@ -189,11 +190,11 @@ static void ps__describe_exit(int status, char *buf, size_t len)
 static int ps__wait_workers(ps_bench_child *wk, int n, ps__servers *sv, double timeout_s,
                             const char *what)
 {
-    double deadline = ps_bench_now() + timeout_s;
+    double deadline = ps_clock_now() + timeout_s;
     char how[64];
 
     for (int left = n; left > 0;) {
-        double rest = deadline - ps_bench_now();
+        double rest = deadline - ps_clock_now();
         int status = 0, w = 0, s = 0;
         pid_t pid = rest >= 1 ? ps_bench_wait(-1, &status, (unsigned)rest) : -PS_ETIMEOUT;
 
@@ -257,11 +258,11 @@ static int ps__compute_only(const ps__opts *o, ps__result *r, const ps_dataset *
         size_t first = (size_t)(i % per_epoch) * (size_t)o->workers * (size_t)o->batch;
 
         if (i == r->warmup)
-            t0 = ps_bench_now();
+            t0 = ps_clock_now();
         ps_dataset_gather(ds, order + first, o->batch, x, y);
         rc = ps_backend_train_step(be, x, y, o->batch, &loss, &correct);
     }
-    r->compute_only_s = (ps_bench_now() - t0) / r->steps;
+    r->compute_only_s = (ps_clock_now() - t0) / r->steps;
 out:
     if (rc < 0)
         fprintf(stderr, "bench-train: %s: compute alone failed: %s\n", r->model->name,
@@ -324,14 +325,14 @@ static int ps__comm_rank(ps__comm_ctx *c)
         rc = ps_kv_client_wait(kv);
     for (int i = 0; rc == 0 && i < c->r->warmup + c->r->steps; i++, clock++) {
         if (i == c->r->warmup)
-            t0 = ps_bench_now();
+            t0 = ps_clock_now();
         rc = ps_kv_client_push(kv, (const float *const *)grads);
         if (rc == 0)
             rc = ps_kv_client_pull(kv, clock + 1, params);
         if (rc == 0)
             rc = ps_kv_client_wait(kv);
     }
-    c->seconds = ps_bench_now() - t0;
+    c->seconds = ps_clock_now() - t0;
 out:
     /* A goodbye even after a failure: the barrier stops waiting for this
      * rank, so the others finish instead of hanging. */
@@ -631,7 +632,7 @@ static int ps__run_model(const ps__opts *o, const ps__model *m, const ps_dataset
                          const uint32_t *order, const char *dir, char *json, size_t len)
 {
     int sizes[PS_MAX_LAYERS + 1], nh, rc;
-    double busy0 = 0, busy1 = 0, own0 = ps_bench_own_cpu(), t0 = ps_bench_now();
+    double busy0 = 0, busy1 = 0, own0 = ps_bench_own_cpu(), t0 = ps_clock_now();
     ps__result r;
 
     memset(&r, 0, sizeof(r));
@@ -654,7 +655,7 @@ static int ps__run_model(const ps__opts *o, const ps__model *m, const ps_dataset
      * CPU time is in our own; the rest of the machine's busy time was
      * somebody else's, competing for the same cores. */
     if (ps_bench_machine_busy(&busy1) == 0 && busy0 > 0)
-        r.other_cores = (busy1 - busy0 - (ps_bench_own_cpu() - own0)) / (ps_bench_now() - t0);
+        r.other_cores = (busy1 - busy0 - (ps_bench_own_cpu() - own0)) / (ps_clock_now() - t0);
     /* The two clocks tick in different units; a quiet machine can read a
      * hair below zero. */
     r.other_cores = r.other_cores > 0 ? r.other_cores : 0;
@@ -735,7 +736,6 @@ int main(int argc, char **argv)
         return rc > 0 ? 0 : 2;
     if (ps__check_opts(&o, models, &n_models) < 0)
         return 2;
-    ps_bench_drop_shardps_env();
     ps_log_set_role("bench");
     if (o.threads == 0) {
         int ncpu = (int)uv_available_parallelism();

@@ -14,17 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "child_env.h"
 #include "ps_error.h"
 
 extern char **environ;
-
-double ps_bench_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 int ps_bench_parse_sizes(const char *text, size_t *out, int max)
 {
@@ -80,7 +73,7 @@ double ps_bench_pct(const double *v, size_t n, double q)
 }
 
 /* The child's side of ps_bench_spawn: descriptors, then exec. */
-static void ps__exec_child(char *const *argv, int keep_logs, int ready_fd)
+static void ps__exec_child(char *const *argv, char *const *env, int keep_logs, int ready_fd)
 {
     int devnull = open("/dev/null", O_RDWR);
 
@@ -96,7 +89,7 @@ static void ps__exec_child(char *const *argv, int keep_logs, int ready_fd)
         dup2(devnull, 1);
         dup2(devnull, 2);
     }
-    execv(argv[0], argv);
+    execve(argv[0], argv, env);
     _exit(127);
 }
 
@@ -129,19 +122,25 @@ static int ps__read_port(int fd, int *port)
 int ps_bench_spawn(char *const *argv, int keep_logs, int want_port, ps_bench_child *out)
 {
     int pfd[2] = {-1, -1}, rc = 0;
+    char **env = ps_child_env(environ);
     pid_t pid;
 
     out->pid = 0;
     out->port = 0;
-    if (want_port && pipe2(pfd, O_CLOEXEC) < 0)
-        return -errno;
+    if (env == NULL)
+        return -ENOMEM;
+    if (want_port && pipe2(pfd, O_CLOEXEC) < 0) {
+        rc = -errno;
+        free(env);
+        return rc;
+    }
     pid = fork();
     if (pid < 0) {
         rc = -errno;
         goto out;
     }
     if (pid == 0)
-        ps__exec_child(argv, keep_logs, pfd[1]);
+        ps__exec_child(argv, env, keep_logs, pfd[1]);
     out->pid = pid;
     if (!want_port)
         goto out;
@@ -154,6 +153,7 @@ int ps_bench_spawn(char *const *argv, int keep_logs, int want_port, ps_bench_chi
         out->pid = 0;
     }
 out:
+    free(env);
     if (pfd[0] >= 0)
         close(pfd[0]);
     if (pfd[1] >= 0)
@@ -262,24 +262,4 @@ int ps_bench_machine_busy(double *busy_s)
         return -PS_EFORMAT;
     *busy_s = (double)(user + nice + sys + irq + softirq) / (double)sysconf(_SC_CLK_TCK);
     return 0;
-}
-
-void ps_bench_drop_shardps_env(void)
-{
-    size_t i = 0;
-
-    /* unsetenv shifts the array down, so the same index is looked at again. */
-    while (environ[i] != NULL) {
-        const char *eq = strchr(environ[i], '=');
-        size_t len = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
-        char name[256];
-
-        if (strncmp(environ[i], "SHARDPS_", 8) != 0 || len >= sizeof(name)) {
-            i++;
-            continue;
-        }
-        memcpy(name, environ[i], len);
-        name[len] = '\0';
-        unsetenv(name);
-    }
 }

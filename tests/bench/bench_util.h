@@ -1,4 +1,4 @@
-/* Small helpers the benchmark programs share: a monotonic clock, size lists
+/* Small helpers the benchmark programs share: size lists
  * on the command line ("4K,256K,4M"), sizes printed for people, the
  * comparison and percentile used on timing samples, and starting and reaping
  * the shardps processes a bench drives. Nothing here is part of shardps
@@ -8,9 +8,6 @@
 
 #include <stddef.h>
 #include <sys/types.h>
-
-/* Seconds on CLOCK_MONOTONIC. */
-double ps_bench_now(void);
 
 /* Parses "4K,256K,4M,1G" (suffixes K, M, G are powers of 1024; none is
  * bytes) into out[0..max). Returns the count, or -EINVAL for anything else
@@ -32,9 +29,9 @@ typedef struct {
 } ps_bench_child;
 
 /* Starts argv[0] with stdin (and, unless keep_logs, stdout and stderr) on
- * /dev/null. With want_port, the child gets a pipe on descriptor 3 and this
- * waits (up to 60 s) for the port it writes there, as shardps-cluster does,
- * so nothing polls for a listening socket. Returns 0 or a negative code
+ * /dev/null, and without SHARDPS_* variables (ps_child_env). With want_port, the child gets a pipe
+ * on descriptor 3 and this waits (up to 60 s) for the port it writes there, as shardps-cluster
+ * does, so nothing polls for a listening socket. Returns 0 or a negative code
  * (-PS_ETIMEOUT, or -PS_EPROTO when it wrote no port); a failure leaves no
  * child behind. */
 int ps_bench_spawn(char *const *argv, int keep_logs, int want_port, ps_bench_child *out);
@@ -66,11 +63,5 @@ double ps_bench_own_cpu(void);
  * it tells how much of the machine other processes took during a
  * measurement. */
 int ps_bench_machine_busy(double *busy_s);
-
-/* Removes every SHARDPS_* variable from this process's environment, once its
- * own flags are parsed: the processes a bench starts get every setting as a
- * flag, and a variable meant for the bench must not reach them behind its
- * back (shardps-cluster does the same). */
-void ps_bench_drop_shardps_env(void);
 
 #endif

@@ -398,7 +398,7 @@ static void compare_grads(ps_backend *gpu, ps_mlp *cpu, const ps_model_spec *s, 
  * `steps` SGD steps applied to both, comparing every step. */
 static void check_model(const int *sizes, int n_sizes, int B, int max_batch, int steps, int tf32)
 {
-    ps_backend_config cfg = {PS_DEVICE_CUDA, max_batch, tf32, 0};
+    ps_backend_config cfg = {PS_DEVICE_CUDA, max_batch, tf32, 0, 0};
     ps_model_spec s;
     ps_backend *gpu = NULL;
     ps_mlp *cpu = NULL;

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "frame.h"
 #include "model_spec.h"
 #include "partition.h"
@@ -95,14 +96,6 @@ static uint64_t next_rand(hc_ctx *ctx)
 {
     ctx->rng = ctx->rng * 6364136223846793005ULL + 1442695040888963407ULL;
     return ctx->rng >> 33;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static int set_timeouts(int fd, int recv_ms, int send_ms)
@@ -247,7 +240,7 @@ static int read_frame(hc_conn *c, ps_frame *f)
 static int expect_refusal(hc_ctx *ctx, hc_conn *c, Shardps__MsgType want_type, int want_status,
                           const char *want)
 {
-    double t0 = now_s();
+    double t0 = ps_clock_now();
     int told = 0;
     ps_frame f;
     int rc;
@@ -270,7 +263,7 @@ static int expect_refusal(hc_ctx *ctx, hc_conn *c, Shardps__MsgType want_type, i
         note(c, "the server's reply does not decode: %s", ps_frame_decoder_error(c->dec));
         return -1;
     }
-    note(c, "closed by the server after %.0f ms", (now_s() - t0) * 1000);
+    note(c, "closed by the server after %.0f ms", (ps_clock_now() - t0) * 1000);
     if (want_type != 0 && !told) {
         note(c, "; expected a %s %s naming \"%s\"",
              want_type == SHARDPS__MSG_TYPE__REJECT ? "REJECT" : "ERROR", ps_err_name(want_status),
@@ -648,7 +641,7 @@ static int flood(hc_ctx *ctx, hc_conn *c, const uint8_t *batch, size_t len, size
  * everyone else up. Returns the seconds it took, or -1. */
 static double probe(hc_ctx *ctx)
 {
-    double t0 = now_s();
+    double t0 = ps_clock_now();
     hc_conn p;
     int rc;
 
@@ -656,7 +649,7 @@ static double probe(hc_ctx *ctx)
         return -1;
     rc = sc_wrong_model(ctx, &p);
     conn_close(&p);
-    return rc < 0 ? -1 : now_s() - t0;
+    return rc < 0 ? -1 : ps_clock_now() - t0;
 }
 
 /* A worker that asks and asks and never reads the answers. Once training has
@@ -773,7 +766,7 @@ static int sc_bye(hc_ctx *ctx, hc_conn *c)
 static int sc_silent(hc_ctx *ctx, hc_conn *c)
 {
     int ms = (int)(ctx->silent_s * 1000);
-    double t0 = now_s();
+    double t0 = ps_clock_now();
     uint8_t b;
     ssize_t n;
 
@@ -792,7 +785,7 @@ static int sc_silent(hc_ctx *ctx, hc_conn *c)
         note(c, "still open after %.1f s", ctx->silent_s);
         return -1;
     }
-    note(c, "closed by the server after %.1f s", now_s() - t0);
+    note(c, "closed by the server after %.1f s", ps_clock_now() - t0);
     return 0;
 }
 

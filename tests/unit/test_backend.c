@@ -18,7 +18,7 @@ enum { N_SIZES = 4, MAX_BATCH = 16, N_EVAL = 40 };
 
 static ps_backend *make_backend(ps_device device, const ps_model_spec *spec)
 {
-    ps_backend_config cfg = {device, MAX_BATCH, 0, 0};
+    ps_backend_config cfg = {device, MAX_BATCH, 0, 0, 0};
     ps_backend *b = NULL;
 
     cr_assert_eq(ps_backend_init(&b, spec, &cfg), 0);
@@ -90,7 +90,7 @@ Test(backend, cpu_is_ps_mlp_bit_for_bit)
 
 Test(backend, refuses_bad_sizes)
 {
-    ps_backend_config cfg = {PS_DEVICE_CPU, 0, 0, 0};
+    ps_backend_config cfg = {PS_DEVICE_CPU, 0, 0, 0, 0};
     ps_model_spec spec;
     /* Any non-NULL value, to see a failed init clear it. */
     ps_backend *b = (ps_backend *)&cfg;
@@ -115,7 +115,7 @@ Test(backend, refuses_bad_sizes)
 
 Test(backend, cuda_agrees_with_auto)
 {
-    ps_backend_config cfg = {PS_DEVICE_CUDA, MAX_BATCH, 0, 0};
+    ps_backend_config cfg = {PS_DEVICE_CUDA, MAX_BATCH, 0, 0, 0};
     ps_model_spec spec;
     /* b starts non-NULL, to see a refused init clear it. */
     ps_backend *autob, *b = (ps_backend *)&cfg;

@@ -18,10 +18,13 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "child_env.h"
+#include "clock.h"
+#include "drills.h"
 #include "flags.h"
 #include "job_options.h"
-#include "partition.h"
 #include "ps_log.h"
+#include "report.h"
 
 #define PS__MAX_PROCS 256
 
@@ -58,25 +61,16 @@ struct ps__cluster {
     int ports_known, workers_exited;
     int ports[PS__MAX_PROCS];
     int failed, interrupted, stopping;
-    int kill_rank;
-    uint64_t kill_step;
-    int pause_rank;      /* --pause-worker: SIGSTOP at pause_step, SIGCONT once */
-    uint64_t pause_step; /* another worker reports pause_step + pause_for */
-    uint64_t pause_for;
-    int paused, resumed;
-    int slow_rank, slow_ms;
-    int kill_server;           /* --kill-server: SIGKILL it at kill_server_step, then */
-    uint64_t kill_server_step; /* start it again with --restore on the same port */
-    int server_killed;
+    ps_drills *drills; /* --kill-worker, --pause-worker, --kill-server, --slow-worker */
     ps__child *server_slot[PS__MAX_PROCS]; /* current process of each server index */
-    char **child_env;                      /* see ps__child_environment */
+    char **child_env;                      /* ps_child_env: no SHARDPS_* variables */
     double t_start;
     double last_accuracy;
     /* Observability: --metrics-dir (per-process JSON lines), --metrics-port
      * (servers' /metrics), --eval-every; tty: stdout is a terminal, so
      * progress is one line redrawn in place. */
     const char *metrics_dir;
-    int metrics_port, eval_every, tty, progress_shown;
+    int metrics_port, tty, progress_shown;
     int steps_per_epoch;
     double t_train; /* when worker 0 started training */
     uint64_t total_steps;
@@ -85,11 +79,6 @@ struct ps__cluster {
     const char *bin_dir, *dump_weights;
     int json, threads;
 };
-
-static double ps__now(void)
-{
-    return (double)uv_hrtime() * 1e-9;
-}
 
 static const char *ps__child_name(const ps__child *c, char *buf, size_t len)
 {
@@ -119,57 +108,33 @@ static void ps__fail(ps__cluster *cl, const char *why)
     ps__shutdown(cl);
 }
 
-/* Finds "key": in a one-line JSON object and reads the number after it. */
-static int ps__json_num(const char *line, const char *key, double *out)
-{
-    char pat[64];
-    const char *p;
-    char *end;
-
-    snprintf(pat, sizeof(pat), "\"%s\":", key);
-    p = strstr(line, pat);
-    if (p == NULL)
-        return -1;
-    *out = strtod(p + strlen(pat), &end);
-    return end == p + strlen(pat) ? -1 : 0;
-}
-
-static int ps__json_is(const char *line, const char *event)
-{
-    char pat[64];
-    snprintf(pat, sizeof(pat), "\"event\":\"%s\"", event);
-    return strstr(line, pat) != NULL;
-}
-
 /* On a terminal: one line redrawn in place with a bar through the current
  * epoch, throughput, staleness and the time left; elsewhere (logs, tests that
  * grep) one plain line per report. */
-static void ps__print_progress(ps__cluster *cl, const char *line)
+static void ps__print_progress(ps__cluster *cl, const ps_report_progress *p)
 {
-    double epoch = 0, loss = 0, sps = 0, stale = 0;
-    uint64_t step = cl->children[cl->n_servers].step;
+    double sps = 0;
+    int epoch = p->epoch;
+    uint64_t step = p->step;
 
     for (int r = 0; r < cl->job.workers; r++)
         sps += cl->children[cl->n_servers + r].samples_per_second;
-    ps__json_num(line, "epoch", &epoch);
-    ps__json_num(line, "loss", &loss);
     if (!cl->tty) {
-        printf("epoch %d/%d  step %" PRIu64 "/%" PRIu64 "  loss %.4f  %.0f samples/s\n", (int)epoch,
-               cl->job.epochs, step, cl->total_steps, loss, sps);
+        printf("epoch %d/%d  step %" PRIu64 "/%" PRIu64 "  loss %.4f  %.0f samples/s\n", epoch,
+               cl->job.epochs, step, cl->total_steps, p->loss, sps);
     } else {
         char bar[21];
         int spe = cl->steps_per_epoch > 0 ? cl->steps_per_epoch : 1;
         int fill = (int)(20 * (double)(step - (uint64_t)(epoch - 1) * (uint64_t)spe) / spe);
-        double t = ps__now() - cl->t_train, eta = 0;
+        double t = ps_clock_now() - cl->t_train, eta = 0;
         for (int i = 0; i < 20; i++)
             bar[i] = i < fill ? '#' : '.';
         bar[20] = '\0';
         if (step > 0 && cl->total_steps > step)
             eta = t / (double)step * (double)(cl->total_steps - step);
-        ps__json_num(line, "staleness_mean", &stale);
         printf("\r\033[Kepoch %d/%d [%s] step %" PRIu64 "/%" PRIu64
                "  loss %.4f  %.0f samples/s  staleness %.2f  ETA %d:%02d",
-               (int)epoch, cl->job.epochs, bar, step, cl->total_steps, loss, sps, stale,
+               epoch, cl->job.epochs, bar, step, cl->total_steps, p->loss, sps, p->staleness_mean,
                (int)eta / 60, (int)eta % 60);
         cl->progress_shown = 1;
     }
@@ -184,81 +149,76 @@ static void ps__end_progress(ps__cluster *cl)
     cl->progress_shown = 0;
 }
 
-/* --pause-worker R@STEP:N: stop worker R with SIGSTOP once it reports STEP,
- * and let it go on with SIGCONT once another worker has gone N steps further,
- * which can only happen if the servers let the others proceed without it. */
-static void ps__pause_drill(ps__cluster *cl, ps__child *c)
+static int ps__running(void *arg, int is_server, int index)
 {
-    ps__child *target;
+    ps__cluster *cl = arg;
+    ps__child *c = is_server ? cl->server_slot[index] : &cl->children[cl->n_servers + index];
 
-    if (cl->pause_rank < 0 || cl->resumed)
-        return;
-    target = &cl->children[cl->n_servers + cl->pause_rank];
-    if (!cl->paused && c == target && c->step >= cl->pause_step && c->running) {
-        ps_info("pausing worker %d at step %" PRIu64 " with SIGSTOP, as --pause-worker asked",
-                c->index, c->step);
-        uv_process_kill(&c->proc, SIGSTOP);
-        cl->paused = 1;
-    } else if (cl->paused && c != target && c->step >= cl->pause_step + cl->pause_for &&
-               target->running) {
-        ps_info("worker %d reached step %" PRIu64 " without worker %d; resuming it with SIGCONT",
-                c->index, c->step, cl->pause_rank);
-        uv_process_kill(&target->proc, SIGCONT);
-        cl->resumed = 1;
+    return c != NULL && c->running;
+}
+
+/* Worker rank has reached step: the drills due now are carried out here,
+ * where the processes are. A killed server is restarted by ps__on_exit. */
+static void ps__run_drills(ps__cluster *cl, int rank, uint64_t step)
+{
+    ps_drill_action act[PS_DRILLS_MAX_ACTIONS];
+    int n = ps_drills_on_step(cl->drills, rank, step, ps__running, cl, act);
+
+    for (int i = 0; i < n; i++) {
+        ps__child *c = act[i].kind == PS_DRILL_KILL_SERVER
+                           ? cl->server_slot[act[i].target]
+                           : &cl->children[cl->n_servers + act[i].target];
+        int sig = act[i].kind == PS_DRILL_STOP_WORKER   ? SIGSTOP
+                  : act[i].kind == PS_DRILL_CONT_WORKER ? SIGCONT
+                                                        : SIGKILL;
+        if (sig == SIGKILL)
+            c->killed_on_purpose = 1;
+        uv_process_kill(&c->proc, sig);
     }
 }
 
+/* A worker's report (report.h). A line that does not parse, or that names
+ * another rank, is logged and dropped: the launcher acts only on reports it
+ * can read as written. */
 static void ps__worker_line(ps__cluster *cl, ps__child *c, const char *line)
 {
-    double v;
+    ps_report r;
+    char err[160];
 
-    if (ps__json_is(line, "start")) {
-        if (c->index == 0 && ps__json_num(line, "steps", &v) == 0)
-            cl->total_steps = (uint64_t)v;
-        if (c->index == 0 && ps__json_num(line, "steps_per_epoch", &v) == 0)
-            cl->steps_per_epoch = (int)v;
-        if (c->index == 0)
-            cl->t_train = ps__now();
-    } else if (ps__json_is(line, "progress")) {
-        if (ps__json_num(line, "step", &v) == 0)
-            c->step = (uint64_t)v;
-        if (ps__json_num(line, "samples_per_second", &v) == 0)
-            c->samples_per_second = v;
-        ps__json_num(line, "staleness_mean", &c->staleness_mean);
-        ps__json_num(line, "staleness_max", &c->staleness_max);
-        if (c->index == 0)
-            ps__print_progress(cl, line);
-        ps__pause_drill(cl, c);
-        if (c->index == 0 && cl->kill_server >= 0 && !cl->server_killed &&
-            c->step >= cl->kill_server_step && cl->server_slot[cl->kill_server]->running) {
-            ps__child *sv = cl->server_slot[cl->kill_server];
-            ps_info("killing server %d at step %" PRIu64
-                    " with SIGKILL, as --kill-server asked; it restarts with --restore",
-                    sv->index, c->step);
-            cl->server_killed = 1;
-            sv->killed_on_purpose = 1;
-            uv_process_kill(&sv->proc, SIGKILL);
+    if (ps_report_parse(line, &r, err, sizeof(err)) < 0 || r.rank != c->index) {
+        ps_warn("worker %d sent a report the launcher cannot read (%s): %.200s", c->index,
+                err[0] ? err : "wrong rank", line);
+        return;
+    }
+    switch (r.kind) {
+    case PS_REPORT_START:
+        if (c->index == 0) {
+            cl->total_steps = r.u.start.steps;
+            cl->steps_per_epoch = r.u.start.steps_per_epoch;
+            cl->t_train = ps_clock_now();
         }
-        if (c->index == cl->kill_rank && c->step >= cl->kill_step && c->running &&
-            !c->killed_on_purpose) {
-            ps_info("killing worker %d at step %" PRIu64 " with SIGKILL, as --kill-worker asked",
-                    c->index, c->step);
-            c->killed_on_purpose = 1;
-            uv_process_kill(&c->proc, SIGKILL);
-        }
-    } else if (ps__json_is(line, "eval")) {
-        double epoch = 0;
-        ps__json_num(line, "epoch", &epoch);
-        if (ps__json_num(line, "test_accuracy", &v) == 0)
-            cl->last_accuracy = v;
+        break;
+    case PS_REPORT_PROGRESS:
+        c->step = r.u.progress.step;
+        c->samples_per_second = r.u.progress.samples_per_second;
+        c->staleness_mean = r.u.progress.staleness_mean;
+        c->staleness_max = (double)r.u.progress.staleness_max;
+        if (c->index == 0)
+            ps__print_progress(cl, &r.u.progress);
+        ps__run_drills(cl, c->index, c->step);
+        break;
+    case PS_REPORT_EVAL:
+        cl->last_accuracy = r.u.eval.test_accuracy;
         ps__end_progress(cl);
-        printf("epoch %d done: test accuracy %.4f\n", (int)epoch, cl->last_accuracy);
+        printf("epoch %d done: test accuracy %.4f\n", r.u.eval.epoch, cl->last_accuracy);
         fflush(stdout);
-    } else if (ps__json_is(line, "done")) {
+        break;
+    case PS_REPORT_DONE:
         c->done = 1;
-        ps__json_num(line, "samples", &c->samples);
-        ps__json_num(line, "seconds", &c->seconds);
-        ps__json_num(line, "bytes_pushed", &c->bytes_pushed);
+        c->samples = r.u.done.samples;
+        c->seconds = r.u.done.seconds;
+        c->bytes_pushed = (double)r.u.done.bytes_pushed;
+        break;
     }
 }
 
@@ -395,26 +355,6 @@ static void ps__on_exit(uv_process_t *p, int64_t status, int term_signal)
 }
 
 extern char **environ;
-
-/* The children's environment: ours without SHARDPS_* variables. Every
- * setting reaches them as a flag, and a SHARDPS_CLUSTER (or any other
- * SHARDPS_ variable) meant for this launcher must not reach them behind its
- * back. The array points into environ; only the array is owned. */
-static char **ps__child_environment(void)
-{
-    size_t n = 0, k = 0;
-    char **env;
-
-    while (environ[n])
-        n++;
-    env = calloc(n + 1, sizeof(*env));
-    if (env == NULL)
-        return NULL;
-    for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "SHARDPS_", 8) != 0)
-            env[k++] = environ[i];
-    return env;
-}
 
 /* A child's argv: every job option it takes (ps_job_options_argv, texts in
  * job_text), then its own flags (values in vals). Room for the whole table
@@ -576,8 +516,8 @@ static void ps__start_workers(ps__cluster *cl)
             ps__opt(&a, "--metrics-file", "%s/worker-%d.jsonl", cl->metrics_dir, r);
         if (r == 0 && cl->dump_weights)
             ps__opt(&a, "--dump-weights", "%s", cl->dump_weights);
-        if (r == cl->slow_rank)
-            ps__opt(&a, "--slow-ms", "%d", cl->slow_ms);
+        if (ps_drills_slow_ms(cl->drills, r) > 0)
+            ps__opt(&a, "--slow-ms", "%d", ps_drills_slow_ms(cl->drills, r));
         if (ps__spawn(cl, PS__WORKER, r, &a) < 0)
             ps__fail(cl, "a worker could not be started");
     }
@@ -689,6 +629,7 @@ int main(int argc, char **argv)
          "print the effective settings and where each came from, then exit", 0, 0, NULL, NULL,
          NULL},
     };
+    int n_own = (int)(sizeof(own) / sizeof(own[0])), max = (int)(sizeof(flags) / sizeof(flags[0]));
     double wall;
     int rc;
 
@@ -696,24 +637,18 @@ int main(int argc, char **argv)
     /* A launcher's job: two of each, unlike a lone server or worker. */
     cl.job.workers = 2;
     cl.n_servers = 2;
-    cl.kill_rank = -1;
     cl.metrics_port = -1;
-    cl.pause_rank = -1;
-    cl.kill_server = -1;
-    cl.slow_rank = -1;
     if (ps__self_dir(self_dir, sizeof(self_dir)) == 0)
         cl.bin_dir = self_dir;
     /* A peer that resets while we write must cost a connection, not the
      * process: take write errors as EPIPE instead of the signal. */
     signal(SIGPIPE, SIG_IGN);
-    nflags = ps_job_options_flags(&cl.job, PS_JOB_LAUNCHER, flags,
-                                  (int)(sizeof(flags) / sizeof(flags[0])));
-    if (nflags < 0 ||
-        nflags + (int)(sizeof(own) / sizeof(own[0])) > (int)(sizeof(flags) / sizeof(flags[0])))
+    nflags = ps_job_options_flags(&cl.job, PS_JOB_LAUNCHER, flags, max);
+    if (nflags < 0 || nflags + n_own > max)
         return 1;
     memcpy(flags + nflags, own, sizeof(own));
     ctx.flags = flags;
-    ctx.n = nflags + (int)(sizeof(own) / sizeof(own[0]));
+    ctx.n = nflags + n_own;
     ctx.prog = "shardps-cluster";
     ctx.summary = "Runs a parameter-server job on this machine: S servers and W workers on "
                   "127.0.0.1, ports chosen by the OS.";
@@ -731,62 +666,31 @@ int main(int argc, char **argv)
                 cl.job.workers);
         return 2;
     }
-    if (kill_worker) {
-        unsigned long long step;
-        if (sscanf(kill_worker, "%d@%llu", &cl.kill_rank, &step) != 2 || cl.kill_rank < 0 ||
-            cl.kill_rank >= cl.job.workers) {
-            fprintf(stderr,
-                    "shardps-cluster: --kill-worker '%s' must be RANK@STEP with RANK below "
-                    "--workers, e.g. 1@50; see shardps-cluster --help\n",
-                    kill_worker);
-            return 2;
-        }
-        cl.kill_step = step;
-    }
-    if (kill_server) {
-        unsigned long long at;
-        if (sscanf(kill_server, "%d@%llu", &cl.kill_server, &at) != 2 || cl.kill_server < 0 ||
-            cl.kill_server >= cl.n_servers || cl.job.checkpoint_dir == NULL) {
-            fprintf(stderr,
-                    "shardps-cluster: --kill-server '%s' must be I@STEP with I below "
-                    "--servers, and needs --checkpoint-dir to restart from; see "
-                    "shardps-cluster --help\n",
-                    kill_server);
-            return 2;
-        }
-        cl.kill_server_step = at;
-    }
     if (cl.job.restore && cl.job.checkpoint_dir == NULL) {
         fprintf(stderr, "shardps-cluster: --restore needs --checkpoint-dir DIR; see "
                         "shardps-cluster --help\n");
         return 2;
     }
-    if (slow_worker && (sscanf(slow_worker, "%d:%d", &cl.slow_rank, &cl.slow_ms) != 2 ||
-                        cl.slow_rank < 0 || cl.slow_rank >= cl.job.workers || cl.slow_ms < 0)) {
-        fprintf(stderr,
-                "shardps-cluster: --slow-worker '%s' must be RANK:MS with RANK below "
-                "--workers, e.g. 2:50; see shardps-cluster --help\n",
-                slow_worker);
-        return 2;
-    }
-    if (pause_worker) {
-        unsigned long long at, n;
-        if (sscanf(pause_worker, "%d@%llu:%llu", &cl.pause_rank, &at, &n) != 3 ||
-            cl.pause_rank < 0 || cl.pause_rank >= cl.job.workers || cl.job.workers < 2) {
-            fprintf(stderr,
-                    "shardps-cluster: --pause-worker '%s' must be RANK@STEP:N with RANK "
-                    "below --workers (2 or more), e.g. 1@50:30; see shardps-cluster "
-                    "--help\n",
-                    pause_worker);
-            return 2;
+    {
+        const ps_drills_config dc = {kill_worker,
+                                     pause_worker,
+                                     kill_server,
+                                     slow_worker,
+                                     cl.job.workers,
+                                     cl.n_servers,
+                                     cl.job.checkpoint_dir != NULL};
+        char err[256];
+        rc = ps_drills_init(&cl.drills, &dc, err, sizeof(err));
+        if (rc < 0) {
+            fprintf(stderr, "shardps-cluster: %s; see shardps-cluster --help\n", err);
+            return rc == -ENOMEM ? 1 : 2;
         }
-        cl.pause_step = at;
-        cl.pause_for = n;
     }
     if (cl.bin_dir == NULL) {
         fprintf(stderr,
                 "shardps-cluster: cannot tell where the shardps binaries are; pass --bin-dir\n");
-        return 2;
+        rc = 2;
+        goto out;
     }
     ncpu = (int)uv_available_parallelism();
     if (cl.threads == 0)
@@ -794,7 +698,8 @@ int main(int argc, char **argv)
     if (cl.metrics_dir && mkdir(cl.metrics_dir, 0777) < 0 && errno != EEXIST) {
         fprintf(stderr, "shardps-cluster: cannot create --metrics-dir %s: %s\n", cl.metrics_dir,
                 strerror(errno));
-        return 2;
+        rc = 2;
+        goto out;
     }
     /* Servers append to their files, so that one restarted with --restore
      * goes on with its history; a new job starts from empty files. */
@@ -803,7 +708,8 @@ int main(int argc, char **argv)
         snprintf(path, sizeof(path), "%s/server-%d.jsonl", cl.metrics_dir, i);
         if (truncate(path, 0) < 0 && errno != ENOENT) {
             fprintf(stderr, "shardps-cluster: cannot empty %s: %s\n", path, strerror(errno));
-            return 2;
+            rc = 2;
+            goto out;
         }
     }
     cl.tty = isatty(STDOUT_FILENO);
@@ -812,10 +718,11 @@ int main(int argc, char **argv)
         ps_log_set_level(PS_LOG_DEBUG);
     setvbuf(stdout, NULL, _IOLBF, 0);
 
-    cl.child_env = ps__child_environment();
+    cl.child_env = ps_child_env(environ);
     if (cl.child_env == NULL) {
         fprintf(stderr, "shardps-cluster: out of memory\n");
-        return 1;
+        rc = 1;
+        goto out;
     }
     uv_loop_init(&cl.loop);
     uv_signal_init(&cl.loop, &cl.sigint);
@@ -827,18 +734,18 @@ int main(int argc, char **argv)
     ps_info("starting %d server%s and %d worker%s, mode %s, %d epoch%s", cl.n_servers,
             cl.n_servers == 1 ? "" : "s", cl.job.workers, cl.job.workers == 1 ? "" : "s",
             cl.job.mode, cl.job.epochs, cl.job.epochs == 1 ? "" : "s");
-    cl.t_start = ps__now();
+    cl.t_start = ps_clock_now();
     cl.last_accuracy = NAN;
     ps__start_servers(&cl);
     uv_run(&cl.loop, UV_RUN_DEFAULT);
-    wall = ps__now() - cl.t_start;
+    wall = ps_clock_now() - cl.t_start;
     ps__end_progress(&cl);
     uv_loop_close(&cl.loop);
+    rc = cl.interrupted ? 130 : cl.failed ? 1 : 0;
+    if (rc == 0)
+        ps__summary(&cl, wall);
+out:
     free(cl.child_env);
-    if (cl.interrupted)
-        return 130;
-    if (cl.failed)
-        return 1;
-    ps__summary(&cl, wall);
-    return 0;
+    ps_drills_free(cl.drills);
+    return rc;
 }

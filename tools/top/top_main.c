@@ -21,8 +21,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "flags.h"
 #include "prom_text.h"
+#include "server_list.h"
 #include "transport.h"
 
 #define PS__TOP_MAX_SERVERS 256
@@ -51,13 +53,6 @@ typedef struct {
     ps__top_server servers[PS__TOP_MAX_SERVERS];
 } ps__top_view;
 
-static double ps__mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Waits until fd is ready for events or the deadline passes. */
 static int ps__wait_fd(int fd, short events, double deadline)
 {
@@ -65,7 +60,7 @@ static int ps__wait_fd(int fd, short events, double deadline)
     int rc;
 
     do {
-        int ms = (int)((deadline - ps__mono()) * 1000);
+        int ms = (int)((deadline - ps_clock_now()) * 1000);
         if (ms <= 0)
             return -ETIMEDOUT;
         rc = poll(&p, 1, ms);
@@ -81,7 +76,7 @@ static int ps__http_get(const char *hostport, double timeout_s, char **body, cha
                         size_t errlen)
 {
     struct sockaddr_storage addr;
-    double deadline = ps__mono() + timeout_s;
+    double deadline = ps_clock_now() + timeout_s;
     char req[256], *buf = NULL, *hdr_end;
     size_t len = 0, cap = 0, off = 0;
     int fd = -1, rc, soerr = 0;
@@ -254,9 +249,9 @@ static void ps__on_sample(const ps_prom_sample *m, void *arg)
         }
 }
 
-static void ps__scrape(ps__top_view *v, const char **addrs, int n, double timeout_s)
+static void ps__scrape(ps__top_view *v, const char *const *addrs, int n, double timeout_s)
 {
-    v->t = ps__mono();
+    v->t = ps_clock_now();
     v->n = n;
     for (int i = 0; i < n; i++) {
         ps__top_server *s = &v->servers[i];
@@ -424,10 +419,11 @@ static void ps__sleep(double s)
 int main(int argc, char **argv)
 {
     static ps__top_view views[2];
-    const char *endpoints = NULL, *addrs[PS__TOP_MAX_SERVERS];
+    const char *endpoints = NULL;
+    char err[256];
+    ps_server_list *list;
     double interval = 1, timeout = 2;
-    int once = 0, n = 0, cur = 0, tty, rc;
-    char *list;
+    int once = 0, n, cur = 0, tty, rc;
     const ps_flag flags[] = {
         {"metrics", PS_FLAG_STRING, &endpoints, "HOST:PORT,...",
          "the servers' metrics endpoints (or give them as the first argument)", 0, 0, NULL, NULL,
@@ -457,21 +453,16 @@ int main(int argc, char **argv)
                         "127.0.0.1:9100,127.0.0.1:9101 (see --help)\n");
         return 2;
     }
-    list = strdup(endpoints);
-    if (list == NULL)
-        return 1;
-    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ","))
-        if (n < PS__TOP_MAX_SERVERS)
-            addrs[n++] = tok;
-    if (n == 0) {
-        fprintf(stderr, "shardps-top: '%s' names no HOST:PORT\n", endpoints);
-        free(list);
-        return 2;
+    rc = ps_server_list_parse(&list, endpoints, PS__TOP_MAX_SERVERS, 0, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "shardps-top: endpoints '%s': %s\n", endpoints, err);
+        return rc == -ENOMEM ? 1 : 2;
     }
+    n = ps_server_list_count(list);
     tty = isatty(STDOUT_FILENO);
     for (;;) {
         ps__top_view *v = &views[cur], *prev = &views[1 - cur];
-        ps__scrape(v, addrs, n, timeout);
+        ps__scrape(v, ps_server_list_entries(list), n, timeout);
         if (tty && !once)
             fputs("\033[H\033[J", stdout); /* home, clear: redraw in place */
         ps__print(stdout, v, prev->n ? prev : NULL);
@@ -489,6 +480,6 @@ int main(int argc, char **argv)
             rc = 0;
     ps__view_free(&views[0]);
     ps__view_free(&views[1]);
-    free(list);
+    ps_server_list_free(list);
     return rc;
 }

@@ -1,0 +1,115 @@
+/* HOST:PORT lists (see server_list.h). */
+#include "server_list.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ps_server_list {
+    char *text;           /* the copy the entries point into */
+    const char **entries; /* n of them */
+    int n;
+};
+
+static int ps__fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int ps__fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -EINVAL;
+}
+
+/* Checks one entry; i is its index for the message. */
+static int ps__check_entry(const char *e, int i, int allow_zero, char *err, size_t errlen)
+{
+    const char *colon = strrchr(e, ':');
+    char *end;
+    long port;
+
+    if (e[0] == '\0')
+        return ps__fail(err, errlen, "entry %d is empty", i);
+    /* An IPv6 address has colons of its own: only "[addr]:port" has a port. */
+    if (colon == NULL || (e[0] == '[' && colon[-1] != ']'))
+        return ps__fail(err, errlen, "entry %d '%s' has no port (HOST:PORT, e.g. 10.0.0.1:7000)", i,
+                        e);
+    if (colon == e || (e[0] == '[' && colon == e + 2))
+        return ps__fail(err, errlen, "entry %d '%s' has no host", i, e);
+    if (colon[1] == '\0')
+        return ps__fail(err, errlen, "entry %d '%s' has no port after ':'", i, e);
+    errno = 0;
+    port = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || colon[1] < '0' || colon[1] > '9')
+        return ps__fail(err, errlen, "entry %d '%s': port '%s' is not a number", i, e, colon + 1);
+    if (errno != 0 || port < (allow_zero ? 0 : 1) || port > 65535)
+        return ps__fail(err, errlen, "entry %d '%s': port %s is out of range %d..65535", i, e,
+                        colon + 1, allow_zero ? 0 : 1);
+    return 0;
+}
+
+int ps_server_list_parse(ps_server_list **out, const char *text, int max, int allow_zero, char *err,
+                         size_t errlen)
+{
+    ps_server_list *l = calloc(1, sizeof(*l));
+    int cap = 1, rc;
+
+    *out = NULL;
+    if (errlen > 0)
+        err[0] = '\0';
+    for (const char *p = text; *p; p++)
+        cap += *p == ',';
+    if (l == NULL || (l->text = strdup(text)) == NULL ||
+        (l->entries = calloc((size_t)cap, sizeof(*l->entries))) == NULL) {
+        rc = -ENOMEM;
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    if (cap > max) {
+        rc = ps__fail(err, errlen, "%d entries, more than the %d allowed", cap, max);
+        goto fail;
+    }
+    /* Split by hand: strtok would merge ",," and hide an empty entry. */
+    for (char *p = l->text;;) {
+        char *comma = strchr(p, ',');
+        if (comma)
+            *comma = '\0';
+        rc = ps__check_entry(p, l->n, allow_zero, err, errlen);
+        if (rc < 0)
+            goto fail;
+        l->entries[l->n++] = p;
+        if (comma == NULL)
+            break;
+        p = comma + 1;
+    }
+    *out = l;
+    return 0;
+
+fail:
+    ps_server_list_free(l);
+    return rc;
+}
+
+void ps_server_list_free(ps_server_list *l)
+{
+    if (l == NULL)
+        return;
+    free(l->entries);
+    free(l->text);
+    free(l);
+}
+
+int ps_server_list_count(const ps_server_list *l)
+{
+    return l->n;
+}
+
+const char *const *ps_server_list_entries(const ps_server_list *l)
+{
+    return l->entries;
+}

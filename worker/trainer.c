@@ -1,0 +1,484 @@
+/* The worker's training loop (see trainer.h): the backend computes, the
+ * key-value client moves weights and gradients, the dataset feeds batches,
+ * and the launcher hears of progress on its pipe. */
+#include "trainer.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "backend.h"
+#include "clock.h"
+#include "dataset.h"
+#include "ps_error.h"
+#include "ps_log.h"
+#include "report.h"
+#include "train_metrics.h"
+
+struct ps_trainer {
+    ps_trainer_config cfg;
+    ps_backend *be;
+    ps_kv_client *kv;
+    ps_kv_client_config kc;
+    uint8_t auth_key[PS_AUTH_KEY_BYTES];
+    ps_dataset train, test;
+    float *test_x, *batch_x; /* the whole test set, and this step's batch */
+    uint8_t *batch_y;
+    uint32_t *order; /* this epoch's sample order */
+    float *params[PS_MAX_TENSORS];
+    const float *grads[PS_MAX_TENSORS];
+    ps_train_metrics tm;
+    int steps_per_epoch;
+    uint64_t start, total; /* the clock we joined at, and the last step */
+    int push_rc;           /* the first push error of this step (ps__push_layer) */
+    int finished;          /* every step done: say goodbye to the servers */
+};
+
+/* One line on the launcher's pipe; nothing when run alone. */
+static void ps__report(const ps_trainer *t, ps_report *r)
+{
+    int rc;
+
+    if (t->cfg.report_fd < 0)
+        return;
+    r->rank = t->cfg.rank;
+    rc = ps_report_write(t->cfg.report_fd, r);
+    if (rc < 0)
+        ps_warn("could not write a report to the launcher: %s", ps_strerror(rc));
+}
+
+static int ps__evaluate(ps_trainer *t, int epoch, uint64_t step, double *acc_out, int epoch_end)
+{
+    float loss;
+    int correct, rc;
+    double t0 = ps_clock_now();
+
+    rc = ps_backend_evaluate(t->be, t->test_x, t->test.labels, t->test.n, &loss, &correct);
+    if (rc < 0)
+        return rc;
+    *acc_out = (double)correct / t->test.n;
+    ps_train_metrics_eval(&t->tm, step, *acc_out, loss, ps_clock_now() - t0);
+    /* --eval-every: within an epoch, a log line and the metrics file only; the
+     * launcher's "epoch done" reports stay one per epoch. */
+    if (!epoch_end) {
+        ps_info("step %" PRIu64 ": test accuracy %.4f, test loss %.4f", step, *acc_out, loss);
+        return 0;
+    }
+    ps_info("epoch %d: test accuracy %.4f, test loss %.4f", epoch, *acc_out, loss);
+    ps__report(t, &(ps_report){.kind = PS_REPORT_EVAL, .u.eval = {epoch, step, *acc_out, loss}});
+    return 0;
+}
+
+static int ps__dump_weights(ps_trainer *t)
+{
+    const char *path = t->cfg.dump_weights;
+    const ps_model_spec *spec = &t->cfg.spec;
+    FILE *f = fopen(path, "wb");
+    int rc = 0;
+
+    if (f == NULL) {
+        ps_error("cannot write --dump-weights %s: %s", path, strerror(errno));
+        return -errno;
+    }
+    for (int i = 0; i < spec->n_tensors && rc == 0; i++)
+        if (fwrite(ps_backend_params(t->be, i), sizeof(float), spec->tensors[i].numel, f) !=
+            spec->tensors[i].numel)
+            rc = -EIO;
+    if (fclose(f) != 0 || rc < 0) {
+        ps_error("cannot write --dump-weights %s: %s", path, strerror(EIO));
+        return -EIO;
+    }
+    return 0;
+}
+
+/* Errors after which rejoining makes sense: the connection went away. A
+ * server that refused us or found us misbehaving would refuse us again. */
+static int ps__is_connection_loss(int rc)
+{
+    return rc != -PS_EREJECTED && rc != -PS_EPROTO && rc != -PS_EMISMATCH && rc != -ENOMEM &&
+           rc != -EINVAL && rc != -PS_ETIMEOUT;
+}
+
+/* (Re)creates the client and joins the job; writes the clock to start at. */
+static int ps__connect(ps_trainer *t, uint64_t *start)
+{
+    int rc;
+
+    ps_kv_client_abandon(t->kv);
+    t->kv = NULL;
+    rc = ps_kv_client_init(&t->kv, &t->kc);
+    if (rc == 0)
+        rc = ps_kv_client_connect(t->kv, start);
+    return rc;
+}
+
+/* Pulls the weights of clock into the backend and waits for them. */
+static int ps__pull(ps_trainer *t, uint64_t clock)
+{
+    int rc = ps_kv_client_pull(t->kv, clock, t->params);
+
+    if (rc == 0)
+        rc = ps_kv_client_wait(t->kv);
+    if (rc == 0)
+        rc = ps_backend_load_params(t->be);
+    return rc;
+}
+
+/* Scales each tensor's gradient to an L2 norm of at most max_norm. The worker
+ * holds whole tensors, so the norm is the tensor's, not a chunk's. */
+static void ps__clip_tensor(float *g, size_t n, float max_norm)
+{
+    double sq = 0;
+
+    for (size_t i = 0; i < n; i++)
+        sq += (double)g[i] * g[i];
+    if (sq > (double)max_norm * max_norm) {
+        float scale = (float)(max_norm / sqrt(sq));
+        for (size_t i = 0; i < n; i++)
+            g[i] *= scale;
+    }
+}
+
+/* Pushes each layer's gradients the moment backward has them, so they travel
+ * while the layers below are computed (ps_backend_on_layer_grads). */
+static void ps__push_layer(void *arg, int layer)
+{
+    ps_trainer *t = arg;
+
+    for (int i = 2 * layer + 1; i >= 2 * layer && t->push_rc == 0; i--) {
+        float *g = ps_backend_grads(t->be, i);
+        if (t->cfg.clip_norm > 0)
+            ps__clip_tensor(g, t->cfg.spec.tensors[i].numel, (float)t->cfg.clip_norm);
+        t->push_rc = ps_kv_client_push_tensor(t->kv, i, g);
+    }
+    if (t->push_rc == 0)
+        t->push_rc = ps_kv_client_progress(t->kv);
+}
+
+/* --slow-ms: an artificial straggler for experiments (backup workers, ssp). */
+static void ps__slow_down(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+void ps_trainer_free(ps_trainer *t)
+{
+    if (t == NULL)
+        return;
+    /* Only a worker that finished says goodbye; one that failed may be
+     * restarted, and the servers keep its place. */
+    if (t->finished)
+        ps_kv_client_close(t->kv);
+    else
+        ps_kv_client_abandon(t->kv);
+    ps_train_metrics_close(&t->tm, 0, NULL);
+    ps_backend_free(t->be);
+    ps_dataset_free(&t->train);
+    ps_dataset_free(&t->test);
+    free(t->test_x);
+    free(t->batch_x);
+    free(t->batch_y);
+    free(t->order);
+    free(t);
+}
+
+/* The whole test set, gathered and normalised once. */
+static int ps__load_test_set(ps_trainer *t, int features)
+{
+    uint32_t *all = malloc((size_t)t->test.n * sizeof(uint32_t));
+
+    t->test_x = malloc((size_t)t->test.n * (size_t)features * sizeof(float));
+    if (all == NULL || t->test_x == NULL) {
+        free(all);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < t->test.n; i++)
+        all[i] = (uint32_t)i;
+    ps_dataset_gather(&t->test, all, t->test.n, t->test_x, t->test.labels);
+    free(all);
+    return 0;
+}
+
+static int ps__load_data(ps_trainer *t)
+{
+    const ps_trainer_config *o = &t->cfg;
+    char err[512];
+    int features, rc;
+
+    rc = ps_dataset_load_dir(&t->train, o->data_dir, 1, err, sizeof(err));
+    if (rc == 0 && o->eval)
+        rc = ps_dataset_load_dir(&t->test, o->data_dir, 0, err, sizeof(err));
+    if (rc < 0) {
+        ps_error("%s", err);
+        return rc;
+    }
+    features = t->train.rows * t->train.cols;
+    if (features != o->spec.sizes[0]) {
+        ps_error("the data has %d features per sample but the model's input is %d (--input)",
+                 features, o->spec.sizes[0]);
+        return -PS_EMISMATCH;
+    }
+    for (int i = 0; i < t->train.n; i++)
+        if (t->train.labels[i] >= o->spec.sizes[o->spec.n_layers]) {
+            ps_error("sample %d of the data has label %d but the model has %d classes "
+                     "(--classes)",
+                     i, t->train.labels[i], o->spec.sizes[o->spec.n_layers]);
+            return -PS_EMISMATCH;
+        }
+    t->steps_per_epoch = t->train.n / (o->batch * o->workers);
+    if (t->steps_per_epoch == 0) {
+        ps_error("--batch %d x %d workers exceeds the %d training samples; use a smaller batch",
+                 o->batch, o->workers, t->train.n);
+        return -EINVAL;
+    }
+    t->total = (uint64_t)t->steps_per_epoch * (uint64_t)o->epochs;
+    if (o->steps > 0 && (uint64_t)o->steps < t->total)
+        t->total = (uint64_t)o->steps;
+    t->order = malloc((size_t)t->train.n * sizeof(uint32_t));
+    t->batch_x = malloc((size_t)o->batch * (size_t)features * sizeof(float));
+    t->batch_y = malloc((size_t)o->batch);
+    if (t->order == NULL || t->batch_x == NULL || t->batch_y == NULL)
+        return -ENOMEM;
+    return o->eval ? ps__load_test_set(t, features) : 0;
+}
+
+static int ps__setup_client(ps_trainer *t)
+{
+    const ps_trainer_config *o = &t->cfg;
+    ps_kv_client_config *kc = &t->kc;
+    char err[512];
+    int rc;
+
+    kc->spec = o->spec;
+    kc->rank = o->rank;
+    kc->world = o->workers;
+    kc->servers = o->servers;
+    kc->n_servers = o->n_servers;
+    kc->chunk_bytes = o->chunk_bytes;
+    kc->connect_timeout_s = o->connect_timeout;
+    kc->max_payload = o->max_payload;
+    kc->total_steps = t->total;
+    kc->compress = o->compress;
+    kc->job_settings = o->job_settings;
+    if (o->auth_token_file) {
+        int loose = 0;
+        rc = ps_auth_load_key(o->auth_token_file, t->auth_key, &loose, err, sizeof(err));
+        if (rc < 0) {
+            ps_error("%s", err);
+            return rc;
+        }
+        if (loose)
+            ps_warn("%s is readable by other users; chmod 600 it", o->auth_token_file);
+        kc->auth_key = t->auth_key;
+    }
+    return ps__connect(t, &t->start);
+}
+
+int ps_trainer_init(ps_trainer **out, const ps_trainer_config *cfg)
+{
+    ps_trainer *t = calloc(1, sizeof(*t));
+    ps_backend_config bc;
+    int rc;
+
+    *out = NULL;
+    if (t == NULL)
+        return -ENOMEM;
+    t->cfg = *cfg;
+    /* The device first, so the first log line says what computes and a
+     * missing GPU fails before anything is loaded or connected. */
+    memset(&bc, 0, sizeof(bc));
+    rc = ps_backend_parse_device(cfg->device, &bc.device);
+    if (rc < 0)
+        goto fail;
+    bc.max_batch = cfg->batch > 256 ? cfg->batch : 256;
+    bc.tf32 = cfg->tf32;
+    bc.threads = cfg->threads;
+    bc.device_index = cfg->rank;
+    rc = ps_backend_init(&t->be, &t->cfg.spec, &bc);
+    if (rc < 0)
+        goto fail;
+    ps_info("compute on %s", ps_backend_describe(t->be));
+    rc = ps__load_data(t);
+    if (rc < 0)
+        goto fail;
+    for (int i = 0; i < cfg->spec.n_tensors; i++) {
+        t->params[i] = ps_backend_params(t->be, i);
+        t->grads[i] = ps_backend_grads(t->be, i);
+    }
+    rc = ps__setup_client(t);
+    if (rc < 0)
+        goto fail;
+    /* A straggler (--slow-ms) must not have its gradients in before its
+     * delay, so it pushes everything after it instead. */
+    if (cfg->slow_ms == 0)
+        ps_backend_on_layer_grads(t->be, ps__push_layer, t);
+    ps_info("connected to %d server%s; %d steps per epoch of %d x %d samples, starting at step "
+            "%" PRIu64 " of %" PRIu64,
+            cfg->n_servers, cfg->n_servers == 1 ? "" : "s", t->steps_per_epoch, cfg->workers,
+            cfg->batch, t->start, t->total);
+    ps__report(t, &(ps_report){.kind = PS_REPORT_START,
+                               .u.start = {t->start, t->total, t->steps_per_epoch}});
+    rc = ps_train_metrics_open(&t->tm, cfg->metrics_file, cfg->rank, t->steps_per_epoch);
+    if (rc < 0) {
+        ps_error("cannot write --metrics-file %s: %s", cfg->metrics_file, strerror(-rc));
+        goto fail;
+    }
+    *out = t;
+    return 0;
+
+fail:
+    ps_trainer_free(t);
+    return rc;
+}
+
+/* The first sample of this worker's slice of global batch clock. */
+static size_t ps__first_sample(const ps_trainer *t, uint64_t clock)
+{
+    return (size_t)(clock % (uint64_t)t->steps_per_epoch) * (size_t)t->cfg.workers *
+               (size_t)t->cfg.batch +
+           (size_t)t->cfg.rank * (size_t)t->cfg.batch;
+}
+
+/* The figures of one progress interval. */
+typedef struct {
+    /* Steps this process computed, and as many at the last report: counts
+     * of this run alone, never clocks (a restored run starts at a clock far
+     * above 0, and throughput is over the steps made here). */
+    uint64_t steps_done, steps_done_before;
+    double last_t, loss_sum;
+    int loss_n;
+} ps__interval;
+
+static void ps__progress(ps_trainer *t, ps__interval *iv, int epoch, uint64_t step)
+{
+    const ps_trainer_config *o = &t->cfg;
+    ps_kv_client_stats ks;
+    double now = ps_clock_now();
+    double sps = (double)(iv->steps_done - iv->steps_done_before) * o->batch / (now - iv->last_t);
+    double stale;
+
+    ps_kv_client_stats_get(t->kv, &ks);
+    stale = ks.staleness_count ? (double)ks.staleness_sum / ks.staleness_count : 0.0;
+    ps_train_metrics_interval(&t->tm, step, ps_kv_client_weights_clock(t->kv), &ks);
+    if (o->report_fd < 0)
+        ps_info("epoch %d/%d step %" PRIu64 "/%" PRIu64 " loss %.4f %.0f samples/s "
+                "staleness mean %.2f max %" PRIu64,
+                epoch + 1, o->epochs, step, t->total, iv->loss_sum / iv->loss_n, sps, stale,
+                ks.staleness_max);
+    ps__report(t, &(ps_report){.kind = PS_REPORT_PROGRESS,
+                               .u.progress = {epoch + 1, step, t->total, iv->loss_sum / iv->loss_n,
+                                              sps, stale, ks.staleness_max, ks.dropped}});
+    iv->last_t = now;
+    iv->steps_done_before = iv->steps_done;
+    iv->loss_sum = 0;
+    iv->loss_n = 0;
+}
+
+static void ps__done(ps_trainer *t, const ps__interval *iv, double t0, double acc)
+{
+    const ps_trainer_config *o = &t->cfg;
+    ps_kv_client_stats ks;
+    double secs = ps_clock_now() - t0;
+    double samples = (double)iv->steps_done * o->batch;
+
+    ps_kv_client_stats_get(t->kv, &ks);
+    ps_train_metrics_close(&t->tm, t->total, &ks);
+    ps_info("done: %" PRIu64 " steps in %.1f s, %.0f samples/s, %.1f MB pushed, %.1f MB "
+            "pulled, %" PRIu64 " late chunks dropped",
+            iv->steps_done, secs, samples / secs, ks.bytes_sent / 1e6, ks.bytes_received / 1e6,
+            ks.dropped);
+    ps__report(t, &(ps_report){.kind = PS_REPORT_DONE,
+                               .u.done = {iv->steps_done, samples, secs, acc, ks.dropped,
+                                          ks.bytes_sent, ks.bytes_received}});
+}
+
+int ps_trainer_run(ps_trainer *t)
+{
+    const ps_trainer_config *o = &t->cfg;
+    ps__interval iv = {0};
+    int rc, epoch = -1, reconnects = 0;
+    uint64_t clock;
+    double t0, acc = -1, t_step, t_exchange;
+
+    t0 = iv.last_t = ps_clock_now();
+    rc = ps__pull(t, t->start);
+    for (clock = t->start; clock < t->total; clock++) {
+        int e = (int)(clock / (uint64_t)t->steps_per_epoch);
+        float loss;
+        int correct;
+
+        if (rc < 0) {
+            /* The connection to a server was lost: rejoin at the job's current
+             * clock, or give up if it cannot be reached again. */
+            if (!ps__is_connection_loss(rc) || ++reconnects > o->max_reconnects)
+                break;
+            ps_warn("reconnecting to the servers (attempt %d of %d)", reconnects,
+                    o->max_reconnects);
+            rc = ps__connect(t, &clock);
+            if (rc == 0)
+                rc = ps__pull(t, clock);
+            if (rc < 0 || clock >= t->total)
+                continue;
+            ps_info("rejoined at step %" PRIu64, clock);
+            e = (int)(clock / (uint64_t)t->steps_per_epoch);
+        }
+        if (e != epoch) {
+            if (o->eval && clock > t->start && (rc = ps__evaluate(t, e, clock, &acc, 1)) < 0)
+                break;
+            epoch = e;
+            ps_dataset_epoch_order((uint64_t)o->seed, epoch, t->train.n, t->order);
+        } else if (o->eval && o->eval_every > 0 && clock > t->start &&
+                   clock % (uint64_t)o->eval_every == 0 &&
+                   (rc = ps__evaluate(t, e, clock, &acc, 0)) < 0) {
+            break;
+        }
+        t_step = ps_clock_now();
+        ps_dataset_gather(&t->train, t->order + ps__first_sample(t, clock), o->batch, t->batch_x,
+                          t->batch_y);
+        t->push_rc = 0;
+        rc = ps_backend_train_step(t->be, t->batch_x, t->batch_y, o->batch, &loss, &correct);
+        if (rc < 0)
+            break;
+        if (o->slow_ms > 0) {
+            for (int i = 0; o->clip_norm > 0 && i < o->spec.n_tensors; i++)
+                ps__clip_tensor(ps_backend_grads(t->be, i), o->spec.tensors[i].numel,
+                                (float)o->clip_norm);
+            ps__slow_down(o->slow_ms);
+            t->push_rc = ps_kv_client_push(t->kv, t->grads);
+        }
+        t_exchange = ps_clock_now();
+        iv.loss_sum += loss;
+        iv.loss_n++;
+        rc = t->push_rc;
+        if (rc == 0)
+            rc = ps__pull(t, clock + 1);
+        if (rc < 0)
+            continue;
+        iv.steps_done++;
+        ps_train_metrics_step(&t->tm, t_exchange - t_step, ps_clock_now() - t_exchange, loss,
+                              correct, o->batch);
+        /* Sync with backup workers: the step may have been applied without
+         * us; the pull brought newer weights, so skip to where they are. */
+        if (ps_kv_client_weights_clock(t->kv) > clock + 1)
+            clock = ps_kv_client_weights_clock(t->kv) - 1;
+        if ((clock + 1) % (uint64_t)o->progress_every == 0 || clock + 1 >= t->total)
+            ps__progress(t, &iv, epoch, clock + 1);
+    }
+    if (rc < 0)
+        return rc;
+    if (o->eval && (rc = ps__evaluate(t, epoch + 1, t->total, &acc, 1)) < 0)
+        return rc;
+    if (o->dump_weights && (rc = ps__dump_weights(t)) < 0)
+        return rc;
+    t->finished = 1;
+    ps__done(t, &iv, t0, acc);
+    return 0;
+}

@@ -1,0 +1,73 @@
+/* The worker's training loop: one worker's part of a data-parallel job. Each
+ * step pulls the weights, computes the gradient of its slice of the global
+ * batch on the compute backend, and pushes it; the push of step t and the
+ * pull of step t+1 travel together. Rank 0 also evaluates on the test set
+ * after every epoch (and every --eval-every steps). A lost server is rejoined
+ * at the job's current clock.
+ *
+ * Data sharding: every worker derives the same shuffled order for an epoch;
+ * global batch t is elements [t*W*B, (t+1)*W*B) of it and worker r takes the
+ * r-th slice of B. So W workers with batch B see exactly the samples that one
+ * worker with batch W*B would, which is what makes sync mode comparable to a
+ * single process.
+ *
+ * Lifecycle: ps_trainer_init (backend, data, connection to every server),
+ * ps_trainer_run (every step, the last evaluation, the report), then
+ * ps_trainer_free (says goodbye to the servers only after a finished run, so
+ * a failed worker keeps its place and may be restarted). */
+#ifndef PS_TRAINER_H
+#define PS_TRAINER_H
+
+#include <stddef.h>
+
+#include "kv_client.h"
+#include "model_spec.h"
+
+typedef struct {
+    ps_model_spec spec; /* copied */
+    /* "host:port" in server-index order; the array and strings are borrowed
+     * until ps_trainer_free. */
+    const char *const *servers;
+    int n_servers;
+    int rank, workers, seed;
+    int batch;  /* samples per step on this worker */
+    int epochs; /* passes over the data */
+    int steps;  /* stop after this many steps in all (0: every epoch) */
+    /* The strings below are borrowed until ps_trainer_free; NULL: not used. */
+    const char *data_dir;        /* the Fashion-MNIST IDX files */
+    const char *device;          /* "auto", "cpu" or "cuda" */
+    const char *dump_weights;    /* write the final weights here */
+    const char *metrics_file;    /* JSON lines, see train_metrics.h */
+    const char *auth_token_file; /* shared secret with the servers */
+    int tf32;                    /* CUDA: TF32 matrix products */
+    int threads;                 /* CPU: BLAS threads (0: the library's default) */
+    int eval;                    /* evaluate on the test set (rank 0) */
+    int eval_every;              /* also every N steps (0: once per epoch) */
+    int report_fd;               /* the launcher's pipe (-1: log progress instead) */
+    int progress_every;          /* a progress report every N steps */
+    int slow_ms;                 /* wait this long every step (straggler experiments) */
+    int max_reconnects;          /* rejoin at most this many times */
+    double clip_norm;            /* per-tensor L2 clip (0: off) */
+    size_t chunk_bytes, max_payload;
+    double connect_timeout; /* seconds to keep trying to reach the servers */
+    ps_compress compress;
+    /* The job's settings for the servers to compare (ps_job_settings_format);
+     * borrowed until ps_trainer_free; NULL: none sent. */
+    const char *job_settings;
+} ps_trainer_config;
+
+typedef struct ps_trainer ps_trainer;
+
+/* Sets up the backend (so a missing GPU fails first), loads the data, and
+ * joins the job. Returns 0 or a negative code, having logged why;
+ * -PS_EREJECTED when a server refused us (the caller may log its own side). */
+int ps_trainer_init(ps_trainer **out, const ps_trainer_config *cfg);
+
+/* Trains to the planned step, evaluates, writes --dump-weights and the final
+ * report. Returns 0 or a negative code, having logged why. Call once. */
+int ps_trainer_run(ps_trainer *t);
+
+/* NULL is allowed. */
+void ps_trainer_free(ps_trainer *t);
+
+#endif
