@@ -309,9 +309,18 @@ static const char *ps__setting(const char *list, const char *name, size_t name_l
     return NULL;
 }
 
-/* Every line of list has a '=' after a non-empty name, and no name twice. */
+/* Short enough, every line has a '=' after a non-empty name, no name comes
+ * twice, and nothing could garble a log line. The bound also keeps the
+ * quadratic look-ups here cheap whatever a peer sends. */
 static int ps__settings_valid(const char *list)
 {
+    size_t n = strnlen(list, PS_JOB_SETTINGS_MAX);
+
+    if (n == PS_JOB_SETTINGS_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((list[i] < 0x20 && list[i] != '\n') || list[i] == 0x7f)
+            return 0;
     for (const char *p = list; *p;) {
         const char *nl = strchr(p, '\n'), *eq = strchr(p, '=');
         size_t line = nl ? (size_t)(nl - p) : strlen(p);

@@ -78,6 +78,10 @@ int ps_job_options_flags(ps_job_options *o, unsigned program, ps_flag *out, int 
 int ps_job_options_argv(const ps_job_options *o, unsigned from, unsigned to, char *buf, size_t len,
                         char **argv, int max_argv);
 
+/* The longest settings list a process sends or accepts, terminator
+ * included: the table's agreeing settings fit several times over. */
+#define PS_JOB_SETTINGS_MAX 4096
+
 /* The job's settings that every process must agree on, as canonical
  * "name=value" lines in table order, with "num-servers=<num_servers>" first.
  * Returns 0, or -ENOSPC when len is too small. */
@@ -87,8 +91,8 @@ int ps_job_settings_format(const ps_job_options *o, int num_servers, char *buf, 
  * for each setting whose values differ or that one side lacks, "name: <ours>
  * on <our_side>, <theirs> on <their_side>" joined by "; " into msg (truncated
  * to len). Pure; returns the number of differing settings (0: they agree), or
- * -EINVAL when either list is malformed (a line without '=', a name given
- * twice). */
+ * -EINVAL when either list is malformed (longer than PS_JOB_SETTINGS_MAX, a
+ * line without '=', a name given twice, a control character). */
 int ps_job_settings_diff(const char *ours, const char *theirs, const char *our_side,
                          const char *their_side, char *msg, size_t len);
 

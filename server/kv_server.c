@@ -954,7 +954,8 @@ static int ps__check_job_settings(ps_kv_server *s, ps__peer *p, const Shardps__H
     if (n == 0)
         return 0;
     if (n < 0)
-        ps__peer_fail(p, -PS_EPROTO, "the HELLO's job settings are malformed");
+        ps__peer_fail(p, -PS_EPROTO, "the HELLO's job settings are malformed (or over %d bytes)",
+                      PS_JOB_SETTINGS_MAX - 1);
     else
         ps__peer_fail(p, -PS_EMISMATCH,
                       "job settings differ (%d): %s; start every process "

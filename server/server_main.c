@@ -153,7 +153,7 @@ int main(int argc, char **argv)
     static ps_job_options jo;
     static ps_flags_ctx ctx;
     static ps_flag flags[96];
-    static char settings[4096];
+    static char settings[PS_JOB_SETTINGS_MAX];
     const char *listen = "127.0.0.1:7000", *cluster = NULL, *metrics_file = NULL;
     int print_config = 0, server_index = 0, num_servers = 1, ready_fd = -1, linger = 0;
     int metrics_port = -1;

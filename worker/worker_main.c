@@ -86,7 +86,7 @@ int main(int argc, char **argv)
     static ps_job_options jo;
     static ps_flags_ctx ctx;
     static ps_flag flags[96];
-    static char settings[4096];
+    static char settings[PS_JOB_SETTINGS_MAX];
     ps__worker_opts o = {.report_fd = -1};
     const char *cluster = NULL;
     int print_config = 0, nflags;

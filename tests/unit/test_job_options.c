@@ -137,6 +137,18 @@ Test(job_options, diff_names_each_difference)
     cr_assert_eq(ps_job_settings_diff("a=1\na=2\n", "a=1\n", "w", "s", msg, sizeof(msg)), -EINVAL);
     cr_assert_eq(ps_job_settings_diff("a=1\nb\n=c\n", "a=1\n", "w", "s", msg, sizeof(msg)),
                  -EINVAL);
+    /* Control characters (a log line a peer could garble) and lists at the
+     * size bound are refused. */
+    cr_assert_eq(ps_job_settings_diff("a=\x1b[2J\n", "a=1\n", "w", "s", msg, sizeof(msg)), -EINVAL);
+    {
+        static char big[PS_JOB_SETTINGS_MAX + 8];
+        memset(big, 'x', sizeof(big) - 1);
+        big[0] = 'a';
+        big[1] = '=';
+        cr_assert_eq(ps_job_settings_diff(big, "a=1\n", "w", "s", msg, sizeof(msg)), -EINVAL);
+        big[PS_JOB_SETTINGS_MAX - 1] = '\0';
+        cr_assert_eq(ps_job_settings_diff(big, "a=1\n", "w", "s", msg, sizeof(msg)), 1);
+    }
     /* A short buffer is cut, still terminated, and the count is whole. */
     cr_assert_eq(ps_job_settings_diff("a=1\nb=2\nc=3\n", "a=9\nb=9\nc=9\n", "w", "s", msg, 12), 3);
     cr_assert_eq(strlen(msg), 11);
