@@ -2,6 +2,7 @@
  * messages can never drift apart from the enum. */
 #include "ps_error.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -31,4 +32,14 @@ const char *ps_err_name(int err)
     default:
         return strerrorname_np(e) ? strerrorname_np(e) : "EUNKNOWN";
     }
+}
+
+int ps_err_printf(char *buf, size_t len, int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+    return code;
 }

@@ -7,6 +7,8 @@
 #ifndef PS_ERROR_H
 #define PS_ERROR_H
 
+#include <stddef.h>
+
 #define PS_ERRNO_MAP(X)                                                                            \
     X(PROTO, "protocol violation")                                                                 \
     X(VERSION, "protocol version mismatch")                                                        \
@@ -30,5 +32,11 @@ enum {
 const char *ps_strerror(int err);
 /* Returns the symbolic name ("PS_EPROTO", "ENOMEM"), static; never NULL. */
 const char *ps_err_name(int err);
+
+/* For functions that explain a refusal in a caller's buffer: formats the
+ * message into buf[len] (always NUL-terminated when len > 0) and returns
+ * code, so "return ps_err_printf(err, errlen, -EINVAL, ...)" is one line. */
+int ps_err_printf(char *buf, size_t len, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #endif

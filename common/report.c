@@ -12,7 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef enum { PS__INT, PS__U64, PS__NUM } ps__type;
+#include "ps_error.h"
+
+typedef enum { PS__INT, PS__U64, PS__NUM, PS__BOOL } ps__type;
 
 typedef struct {
     const char *name;
@@ -42,11 +44,16 @@ static const ps__field ps__progress_fields[] = {
     PS__F(progress, ps_report_progress, dropped, PS__U64),
 };
 
+static const ps__field ps__step_fields[] = {
+    PS__F(step, ps_report_step, step, PS__U64),
+};
+
 static const ps__field ps__eval_fields[] = {
     PS__F(eval, ps_report_eval, epoch, PS__INT),
     PS__F(eval, ps_report_eval, step, PS__U64),
     PS__F(eval, ps_report_eval, test_accuracy, PS__NUM),
     PS__F(eval, ps_report_eval, test_loss, PS__NUM),
+    PS__F(eval, ps_report_eval, epoch_end, PS__BOOL),
 };
 
 static const ps__field ps__done_fields[] = {
@@ -71,6 +78,7 @@ static const struct {
 } ps__kinds[] = {
     {"start", ps__start_fields, PS__N(ps__start_fields)},
     {"progress", ps__progress_fields, PS__N(ps__progress_fields)},
+    {"step", ps__step_fields, PS__N(ps__step_fields)},
     {"eval", ps__eval_fields, PS__N(ps__eval_fields)},
     {"done", ps__done_fields, PS__N(ps__done_fields)},
 };
@@ -105,6 +113,9 @@ static void ps__put_field(char *buf, size_t len, size_t *pos, const ps_report *r
         break;
     case PS__U64:
         ps__put(buf, len, pos, "%" PRIu64, *(const uint64_t *)(const void *)p);
+        break;
+    case PS__BOOL:
+        ps__put(buf, len, pos, "%s", *(const int *)(const void *)p ? "true" : "false");
         break;
     case PS__NUM:
         /* %.17g reads back as the same double; JSON has no NaN or Inf. */
@@ -145,19 +156,6 @@ int ps_report_write(int fd, const ps_report *r)
     return w == n ? 0 : -EIO;
 }
 
-static int ps__fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int ps__fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -EINVAL;
-}
-
 /* One "key":value pair of the line, pointing into it. */
 typedef struct {
     const char *key, *val;
@@ -176,19 +174,21 @@ static int ps__split(const char *line, ps__pair *pairs, int *n_pairs, char *err,
     int n = 0;
 
     if (*p++ != '{')
-        return ps__fail(err, errlen, "not a JSON object");
+        return ps_err_printf(err, errlen, -EINVAL, "not a JSON object");
     for (;;) {
         ps__pair *pr = &pairs[n];
         if (n == PS__MAX_PAIRS)
-            return ps__fail(err, errlen, "more than %d keys", PS__MAX_PAIRS);
+            return ps_err_printf(err, errlen, -EINVAL, "more than %d keys", PS__MAX_PAIRS);
         if (*p++ != '"')
-            return ps__fail(err, errlen, "expected a key at offset %td", p - 1 - line);
+            return ps_err_printf(err, errlen, -EINVAL, "expected a key at offset %td",
+                                 p - 1 - line);
         pr->key = p;
         while ((*p >= 'a' && *p <= 'z') || *p == '_')
             p++;
         pr->key_len = (size_t)(p - pr->key);
         if (pr->key_len == 0 || *p++ != '"' || *p++ != ':')
-            return ps__fail(err, errlen, "malformed key at offset %td", pr->key - 1 - line);
+            return ps_err_printf(err, errlen, -EINVAL, "malformed key at offset %td",
+                                 pr->key - 1 - line);
         pr->is_string = *p == '"';
         if (pr->is_string)
             p++;
@@ -201,21 +201,23 @@ static int ps__split(const char *line, ps__pair *pairs, int *n_pairs, char *err,
                 p++;
         pr->val_len = (size_t)(p - pr->val);
         if (pr->is_string && *p++ != '"')
-            return ps__fail(err, errlen, "malformed string value of \"%.*s\"", (int)pr->key_len,
-                            pr->key);
+            return ps_err_printf(err, errlen, -EINVAL, "malformed string value of \"%.*s\"",
+                                 (int)pr->key_len, pr->key);
         if (pr->val_len == 0)
-            return ps__fail(err, errlen, "empty value of \"%.*s\"", (int)pr->key_len, pr->key);
+            return ps_err_printf(err, errlen, -EINVAL, "empty value of \"%.*s\"", (int)pr->key_len,
+                                 pr->key);
         n++;
         if (*p == ',') {
             p++;
             continue;
         }
         if (*p++ != '}')
-            return ps__fail(err, errlen, "expected ',' or '}' at offset %td", p - 1 - line);
+            return ps_err_printf(err, errlen, -EINVAL, "expected ',' or '}' at offset %td",
+                                 p - 1 - line);
         break;
     }
     if (*p != '\0')
-        return ps__fail(err, errlen, "text after the object at offset %td", p - line);
+        return ps_err_printf(err, errlen, -EINVAL, "text after the object at offset %td", p - line);
     *n_pairs = n;
     return 0;
 }
@@ -242,36 +244,47 @@ static int ps__convert(const ps__pair *pr, const ps__field *f, ps_report *r, cha
     char *p = (char *)r + f->off;
 
     if (pr->is_string || pr->val_len >= sizeof(text))
-        return ps__fail(err, errlen, "\"%s\" is not a number", f->name);
+        return ps_err_printf(err, errlen, -EINVAL, "\"%s\" is not a number", f->name);
     memcpy(text, pr->val, pr->val_len);
     text[pr->val_len] = '\0';
     if (f->type == PS__NUM && strcmp(text, "null") == 0) {
         *(double *)(void *)p = NAN;
         return 0;
     }
+    if (f->type == PS__BOOL) {
+        if (strcmp(text, "true") != 0 && strcmp(text, "false") != 0)
+            return ps_err_printf(err, errlen, -EINVAL, "\"%s\" is not true or false: %s", f->name,
+                                 text);
+        *(int *)(void *)p = text[0] == 't';
+        return 0;
+    }
     if (!ps__number_chars(text, pr->val_len))
-        return ps__fail(err, errlen, "\"%s\" is not a number: %s", f->name, text);
+        return ps_err_printf(err, errlen, -EINVAL, "\"%s\" is not a number: %s", f->name, text);
     errno = 0;
     switch (f->type) {
     case PS__INT: {
         long long v = strtoll(text, &end, 10);
         if (*end != '\0' || errno != 0 || v < INT_MIN || v > INT_MAX)
-            return ps__fail(err, errlen, "\"%s\" is not an integer in range: %s", f->name, text);
+            return ps_err_printf(err, errlen, -EINVAL, "\"%s\" is not an integer in range: %s",
+                                 f->name, text);
         *(int *)(void *)p = (int)v;
         break;
     }
     case PS__U64: {
         unsigned long long v = strtoull(text, &end, 10);
         if (text[0] < '0' || text[0] > '9' || *end != '\0' || errno != 0)
-            return ps__fail(err, errlen, "\"%s\" is not an unsigned 64-bit integer: %s", f->name,
-                            text);
+            return ps_err_printf(err, errlen, -EINVAL,
+                                 "\"%s\" is not an unsigned 64-bit integer: %s", f->name, text);
         *(uint64_t *)(void *)p = (uint64_t)v;
         break;
     }
+    case PS__BOOL: /* converted above */
+        break;
     case PS__NUM: {
         double v = strtod(text, &end);
         if (*end != '\0' || errno == ERANGE)
-            return ps__fail(err, errlen, "\"%s\" is not a finite number: %s", f->name, text);
+            return ps_err_printf(err, errlen, -EINVAL, "\"%s\" is not a finite number: %s", f->name,
+                                 text);
         *(double *)(void *)p = v;
         break;
     }
@@ -288,7 +301,7 @@ int ps_report_parse(const char *line, ps_report *out, char *err, size_t errlen)
     if (errlen > 0)
         err[0] = '\0';
     if (strlen(line) >= PS_REPORT_MAX_LINE)
-        return ps__fail(err, errlen, "longer than %d bytes", PS_REPORT_MAX_LINE - 1);
+        return ps_err_printf(err, errlen, -EINVAL, "longer than %d bytes", PS_REPORT_MAX_LINE - 1);
     rc = ps__split(line, pairs, &n, err, errlen);
     if (rc < 0)
         return rc;
@@ -296,17 +309,17 @@ int ps_report_parse(const char *line, ps_report *out, char *err, size_t errlen)
         if (!ps__is_key(&pairs[i], "event"))
             continue;
         if (kind >= 0)
-            return ps__fail(err, errlen, "\"event\" given twice");
+            return ps_err_printf(err, errlen, -EINVAL, "\"event\" given twice");
         for (size_t k = 0; k < PS__N(ps__kinds); k++)
             if (pairs[i].is_string && pairs[i].val_len == strlen(ps__kinds[k].event) &&
                 memcmp(pairs[i].val, ps__kinds[k].event, pairs[i].val_len) == 0)
                 kind = (int)k;
         if (kind < 0)
-            return ps__fail(err, errlen, "unknown event \"%.*s\"", (int)pairs[i].val_len,
-                            pairs[i].val);
+            return ps_err_printf(err, errlen, -EINVAL, "unknown event \"%.*s\"",
+                                 (int)pairs[i].val_len, pairs[i].val);
     }
     if (kind < 0)
-        return ps__fail(err, errlen, "no \"event\"");
+        return ps_err_printf(err, errlen, -EINVAL, "no \"event\"");
     memset(out, 0, sizeof(*out));
     out->kind = (ps_report_kind)kind;
     for (int i = 0; i < n; i++) {
@@ -324,19 +337,20 @@ int ps_report_parse(const char *line, ps_report *out, char *err, size_t errlen)
                 slot = 1 + (int)j;
             }
         if (f == NULL)
-            return ps__fail(err, errlen, "unknown key \"%.*s\" in a %s report",
-                            (int)pairs[i].key_len, pairs[i].key, ps__kinds[kind].event);
+            return ps_err_printf(err, errlen, -EINVAL, "unknown key \"%.*s\" in a %s report",
+                                 (int)pairs[i].key_len, pairs[i].key, ps__kinds[kind].event);
         if (seen[slot]++)
-            return ps__fail(err, errlen, "\"%s\" given twice", f->name);
+            return ps_err_printf(err, errlen, -EINVAL, "\"%s\" given twice", f->name);
         rc = ps__convert(&pairs[i], f, out, err, errlen);
         if (rc < 0)
             return rc;
     }
     if (!seen[0])
-        return ps__fail(err, errlen, "no \"rank\" in a %s report", ps__kinds[kind].event);
+        return ps_err_printf(err, errlen, -EINVAL, "no \"rank\" in a %s report",
+                             ps__kinds[kind].event);
     for (size_t j = 0; j < ps__kinds[kind].n; j++)
         if (!seen[1 + j])
-            return ps__fail(err, errlen, "no \"%s\" in a %s report", ps__kinds[kind].fields[j].name,
-                            ps__kinds[kind].event);
+            return ps_err_printf(err, errlen, -EINVAL, "no \"%s\" in a %s report",
+                                 ps__kinds[kind].fields[j].name, ps__kinds[kind].event);
     return 0;
 }

@@ -5,7 +5,8 @@
  *
  * A line is a flat object whose "event" names the kind and whose other keys
  * are exactly that kind's fields below, each once: integers in range, numbers
- * (a non-finite one travels as null), booleans. The parser refuses anything
+ * (a non-finite one travels as null), booleans (int fields 0 or 1 here, true
+ * or false on the line). The parser refuses anything
  * else, saying what, so a report can only be read as what it was written. */
 #ifndef PS_REPORT_H
 #define PS_REPORT_H
@@ -16,6 +17,7 @@
 typedef enum {
     PS_REPORT_START,    /* "start": joined the job */
     PS_REPORT_PROGRESS, /* "progress": a progress interval ended */
+    PS_REPORT_STEP,     /* "step": reached a step the launcher asked about (--report-steps) */
     PS_REPORT_EVAL,     /* "eval": a test-set evaluation at the end of an epoch or the run */
     PS_REPORT_DONE,     /* "done": every step done */
 } ps_report_kind;
@@ -38,9 +40,14 @@ typedef struct {
 } ps_report_progress;
 
 typedef struct {
-    int epoch; /* 1-based epoch the evaluation ends */
+    uint64_t step; /* steps done by the job as this worker knows it */
+} ps_report_step;
+
+typedef struct {
+    int epoch; /* 1-based epoch of step */
     uint64_t step;
     double test_accuracy, test_loss;
+    int epoch_end; /* 1: step ends epoch; 0: the run stopped inside it (--steps) */
 } ps_report_eval;
 
 typedef struct {
@@ -57,6 +64,7 @@ typedef struct {
     union {
         ps_report_start start;
         ps_report_progress progress;
+        ps_report_step step;
         ps_report_eval eval;
         ps_report_done done;
     } u;

@@ -2,29 +2,17 @@
 #include "server_list.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "ps_error.h"
 
 struct ps_server_list {
     char *text;           /* the copy the entries point into */
     const char **entries; /* n of them */
     int n;
 };
-
-static int ps__fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int ps__fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -EINVAL;
-}
 
 /* Checks one entry; i is its index for the message. */
 static int ps__check_entry(const char *e, int i, int allow_zero, char *err, size_t errlen)
@@ -34,22 +22,24 @@ static int ps__check_entry(const char *e, int i, int allow_zero, char *err, size
     long port;
 
     if (e[0] == '\0')
-        return ps__fail(err, errlen, "entry %d is empty", i);
+        return ps_err_printf(err, errlen, -EINVAL, "entry %d is empty", i);
     /* An IPv6 address has colons of its own: only "[addr]:port" has a port. */
     if (colon == NULL || (e[0] == '[' && colon[-1] != ']'))
-        return ps__fail(err, errlen, "entry %d '%s' has no port (HOST:PORT, e.g. 10.0.0.1:7000)", i,
-                        e);
+        return ps_err_printf(err, errlen, -EINVAL,
+                             "entry %d '%s' has no port (HOST:PORT, e.g. 10.0.0.1:7000)", i, e);
     if (colon == e || (e[0] == '[' && colon == e + 2))
-        return ps__fail(err, errlen, "entry %d '%s' has no host", i, e);
+        return ps_err_printf(err, errlen, -EINVAL, "entry %d '%s' has no host", i, e);
     if (colon[1] == '\0')
-        return ps__fail(err, errlen, "entry %d '%s' has no port after ':'", i, e);
+        return ps_err_printf(err, errlen, -EINVAL, "entry %d '%s' has no port after ':'", i, e);
     errno = 0;
     port = strtol(colon + 1, &end, 10);
     if (*end != '\0' || colon[1] < '0' || colon[1] > '9')
-        return ps__fail(err, errlen, "entry %d '%s': port '%s' is not a number", i, e, colon + 1);
+        return ps_err_printf(err, errlen, -EINVAL, "entry %d '%s': port '%s' is not a number", i, e,
+                             colon + 1);
     if (errno != 0 || port < (allow_zero ? 0 : 1) || port > 65535)
-        return ps__fail(err, errlen, "entry %d '%s': port %s is out of range %d..65535", i, e,
-                        colon + 1, allow_zero ? 0 : 1);
+        return ps_err_printf(err, errlen, -EINVAL,
+                             "entry %d '%s': port %s is out of range %d..65535", i, e, colon + 1,
+                             allow_zero ? 0 : 1);
     return 0;
 }
 
@@ -71,7 +61,7 @@ int ps_server_list_parse(ps_server_list **out, const char *text, int max, int al
         goto fail;
     }
     if (cap > max) {
-        rc = ps__fail(err, errlen, "%d entries, more than the %d allowed", cap, max);
+        rc = ps_err_printf(err, errlen, -EINVAL, "%d entries, more than the %d allowed", cap, max);
         goto fail;
     }
     /* Split by hand: strtok would merge ",," and hide an empty entry. */

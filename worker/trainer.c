@@ -37,6 +37,7 @@ struct ps_trainer {
     int steps_per_epoch;
     uint64_t start, total; /* the clock we joined at, and the last step */
     int push_rc;           /* the first push error of this step (ps__push_layer) */
+    int next_report_step;  /* index of the first cfg.report_steps not yet reported */
     int finished;          /* every step done: say goodbye to the servers */
 };
 
@@ -53,25 +54,33 @@ static void ps__report(const ps_trainer *t, ps_report *r)
         ps_warn("could not write a report to the launcher: %s", ps_strerror(rc));
 }
 
-static int ps__evaluate(ps_trainer *t, int epoch, uint64_t step, double *acc_out, int epoch_end)
+/* Evaluates on the test set after step steps. The launcher hears of it
+ * (report) at the end of an epoch and of the run; --eval-every's evaluations
+ * within an epoch go to the log and the metrics file only, so its "epoch
+ * done" lines stay one per epoch. */
+static int ps__evaluate(ps_trainer *t, uint64_t step, double *acc_out, int report)
 {
     float loss;
     int correct, rc;
     double t0 = ps_clock_now();
+    uint64_t spe = (uint64_t)t->steps_per_epoch;
+    /* The epoch step falls in, 1-based; a step on a boundary ends the
+     * epoch before it. */
+    int epoch = step == 0 ? 1 : (int)((step - 1) / spe) + 1;
+    int epoch_end = step > 0 && step % spe == 0;
 
     rc = ps_backend_evaluate(t->be, t->test_x, t->test.labels, t->test.n, &loss, &correct);
     if (rc < 0)
         return rc;
     *acc_out = (double)correct / t->test.n;
     ps_train_metrics_eval(&t->tm, step, *acc_out, loss, ps_clock_now() - t0);
-    /* --eval-every: within an epoch, a log line and the metrics file only; the
-     * launcher's "epoch done" reports stay one per epoch. */
-    if (!epoch_end) {
+    if (epoch_end)
+        ps_info("epoch %d: test accuracy %.4f, test loss %.4f", epoch, *acc_out, loss);
+    else
         ps_info("step %" PRIu64 ": test accuracy %.4f, test loss %.4f", step, *acc_out, loss);
-        return 0;
-    }
-    ps_info("epoch %d: test accuracy %.4f, test loss %.4f", epoch, *acc_out, loss);
-    ps__report(t, &(ps_report){.kind = PS_REPORT_EVAL, .u.eval = {epoch, step, *acc_out, loss}});
+    if (report)
+        ps__report(t, &(ps_report){.kind = PS_REPORT_EVAL,
+                                   .u.eval = {epoch, step, *acc_out, loss, epoch_end}});
     return 0;
 }
 
@@ -382,6 +391,23 @@ static void ps__progress(ps_trainer *t, ps__interval *iv, int epoch, uint64_t st
     iv->loss_n = 0;
 }
 
+/* --report-steps: the launcher hears of each named step as soon as it is
+ * done, so a drill fires on the step it names. A worker that skips ahead
+ * past one (a rejoin, a quorum) reports the step it skipped to. */
+static void ps__report_step(ps_trainer *t, uint64_t step)
+{
+    const ps_trainer_config *o = &t->cfg;
+    int due = 0;
+
+    while (t->next_report_step < o->n_report_steps &&
+           o->report_steps[t->next_report_step] <= step) {
+        t->next_report_step++;
+        due = 1;
+    }
+    if (due)
+        ps__report(t, &(ps_report){.kind = PS_REPORT_STEP, .u.step = {step}});
+}
+
 static void ps__done(ps_trainer *t, const ps__interval *iv, double t0, double acc)
 {
     const ps_trainer_config *o = &t->cfg;
@@ -431,13 +457,13 @@ int ps_trainer_run(ps_trainer *t)
             e = (int)(clock / (uint64_t)t->steps_per_epoch);
         }
         if (e != epoch) {
-            if (o->eval && clock > t->start && (rc = ps__evaluate(t, e, clock, &acc, 1)) < 0)
+            if (o->eval && clock > t->start && (rc = ps__evaluate(t, clock, &acc, 1)) < 0)
                 break;
             epoch = e;
             ps_dataset_epoch_order((uint64_t)o->seed, epoch, t->train.n, t->order);
         } else if (o->eval && o->eval_every > 0 && clock > t->start &&
                    clock % (uint64_t)o->eval_every == 0 &&
-                   (rc = ps__evaluate(t, e, clock, &acc, 0)) < 0) {
+                   (rc = ps__evaluate(t, clock, &acc, 0)) < 0) {
             break;
         }
         t_step = ps_clock_now();
@@ -471,10 +497,11 @@ int ps_trainer_run(ps_trainer *t)
             clock = ps_kv_client_weights_clock(t->kv) - 1;
         if ((clock + 1) % (uint64_t)o->progress_every == 0 || clock + 1 >= t->total)
             ps__progress(t, &iv, epoch, clock + 1);
+        ps__report_step(t, clock + 1);
     }
     if (rc < 0)
         return rc;
-    if (o->eval && (rc = ps__evaluate(t, epoch + 1, t->total, &acc, 1)) < 0)
+    if (o->eval && (rc = ps__evaluate(t, t->total, &acc, 1)) < 0)
         return rc;
     if (o->dump_weights && (rc = ps__dump_weights(t)) < 0)
         return rc;

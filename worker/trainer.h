@@ -45,9 +45,13 @@ typedef struct {
     int eval_every;              /* also every N steps (0: once per epoch) */
     int report_fd;               /* the launcher's pipe (-1: log progress instead) */
     int progress_every;          /* a progress report every N steps */
-    int slow_ms;                 /* wait this long every step (straggler experiments) */
-    int max_reconnects;          /* rejoin at most this many times */
-    double clip_norm;            /* per-tensor L2 clip (0: off) */
+    /* Steps to report the moment they are reached (the launcher's fault
+     * drills), ascending; borrowed until ps_trainer_free. */
+    const uint64_t *report_steps;
+    int n_report_steps;
+    int slow_ms;        /* wait this long every step (straggler experiments) */
+    int max_reconnects; /* rejoin at most this many times */
+    double clip_norm;   /* per-tensor L2 clip (0: off) */
     size_t chunk_bytes, max_payload;
     double connect_timeout; /* seconds to keep trying to reach the servers */
     ps_compress compress;

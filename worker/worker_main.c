@@ -15,11 +15,39 @@
 #include "server_list.h"
 #include "trainer.h"
 
+#define PS__MAX_REPORT_STEPS 16
+
 /* The worker's own options; the job's are in a ps_job_options. */
 typedef struct {
     const char *dump_weights, *metrics_file;
     int rank, threads, report_fd, no_eval, slow_ms;
+    const char *report_steps; /* --report-steps, parsed into steps_to_report */
+    uint64_t steps_to_report[PS__MAX_REPORT_STEPS];
+    int n_steps_to_report;
 } ps__worker_opts;
+
+/* --report-steps "20,50": ascending step numbers, at most max of them.
+ * Returns the count or -EINVAL. */
+static int ps__parse_steps(const char *text, uint64_t *out, int max)
+{
+    const char *p = text;
+    int n = 0;
+
+    while (*p) {
+        char *end;
+        unsigned long long v;
+        if (*p < '0' || *p > '9' || n == max)
+            return -EINVAL;
+        errno = 0;
+        v = strtoull(p, &end, 10);
+        if (errno != 0 || (n > 0 && v <= out[n - 1]) || (*end != ',' && *end != '\0') ||
+            (*end == ',' && end[1] == '\0'))
+            return -EINVAL;
+        out[n++] = v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
 
 /* A server refused us and logged what it runs; log what we run and where
  * each value came from, so the reader sees which side to fix. */
@@ -61,6 +89,8 @@ static int ps__train(const ps_job_options *j, const ps__worker_opts *o, const ps
         .eval_every = j->eval_every,
         .report_fd = o->report_fd,
         .progress_every = j->progress_every,
+        .report_steps = o->steps_to_report,
+        .n_report_steps = o->n_steps_to_report,
         .slow_ms = o->slow_ms,
         .max_reconnects = j->max_reconnects,
         .clip_norm = j->clip_norm,
@@ -107,6 +137,10 @@ int main(int argc, char **argv)
         {"report-fd", PS_FLAG_INT, &o.report_fd, "FD",
          "write JSON progress lines to this descriptor (used by shardps-cluster)", -1, 1 << 20,
          NULL, NULL, NULL},
+        {"report-steps", PS_FLAG_STRING, &o.report_steps, "N,N,...",
+         "with --report-fd: also report each of these steps the moment it is done (the "
+         "launcher's fault drills)",
+         0, 0, NULL, NULL, NULL},
         {"slow-ms", PS_FLAG_INT, &o.slow_ms, "MS",
          "wait this long every step: an artificial straggler for experiments", 0, 3600000, NULL,
          NULL, NULL},
@@ -134,7 +168,7 @@ int main(int argc, char **argv)
     ctx.prog = "shardps-worker";
     ctx.summary = "Trains an MLP on its shard of Fashion-MNIST against parameter servers.";
     ctx.section = "worker";
-    ctx.per_process = "rank|report-fd";
+    ctx.per_process = "rank|report-fd|report-steps";
     rc = ps_flags_load(&ctx, argc, argv);
     if (rc != 0)
         return rc > 0 ? 0 : 2;
@@ -157,6 +191,17 @@ int main(int argc, char **argv)
                 "shardps-worker: --hidden '%s' is not a list of positive sizes like 256,128\n",
                 jo.hidden);
         return 2;
+    }
+    if (o.report_steps) {
+        o.n_steps_to_report =
+            ps__parse_steps(o.report_steps, o.steps_to_report, PS__MAX_REPORT_STEPS);
+        if (o.n_steps_to_report < 0) {
+            fprintf(stderr,
+                    "shardps-worker: --report-steps '%s' must be up to %d ascending step "
+                    "numbers, e.g. 20,50\n",
+                    o.report_steps, PS__MAX_REPORT_STEPS);
+            return 2;
+        }
     }
     rc = ps_server_list_parse(&sl, jo.servers, PS_MAX_SERVERS, 0, err, sizeof(err));
     if (rc < 0) {

@@ -91,6 +91,25 @@ Test(drills, kill_server_waits_for_its_target)
     ps_drills_free(d);
 }
 
+Test(drills, each_worker_reports_the_steps_its_drills_name)
+{
+    ps_drills *d = make("1@20", "2@40:30", "0@10", NULL);
+    uint64_t s[PS_DRILLS_MAX_STEPS];
+
+    cr_assert_eq(ps_drills_report_steps(d, 0, s), 2); /* --kill-server, and the pause's resume */
+    cr_assert_eq(s[0], 10);
+    cr_assert_eq(s[1], 70);
+    cr_assert_eq(ps_drills_report_steps(d, 1, s), 2); /* --kill-worker, and the resume */
+    cr_assert_eq(s[0], 20);
+    cr_assert_eq(s[1], 70);
+    cr_assert_eq(ps_drills_report_steps(d, 2, s), 1); /* the pause */
+    cr_assert_eq(s[0], 40);
+    ps_drills_free(d);
+    d = make(NULL, NULL, NULL, "1:5");
+    cr_assert_eq(ps_drills_report_steps(d, 1, s), 0);
+    ps_drills_free(d);
+}
+
 Test(drills, pause_then_resume_once_another_is_ahead)
 {
     ps_drills *d = make(NULL, "2@40:30", NULL, "0:50");

@@ -40,6 +40,9 @@ static void round_trip(const ps_report *in)
         else
             cr_assert_eq(out.u.progress.loss, in->u.progress.loss);
         break;
+    case PS_REPORT_STEP:
+        cr_assert_eq(out.u.step.step, in->u.step.step);
+        break;
     case PS_REPORT_EVAL:
         cr_assert_eq(memcmp(&out.u.eval, &in->u.eval, sizeof(in->u.eval)), 0);
         break;
@@ -69,9 +72,17 @@ Test(report, every_kind_round_trips)
     round_trip(&r);
 
     memset(&r, 0, sizeof(r));
+    r.kind = PS_REPORT_STEP;
+    r.rank = 2;
+    r.u.step.step = 100;
+    round_trip(&r);
+
+    memset(&r, 0, sizeof(r));
     r.kind = PS_REPORT_EVAL;
     r.rank = 0;
-    r.u.eval = (ps_report_eval){1, 937, 0.8531, 0.41234567890123};
+    r.u.eval = (ps_report_eval){1, 937, 0.8531, 0.41234567890123, 1};
+    round_trip(&r);
+    r.u.eval.epoch_end = 0;
     round_trip(&r);
 
     memset(&r, 0, sizeof(r));
@@ -83,7 +94,7 @@ Test(report, every_kind_round_trips)
 
 Test(report, written_in_one_line_to_a_pipe)
 {
-    ps_report r = {.kind = PS_REPORT_EVAL, .rank = 1, .u.eval = {4, 40, 0.5, 1.5}}, out;
+    ps_report r = {.kind = PS_REPORT_EVAL, .rank = 1, .u.eval = {4, 40, 0.5, 1.5, 0}}, out;
     char buf[PS_REPORT_MAX_LINE], err[160];
     int fd[2];
     ssize_t n;
@@ -117,7 +128,8 @@ static void refused(const char *line, const char *why)
     cr_assert(strstr(err, why) != NULL, "for %s: '%s' does not say '%s'", line, err, why);
 }
 
-#define EVAL_TAIL "\"epoch\":1,\"step\":10,\"test_accuracy\":0.5,\"test_loss\":1"
+#define EVAL_TAIL                                                                                  \
+    "\"epoch\":1,\"step\":10,\"test_accuracy\":0.5,\"test_loss\":1,\"epoch_end\":false"
 
 Test(report, refuses_malformed_lines)
 {
@@ -168,6 +180,9 @@ Test(report, refuses_malformed_lines)
             "\"test_loss\":1}",
             "empty value");
     refused("{\"event\":\"eval\", \"rank\":0," EVAL_TAIL "}", "expected a key");
+    refused("{\"event\":\"eval\",\"rank\":0,\"epoch\":1,\"step\":10,\"test_accuracy\":0.5,"
+            "\"test_loss\":1,\"epoch_end\":1}",
+            "not true or false");
     memset(longline, 'x', sizeof(longline) - 1);
     longline[0] = '{';
     longline[sizeof(longline) - 1] = '\0';

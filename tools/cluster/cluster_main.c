@@ -2,9 +2,9 @@
  *
  * Starts S servers on 127.0.0.1 with ports chosen by the OS (each reports its
  * port on a pipe, so nothing polls), then W workers pointed at them; turns the
- * workers' JSON reports into one progress line per interval and a summary, and
- * stops everything on exit, on Ctrl-C, or as soon as any process fails. It
- * lives beside the server because it is the servers' supervisor first. */
+ * workers' reports (report.h) into one progress line per interval and a
+ * summary, carries out the fault drills (drills.h), and stops everything on
+ * exit, on Ctrl-C, or as soon as any process fails. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -177,6 +177,14 @@ static void ps__run_drills(ps__cluster *cl, int rank, uint64_t step)
     }
 }
 
+/* How much of its epoch step has done, in whole percent. */
+static int ps__epoch_percent(const ps__cluster *cl, uint64_t step)
+{
+    uint64_t spe = cl->steps_per_epoch > 0 ? (uint64_t)cl->steps_per_epoch : 1;
+
+    return (int)(step % spe * 100 / spe);
+}
+
 /* A worker's report (report.h). A line that does not parse, or that names
  * another rank, is logged and dropped: the launcher acts only on reports it
  * can read as written. */
@@ -207,10 +215,18 @@ static void ps__worker_line(ps__cluster *cl, ps__child *c, const char *line)
             ps__print_progress(cl, &r.u.progress);
         ps__run_drills(cl, c->index, c->step);
         break;
+    case PS_REPORT_STEP: /* a step a drill named: --report-steps */
+        ps__run_drills(cl, c->index, r.u.step.step);
+        break;
     case PS_REPORT_EVAL:
         cl->last_accuracy = r.u.eval.test_accuracy;
         ps__end_progress(cl);
-        printf("epoch %d done: test accuracy %.4f\n", r.u.eval.epoch, cl->last_accuracy);
+        if (r.u.eval.epoch_end)
+            printf("epoch %d done: test accuracy %.4f\n", r.u.eval.epoch, cl->last_accuracy);
+        else
+            /* --steps stopped the run inside an epoch: say how far it got. */
+            printf("step %" PRIu64 " (epoch %d, %d%%): test accuracy %.4f\n", r.u.eval.step,
+                   r.u.eval.epoch, ps__epoch_percent(cl, r.u.eval.step), cl->last_accuracy);
         fflush(stdout);
         break;
     case PS_REPORT_DONE:
@@ -506,6 +522,8 @@ static void ps__start_workers(ps__cluster *cl)
             cl->n_servers == 1 ? "" : "s", cl->job.workers, cl->job.workers == 1 ? "" : "s");
     for (int r = 0; r < cl->job.workers && !cl->failed; r++) {
         static ps__child_args a;
+        uint64_t steps[PS_DRILLS_MAX_STEPS];
+        int n_steps;
 
         ps__job_args(cl, PS_JOB_WORKER, &a);
         ps__opt(&a, "--servers", "%s", servers);
@@ -516,6 +534,14 @@ static void ps__start_workers(ps__cluster *cl)
             ps__opt(&a, "--metrics-file", "%s/worker-%d.jsonl", cl->metrics_dir, r);
         if (r == 0 && cl->dump_weights)
             ps__opt(&a, "--dump-weights", "%s", cl->dump_weights);
+        n_steps = ps_drills_report_steps(cl->drills, r, steps);
+        if (n_steps > 0) {
+            char list[PS_DRILLS_MAX_STEPS * 24] = "";
+            for (int i = 0; i < n_steps; i++)
+                snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%" PRIu64,
+                         i ? "," : "", steps[i]);
+            ps__opt(&a, "--report-steps", "%s", list);
+        }
         if (ps_drills_slow_ms(cl->drills, r) > 0)
             ps__opt(&a, "--slow-ms", "%d", ps_drills_slow_ms(cl->drills, r));
         if (ps__spawn(cl, PS__WORKER, r, &a) < 0)

@@ -118,6 +118,35 @@ int ps_drills_slow_ms(const ps_drills *d, int rank)
     return rank == d->slow_rank ? d->slow_ms : 0;
 }
 
+/* Adds step to the ascending list out[0..*n) unless it is there already. */
+static void ps__add_step(uint64_t *out, int *n, uint64_t step)
+{
+    int i = *n;
+
+    for (int j = 0; j < *n; j++)
+        if (out[j] == step)
+            return;
+    while (i > 0 && out[i - 1] > step) {
+        out[i] = out[i - 1];
+        i--;
+    }
+    out[i] = step;
+    (*n)++;
+}
+
+int ps_drills_report_steps(const ps_drills *d, int rank, uint64_t *out)
+{
+    int n = 0;
+
+    if (rank == d->kill_rank)
+        ps__add_step(out, &n, d->kill_step);
+    if (rank == 0 && d->kill_server >= 0)
+        ps__add_step(out, &n, d->kill_server_step);
+    if (d->pause_rank >= 0)
+        ps__add_step(out, &n, rank == d->pause_rank ? d->pause_step : d->pause_step + d->pause_for);
+    return n;
+}
+
 /* --pause-worker R@STEP:N: stop worker R once it reports STEP, and let it go
  * on once another worker has gone N steps further, which can only happen if
  * the servers let the others proceed without it. */

@@ -50,6 +50,15 @@ void ps_drills_free(ps_drills *d);
 /* --slow-worker: the delay in ms for worker rank, 0 for the others. */
 int ps_drills_slow_ms(const ps_drills *d, int rank);
 
+/* The most steps one worker is asked to report. */
+#define PS_DRILLS_MAX_STEPS 4
+
+/* The steps worker rank must report as it reaches them (its
+ * --report-steps), so each drill fires on the step it names and not at the
+ * next progress report: ascending, no repeats, written into out (room for
+ * PS_DRILLS_MAX_STEPS). Returns their count. */
+int ps_drills_report_steps(const ps_drills *d, int rank, uint64_t *out);
+
 /* Worker rank has reached step. Writes the actions due now into out (room
  * for PS_DRILLS_MAX_ACTIONS) and returns their count; each drill fires once.
  * running tells which targets are alive (arg is passed through). */
