@@ -17,35 +17,59 @@
 
 #include "ps_error.h"
 
-/* The keys every process of a job shares, by section. A server and a worker
- * accept the same file because both check it against this one list, and each
- * takes the keys its own table has (a worker has no use for [optimizer]).
- * A new option that all processes must agree on is added here. */
-static const struct {
-    const char *section, *key;
-} ps__shared_keys[] = {
-    {"cluster", "servers"},
-    {"cluster", "workers"},
-    {"cluster", "mode"},
-    {"cluster", "staleness"},
-    {"cluster", "auth-token-file"},
-    {"model", "hidden"},
-    {"model", "seed"},
-    {"model", "chunk-bytes"},
-    {"optimizer", "optimizer"},
-    {"optimizer", "lr"},
-    {"optimizer", "momentum"},
-    {"optimizer", "weight-decay"},
-    {"optimizer", "lr-schedule"},
-    {"optimizer", "warmup-steps"},
-    {"optimizer", "total-steps"},
-    {"optimizer", "lr-step-size"},
-    {"optimizer", "lr-gamma"},
-    {"optimizer", "min-lr"},
-};
-#define PS__N_SHARED ((int)(sizeof(ps__shared_keys) / sizeof(ps__shared_keys[0])))
-
 static const char *const ps__program_sections[] = {"server", "worker"};
+
+/* The number that word stands for in f's words ("all=0|auto=-1"); returns 1
+ * when found. */
+static int ps__word_value(const ps_flag *f, const char *word, double *out)
+{
+    size_t n = strlen(word);
+
+    for (const char *p = f->words; p != NULL && *p;) {
+        const char *eq = strchr(p, '='), *bar = strchr(p, '|');
+        if (eq == NULL)
+            return 0;
+        if ((size_t)(eq - p) == n && strncmp(p, word, n) == 0) {
+            *out = strtod(eq + 1, NULL);
+            return 1;
+        }
+        p = bar ? bar + 1 : NULL;
+    }
+    return 0;
+}
+
+/* The word that stands for value v in f's words, or NULL. */
+static const char *ps__value_word(const ps_flag *f, double v, char *buf, size_t len)
+{
+    for (const char *p = f->words; p != NULL && *p;) {
+        const char *eq = strchr(p, '='), *bar = strchr(p, '|');
+        if (eq == NULL)
+            return NULL;
+        if (strtod(eq + 1, NULL) == v) {
+            snprintf(buf, len, "%.*s", (int)(eq - p), p);
+            return buf;
+        }
+        p = bar ? bar + 1 : NULL;
+    }
+    return NULL;
+}
+
+/* " or all, auto": the words of f for a range in messages and --help. */
+static const char *ps__words_text(const ps_flag *f, char *buf, size_t len)
+{
+    size_t used = 0;
+
+    buf[0] = '\0';
+    for (const char *p = f->words; p != NULL && *p && used < len;) {
+        const char *eq = strchr(p, '='), *bar = strchr(p, '|');
+        if (eq == NULL)
+            break;
+        used += (size_t)snprintf(buf + used, len - used, "%s%.*s", used ? ", " : " or ",
+                                 (int)(eq - p), p);
+        p = bar ? bar + 1 : NULL;
+    }
+    return buf;
+}
 
 /* origin is how the user gave the value: "--lr", "SHARDPS_LR", "c.ini:3: lr". */
 static int ps__flag_error(const char *prog, const char *origin, const char *fmt, const char *value,
@@ -53,9 +77,11 @@ static int ps__flag_error(const char *prog, const char *origin, const char *fmt,
 {
     fprintf(stderr, "%s: %s: ", prog, origin);
     fprintf(stderr, fmt, value);
-    if (f && (f->type == PS_FLAG_INT || f->type == PS_FLAG_DOUBLE))
-        fprintf(stderr, " (accepted: %.15g to %.15g)", f->min, f->max);
-    else if (f && f->type == PS_FLAG_CHOICE)
+    if (f && (f->type == PS_FLAG_INT || f->type == PS_FLAG_DOUBLE)) {
+        char words[128];
+        fprintf(stderr, " (accepted: %.15g to %.15g%s)", f->min, f->max,
+                ps__words_text(f, words, sizeof(words)));
+    } else if (f && f->type == PS_FLAG_CHOICE)
         fprintf(stderr, " (accepted: %s)", f->choices);
     fprintf(stderr, "; see %s --help\n", prog);
     return -PS_EUSAGE;
@@ -79,7 +105,7 @@ static int ps__in_list(const char *list, const char *v)
 
 static int ps__flag_set(const ps_flag *f, const char *value, const char *prog, const char *origin)
 {
-    char *end;
+    char *end, word[64];
     double d;
 
     switch (f->type) {
@@ -103,6 +129,13 @@ static int ps__flag_set(const ps_flag *f, const char *value, const char *prog, c
         return 0;
     case PS_FLAG_INT:
     case PS_FLAG_DOUBLE:
+        if (ps__word_value(f, value, &d)) {
+            if (f->type == PS_FLAG_INT)
+                *(int *)f->dest = (int)d;
+            else
+                *(double *)f->dest = d;
+            return 0;
+        }
         errno = 0;
         d = f->type == PS_FLAG_INT ? (double)strtoll(value, &end, 10) : strtod(value, &end);
         if (errno || end == value || *end != '\0' || !isfinite(d))
@@ -110,7 +143,8 @@ static int ps__flag_set(const ps_flag *f, const char *value, const char *prog, c
                                   f->type == PS_FLAG_INT ? "'%s' is not an integer"
                                                          : "'%s' is not a number",
                                   value, f);
-        if (d < f->min || d > f->max)
+        /* A word's number is accepted as itself too ("-1" for "auto"). */
+        if ((d < f->min || d > f->max) && ps__value_word(f, d, word, sizeof(word)) == NULL)
             return ps__flag_error(prog, origin, "'%s' is out of range", value, f);
         if (f->type == PS_FLAG_INT)
             *(int *)f->dest = (int)d;
@@ -259,12 +293,22 @@ static void ps__file_state_free(ps__file_state *st)
     free(st->entries);
 }
 
-static int ps__shared_section_of(const char *key)
+/* The section every process reads key from, or NULL when it is the
+ * program's own. */
+static const char *ps__shared_section_of(const ps_flags_ctx *ctx, const char *key)
 {
-    for (int i = 0; i < PS__N_SHARED; i++)
-        if (strcmp(ps__shared_keys[i].key, key) == 0)
-            return i;
-    return -1;
+    int i = ps__find(ctx, key);
+
+    return i >= 0 ? ctx->flags[i].section : NULL;
+}
+
+/* Whether some option of the table lives in [section] for every process. */
+static int ps__is_shared_section(const ps_flags_ctx *ctx, const char *section)
+{
+    for (int i = 0; i < ctx->n; i++)
+        if (ctx->flags[i].section && strcmp(ctx->flags[i].section, section) == 0)
+            return 1;
+    return 0;
 }
 
 static int ps__file_error(const ps_flags_ctx *ctx, int line, const char *fmt, ...)
@@ -284,27 +328,25 @@ static int ps__file_error(const ps_flags_ctx *ctx, int line, const char *fmt, ..
 }
 
 /* "servers workers mode staleness": the keys of a shared section, for errors. */
-static void ps__section_keys(const char *section, char *buf, size_t len)
+static void ps__section_keys(const ps_flag *flags, int n, const char *section, char *buf,
+                             size_t len)
 {
     size_t used = 0;
 
     buf[0] = '\0';
-    for (int i = 0; i < PS__N_SHARED && used < len; i++)
-        if (strcmp(ps__shared_keys[i].section, section) == 0)
-            used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? " " : "",
-                                     ps__shared_keys[i].key);
+    for (int i = 0; i < n && used < len; i++)
+        if (flags[i].section && strcmp(flags[i].section, section) == 0)
+            used +=
+                (size_t)snprintf(buf + used, len - used, "%s%s", used ? " " : "", flags[i].name);
 }
 
 /* Checks one entry against the sections and applies it when it is ours. */
 static int ps__apply_entry(ps_flags_ctx *ctx, ps__entry *e, const ps__entry *earlier)
 {
-    char origin[256], known[256];
-    int shared = ps__shared_section_of(e->key), own, i, rc;
-    int is_shared_section = 0;
+    char origin[256], known[512];
+    const char *shared = ps__shared_section_of(ctx, e->key);
+    int is_shared_section = ps__is_shared_section(ctx, e->section), own, i, rc;
 
-    for (int k = 0; k < PS__N_SHARED; k++)
-        if (strcmp(ps__shared_keys[k].section, e->section) == 0)
-            is_shared_section = 1;
     own = strcmp(e->section, ctx->section) == 0;
     if (!is_shared_section && !own) {
         int other = 0;
@@ -325,13 +367,13 @@ static int ps__apply_entry(ps_flags_ctx *ctx, ps__entry *e, const ps__entry *ear
     }
     if (earlier)
         return ps__file_error(ctx, e->line, "'%s' is given twice in [%s]", e->key, e->section);
-    if (shared >= 0 && strcmp(ps__shared_keys[shared].section, e->section) != 0) {
+    if (shared && strcmp(shared, e->section) != 0) {
         return ps__file_error(ctx, e->line, "'%s' belongs in [%s], which every process reads",
-                              e->key, ps__shared_keys[shared].section);
+                              e->key, shared);
     }
     i = ps__find(ctx, e->key);
-    if (is_shared_section && shared < 0) {
-        ps__section_keys(e->section, known, sizeof(known));
+    if (is_shared_section && shared == NULL) {
+        ps__section_keys(ctx->flags, ctx->n, e->section, known, sizeof(known));
         if (i >= 0 && !ps__is_per_process(ctx, e->key))
             return ps__file_error(ctx, e->line,
                                   "'%s' is not shared by every process; put it in [%s] (in "
@@ -349,8 +391,6 @@ static int ps__apply_entry(ps_flags_ctx *ctx, ps__entry *e, const ps__entry *ear
                               e->key, e->key, env);
     }
     if (i < 0) {
-        if (is_shared_section)
-            return 0; /* shared, and another program's concern */
         return ps__file_error(ctx, e->line,
                               "unknown key '%s' in [%s]; see %s --help for the options", e->key,
                               e->section, ctx->prog);
@@ -587,10 +627,12 @@ static const char *ps__value_text(const ps_flag *f, char *buf, size_t len)
 {
     switch (f->type) {
     case PS_FLAG_INT:
-        snprintf(buf, len, "%d", *(int *)f->dest);
+        if (ps__value_word(f, *(int *)f->dest, buf, len) == NULL)
+            snprintf(buf, len, "%d", *(int *)f->dest);
         return buf;
     case PS_FLAG_DOUBLE:
-        snprintf(buf, len, "%.15g", *(double *)f->dest);
+        if (ps__value_word(f, *(double *)f->dest, buf, len) == NULL)
+            snprintf(buf, len, "%.15g", *(double *)f->dest);
         return buf;
     case PS_FLAG_BOOL:
         return *(int *)f->dest ? "true" : "false";
@@ -667,7 +709,7 @@ void ps_flags_usage(FILE *out, const ps_flag *flags, int n, const char *prog, co
                      : "; a flag wins");
     for (int i = 0; i < n; i++) {
         const ps_flag *f = &flags[i];
-        char left[64];
+        char left[64], words[128], value[64];
 
         if (f->type == PS_FLAG_BOOL)
             snprintf(left, sizeof(left), "--%s", f->name);
@@ -676,11 +718,11 @@ void ps_flags_usage(FILE *out, const ps_flag *flags, int n, const char *prog, co
         fprintf(out, "  %-26s %s", left, f->help);
         switch (f->type) {
         case PS_FLAG_INT:
-            fprintf(out, " [integer %.15g..%.15g, default %d]", f->min, f->max, *(int *)f->dest);
-            break;
         case PS_FLAG_DOUBLE:
-            fprintf(out, " [number %.15g..%.15g, default %.15g]", f->min, f->max,
-                    *(double *)f->dest);
+            fprintf(out, " [%s %.15g..%.15g%s, default %s]",
+                    f->type == PS_FLAG_INT ? "integer" : "number", f->min, f->max,
+                    ps__words_text(f, words, sizeof(words)),
+                    ps__value_text(f, value, sizeof(value)));
             break;
         case PS_FLAG_STRING:
             if (*(const char **)f->dest)
@@ -700,12 +742,16 @@ void ps_flags_usage(FILE *out, const ps_flag *flags, int n, const char *prog, co
     if (!has_file)
         return;
     fprintf(out, "\nCluster file (INI, shared by every server and worker of a job):\n");
-    for (int i = 0; i < PS__N_SHARED; i++)
-        if (i == 0 || strcmp(ps__shared_keys[i].section, ps__shared_keys[i - 1].section) != 0) {
-            char keys[256];
-            ps__section_keys(ps__shared_keys[i].section, keys, sizeof(keys));
-            fprintf(out, "  [%s] %s\n", ps__shared_keys[i].section, keys);
+    for (int i = 0; i < n; i++) {
+        int first = flags[i].section != NULL;
+        for (int j = 0; j < i && first; j++)
+            first = flags[j].section == NULL || strcmp(flags[j].section, flags[i].section) != 0;
+        if (first) {
+            char keys[512];
+            ps__section_keys(flags, n, flags[i].section, keys, sizeof(keys));
+            fprintf(out, "  [%s] %s\n", flags[i].section, keys);
         }
+    }
     fprintf(out, "  [server], [worker]: any other option of that program, by its name\n"
                  "  (\"heartbeat-timeout = 5\"); each program skips the other's section.\n");
 }

@@ -12,12 +12,12 @@
  *
  * The cluster file has sections. [cluster], [model] and [optimizer] hold the
  * settings every process of the job must agree on (server list, worker count,
- * mode, model shape, optimizer); their keys form one fixed list here, so a
- * server and a worker accept exactly the same file, and each takes from it
- * the keys its own table has. [server] and [worker] hold any other option of
- * that program by its flag name; each program reads its own section and
- * skips the other's. A key that is in no list is an error naming file:line,
- * so a typo is never silently ignored. */
+ * mode, model shape, optimizer): the options whose table entry names that
+ * section. Servers and workers build those entries from the one job-option
+ * table (job_options.h), so both accept exactly the same file. [server] and
+ * [worker] hold any other option of that program by its flag name; each
+ * program reads its own section and skips the other's. A key that is in no
+ * list is an error naming file:line, so a typo is never silently ignored. */
 #ifndef PS_FLAGS_H
 #define PS_FLAGS_H
 
@@ -39,6 +39,13 @@ typedef struct {
     const char *help;
     double min, max;     /* INT, DOUBLE */
     const char *choices; /* CHOICE: "sync|async|ssp" */
+    /* INT, DOUBLE: words also accepted as values, "all=0" or "auto=-1|off=0";
+     * --help and --print-config show the word for its value. NULL: none. */
+    const char *words;
+    /* The cluster-file section every process of the job reads this option
+     * from ("cluster", "model", "optimizer"), or NULL: only the program's own
+     * section ([server] or [worker]) may set it. */
+    const char *section;
 } ps_flag;
 
 /* Where an option's effective value came from, weakest first. */

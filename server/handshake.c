@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "job_options.h"
 #include "kv_internal.h"
 #include "ps_error.h"
 #include "ps_log.h"
@@ -21,6 +22,29 @@ static const char *ps__model_text(const ps_model_spec *m, char *buf, size_t len)
     return buf;
 }
 
+/* The job settings a worker sent (older workers send none) against ours. */
+static int ps__check_job_settings(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
+{
+    char diff[1024];
+    int n;
+
+    if (s->cfg.job_settings == NULL || hello->job_settings == NULL || !*hello->job_settings)
+        return 0;
+    n = ps_job_settings_diff(hello->job_settings, s->cfg.job_settings, "the worker", "this server",
+                             diff, sizeof(diff));
+    if (n == 0)
+        return 0;
+    if (n < 0)
+        ps__peer_fail(p, -PS_EPROTO, "the HELLO's job settings are malformed (or over %d bytes)",
+                      PS_JOB_SETTINGS_MAX - 1);
+    else
+        ps__peer_fail(p, -PS_EMISMATCH,
+                      "job settings differ (%d): %s; start every process "
+                      "of the job with the same options",
+                      n, diff);
+    return -1;
+}
+
 static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
 {
     char model[128];
@@ -29,6 +53,8 @@ static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *h
         ps__peer_fail(p, -PS_EPROTO, "first message must be a worker HELLO");
         return -1;
     }
+    if (ps__check_job_settings(s, p, hello) < 0)
+        return -1;
     if (hello->model_fingerprint != ps_model_spec_fingerprint(&s->cfg.spec)) {
         ps__peer_fail(p, -PS_EMISMATCH,
                       "model mismatch: this server trains an MLP %s with seed %" PRIu64
@@ -169,6 +195,12 @@ void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     p->hello = *hello;
     p->hello.client_nonce.len = 0;
     p->hello.client_nonce.data = NULL;
+    p->hello.job_settings = NULL;
+    if (hello->job_settings && (p->hello_settings = strdup(hello->job_settings)) == NULL) {
+        ps__peer_fail(p, -ENOMEM, "out of memory");
+        return;
+    }
+    p->hello.job_settings = p->hello_settings;
     p->hello_id = f->hdr->request_id;
     memcpy(p->client_nonce, hello->client_nonce.data, PS_AUTH_NONCE_BYTES);
     ps_auth_nonce(p->server_nonce);

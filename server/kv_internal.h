@@ -38,8 +38,10 @@ typedef struct ps__peer {
     uint64_t n_pushes, n_pulls, bytes_in, bytes_out;
     uint64_t last_seen; /* loop time (ms) of its last frame */
     char name[96];      /* "worker 1 (127.0.0.1:40000)" for logs */
-    /* Authentication in progress: the HELLO waits here until it is proven. */
+    /* Authentication in progress: the HELLO waits here until it is proven;
+     * its job settings are copied (owned), as the frame goes away. */
     Shardps__Hello hello;
+    char *hello_settings;
     uint64_t hello_id;
     uint8_t client_nonce[PS_AUTH_NONCE_BYTES], server_nonce[PS_AUTH_NONCE_BYTES];
     /* Where the push frame being read lands: a buffer from the server's

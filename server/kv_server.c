@@ -51,7 +51,7 @@ static void ps__send_refusal(ps__peer *p, int err, char *reason)
 /* A protocol violation: tell the peer why, log it, and close. */
 void ps__peer_fail(ps__peer *p, int err, const char *fmt, ...)
 {
-    char reason[256];
+    char reason[1280];
     va_list ap;
 
     if (p->failed)
@@ -242,6 +242,7 @@ static void ps__on_conn_close(ps_conn *c, int err)
     if (p->next)
         p->next->prev = p->prev;
     ps_buf_pool_put(p->push_piece.base);
+    free(p->hello_settings);
     free(p);
 }
 

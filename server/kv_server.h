@@ -59,6 +59,10 @@ typedef struct {
     uint64_t max_clock_lead;       /* async, ssp: clocks a worker may be past this server; 0 = 1 +
                                       checkpoint_every */
     uint8_t auth_key[PS_AUTH_KEY_BYTES];
+    /* The job's settings (ps_job_settings_format); a worker whose HELLO
+     * carries others is refused, each difference named. Borrowed; NULL: not
+     * compared. */
+    const char *job_settings;
 } ps_kv_server_config;
 
 /* What the server has seen so far; a plain snapshot. */

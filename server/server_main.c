@@ -13,6 +13,7 @@
 
 #include "auth.h"
 #include "flags.h"
+#include "job_options.h"
 #include "kv_server.h"
 #include "metrics_http.h"
 #include "partition.h"
@@ -147,132 +148,58 @@ static int ps__report_port(int fd, int port)
 
 int main(int argc, char **argv)
 {
-    const char *listen = "127.0.0.1:7000", *mode = "sync", *hidden = "256,128", *optim = "adam";
-    const char *cluster = NULL, *servers = NULL;
-    int print_config = 0;
-    int server_index = 0, num_servers = 1, workers = 1, staleness = 2, input = 784, classes = 10;
-    int ready_fd = -1, linger = 0, verbose = 0, seed = 1, quorum = 0, damping = 0;
-    int apply_threads = -1;
-    int warmup_steps = 0, total_steps = 0, lr_step_size = 0;
-    int checkpoint_every = 0, keep_checkpoints = 3, restore = 0, reject_nonfinite = 1;
-    double checkpoint_seconds = 0, restore_clock = -1;
-    const char *checkpoint_dir = NULL, *auth_token_file = NULL;
-    double heartbeat_timeout = 10, lr_gamma = 0.1, min_lr = 0;
-    const char *lr_schedule = "cosine";
-    double lr = 0.001, momentum = 0.9, weight_decay = 0, chunk_bytes = PS_DEFAULT_CHUNK_BYTES;
-    double max_payload = (double)PS_DEFAULT_MAX_PAYLOAD;
-    int max_connections = 0;
-    double handshake_timeout = 10, max_grad_norm = 0, max_clock_lead = 0;
-    int metrics_port = -1;
-    double metrics_interval = 1;
-    const char *metrics_file = NULL;
-    const ps_flag flags[] = {
+    /* Static: the settings last as long as the process, and the table's
+     * strings may point into the cluster file's values the context holds. */
+    static ps_job_options jo;
+    static ps_flags_ctx ctx;
+    static ps_flag flags[96];
+    static char settings[PS_JOB_SETTINGS_MAX];
+    const char *listen = "127.0.0.1:7000", *cluster = NULL, *metrics_file = NULL;
+    int print_config = 0, server_index = 0, num_servers = 1, ready_fd = -1, linger = 0;
+    int metrics_port = -1, max_connections = 0;
+    double metrics_interval = 1, handshake_timeout = 10, max_grad_norm = 0, max_clock_lead = 0;
+    const ps_flag own[] = {
         {"cluster", PS_FLAG_STRING, &cluster, "FILE",
          "cluster file (INI) shared by the job's servers and workers; see docs/deploy.md", 0, 0,
-         NULL},
-        {"servers", PS_FLAG_STRING, &servers, "HOST:PORT,...",
-         "every server of the job in index order: sets --num-servers and, unless given, --listen",
-         0, 0, NULL},
+         NULL, NULL, NULL},
         {"listen", PS_FLAG_STRING, &listen, "HOST:PORT",
-         "address to listen on (port 0: any free port)", 0, 0, NULL},
+         "address to listen on (port 0: any free port)", 0, 0, NULL, NULL, NULL},
         {"server-index", PS_FLAG_INT, &server_index, "I", "this server's index in the server list",
-         0, 4095, NULL},
+         0, 4095, NULL, NULL, NULL},
         {"num-servers", PS_FLAG_INT, &num_servers, "S", "number of servers in the cluster", 1,
-         PS_MAX_SERVERS, NULL},
-        {"workers", PS_FLAG_INT, &workers, "W", "number of workers expected", 1, 65536, NULL},
-        {"mode", PS_FLAG_CHOICE, &mode, "MODE", "consistency: sync (BSP), async, or ssp", 0, 0,
-         "sync|async|ssp"},
-        {"staleness", PS_FLAG_INT, &staleness, "S", "clocks a worker may run ahead in ssp mode", 0,
-         1000000, NULL},
-        {"hidden", PS_FLAG_STRING, &hidden, "N,N,...", "hidden layer sizes of the MLP", 0, 0, NULL},
-        {"input", PS_FLAG_INT, &input, "N", "input features", 1, 1 << 20, NULL},
-        {"classes", PS_FLAG_INT, &classes, "N", "output classes", 1, 1 << 20, NULL},
-        {"seed", PS_FLAG_INT, &seed, "N", "seed for the initial weights", 0, 2147483647, NULL},
-        {"chunk-bytes", PS_FLAG_DOUBLE, &chunk_bytes, "BYTES", "largest chunk a tensor is cut into",
-         4, 1 << 30, NULL},
-        {"optimizer", PS_FLAG_CHOICE, &optim, "NAME", "update rule", 0, 0,
-         "sgd|nesterov|adam|adamw|adagrad"},
-        {"lr", PS_FLAG_DOUBLE, &lr, "RATE", "learning rate", 0, 1000, NULL},
-        {"momentum", PS_FLAG_DOUBLE, &momentum, "MU", "momentum for sgd and nesterov", 0, 0.999999,
+         PS_MAX_SERVERS, NULL, NULL, NULL},
+        {"ready-fd", PS_FLAG_INT, &ready_fd, "FD",
+         "write the bound port to this descriptor once listening", -1, 1 << 20, NULL, NULL, NULL},
+        {"metrics-port", PS_FLAG_INT, &metrics_port, "PORT",
+         "serve Prometheus metrics at http://HOST:PORT/metrics on the --listen host (0: any "
+         "free port, logged)",
+         0, 65535, NULL, "off=-1", NULL},
+        {"metrics-file", PS_FLAG_STRING, &metrics_file, "FILE",
+         "append a JSON line of this server's figures every --metrics-interval", 0, 0, NULL, NULL,
          NULL},
-        {"weight-decay", PS_FLAG_DOUBLE, &weight_decay, "L2", "weight decay", 0, 10, NULL},
-        {"lr-schedule", PS_FLAG_CHOICE, &lr_schedule, "KIND", "learning-rate schedule", 0, 0,
-         "constant|step|cosine"},
-        {"warmup-steps", PS_FLAG_INT, &warmup_steps, "N", "linear warm-up over the first N steps",
-         0, 2147483647, NULL},
-        {"total-steps", PS_FLAG_INT, &total_steps, "N",
-         "steps a cosine schedule spans (0: as planned by the workers)", 0, 2147483647, NULL},
-        {"lr-step-size", PS_FLAG_INT, &lr_step_size, "N", "step schedule: decay every N steps", 0,
-         2147483647, NULL},
-        {"lr-gamma", PS_FLAG_DOUBLE, &lr_gamma, "G", "step schedule: decay factor", 0, 1, NULL},
-        {"min-lr", PS_FLAG_DOUBLE, &min_lr, "RATE", "cosine schedule: final rate", 0, 1000, NULL},
-        {"apply-threads", PS_FLAG_INT, &apply_threads, "N",
-         "threads for optimizer updates of large chunks (0: on the event loop; -1: auto, 0 below "
-         "4 cores, else cores/2 up to 4)",
-         -1, 64, NULL},
-        {"sync-quorum", PS_FLAG_INT, &quorum, "K",
-         "sync: apply a step once K workers pushed it; later pushes are dropped (0: all)", 0, 65536,
-         NULL},
-        {"staleness-damping", PS_FLAG_BOOL, &damping, NULL,
-         "async/ssp: scale the rate by 1/(1+staleness) of each gradient", 0, 0, NULL},
-        {"checkpoint-dir", PS_FLAG_STRING, &checkpoint_dir, "DIR",
-         "write checkpoints here (periodically, on SIGTERM/SIGINT and at the end)", 0, 0, NULL},
-        {"checkpoint-every", PS_FLAG_INT, &checkpoint_every, "STEPS",
-         "checkpoint every N steps (0: not by steps)", 0, 2147483647, NULL},
-        {"checkpoint-seconds", PS_FLAG_DOUBLE, &checkpoint_seconds, "SECONDS",
-         "checkpoint at most this often by time (0: not by time)", 0, 86400 * 365, NULL},
-        {"keep-checkpoints", PS_FLAG_INT, &keep_checkpoints, "N", "newest checkpoints kept", 1,
-         1000000, NULL},
-        {"restore", PS_FLAG_BOOL, &restore, NULL,
-         "resume from the newest usable checkpoint in --checkpoint-dir", 0, 0, NULL},
-        {"restore-clock", PS_FLAG_DOUBLE, &restore_clock, "N",
-         "with --restore: the newest checkpoint at or before clock N (to put every server on "
-         "the same clock)",
-         -1, 1e18, NULL},
-        {"reject-nonfinite", PS_FLAG_BOOL, &reject_nonfinite, NULL,
-         "drop pushes with NaN or Inf gradients (counted and logged; =0 to apply them)", 0, 0,
-         NULL},
-        {"heartbeat-timeout", PS_FLAG_DOUBLE, &heartbeat_timeout, "SECONDS",
-         "a worker silent this long leaves the barrier (0: never)", 0, 86400, NULL},
-        {"max-payload", PS_FLAG_DOUBLE, &max_payload, "BYTES", "largest frame payload accepted",
-         1024, 1ull << 40, NULL},
+        {"metrics-interval", PS_FLAG_DOUBLE, &metrics_interval, "SECONDS",
+         "seconds between --metrics-file lines", 0.01, 86400, NULL, NULL, NULL},
+        {"linger", PS_FLAG_BOOL, &linger, NULL, "keep serving after every worker has finished", 0,
+         0, NULL, NULL, NULL},
         {"max-connections", PS_FLAG_INT, &max_connections, "N",
          "open connections at most; more are refused and logged (0: 2 x --workers + 16)", 0,
-         1 << 20, NULL},
+         1 << 20, NULL, NULL, NULL},
         {"handshake-timeout", PS_FLAG_DOUBLE, &handshake_timeout, "SECONDS",
          "a connection must finish its handshake this soon (and a refused one go)", 0.01, 86400,
-         NULL},
+         NULL, NULL, NULL},
         {"max-grad-norm", PS_FLAG_DOUBLE, &max_grad_norm, "NORM",
          "refuse a chunk's gradient whose L2 norm is larger (counted, logged; 0: no limit)", 0,
-         1e30, NULL},
+         1e30, NULL, "off=0", NULL},
         {"max-clock-lead", PS_FLAG_DOUBLE, &max_clock_lead, "STEPS",
          "async, ssp: how many steps past this server's own clock a worker may be (a server "
          "restored behind the others; 0: 1 + --checkpoint-every)",
-         0, 1e18, NULL},
-        {"ready-fd", PS_FLAG_INT, &ready_fd, "FD",
-         "write the bound port to this descriptor once listening", -1, 1 << 20, NULL},
-        {"metrics-port", PS_FLAG_INT, &metrics_port, "PORT",
-         "serve Prometheus metrics at http://HOST:PORT/metrics on the --listen host (0: any "
-         "free port, logged; -1: off)",
-         -1, 65535, NULL},
-        {"metrics-file", PS_FLAG_STRING, &metrics_file, "FILE",
-         "append a JSON line of this server's figures every --metrics-interval", 0, 0, NULL},
-        {"metrics-interval", PS_FLAG_DOUBLE, &metrics_interval, "SECONDS",
-         "seconds between --metrics-file lines", 0.01, 86400, NULL},
-        {"auth-token-file", PS_FLAG_STRING, &auth_token_file, "FILE",
-         "workers must prove they hold this shared secret (and this server proves it too)", 0, 0,
-         NULL},
-        {"linger", PS_FLAG_BOOL, &linger, NULL, "keep serving after every worker has finished", 0,
-         0, NULL},
+         0, 1e18, NULL, NULL, NULL},
         {"print-config", PS_FLAG_BOOL, &print_config, NULL,
-         "print the effective settings and where each came from, then exit", 0, 0, NULL},
-        {"verbose", PS_FLAG_BOOL, &verbose, NULL, "log debug detail", 0, 0, NULL},
+         "print the effective settings and where each came from, then exit", 0, 0, NULL, NULL,
+         NULL},
     };
-    /* Static: the settings last as long as the process, and the table's
-     * strings may point into the cluster file's values it holds. */
-    static ps_flags_ctx ctx;
+    int nflags, n_own = (int)(sizeof(own) / sizeof(own[0]));
     char own_listen[256];
-    int nflags = (int)(sizeof(flags) / sizeof(flags[0]));
     ps__server_app app;
     ps_kv_server_config cfg;
     ps_optimizer_kind kind;
@@ -283,6 +210,13 @@ int main(int argc, char **argv)
     /* A peer that resets while we write must cost a connection, not the
      * process: take write errors as EPIPE instead of the signal. */
     signal(SIGPIPE, SIG_IGN);
+    ps_job_options_defaults(&jo);
+    nflags =
+        ps_job_options_flags(&jo, PS_JOB_SERVER, flags, (int)(sizeof(flags) / sizeof(flags[0])));
+    if (nflags < 0 || nflags + n_own > (int)(sizeof(flags) / sizeof(flags[0])))
+        return 1;
+    memcpy(flags + nflags, own, sizeof(own));
+    nflags += n_own;
     ctx.flags = flags;
     ctx.n = nflags;
     ctx.prog = "shardps-server";
@@ -291,8 +225,12 @@ int main(int argc, char **argv)
     ctx.per_process = "listen|server-index|ready-fd";
     rc = ps_flags_load(&ctx, argc, argv);
     if (rc == 0)
-        rc = ps__apply_servers(&ctx, servers, server_index, &num_servers, &listen, own_listen,
-                               sizeof(own_listen));
+        rc = ps__apply_servers(
+            &ctx,
+            /* The default list is a worker's; a server
+             * without one keeps --listen, --num-servers. */
+            ps_flags_origin(&ctx, "servers") == PS_FLAG_FROM_DEFAULT ? NULL : jo.servers,
+            server_index, &num_servers, &listen, own_listen, sizeof(own_listen));
     if (rc != 0)
         return rc > 0 ? 0 : 2;
     if (print_config) {
@@ -301,18 +239,18 @@ int main(int argc, char **argv)
     }
     snprintf(role, sizeof(role), "server %d", server_index);
     ps_log_set_role(role);
-    if (verbose)
+    if (jo.verbose)
         ps_log_set_level(PS_LOG_DEBUG);
     if (server_index >= num_servers) {
         fprintf(stderr, "shardps-server: --server-index %d must be below --num-servers %d\n",
                 server_index, num_servers);
         return 2;
     }
-    nh = ps_model_spec_parse_sizes(hidden, sizes + 1, PS_MAX_LAYERS - 1);
+    nh = ps_model_spec_parse_sizes(jo.hidden, sizes + 1, PS_MAX_LAYERS - 1);
     if (nh < 0) {
         fprintf(stderr,
                 "shardps-server: --hidden '%s' is not a list of positive sizes like 256,128\n",
-                hidden);
+                jo.hidden);
         return 2;
     }
     /* A host name is resolved once, here; the log names the address bound. */
@@ -325,97 +263,105 @@ int main(int argc, char **argv)
                               : "names a host that does not resolve here");
         return 2;
     }
-    sizes[0] = input;
-    sizes[nh + 1] = classes;
+    sizes[0] = jo.input;
+    sizes[nh + 1] = jo.classes;
     memset(&cfg, 0, sizeof(cfg));
-    if (ps_model_spec_init_mlp(&cfg.spec, sizes, nh + 2, (uint64_t)seed) < 0 ||
-        ps_optimizer_parse(optim, &kind) < 0) {
+    if (ps_model_spec_init_mlp(&cfg.spec, sizes, nh + 2, (uint64_t)jo.seed) < 0 ||
+        ps_optimizer_parse(jo.optimizer, &kind) < 0) {
         fprintf(stderr, "shardps-server: the model or optimizer options are inconsistent; see "
                         "shardps-server --help\n");
         return 2;
     }
     ps_optimizer_defaults(&cfg.opt, kind);
-    cfg.opt.lr = (float)lr;
-    cfg.opt.momentum = (float)momentum;
-    cfg.opt.weight_decay = (float)weight_decay;
+    cfg.opt.lr = (float)jo.lr;
+    cfg.opt.momentum = (float)jo.momentum;
+    cfg.opt.weight_decay = (float)jo.weight_decay;
     cfg.server_index = server_index;
     cfg.num_servers = num_servers;
-    cfg.chunk_bytes = (size_t)chunk_bytes;
-    cfg.world = workers;
-    cfg.mode = mode;
-    cfg.staleness = strcmp(mode, "sync") == 0    ? 0
-                    : strcmp(mode, "async") == 0 ? PS_STALENESS_UNBOUNDED
-                                                 : (uint32_t)staleness;
-    cfg.max_payload = (size_t)max_payload;
-    cfg.quorum = quorum;
+    cfg.chunk_bytes = (size_t)jo.chunk_bytes;
+    cfg.world = jo.workers;
+    cfg.mode = jo.mode;
+    cfg.staleness = strcmp(jo.mode, "sync") == 0    ? 0
+                    : strcmp(jo.mode, "async") == 0 ? PS_STALENESS_UNBOUNDED
+                                                    : (uint32_t)jo.staleness;
+    cfg.max_payload = (size_t)jo.max_payload;
+    cfg.quorum = jo.sync_quorum;
     /* On 2 cores every core is already busy with a loop or a worker: handing
      * updates to another thread measured 10-20% slower (docs/performance.md). */
-    if (apply_threads < 0) {
+    if (jo.apply_threads < 0) {
         int cores = (int)uv_available_parallelism();
-        apply_threads = cores < 4 ? 0 : cores / 2 < 4 ? cores / 2 : 4;
+        jo.apply_threads = cores < 4 ? 0 : cores / 2 < 4 ? cores / 2 : 4;
     }
-    if (apply_threads > 0) {
+    if (jo.apply_threads > 0) {
         char n[16];
         /* libuv sizes its pool from this on first use, which is later. */
-        snprintf(n, sizeof(n), "%d", apply_threads);
+        snprintf(n, sizeof(n), "%d", jo.apply_threads);
         setenv("UV_THREADPOOL_SIZE", n, 1);
     }
-    cfg.pool_updates = apply_threads > 0;
-    if (apply_threads > 0)
-        ps_info("optimizer updates of chunks from 256 KiB on %d threads", apply_threads);
+    cfg.pool_updates = jo.apply_threads > 0;
+    if (jo.apply_threads > 0)
+        ps_info("optimizer updates of chunks from 256 KiB on %d threads", jo.apply_threads);
     else
         ps_info("optimizer updates on the event loop (--apply-threads to change)");
-    cfg.staleness_damping = damping;
-    cfg.heartbeat_timeout_ms = (uint32_t)(heartbeat_timeout * 1000);
-    ps_lr_schedule_parse(lr_schedule, &cfg.lr.kind);
-    cfg.lr.warmup_steps = (uint64_t)warmup_steps;
-    cfg.lr.total_steps = (uint64_t)total_steps;
-    cfg.lr.step_size = (uint64_t)lr_step_size;
-    cfg.lr.gamma = lr_gamma;
-    cfg.lr.min_lr = min_lr;
-    cfg.checkpoint_dir = checkpoint_dir;
-    cfg.checkpoint_every = (uint32_t)checkpoint_every;
-    cfg.checkpoint_seconds = checkpoint_seconds;
-    cfg.keep_checkpoints = keep_checkpoints;
-    cfg.reject_nonfinite = reject_nonfinite;
+    cfg.staleness_damping = jo.staleness_damping;
+    cfg.heartbeat_timeout_ms = (uint32_t)(jo.heartbeat_timeout * 1000);
+    ps_lr_schedule_parse(jo.lr_schedule, &cfg.lr.kind);
+    cfg.lr.warmup_steps = (uint64_t)jo.warmup_steps;
+    cfg.lr.total_steps = (uint64_t)jo.total_steps;
+    cfg.lr.step_size = (uint64_t)jo.lr_step_size;
+    cfg.lr.gamma = jo.lr_gamma;
+    cfg.lr.min_lr = jo.min_lr;
+    cfg.checkpoint_dir = jo.checkpoint_dir;
+    cfg.checkpoint_every = (uint32_t)jo.checkpoint_every;
+    cfg.checkpoint_seconds = jo.checkpoint_seconds;
+    cfg.keep_checkpoints = jo.keep_checkpoints;
+    cfg.reject_nonfinite = jo.reject_nonfinite;
     cfg.max_connections = max_connections;
     cfg.handshake_timeout_ms = (uint32_t)(handshake_timeout * 1000);
     cfg.max_grad_norm = max_grad_norm;
     cfg.max_clock_lead = (uint64_t)max_clock_lead;
-    if (restore && checkpoint_dir == NULL) {
+    if (ps_job_settings_format(&jo, num_servers, settings, sizeof(settings)) < 0) {
+        fprintf(stderr, "shardps-server: the job's settings do not fit in %zu bytes\n",
+                sizeof(settings));
+        return 2;
+    }
+    cfg.job_settings = settings;
+    if (jo.restore && jo.checkpoint_dir == NULL) {
         fprintf(stderr, "shardps-server: --restore needs --checkpoint-dir DIR to restore from\n");
         return 2;
     }
-    if (quorum > workers) {
-        fprintf(stderr, "shardps-server: --sync-quorum %d exceeds --workers %d\n", quorum, workers);
+    if (jo.sync_quorum > jo.workers) {
+        fprintf(stderr, "shardps-server: --sync-quorum %d exceeds --workers %d\n", jo.sync_quorum,
+                jo.workers);
         return 2;
     }
 
     memset(&app, 0, sizeof(app));
     app.linger = linger;
     uv_loop_init(&app.loop);
-    if (auth_token_file) {
+    if (jo.auth_token_file) {
         char err[512];
         int loose = 0;
-        if (ps_auth_load_key(auth_token_file, cfg.auth_key, &loose, err, sizeof(err)) < 0) {
+        if (ps_auth_load_key(jo.auth_token_file, cfg.auth_key, &loose, err, sizeof(err)) < 0) {
             fprintf(stderr, "shardps-server: %s\n", err);
             return 2;
         }
         cfg.auth = 1;
         if (loose)
-            ps_warn("%s is readable by other users; chmod 600 it", auth_token_file);
+            ps_warn("%s is readable by other users; chmod 600 it", jo.auth_token_file);
     }
     rc = ps_kv_server_init(&app.srv, &app.loop, &cfg, ps__on_done, &app);
     if (rc < 0) {
         ps_error("cannot set up the shard: %s", ps_strerror(rc));
         return 1;
     }
-    if (restore) {
+    if (jo.restore) {
         char err[4096];
-        rc = ps_kv_server_restore(app.srv, restore_clock < 0 ? UINT64_MAX : (uint64_t)restore_clock,
+        rc = ps_kv_server_restore(app.srv,
+                                  jo.restore_clock < 0 ? UINT64_MAX : (uint64_t)jo.restore_clock,
                                   err, sizeof(err));
         if (rc < 0) {
-            ps_error("cannot restore from %s: %s", checkpoint_dir,
+            ps_error("cannot restore from %s: %s", jo.checkpoint_dir,
                      rc == -ENOENT ? "no checkpoint of this server there" : err);
             ps_kv_server_close(app.srv);
             uv_loop_close(&app.loop);
@@ -437,10 +383,11 @@ int main(int argc, char **argv)
             ((struct sockaddr_in6 *)&addr)->sin6_port = htons((uint16_t)port);
         ps_format_addr((struct sockaddr *)&addr, bound, sizeof(bound));
         if (strncmp(bound, listen, (size_t)(strrchr(bound, ':') - bound) + 1) == 0)
-            ps_info("listening on %s for %d worker%s", bound, workers, workers == 1 ? "" : "s");
+            ps_info("listening on %s for %d worker%s", bound, jo.workers,
+                    jo.workers == 1 ? "" : "s");
         else
             ps_info("listening on %s (%s, resolved once at start-up) for %d worker%s", bound,
-                    listen, workers, workers == 1 ? "" : "s");
+                    listen, jo.workers, jo.workers == 1 ? "" : "s");
         if (!cfg.auth && strncmp(bound, "127.", 4) != 0 && strncmp(bound, "[::1]", 5) != 0)
             ps_warn("listening beyond loopback without authentication: anyone who can reach "
                     "%s can read and change the model; use --auth-token-file",

@@ -9,8 +9,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PS_DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
-
 typedef struct {
     int n;           /* samples */
     int rows, cols;  /* image shape; features = rows * cols */

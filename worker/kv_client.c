@@ -321,6 +321,7 @@ static void ps__on_connect(ps_conn *conn, int status, void *data)
     hello.chunk_bytes = c->cfg.chunk_bytes;
     hello.server_index = (uint32_t)sv->index;
     hello.total_steps = c->cfg.total_steps;
+    hello.job_settings = (char *)c->cfg.job_settings;
     sv->server_proved = 0;
     if (c->auth) {
         ps_auth_nonce(sv->client_nonce);

@@ -41,6 +41,10 @@ typedef struct {
      * must we. */
     const uint8_t *auth_key;
     ps_compress compress; /* zero: PS_COMPRESS_NONE */
+    /* The job's settings (ps_job_settings_format), sent in every HELLO for
+     * the servers to compare with theirs; NULL: none sent. Borrowed: must
+     * outlive the client. */
+    const char *job_settings;
 } ps_kv_client_config;
 
 /* Running totals since the client was created. */

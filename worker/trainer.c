@@ -231,10 +231,17 @@ static int ps__load_data(ps_trainer *t)
     }
     features = t->train.rows * t->train.cols;
     if (features != o->spec.sizes[0]) {
-        ps_error("the data has %d features per sample but the model's input is %d", features,
-                 o->spec.sizes[0]);
+        ps_error("the data has %d features per sample but the model's input is %d (--input)",
+                 features, o->spec.sizes[0]);
         return -PS_EMISMATCH;
     }
+    for (int i = 0; i < t->train.n; i++)
+        if (t->train.labels[i] >= o->spec.sizes[o->spec.n_layers]) {
+            ps_error("sample %d of the data has label %d but the model has %d classes "
+                     "(--classes)",
+                     i, t->train.labels[i], o->spec.sizes[o->spec.n_layers]);
+            return -PS_EMISMATCH;
+        }
     t->steps_per_epoch = t->train.n / (o->batch * o->workers);
     if (t->steps_per_epoch == 0) {
         ps_error("--batch %d x %d workers exceeds the %d training samples; use a smaller batch",
@@ -269,6 +276,7 @@ static int ps__setup_client(ps_trainer *t)
     kc->max_payload = o->max_payload;
     kc->total_steps = t->total;
     kc->compress = o->compress;
+    kc->job_settings = o->job_settings;
     if (o->auth_token_file) {
         int loose = 0;
         rc = ps_auth_load_key(o->auth_token_file, t->auth_key, &loose, err, sizeof(err));

@@ -55,6 +55,9 @@ typedef struct {
     size_t chunk_bytes, max_payload;
     double connect_timeout; /* seconds to keep trying to reach the servers */
     ps_compress compress;
+    /* The job's settings for the servers to compare (ps_job_settings_format);
+     * borrowed until ps_trainer_free; NULL: none sent. */
+    const char *job_settings;
 } ps_trainer_config;
 
 typedef struct ps_trainer ps_trainer;

@@ -278,10 +278,11 @@ int main(int argc, char **argv)
     int n_json = 0;
     const ps_flag flags[] = {
         {"sizes", PS_FLAG_STRING, &sizes_text, "LIST", "weight array sizes (suffix K, M)", 0, 0,
-         NULL},
+         NULL, NULL, NULL},
         {"rounds", PS_FLAG_INT, &rounds, "N", "alternating timed blocks; the median is reported", 1,
-         PS__MAX_ROUNDS, NULL},
-        {"block", PS_FLAG_DOUBLE, &block_s, "S", "seconds per timed block", 0.001, 10, NULL},
+         PS__MAX_ROUNDS, NULL, NULL, NULL},
+        {"block", PS_FLAG_DOUBLE, &block_s, "S", "seconds per timed block", 0.001, 10, NULL, NULL,
+         NULL},
     };
     char sz[32];
 

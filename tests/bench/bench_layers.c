@@ -177,10 +177,12 @@ int main(int argc, char **argv)
 {
     int batch = 64, rounds = 5, steps = 10, rc;
     const ps_flag flags[] = {
-        {"batch", PS_FLAG_INT, &batch, "N", "samples per forward + backward", 1, 4096, NULL},
+        {"batch", PS_FLAG_INT, &batch, "N", "samples per forward + backward", 1, 4096, NULL, NULL,
+         NULL},
         {"rounds", PS_FLAG_INT, &rounds, "N", "timed rounds; the median is reported", 1,
-         PS__MAX_ROUNDS, NULL},
-        {"steps", PS_FLAG_INT, &steps, "N", "forward + backward passes per round", 1, 10000, NULL},
+         PS__MAX_ROUNDS, NULL, NULL, NULL},
+        {"steps", PS_FLAG_INT, &steps, "N", "forward + backward passes per round", 1, 10000, NULL,
+         NULL, NULL},
     };
     double per_batch[PS__MAX_ROUNDS], layer[L_N] = {0}, total = 0.0;
     cnn m;

@@ -44,6 +44,7 @@
 #include "bench_util.h"
 #include "clock.h"
 #include "dataset.h"
+#include "job_options.h"
 #include "flags.h"
 #include "kv_client.h"
 #include "model_spec.h"
@@ -697,31 +698,34 @@ int main(int argc, char **argv)
                   .data_dir = PS_DEFAULT_DATA_DIR};
     const ps_flag flags[] = {
         {"models", PS_FLAG_STRING, &o.models, "LIST",
-         "models to measure: default (784-256-128-10), wide (784-4096-4096-10)", 0, 0, NULL},
+         "models to measure: default (784-256-128-10), wide (784-4096-4096-10)", 0, 0, NULL, NULL,
+         NULL},
         {"steps", PS_FLAG_INT, &o.steps, "N",
          "measured steps per model (0: 500 for default, 20 for wide), after N/4 (at least 2) "
          "warm-up steps",
-         0, 100000, NULL},
-        {"servers", PS_FLAG_INT, &o.servers, "S", "parameter servers", 1, PS__MAX_SERVERS, NULL},
+         0, 100000, NULL, NULL, NULL},
+        {"servers", PS_FLAG_INT, &o.servers, "S", "parameter servers", 1, PS__MAX_SERVERS, NULL,
+         NULL, NULL},
         {"workers", PS_FLAG_INT, &o.workers, "W", "workers (and ranks for communication alone)", 1,
-         PS__MAX_WORKERS, NULL},
-        {"batch", PS_FLAG_INT, &o.batch, "B", "samples per step per worker", 1, 65536, NULL},
+         PS__MAX_WORKERS, NULL, NULL, NULL},
+        {"batch", PS_FLAG_INT, &o.batch, "B", "samples per step per worker", 1, 65536, NULL, NULL,
+         NULL},
         {"threads", PS_FLAG_INT, &o.threads, "N",
          "BLAS threads per worker and for compute alone (0: cores / workers, as shardps-cluster)",
-         0, 1024, NULL},
+         0, 1024, NULL, NULL, NULL},
         {"device", PS_FLAG_CHOICE, &o.device, "DEV", "where the workers compute", 0, 0,
-         "cpu|auto|cuda"},
+         "cpu|auto|cuda", NULL, NULL},
         {"tf32", PS_FLAG_BOOL, &o.tf32, NULL,
          "TF32 tensor-core products on a GPU (workers and compute alone; ignored on the CPU)", 0, 0,
-         NULL},
+         NULL, NULL, NULL},
         {"data-dir", PS_FLAG_STRING, &o.data_dir, "DIR", "folder with the Fashion-MNIST IDX files",
-         0, 0, NULL},
+         0, 0, NULL, NULL, NULL},
         {"server-bin", PS_FLAG_STRING, &o.server_bin, "PATH", "the shardps-server to start", 0, 0,
-         NULL},
+         NULL, NULL, NULL},
         {"worker-bin", PS_FLAG_STRING, &o.worker_bin, "PATH", "the shardps-worker to start", 0, 0,
-         NULL},
+         NULL, NULL, NULL},
         {"logs", PS_FLAG_BOOL, &o.logs, NULL, "let the servers and workers log to stderr", 0, 0,
-         NULL},
+         NULL, NULL, NULL},
     };
     char json[PS__N_MODELS][1024], err[512], dir[] = "/tmp/bench-train.XXXXXX";
     int models[PS__N_MODELS], n_models, n_json = 0, rc;

@@ -51,4 +51,11 @@ if "$RUNNER" --grid "$TMP/bad" --out "$TMP/bad-report" >"$TMP/out" 2>"$TMP/err";
 fi
 grep -q 'line 2 has no "="' "$TMP/err" || fail "the error does not name the line: $(cat "$TMP/err")"
 [ ! -e "$TMP/bad-report" ] || fail "a report folder was made for a bad grid"
+# A key that is no shardps-cluster option is refused by name, before any run.
+printf 'mode = sync\nweight_decay = 0, 0.1\nlr_sched = step\n' >"$TMP/typo"
+if "$RUNNER" --grid "$TMP/typo" --out "$TMP/typo-report" >"$TMP/out" 2>"$TMP/err"; then
+    fail "a grid key that is no option was accepted"
+fi
+grep -q "'lr-sched' is not a shardps-cluster option" "$TMP/err" || fail "the typo is not named: $(cat "$TMP/err")"
+[ ! -e "$TMP/typo-report" ] || fail "a report folder was made for a grid with a typo"
 echo "PASS: the runner ran 2 clusters and wrote the table and 3 plots"

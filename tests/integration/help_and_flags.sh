@@ -27,6 +27,31 @@ expect_error "must be below --workers" "$BUILD/shardps-worker" --rank 2 --worker
 expect_error "not a list of positive sizes" "$BUILD/shardps-server" --hidden 256,,128
 expect_error "SHARDPS_MODE" env SHARDPS_MODE=turbo "$BUILD/shardps-server"
 
+# The values the README shows for defaults are accepted, and shown back.
+for bin in shardps-server shardps-cluster; do
+    "$BUILD/$bin" --sync-quorum all --apply-threads auto --heartbeat-timeout off --print-config \
+        >"$TMP/cfg" 2>"$TMP/err" || { cat "$TMP/err" >&2; fail "$bin refused all/auto/off"; }
+    grep -q "^sync-quorum *= all " "$TMP/cfg" && grep -q "^apply-threads *= auto " "$TMP/cfg" ||
+        { cat "$TMP/cfg" >&2; fail "$bin --print-config does not show all/auto"; }
+done
+"$BUILD/shardps-worker" --clip-norm off --print-config | grep -q "^clip-norm *= off " ||
+    fail "the worker does not take --clip-norm off"
+expect_error "accepted: 0 to 64 or auto" "$BUILD/shardps-server" --apply-threads many
+
+# The launcher takes every job option the servers and workers take (one
+# table), so none can be unreachable from it.
+"$BUILD/shardps-cluster" --help >"$TMP/lhelp"
+for bin in shardps-server shardps-worker; do
+    "$BUILD/$bin" --print-config | sed -n 's/^\([a-z0-9-]*\) *=.*/\1/p' >"$TMP/names"
+    while read -r name; do
+        case $name in # each program's own, per process or per program
+        cluster | servers | listen | server-index | num-servers | ready-fd | metrics-file | \
+            metrics-interval | linger | rank | threads | no-eval | report-fd | report-steps | slow-ms) continue ;;
+        esac
+        grep -q -- "^  --$name[ =]" "$TMP/lhelp" || fail "shardps-cluster has no --$name, which $bin takes"
+    done <"$TMP/names"
+done
+
 # A data folder without the files: the error names the missing file.
 mkdir "$TMP/nodata"
 "$BUILD/shardps-worker" --data-dir "$TMP/nodata" 2>"$TMP/err" && fail "worker ran without data"

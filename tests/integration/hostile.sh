@@ -28,13 +28,14 @@ MAX_GROWTH=100
 growth=() heartbeat=()
 
 model=(--hidden 64,32)
+job=(--mode async --optimizer sgd --lr 0.05) # the real worker runs with the server's settings
 mkfifo "$TMP/port" "$TMP/report" "$TMP/silent"
 "$BUILD/shardps-server" --listen 127.0.0.1:0 --num-servers 1 --workers 2 --mode async \
-    "${model[@]}" "${heartbeat[@]}" --optimizer sgd --lr 0.05 --ready-fd 3 3>"$TMP/port" 2>"$TMP/server.err" &
+    "${model[@]}" "${job[@]}" "${heartbeat[@]}" --ready-fd 3 3>"$TMP/port" 2>"$TMP/server.err" &
 server=$!
 read -r -t 30 port <"$TMP/port" || fail "the server did not report its port"
 
-"$BUILD/shardps-worker" --servers "127.0.0.1:$port" --workers 2 --rank 0 "${model[@]}" \
+"$BUILD/shardps-worker" --servers "127.0.0.1:$port" --workers 2 --rank 0 "${model[@]}" "${job[@]}" \
     --batch 32 --steps "$STEPS" --slow-ms "$SLOW_MS" --no-eval --progress-every 100 \
     --report-fd 4 4>"$TMP/report" 2>"$TMP/w0.err" &
 worker=$!

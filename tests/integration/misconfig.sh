@@ -60,9 +60,9 @@ expect_worker_fails wrong_port 15 "cannot reach server 0 at 127.0.0.1:1" --conne
 # Wrong worker count and another model: refused at the handshake, so these
 # exit long before their 30 s connect timeout would.
 worker_file wrong_workers "127.0.0.1:$port" 3 32
-expect_worker_fails wrong_workers 15 "this server expects 2 workers" --connect-timeout 30
+expect_worker_fails wrong_workers 15 "workers: 3 on the worker, 2 on this server" --connect-timeout 30
 worker_file wrong_model "127.0.0.1:$port" 2 64
-expect_worker_fails wrong_model 15 "model mismatch: this server trains an MLP 784-32-10" \
+expect_worker_fails wrong_model 15 "hidden: 64 on the worker, 32 on this server" \
     --connect-timeout 30
 
 # A refused worker also says what it runs and where each value came from,
@@ -73,7 +73,7 @@ grep -q -- "this worker has --hidden 64 (from $TMP/wrong_model.ini:5)" "$TMP/wro
     { cat "$TMP/wrong_model.err" >&2; fail "wrong_model: the worker did not state its own side"; }
 
 # The server logged every refusal, and is still serving.
-for want in "expects 2 workers" "model mismatch"; do
+for want in "workers: 3 on the worker" "hidden: 64 on the worker"; do
     grep -q "closing .*: .*$want" "$TMP/server.err" ||
         { cat "$TMP/server.err" >&2; fail "the server did not log the refusal '$want'"; }
 done

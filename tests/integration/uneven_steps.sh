@@ -6,11 +6,12 @@
 source "$(dirname "$0")/lib.sh"
 
 mkfifo "$TMP/port"
-"$BUILD/shardps-server" --listen 127.0.0.1:0 --num-servers 1 --workers 2 --optimizer sgd \
-    --lr 0.05 --ready-fd 3 3>"$TMP/port" 2>"$TMP/server.err" &
+job=(--workers 2 --optimizer sgd --lr 0.05) # every process of the job takes these
+"$BUILD/shardps-server" --listen 127.0.0.1:0 --num-servers 1 "${job[@]}" \
+    --ready-fd 3 3>"$TMP/port" 2>"$TMP/server.err" &
 server=$!
 read -r port <"$TMP/port"
-common=(--servers "127.0.0.1:$port" --workers 2 --batch 32 --no-eval --progress-every 50)
+common=(--servers "127.0.0.1:$port" "${job[@]}" --batch 32 --no-eval --progress-every 50)
 "$BUILD/shardps-worker" "${common[@]}" --rank 0 --steps 150 2>"$TMP/w0.err" &
 w0=$!
 "$BUILD/shardps-worker" "${common[@]}" --rank 1 --steps 100 2>"$TMP/w1.err" &

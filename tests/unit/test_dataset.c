@@ -13,6 +13,7 @@
 #include <zlib.h>
 
 #include "dataset.h"
+#include "job_options.h"
 #include "ps_error.h"
 
 #define N_SAMPLES 5

@@ -16,30 +16,37 @@
 #include "flags.h"
 #include "ps_error.h"
 
-/* A worker-like and a server-like table over the same variables. */
-static const char *servers, *mode, *hidden, *cluster, *data_dir;
-static int rank_, workers, batch, print_config;
+/* A worker-like and a server-like table over the same variables; the
+ * options with a section are shared by both, as job_options.c builds them. */
+static const char *servers, *mode, *hidden, *cluster, *data_dir, *optim;
+static int rank_, workers, batch, print_config, quorum;
 static double lr, heartbeat;
 
 static const ps_flag worker_flags[] = {
-    {"cluster", PS_FLAG_STRING, &cluster, "FILE", "cluster file", 0, 0, NULL},
-    {"servers", PS_FLAG_STRING, &servers, "LIST", "servers", 0, 0, NULL},
-    {"rank", PS_FLAG_INT, &rank_, "R", "rank", 0, 100, NULL},
-    {"workers", PS_FLAG_INT, &workers, "W", "workers", 1, 100, NULL},
-    {"hidden", PS_FLAG_STRING, &hidden, "N,N", "hidden", 0, 0, NULL},
-    {"batch", PS_FLAG_INT, &batch, "B", "batch", 1, 1000, NULL},
-    {"data-dir", PS_FLAG_STRING, &data_dir, "DIR", "data", 0, 0, NULL},
-    {"print-config", PS_FLAG_BOOL, &print_config, NULL, "print", 0, 0, NULL},
+    {"cluster", PS_FLAG_STRING, &cluster, "FILE", "cluster file", 0, 0, NULL, NULL, NULL},
+    {"servers", PS_FLAG_STRING, &servers, "LIST", "servers", 0, 0, NULL, NULL, "cluster"},
+    {"rank", PS_FLAG_INT, &rank_, "R", "rank", 0, 100, NULL, NULL, NULL},
+    {"workers", PS_FLAG_INT, &workers, "W", "workers", 1, 100, NULL, NULL, "cluster"},
+    {"mode", PS_FLAG_CHOICE, &mode, "MODE", "mode", 0, 0, "sync|async|ssp", NULL, "cluster"},
+    {"hidden", PS_FLAG_STRING, &hidden, "N,N", "hidden", 0, 0, NULL, NULL, "model"},
+    {"optimizer", PS_FLAG_CHOICE, &optim, "NAME", "optimizer", 0, 0, "sgd|adam", NULL, "optimizer"},
+    {"lr", PS_FLAG_DOUBLE, &lr, "RATE", "lr", 0, 10, NULL, NULL, "optimizer"},
+    {"batch", PS_FLAG_INT, &batch, "B", "batch", 1, 1000, NULL, NULL, NULL},
+    {"data-dir", PS_FLAG_STRING, &data_dir, "DIR", "data", 0, 0, NULL, NULL, NULL},
+    {"print-config", PS_FLAG_BOOL, &print_config, NULL, "print", 0, 0, NULL, NULL, NULL},
 };
 
 static const ps_flag server_flags[] = {
-    {"cluster", PS_FLAG_STRING, &cluster, "FILE", "cluster file", 0, 0, NULL},
-    {"servers", PS_FLAG_STRING, &servers, "LIST", "servers", 0, 0, NULL},
-    {"workers", PS_FLAG_INT, &workers, "W", "workers", 1, 100, NULL},
-    {"mode", PS_FLAG_CHOICE, &mode, "MODE", "mode", 0, 0, "sync|async|ssp"},
-    {"hidden", PS_FLAG_STRING, &hidden, "N,N", "hidden", 0, 0, NULL},
-    {"lr", PS_FLAG_DOUBLE, &lr, "RATE", "lr", 0, 10, NULL},
-    {"heartbeat-timeout", PS_FLAG_DOUBLE, &heartbeat, "S", "heartbeat", 0, 100, NULL},
+    {"cluster", PS_FLAG_STRING, &cluster, "FILE", "cluster file", 0, 0, NULL, NULL, NULL},
+    {"servers", PS_FLAG_STRING, &servers, "LIST", "servers", 0, 0, NULL, NULL, "cluster"},
+    {"workers", PS_FLAG_INT, &workers, "W", "workers", 1, 100, NULL, NULL, "cluster"},
+    {"mode", PS_FLAG_CHOICE, &mode, "MODE", "mode", 0, 0, "sync|async|ssp", NULL, "cluster"},
+    {"hidden", PS_FLAG_STRING, &hidden, "N,N", "hidden", 0, 0, NULL, NULL, "model"},
+    {"optimizer", PS_FLAG_CHOICE, &optim, "NAME", "optimizer", 0, 0, "sgd|adam", NULL, "optimizer"},
+    {"lr", PS_FLAG_DOUBLE, &lr, "RATE", "lr", 0, 10, NULL, NULL, "optimizer"},
+    {"heartbeat-timeout", PS_FLAG_DOUBLE, &heartbeat, "S", "heartbeat", 0, 100, NULL, "off=0",
+     NULL},
+    {"sync-quorum", PS_FLAG_INT, &quorum, "K", "quorum", 1, 100, NULL, "all=0", NULL},
 };
 
 static char path[64];
@@ -49,6 +56,8 @@ static void defaults(void)
 {
     servers = "127.0.0.1:7000";
     mode = "sync";
+    optim = "adam";
+    quorum = 3;
     hidden = "256,128";
     cluster = data_dir = NULL;
     rank_ = 0;
@@ -60,6 +69,7 @@ static void defaults(void)
     unsetenv("SHARDPS_CLUSTER");
     unsetenv("SHARDPS_WORKERS");
     unsetenv("SHARDPS_LR");
+    unsetenv("SHARDPS_SYNC_QUORUM");
 }
 
 static void write_file(const char *text)
@@ -286,5 +296,38 @@ Test(flags, missing_file_and_help, .init = defaults)
     dup2(saved, 1);
     close(saved);
     close(devnull);
+    ps_flags_release(&ctx);
+}
+
+/* Words stand for numbers ("all" for 0): accepted as values, shown by
+ * --print-config, named in range errors; the number itself is accepted too
+ * even outside [min, max]. */
+Test(flags, words_stand_for_numbers, .init = defaults)
+{
+    ps_flags_ctx ctx;
+    const char *all[] = {"--sync-quorum", "all", "--heartbeat-timeout=off", NULL};
+    const char *zero[] = {"--sync-quorum", "0", NULL};
+    const char *bad[] = {"--sync-quorum", "most", NULL};
+    char out[4096];
+    FILE *f = tmpfile();
+    size_t n;
+
+    cr_assert_eq(load(&ctx, 1, all), 0, "%s", err);
+    cr_assert_eq(quorum, 0);
+    cr_assert_float_eq(heartbeat, 0, 1e-12);
+    ps_flags_print_config(&ctx, f);
+    rewind(f);
+    n = fread(out, 1, sizeof(out) - 1, f);
+    out[n] = '\0';
+    fclose(f);
+    cr_assert(strstr(out, "sync-quorum          = all "), "%s", out);
+    cr_assert(strstr(out, "heartbeat-timeout    = off "), "%s", out);
+    ps_flags_release(&ctx);
+    quorum = 3;
+    cr_assert_eq(load(&ctx, 1, zero), 0, "%s", err);
+    cr_assert_eq(quorum, 0);
+    ps_flags_release(&ctx);
+    cr_assert_eq(load(&ctx, 1, bad), -PS_EUSAGE);
+    cr_assert(strstr(err, "'most' is not an integer (accepted: 1 to 100 or all)"), "%s", err);
     ps_flags_release(&ctx);
 }

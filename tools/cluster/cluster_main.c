@@ -22,7 +22,7 @@
 #include "clock.h"
 #include "drills.h"
 #include "flags.h"
-#include "partition.h"
+#include "job_options.h"
 #include "ps_log.h"
 #include "report.h"
 
@@ -57,7 +57,7 @@ struct ps__cluster {
     uv_timer_t grace;
     ps__child children[PS__MAX_PROCS];
     int n_children;
-    int n_servers, n_workers;
+    int n_servers;
     int ports_known, workers_exited;
     int ports[PS__MAX_PROCS];
     int failed, interrupted, stopping;
@@ -70,21 +70,14 @@ struct ps__cluster {
      * (servers' /metrics), --eval-every; tty: stdout is a terminal, so
      * progress is one line redrawn in place. */
     const char *metrics_dir;
-    int metrics_port, eval_every, tty, progress_shown;
+    int metrics_port, tty, progress_shown;
     int steps_per_epoch;
     double t_train; /* when worker 0 started training */
     uint64_t total_steps;
-    const char *device; /* --device and --tf32, handed to every worker */
-    int tf32;
-    const char *compress; /* --compress, handed to every worker */
-    /* Options shared by every child. */
-    const char *bin_dir, *mode, *hidden, *data_dir, *dump_weights, *optimizer, *lr_schedule;
-    int epochs, batch, seed, staleness, steps, progress_every, json, threads, quorum;
-    int apply_threads;
-    int warmup_steps, damping, checkpoint_every, restore, restore_clock;
-    const char *auth_token_file;
-    const char *checkpoint_dir;
-    double lr, momentum, chunk_bytes, heartbeat_timeout, clip_norm;
+    /* The job options, each handed to every child that takes it. */
+    ps_job_options job;
+    const char *bin_dir, *dump_weights;
+    int json, threads;
 };
 
 static const char *ps__child_name(const ps__child *c, char *buf, size_t len)
@@ -124,11 +117,11 @@ static void ps__print_progress(ps__cluster *cl, const ps_report_progress *p)
     int epoch = p->epoch;
     uint64_t step = p->step;
 
-    for (int r = 0; r < cl->n_workers; r++)
+    for (int r = 0; r < cl->job.workers; r++)
         sps += cl->children[cl->n_servers + r].samples_per_second;
     if (!cl->tty) {
         printf("epoch %d/%d  step %" PRIu64 "/%" PRIu64 "  loss %.4f  %.0f samples/s\n", epoch,
-               cl->epochs, step, cl->total_steps, p->loss, sps);
+               cl->job.epochs, step, cl->total_steps, p->loss, sps);
     } else {
         char bar[21];
         int spe = cl->steps_per_epoch > 0 ? cl->steps_per_epoch : 1;
@@ -141,7 +134,7 @@ static void ps__print_progress(ps__cluster *cl, const ps_report_progress *p)
             eta = t / (double)step * (double)(cl->total_steps - step);
         printf("\r\033[Kepoch %d/%d [%s] step %" PRIu64 "/%" PRIu64
                "  loss %.4f  %.0f samples/s  staleness %.2f  ETA %d:%02d",
-               epoch, cl->epochs, bar, step, cl->total_steps, p->loss, sps, p->staleness_mean,
+               epoch, cl->job.epochs, bar, step, cl->total_steps, p->loss, sps, p->staleness_mean,
                (int)eta / 60, (int)eta % 60);
         cl->progress_shown = 1;
     }
@@ -330,7 +323,7 @@ static void ps__stop_servers(ps__cluster *cl)
  * processes themselves have exited. */
 static int ps__workers_finished(const ps__cluster *cl)
 {
-    for (int r = 0; r < cl->n_workers; r++) {
+    for (int r = 0; r < cl->job.workers; r++) {
         const ps__child *w = &cl->children[cl->n_servers + r];
         if (cl->n_children <= cl->n_servers + r || (w->running && !w->done))
             return 0;
@@ -368,7 +361,7 @@ static void ps__on_exit(uv_process_t *p, int64_t status, int term_signal)
         snprintf(why, sizeof(why), "%s exited before the workers finished", name);
         ps__fail(cl, why);
     }
-    if (c->role == PS__WORKER && ++cl->workers_exited == cl->n_workers && !cl->stopping)
+    if (c->role == PS__WORKER && ++cl->workers_exited == cl->job.workers && !cl->stopping)
         ps__stop_servers(cl);
     for (int i = 0; i < cl->n_children; i++)
         if (cl->children[i].running)
@@ -379,12 +372,15 @@ static void ps__on_exit(uv_process_t *p, int64_t status, int term_signal)
 
 extern char **environ;
 
-/* A child's argv, built flag by flag. Room for every flag either kind of
- * child is given, with a margin; a flag past it marks the argv as too long
+/* A child's argv: every job option it takes (ps_job_options_argv, texts in
+ * job_text), then its own flags (values in vals). Room for the whole table
+ * and the launcher's own flags; a flag past it marks the argv as too long
  * rather than writing out of bounds, and ps__spawn refuses it. */
-#define PS__CHILD_OPTS 40
+#define PS__CHILD_OPTS 24
+#define PS__CHILD_ARGV 160
 typedef struct {
-    char *argv[2 * PS__CHILD_OPTS + 2]; /* argv[0] is the program, set by ps__spawn */
+    char *argv[PS__CHILD_ARGV + 2]; /* argv[0] is the program, set by ps__spawn */
+    char job_text[16384];
     char vals[PS__CHILD_OPTS][4096];
     int n, v, too_long;
 } ps__child_args;
@@ -444,7 +440,7 @@ static int ps__spawn(ps__cluster *cl, ps__role role, int index, ps__child_args *
 /* A switch: "--name". */
 static void ps__flag(ps__child_args *a, const char *name)
 {
-    if (a->n + 2 >= (int)(sizeof(a->argv) / sizeof(a->argv[0]))) {
+    if (a->n + 1 >= PS__CHILD_ARGV) {
         a->too_long = 1;
         return;
     }
@@ -470,55 +466,37 @@ static void ps__opt(ps__child_args *a, const char *name, const char *fmt, ...)
     ps__flag(a, a->vals[a->v++]);
 }
 
-/* The options every server and worker must agree on. */
-static void ps__common_args(const ps__cluster *cl, ps__child_args *a)
+/* Starts a to-program's argv with every job option it takes, as this
+ * launcher holds them: none can be left out by hand. */
+static void ps__job_args(const ps__cluster *cl, unsigned to, ps__child_args *a)
 {
-    a->n = 0;
+    int n = ps_job_options_argv(&cl->job, PS_JOB_LAUNCHER, to, a->job_text, sizeof(a->job_text),
+                                a->argv + 1, PS__CHILD_ARGV);
+
+    a->n = n < 0 ? 0 : n;
     a->v = 0;
-    a->too_long = 0;
-    ps__opt(a, "--workers", "%d", cl->n_workers);
-    ps__opt(a, "--hidden", "%s", cl->hidden);
-    ps__opt(a, "--seed", "%d", cl->seed);
-    ps__opt(a, "--chunk-bytes", "%.0f", cl->chunk_bytes);
-    if (cl->auth_token_file)
-        ps__opt(a, "--auth-token-file", "%s", cl->auth_token_file);
+    a->too_long = n < 0;
 }
 
 /* Starts server i: on a port of the OS's choosing the first time, and on the
  * same port when it is restarted, so the workers' server list stays right. */
 static void ps__spawn_server(ps__cluster *cl, int i, int restore)
 {
-    ps__child_args a;
+    /* Static: too large for the stack; the loop's thread is the only one. */
+    static ps__child_args a;
 
-    ps__common_args(cl, &a);
+    ps__job_args(cl, PS_JOB_SERVER, &a);
     ps__opt(&a, "--listen", "127.0.0.1:%d", cl->ports[i]);
     ps__opt(&a, "--server-index", "%d", i);
     ps__opt(&a, "--num-servers", "%d", cl->n_servers);
-    ps__opt(&a, "--mode", "%s", cl->mode);
-    ps__opt(&a, "--staleness", "%d", cl->staleness);
-    ps__opt(&a, "--optimizer", "%s", cl->optimizer);
-    ps__opt(&a, "--lr", "%.9g", cl->lr);
-    ps__opt(&a, "--momentum", "%.9g", cl->momentum);
-    ps__opt(&a, "--lr-schedule", "%s", cl->lr_schedule);
-    ps__opt(&a, "--warmup-steps", "%d", cl->warmup_steps);
-    ps__opt(&a, "--sync-quorum", "%d", cl->quorum);
-    ps__opt(&a, "--apply-threads", "%d", cl->apply_threads);
-    ps__opt(&a, "--heartbeat-timeout", "%.9g", cl->heartbeat_timeout);
-    if (cl->damping)
-        ps__flag(&a, "--staleness-damping");
     ps__opt(&a, "--ready-fd", "%d", 3);
     if (cl->metrics_port >= 0)
         ps__opt(&a, "--metrics-port", "%d", cl->metrics_port ? cl->metrics_port + i : 0);
     if (cl->metrics_dir)
         ps__opt(&a, "--metrics-file", "%s/server-%d.jsonl", cl->metrics_dir, i);
-    if (cl->checkpoint_dir) {
-        ps__opt(&a, "--checkpoint-dir", "%s", cl->checkpoint_dir);
-        ps__opt(&a, "--checkpoint-every", "%d", cl->checkpoint_every);
-    }
-    if (restore)
-        ps__flag(&a, "--restore");
-    if (restore && cl->restore_clock >= 0)
-        ps__opt(&a, "--restore-clock", "%d", cl->restore_clock);
+    /* A server restarted after --kill-server resumes whatever the job's
+     * --restore says; the table already handed over --restore-clock. */
+    ps__flag(&a, restore ? "--restore=1" : "--restore=0");
     if (ps__spawn(cl, PS__SERVER, i, &a) < 0) {
         ps__fail(cl, "a server could not be started");
         return;
@@ -529,7 +507,7 @@ static void ps__spawn_server(ps__cluster *cl, int i, int restore)
 static void ps__start_servers(ps__cluster *cl)
 {
     for (int i = 0; i < cl->n_servers && !cl->failed; i++)
-        ps__spawn_server(cl, i, cl->restore);
+        ps__spawn_server(cl, i, cl->job.restore);
 }
 
 static void ps__start_workers(ps__cluster *cl)
@@ -541,30 +519,19 @@ static void ps__start_workers(ps__cluster *cl)
         off += (size_t)snprintf(servers + off, sizeof(servers) - off, "%s127.0.0.1:%d",
                                 i ? "," : "", cl->ports[i]);
     ps_info("%d server%s listening; starting %d worker%s", cl->n_servers,
-            cl->n_servers == 1 ? "" : "s", cl->n_workers, cl->n_workers == 1 ? "" : "s");
-    for (int r = 0; r < cl->n_workers && !cl->failed; r++) {
-        ps__child_args a;
+            cl->n_servers == 1 ? "" : "s", cl->job.workers, cl->job.workers == 1 ? "" : "s");
+    for (int r = 0; r < cl->job.workers && !cl->failed; r++) {
+        static ps__child_args a;
         uint64_t steps[PS_DRILLS_MAX_STEPS];
         int n_steps;
 
-        ps__common_args(cl, &a);
+        ps__job_args(cl, PS_JOB_WORKER, &a);
         ps__opt(&a, "--servers", "%s", servers);
         ps__opt(&a, "--rank", "%d", r);
-        ps__opt(&a, "--batch", "%d", cl->batch);
-        ps__opt(&a, "--epochs", "%d", cl->epochs);
-        ps__opt(&a, "--steps", "%d", cl->steps);
-        ps__opt(&a, "--data-dir", "%s", cl->data_dir);
         ps__opt(&a, "--threads", "%d", cl->threads);
-        ps__opt(&a, "--device", "%s", cl->device);
-        ps__opt(&a, "--compress", "%s", cl->compress);
-        if (cl->tf32)
-            ps__flag(&a, "--tf32");
-        ps__opt(&a, "--progress-every", "%d", cl->progress_every);
         ps__opt(&a, "--report-fd", "%d", 3);
         if (cl->metrics_dir)
             ps__opt(&a, "--metrics-file", "%s/worker-%d.jsonl", cl->metrics_dir, r);
-        if (cl->eval_every > 0)
-            ps__opt(&a, "--eval-every", "%d", cl->eval_every);
         if (r == 0 && cl->dump_weights)
             ps__opt(&a, "--dump-weights", "%s", cl->dump_weights);
         n_steps = ps_drills_report_steps(cl->drills, r, steps);
@@ -577,8 +544,6 @@ static void ps__start_workers(ps__cluster *cl)
         }
         if (ps_drills_slow_ms(cl->drills, r) > 0)
             ps__opt(&a, "--slow-ms", "%d", ps_drills_slow_ms(cl->drills, r));
-        if (cl->clip_norm > 0)
-            ps__opt(&a, "--clip-norm", "%.9g", cl->clip_norm);
         if (ps__spawn(cl, PS__WORKER, r, &a) < 0)
             ps__fail(cl, "a worker could not be started");
     }
@@ -597,24 +562,24 @@ static void ps__summary(const ps__cluster *cl, double wall)
 {
     double samples = 0, seconds = 0, sps, stale_mean = 0, stale_max = 0, pushed = 0;
 
-    for (int r = 0; r < cl->n_workers; r++) {
+    for (int r = 0; r < cl->job.workers; r++) {
         const ps__child *c = &cl->children[cl->n_servers + r];
         samples += c->samples;
         pushed += c->bytes_pushed;
-        stale_mean += c->staleness_mean / cl->n_workers;
+        stale_mean += c->staleness_mean / cl->job.workers;
         stale_max = fmax(stale_max, c->staleness_max);
         if (c->seconds > seconds)
             seconds = c->seconds;
     }
     sps = seconds > 0 ? samples / seconds : 0;
     printf("\nshardps-cluster summary\n");
-    printf("  mode              %s\n", cl->mode);
-    printf("  servers, workers  %d, %d\n", cl->n_servers, cl->n_workers);
+    printf("  mode              %s\n", cl->job.mode);
+    printf("  servers, workers  %d, %d\n", cl->n_servers, cl->job.workers);
     printf("  test accuracy     %.4f\n", cl->last_accuracy);
     printf("  wall time         %.1f s\n", wall);
     printf("  samples/s         %.0f (all workers, training only)\n", sps);
     printf("  pushed            %.1f MB (all workers' gradient payloads, --compress %s)\n",
-           pushed / 1e6, cl->compress);
+           pushed / 1e6, cl->job.compress);
     printf("  staleness         mean %.2f, max %.0f (steps, of the workers' applied pushes)\n",
            stale_mean, stale_max);
     if (cl->metrics_dir)
@@ -626,7 +591,8 @@ static void ps__summary(const ps__cluster *cl, double wall)
         printf("{\"test_accuracy\":%s,\"wall_seconds\":%.3f,\"samples_per_second\":%.1f,"
                "\"mode\":\"%s\",\"servers\":%d,\"workers\":%d,\"bytes_pushed\":%.0f,"
                "\"compress\":\"%s\"}\n",
-               acc, wall, sps, cl->mode, cl->n_servers, cl->n_workers, pushed, cl->compress);
+               acc, wall, sps, cl->job.mode, cl->n_servers, cl->job.workers, pushed,
+               cl->job.compress);
     }
     fflush(stdout);
 }
@@ -652,126 +618,81 @@ int main(int argc, char **argv)
     char self_dir[PATH_MAX];
     const char *kill_worker = NULL, *slow_worker = NULL, *pause_worker = NULL, *kill_server = NULL;
     int ncpu;
-    const ps_flag flags[] = {
-        {"servers", PS_FLAG_INT, &cl.n_servers, "S", "parameter servers to start", 1, 64, NULL},
-        {"workers", PS_FLAG_INT, &cl.n_workers, "W", "workers to start", 1, 128, NULL},
-        {"mode", PS_FLAG_CHOICE, &cl.mode, "MODE", "consistency: sync (BSP), async, or ssp", 0, 0,
-         "sync|async|ssp"},
-        {"staleness", PS_FLAG_INT, &cl.staleness, "S", "clocks a worker may run ahead in ssp mode",
-         0, 1000000, NULL},
-        {"epochs", PS_FLAG_INT, &cl.epochs, "E", "passes over the training data", 1, 100000, NULL},
-        {"steps", PS_FLAG_INT, &cl.steps, "N", "stop after N steps (0: run every epoch)", 0,
-         2147483647, NULL},
-        {"batch", PS_FLAG_INT, &cl.batch, "B", "samples per step on each worker", 1, 65536, NULL},
-        {"optimizer", PS_FLAG_CHOICE, &cl.optimizer, "NAME", "server-side update rule", 0, 0,
-         "sgd|nesterov|adam|adamw|adagrad"},
-        {"lr", PS_FLAG_DOUBLE, &cl.lr, "RATE", "learning rate", 0, 1000, NULL},
-        {"momentum", PS_FLAG_DOUBLE, &cl.momentum, "MU", "momentum for sgd and nesterov", 0,
-         0.999999, NULL},
-        {"hidden", PS_FLAG_STRING, &cl.hidden, "N,N,...", "hidden layer sizes of the MLP", 0, 0,
-         NULL},
-        {"seed", PS_FLAG_INT, &cl.seed, "N", "seed for weights and data order", 0, 2147483647,
-         NULL},
-        {"chunk-bytes", PS_FLAG_DOUBLE, &cl.chunk_bytes, "BYTES",
-         "largest chunk a tensor is cut into", 4, 1 << 30, NULL},
-        {"data-dir", PS_FLAG_STRING, &cl.data_dir, "DIR", "folder with the Fashion-MNIST IDX files",
-         0, 0, NULL},
-        {"progress-every", PS_FLAG_INT, &cl.progress_every, "N", "progress line every N steps", 1,
-         1000000, NULL},
+    /* The job options first, then the launcher's own. Static: too large for
+     * the stack, and the context must outlive every use of the strings. */
+    static ps_flag flags[96];
+    static ps_flags_ctx ctx;
+    int print_config = 0, nflags;
+    const ps_flag own[] = {
+        {"servers", PS_FLAG_INT, &cl.n_servers, "S", "parameter servers to start", 1, 64, NULL,
+         NULL, NULL},
         {"threads", PS_FLAG_INT, &cl.threads, "N", "BLAS threads per worker (0: cores / workers)",
-         0, 1024, NULL},
-        {"device", PS_FLAG_CHOICE, &cl.device, "DEV",
-         "where workers compute: auto (CUDA if a usable GPU is present, else CPU), cpu, cuda", 0, 0,
-         "auto|cpu|cuda"},
-        {"tf32", PS_FLAG_BOOL, &cl.tf32, NULL, "CUDA workers: matrix products in TF32", 0, 0, NULL},
-        {"compress", PS_FLAG_CHOICE, &cl.compress, "KIND",
-         "how workers push gradients: none (float32) or fp16 (half the bytes)", 0, 0, "none|fp16"},
-        {"lr-schedule", PS_FLAG_CHOICE, &cl.lr_schedule, "KIND",
-         "learning-rate schedule over the planned steps", 0, 0, "constant|step|cosine"},
-        {"warmup-steps", PS_FLAG_INT, &cl.warmup_steps, "N", "linear warm-up over N steps", 0,
-         2147483647, NULL},
-        {"apply-threads", PS_FLAG_INT, &cl.apply_threads, "N",
-         "threads per server for optimizer updates (0: on its loop; -1: auto by cores)", -1, 64,
-         NULL},
-        {"sync-quorum", PS_FLAG_INT, &cl.quorum, "K",
-         "sync: apply a step once K workers pushed it (backup workers; 0: all)", 0, 128, NULL},
-        {"staleness-damping", PS_FLAG_BOOL, &cl.damping, NULL,
-         "async/ssp: scale the rate by 1/(1+staleness)", 0, 0, NULL},
-        {"heartbeat-timeout", PS_FLAG_DOUBLE, &cl.heartbeat_timeout, "SECONDS",
-         "a worker silent this long leaves the barrier", 0, 86400, NULL},
-        {"clip-norm", PS_FLAG_DOUBLE, &cl.clip_norm, "NORM",
-         "clip each tensor's gradient to this L2 norm (0: off)", 0, 1e9, NULL},
+         0, 1024, NULL, NULL, NULL},
         {"slow-worker", PS_FLAG_STRING, &slow_worker, "RANK:MS",
-         "make that worker wait MS every step (straggler experiments)", 0, 0, NULL},
+         "make that worker wait MS every step (straggler experiments)", 0, 0, NULL, NULL, NULL},
         {"pause-worker", PS_FLAG_STRING, &pause_worker, "RANK@STEP:N",
-         "SIGSTOP that worker at STEP, SIGCONT once another is N steps further", 0, 0, NULL},
-        {"checkpoint-dir", PS_FLAG_STRING, &cl.checkpoint_dir, "DIR",
-         "servers checkpoint here (periodically, on SIGTERM and at the end)", 0, 0, NULL},
-        {"checkpoint-every", PS_FLAG_INT, &cl.checkpoint_every, "STEPS",
-         "with --checkpoint-dir: checkpoint every N steps (0: only at the end)", 0, 2147483647,
+         "SIGSTOP that worker at STEP, SIGCONT once another is N steps further", 0, 0, NULL, NULL,
          NULL},
-        {"restore", PS_FLAG_BOOL, &cl.restore, NULL,
-         "servers resume from --checkpoint-dir (same options as the first run)", 0, 0, NULL},
-        {"restore-clock", PS_FLAG_INT, &cl.restore_clock, "N",
-         "with --restore: every server takes its newest checkpoint at or before clock N", -1,
-         2147483647, NULL},
         {"kill-server", PS_FLAG_STRING, &kill_server, "I@STEP",
-         "SIGKILL server I once worker 0 reports STEP, then restart it with --restore", 0, 0, NULL},
+         "SIGKILL server I once worker 0 reports STEP, then restart it with --restore", 0, 0, NULL,
+         NULL, NULL},
+        {"kill-worker", PS_FLAG_STRING, &kill_worker, "RANK@STEP",
+         "SIGKILL that worker once it reports that step (fault drills)", 0, 0, NULL, NULL, NULL},
         {"metrics-dir", PS_FLAG_STRING, &cl.metrics_dir, "DIR",
          "write JSON-lines metrics of every process here (server-I.jsonl, worker-R.jsonl)", 0, 0,
-         NULL},
+         NULL, NULL, NULL},
         {"metrics-port", PS_FLAG_INT, &cl.metrics_port, "PORT",
-         "servers serve Prometheus /metrics on PORT+index (0: any free port, logged; -1: off)", -1,
-         65535, NULL},
-        {"eval-every", PS_FLAG_INT, &cl.eval_every, "N",
-         "rank 0 also evaluates on the test set every N steps (0: once per epoch)", 0, 2147483647,
-         NULL},
-        {"json", PS_FLAG_BOOL, &cl.json, NULL, "end with the summary as one JSON line", 0, 0, NULL},
+         "servers serve Prometheus /metrics on PORT+index (0: any free port, logged)", 0, 65535,
+         NULL, "off=-1", NULL},
+        {"json", PS_FLAG_BOOL, &cl.json, NULL, "end with the summary as one JSON line", 0, 0, NULL,
+         NULL, NULL},
         {"dump-weights", PS_FLAG_STRING, &cl.dump_weights, "FILE",
-         "rank 0 writes the final weights here", 0, 0, NULL},
-        {"kill-worker", PS_FLAG_STRING, &kill_worker, "RANK@STEP",
-         "SIGKILL that worker once it reports that step (fault drills)", 0, 0, NULL},
-        {"auth-token-file", PS_FLAG_STRING, &cl.auth_token_file, "FILE",
-         "servers and workers authenticate each other with this shared secret", 0, 0, NULL},
+         "rank 0 writes the final weights here", 0, 0, NULL, NULL, NULL},
         {"bin-dir", PS_FLAG_STRING, &cl.bin_dir, "DIR",
-         "where shardps-server and shardps-worker are (default: beside this program)", 0, 0, NULL},
+         "where shardps-server and shardps-worker are (default: beside this program)", 0, 0, NULL,
+         NULL, NULL},
+        {"print-config", PS_FLAG_BOOL, &print_config, NULL,
+         "print the effective settings and where each came from, then exit", 0, 0, NULL, NULL,
+         NULL},
     };
+    int n_own = (int)(sizeof(own) / sizeof(own[0])), max = (int)(sizeof(flags) / sizeof(flags[0]));
     double wall;
     int rc;
 
+    ps_job_options_defaults(&cl.job);
+    /* A launcher's job: two of each, unlike a lone server or worker. */
+    cl.job.workers = 2;
     cl.n_servers = 2;
-    cl.n_workers = 2;
-    cl.mode = "sync";
-    cl.staleness = 2;
-    cl.epochs = 10;
-    cl.batch = 64;
-    cl.optimizer = "adam";
-    cl.lr = 0.001;
-    cl.momentum = 0.9;
-    cl.hidden = "256,128";
-    cl.device = "auto";
-    cl.compress = "none";
-    cl.seed = 1;
-    cl.chunk_bytes = PS_DEFAULT_CHUNK_BYTES;
-    cl.data_dir = "/usr/share/datasets/fashion-mnist";
-    cl.progress_every = 200;
     cl.metrics_port = -1;
-    cl.restore_clock = -1;
-    cl.lr_schedule = "cosine";
-    cl.heartbeat_timeout = 10;
-    cl.apply_threads = -1;
     if (ps__self_dir(self_dir, sizeof(self_dir)) == 0)
         cl.bin_dir = self_dir;
     /* A peer that resets while we write must cost a connection, not the
      * process: take write errors as EPIPE instead of the signal. */
     signal(SIGPIPE, SIG_IGN);
-    rc = ps_flags_parse(flags, (int)(sizeof(flags) / sizeof(flags[0])), argc, argv,
-                        "shardps-cluster",
-                        "Runs a parameter-server job on this machine: S servers and W workers on "
-                        "127.0.0.1, ports chosen by the OS.");
+    nflags = ps_job_options_flags(&cl.job, PS_JOB_LAUNCHER, flags, max);
+    if (nflags < 0 || nflags + n_own > max)
+        return 1;
+    memcpy(flags + nflags, own, sizeof(own));
+    ctx.flags = flags;
+    ctx.n = nflags + n_own;
+    ctx.prog = "shardps-cluster";
+    ctx.summary = "Runs a parameter-server job on this machine: S servers and W workers on "
+                  "127.0.0.1, ports chosen by the OS.";
+    rc = ps_flags_load(&ctx, argc, argv);
     if (rc != 0)
         return rc > 0 ? 0 : 2;
-    if (cl.restore && cl.checkpoint_dir == NULL) {
+    if (print_config) {
+        ps_flags_print_config(&ctx, stdout);
+        return 0;
+    }
+    if (cl.job.workers > 128) {
+        fprintf(stderr,
+                "shardps-cluster: --workers %d: this launcher starts at most 128; see "
+                "shardps-cluster --help\n",
+                cl.job.workers);
+        return 2;
+    }
+    if (cl.job.restore && cl.job.checkpoint_dir == NULL) {
         fprintf(stderr, "shardps-cluster: --restore needs --checkpoint-dir DIR; see "
                         "shardps-cluster --help\n");
         return 2;
@@ -781,9 +702,9 @@ int main(int argc, char **argv)
                                      pause_worker,
                                      kill_server,
                                      slow_worker,
-                                     cl.n_workers,
+                                     cl.job.workers,
                                      cl.n_servers,
-                                     cl.checkpoint_dir != NULL};
+                                     cl.job.checkpoint_dir != NULL};
         char err[256];
         rc = ps_drills_init(&cl.drills, &dc, err, sizeof(err));
         if (rc < 0) {
@@ -799,7 +720,7 @@ int main(int argc, char **argv)
     }
     ncpu = (int)uv_available_parallelism();
     if (cl.threads == 0)
-        cl.threads = ncpu / cl.n_workers > 1 ? ncpu / cl.n_workers : 1;
+        cl.threads = ncpu / cl.job.workers > 1 ? ncpu / cl.job.workers : 1;
     if (cl.metrics_dir && mkdir(cl.metrics_dir, 0777) < 0 && errno != EEXIST) {
         fprintf(stderr, "shardps-cluster: cannot create --metrics-dir %s: %s\n", cl.metrics_dir,
                 strerror(errno));
@@ -819,6 +740,8 @@ int main(int argc, char **argv)
     }
     cl.tty = isatty(STDOUT_FILENO);
     ps_log_set_role("cluster");
+    if (cl.job.verbose)
+        ps_log_set_level(PS_LOG_DEBUG);
     setvbuf(stdout, NULL, _IOLBF, 0);
 
     cl.child_env = ps_child_env(environ);
@@ -835,8 +758,8 @@ int main(int argc, char **argv)
     uv_signal_start(&cl.sigint, ps__on_signal, SIGINT);
     uv_signal_start(&cl.sigterm, ps__on_signal, SIGTERM);
     ps_info("starting %d server%s and %d worker%s, mode %s, %d epoch%s", cl.n_servers,
-            cl.n_servers == 1 ? "" : "s", cl.n_workers, cl.n_workers == 1 ? "" : "s", cl.mode,
-            cl.epochs, cl.epochs == 1 ? "" : "s");
+            cl.n_servers == 1 ? "" : "s", cl.job.workers, cl.job.workers == 1 ? "" : "s",
+            cl.job.mode, cl.job.epochs, cl.job.epochs == 1 ? "" : "s");
     cl.t_start = ps_clock_now();
     cl.last_accuracy = NAN;
     ps__start_servers(&cl);

@@ -426,12 +426,13 @@ int main(int argc, char **argv)
     int once = 0, n, cur = 0, tty, rc;
     const ps_flag flags[] = {
         {"metrics", PS_FLAG_STRING, &endpoints, "HOST:PORT,...",
-         "the servers' metrics endpoints (or give them as the first argument)", 0, 0, NULL},
-        {"once", PS_FLAG_BOOL, &once, NULL, "print one snapshot and exit", 0, 0, NULL},
-        {"interval", PS_FLAG_DOUBLE, &interval, "SECONDS", "time between refreshes", 0.1, 3600,
+         "the servers' metrics endpoints (or give them as the first argument)", 0, 0, NULL, NULL,
          NULL},
+        {"once", PS_FLAG_BOOL, &once, NULL, "print one snapshot and exit", 0, 0, NULL, NULL, NULL},
+        {"interval", PS_FLAG_DOUBLE, &interval, "SECONDS", "time between refreshes", 0.1, 3600,
+         NULL, NULL, NULL},
         {"timeout", PS_FLAG_DOUBLE, &timeout, "SECONDS", "give up on a server after this long", 0.1,
-         600, NULL},
+         600, NULL, NULL, NULL},
     };
 
     signal(SIGPIPE, SIG_IGN);

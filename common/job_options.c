@@ -1,0 +1,386 @@
+/* The one table of job-wide options (see job_options.h). */
+#include "job_options.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "frame.h"
+#include "partition.h"
+
+#define PS__S PS_JOB_SERVER
+#define PS__W PS_JOB_WORKER
+#define PS__L PS_JOB_LAUNCHER
+
+typedef struct {
+    const char *name;
+    ps_flag_type type;
+    size_t offset; /* of the member in ps_job_options */
+    const char *metavar, *help;
+    double min, max;
+    const char *choices, *words, *section;
+    double def;           /* INT, DOUBLE, BOOL */
+    const char *def_text; /* STRING, CHOICE */
+    unsigned programs;
+    int agree; /* every process of a job must hold the same value */
+} ps__job_option;
+
+#define PS__AT(member) offsetof(ps_job_options, member)
+
+/* A new option that more than one program takes goes here, and nowhere else. */
+static const ps__job_option ps__table[] = {
+    /* [cluster] */
+    {"servers", PS_FLAG_STRING, PS__AT(servers), "HOST:PORT,...",
+     "every server of the job in index order (a server: sets --num-servers and, unless given, "
+     "--listen)",
+     0, 0, NULL, NULL, "cluster", 0, "127.0.0.1:7000", PS__S | PS__W, 0},
+    {"workers", PS_FLAG_INT, PS__AT(workers), "W", "number of workers in the job", 1, 65536, NULL,
+     NULL, "cluster", 1, NULL, PS__S | PS__W | PS__L, 1},
+    {"mode", PS_FLAG_CHOICE, PS__AT(mode), "MODE", "consistency: sync (BSP), async, or ssp", 0, 0,
+     "sync|async|ssp", NULL, "cluster", 0, "sync", PS__S | PS__W | PS__L, 1},
+    {"staleness", PS_FLAG_INT, PS__AT(staleness), "S", "clocks a worker may run ahead in ssp mode",
+     0, 1000000, NULL, NULL, "cluster", 2, NULL, PS__S | PS__W | PS__L, 1},
+    {"auth-token-file", PS_FLAG_STRING, PS__AT(auth_token_file), "FILE",
+     "servers and workers prove to each other that they hold this shared secret", 0, 0, NULL, NULL,
+     "cluster", 0, NULL, PS__S | PS__W | PS__L, 0},
+    /* [model] */
+    {"hidden", PS_FLAG_STRING, PS__AT(hidden), "N,N,...", "hidden layer sizes of the MLP", 0, 0,
+     NULL, NULL, "model", 0, "256,128", PS__S | PS__W | PS__L, 1},
+    {"input", PS_FLAG_INT, PS__AT(input), "N", "input features (a worker checks its data has them)",
+     1, 1 << 20, NULL, NULL, "model", 784, NULL, PS__S | PS__W | PS__L, 1},
+    {"classes", PS_FLAG_INT, PS__AT(classes), "N",
+     "output classes (a worker checks its labels are below it)", 1, 1 << 20, NULL, NULL, "model",
+     10, NULL, PS__S | PS__W | PS__L, 1},
+    {"seed", PS_FLAG_INT, PS__AT(seed), "N", "seed for the initial weights and the data order", 0,
+     2147483647, NULL, NULL, "model", 1, NULL, PS__S | PS__W | PS__L, 1},
+    {"chunk-bytes", PS_FLAG_DOUBLE, PS__AT(chunk_bytes), "BYTES",
+     "largest chunk a tensor is cut into", 4, 1 << 30, NULL, NULL, "model", PS_DEFAULT_CHUNK_BYTES,
+     NULL, PS__S | PS__W | PS__L, 1},
+    /* [optimizer] */
+    {"optimizer", PS_FLAG_CHOICE, PS__AT(optimizer), "NAME", "the servers' update rule", 0, 0,
+     "sgd|nesterov|adam|adamw|adagrad", NULL, "optimizer", 0, "adam", PS__S | PS__W | PS__L, 1},
+    {"lr", PS_FLAG_DOUBLE, PS__AT(lr), "RATE", "learning rate", 0, 1000, NULL, NULL, "optimizer",
+     0.001, NULL, PS__S | PS__W | PS__L, 1},
+    {"momentum", PS_FLAG_DOUBLE, PS__AT(momentum), "MU", "momentum for sgd and nesterov", 0,
+     0.999999, NULL, NULL, "optimizer", 0.9, NULL, PS__S | PS__W | PS__L, 1},
+    {"weight-decay", PS_FLAG_DOUBLE, PS__AT(weight_decay), "L2",
+     "weight decay (decoupled for adamw, L2 in the gradient for the others)", 0, 10, NULL, "off=0",
+     "optimizer", 0, NULL, PS__S | PS__W | PS__L, 1},
+    {"lr-schedule", PS_FLAG_CHOICE, PS__AT(lr_schedule), "KIND",
+     "learning-rate schedule over the planned steps", 0, 0, "constant|step|cosine", NULL,
+     "optimizer", 0, "cosine", PS__S | PS__W | PS__L, 1},
+    {"warmup-steps", PS_FLAG_INT, PS__AT(warmup_steps), "N",
+     "linear warm-up over the first N steps", 0, 2147483647, NULL, NULL, "optimizer", 0, NULL,
+     PS__S | PS__W | PS__L, 1},
+    {"total-steps", PS_FLAG_INT, PS__AT(total_steps), "N",
+     "steps a cosine schedule spans (0: as planned by the workers)", 0, 2147483647, NULL, NULL,
+     "optimizer", 0, NULL, PS__S | PS__W | PS__L, 1},
+    {"lr-step-size", PS_FLAG_INT, PS__AT(lr_step_size), "N",
+     "step schedule: multiply the rate by --lr-gamma every N steps", 0, 2147483647, NULL, NULL,
+     "optimizer", 0, NULL, PS__S | PS__W | PS__L, 1},
+    {"lr-gamma", PS_FLAG_DOUBLE, PS__AT(lr_gamma), "G", "step schedule: decay factor", 0, 1, NULL,
+     NULL, "optimizer", 0.1, NULL, PS__S | PS__W | PS__L, 1},
+    {"min-lr", PS_FLAG_DOUBLE, PS__AT(min_lr), "RATE", "cosine schedule: final rate", 0, 1000, NULL,
+     NULL, "optimizer", 0, NULL, PS__S | PS__W | PS__L, 1},
+    /* How servers apply pushes. */
+    {"sync-quorum", PS_FLAG_INT, PS__AT(sync_quorum), "K",
+     "sync: apply a step once K workers pushed it; later pushes are dropped (backup workers)", 0,
+     65536, NULL, "all=0", NULL, 0, NULL, PS__S | PS__L, 0},
+    {"staleness-damping", PS_FLAG_BOOL, PS__AT(staleness_damping), NULL,
+     "async/ssp: scale the rate by 1/(1+staleness) of each gradient", 0, 0, NULL, NULL, NULL, 0,
+     NULL, PS__S | PS__L, 0},
+    {"apply-threads", PS_FLAG_INT, PS__AT(apply_threads), "N",
+     "threads per server for optimizer updates of large chunks (0: on the event loop; auto: 0 "
+     "below 4 cores, else cores/2 up to 4)",
+     0, 64, NULL, "auto=-1", NULL, -1, NULL, PS__S | PS__L, 0},
+    {"reject-nonfinite", PS_FLAG_BOOL, PS__AT(reject_nonfinite), NULL,
+     "drop pushes with NaN or Inf gradients (counted and logged; =0 to apply them)", 0, 0, NULL,
+     NULL, NULL, 1, NULL, PS__S | PS__L, 0},
+    /* How workers train. */
+    {"batch", PS_FLAG_INT, PS__AT(batch), "B", "samples per step on each worker", 1, 65536, NULL,
+     NULL, NULL, 64, NULL, PS__W | PS__L, 0},
+    {"epochs", PS_FLAG_INT, PS__AT(epochs), "E", "passes over the training data", 1, 100000, NULL,
+     NULL, NULL, 10, NULL, PS__W | PS__L, 0},
+    {"steps", PS_FLAG_INT, PS__AT(steps), "N", "stop after N steps in all (0: run every epoch)", 0,
+     2147483647, NULL, NULL, NULL, 0, NULL, PS__W | PS__L, 0},
+    {"data-dir", PS_FLAG_STRING, PS__AT(data_dir), "DIR", "folder with the Fashion-MNIST IDX files",
+     0, 0, NULL, NULL, NULL, 0, PS_DEFAULT_DATA_DIR, PS__W | PS__L, 0},
+    {"device", PS_FLAG_CHOICE, PS__AT(device), "DEV",
+     "where workers compute: auto (CUDA if a usable GPU is present, else CPU), cpu, cuda", 0, 0,
+     "auto|cpu|cuda", NULL, NULL, 0, "auto", PS__W | PS__L, 0},
+    {"tf32", PS_FLAG_BOOL, PS__AT(tf32), NULL,
+     "CUDA: matrix products in TF32 on tensor cores (faster, ~1e-3 relative error)", 0, 0, NULL,
+     NULL, NULL, 0, NULL, PS__W | PS__L, 0},
+    {"compress", PS_FLAG_CHOICE, PS__AT(compress), "KIND",
+     "how pushes carry gradients: none (float32) or fp16 (IEEE half, half the bytes; the "
+     "servers accumulate in float32)",
+     0, 0, "none|fp16", NULL, NULL, 0, "none", PS__W | PS__L, 0},
+    {"clip-norm", PS_FLAG_DOUBLE, PS__AT(clip_norm), "NORM",
+     "scale each tensor's gradient to at most this L2 norm", 0, 1e9, NULL, "off=0", NULL, 0, NULL,
+     PS__W | PS__L, 0},
+    {"eval-every", PS_FLAG_INT, PS__AT(eval_every), "N",
+     "rank 0 also evaluates on the test set every N steps (0: once per epoch)", 0, 2147483647, NULL,
+     NULL, NULL, 0, NULL, PS__W | PS__L, 0},
+    {"progress-every", PS_FLAG_INT, PS__AT(progress_every), "N", "report progress every N steps", 1,
+     1000000, NULL, NULL, NULL, 100, NULL, PS__W | PS__L, 0},
+    /* Checkpoints. */
+    {"checkpoint-dir", PS_FLAG_STRING, PS__AT(checkpoint_dir), "DIR",
+     "servers checkpoint here (periodically, on SIGTERM/SIGINT and at the end)", 0, 0, NULL, NULL,
+     NULL, 0, NULL, PS__S | PS__L, 0},
+    {"checkpoint-every", PS_FLAG_INT, PS__AT(checkpoint_every), "STEPS",
+     "checkpoint every N steps (0: not by steps)", 0, 2147483647, NULL, NULL, NULL, 0, NULL,
+     PS__S | PS__L, 0},
+    {"checkpoint-seconds", PS_FLAG_DOUBLE, PS__AT(checkpoint_seconds), "SECONDS",
+     "checkpoint at most this often by time (0: not by time)", 0, 86400 * 365, NULL, NULL, NULL, 0,
+     NULL, PS__S | PS__L, 0},
+    {"keep-checkpoints", PS_FLAG_INT, PS__AT(keep_checkpoints), "N", "newest checkpoints kept", 1,
+     1000000, NULL, NULL, NULL, 3, NULL, PS__S | PS__L, 0},
+    {"restore", PS_FLAG_BOOL, PS__AT(restore), NULL,
+     "servers resume from the newest usable checkpoint in --checkpoint-dir", 0, 0, NULL, NULL, NULL,
+     0, NULL, PS__S | PS__L, 0},
+    {"restore-clock", PS_FLAG_DOUBLE, PS__AT(restore_clock), "N",
+     "with --restore: the newest checkpoint at or before clock N (to put every server on the "
+     "same clock)",
+     -1, 1e18, NULL, "newest=-1", NULL, -1, NULL, PS__S | PS__L, 0},
+    /* Deadlines and limits. */
+    {"heartbeat-timeout", PS_FLAG_DOUBLE, PS__AT(heartbeat_timeout), "SECONDS",
+     "a worker silent this long leaves the barrier", 0, 86400, NULL, "off=0", NULL, 10, NULL,
+     PS__S | PS__L, 0},
+    {"connect-timeout", PS_FLAG_DOUBLE, PS__AT(connect_timeout), "SECONDS",
+     "how long a worker keeps trying to reach the servers", 0, 86400, NULL, NULL, NULL, 30, NULL,
+     PS__W | PS__L, 0},
+    {"max-reconnects", PS_FLAG_INT, PS__AT(max_reconnects), "N",
+     "a worker rejoins the job at most N times after losing a server", 0, 1000000, NULL, NULL, NULL,
+     10, NULL, PS__W | PS__L, 0},
+    {"max-payload", PS_FLAG_DOUBLE, PS__AT(max_payload), "BYTES", "largest frame payload accepted",
+     1024, 1ull << 40, NULL, NULL, NULL, (double)PS_DEFAULT_MAX_PAYLOAD, NULL,
+     PS__S | PS__W | PS__L, 0},
+    {"verbose", PS_FLAG_BOOL, PS__AT(verbose), NULL, "log debug detail", 0, 0, NULL, NULL, NULL, 0,
+     NULL, PS__S | PS__W | PS__L, 0},
+};
+#define PS__N ((int)(sizeof(ps__table) / sizeof(ps__table[0])))
+
+static void *ps__member(const ps_job_options *o, const ps__job_option *d)
+{
+    return (char *)o + d->offset;
+}
+
+void ps_job_options_defaults(ps_job_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    for (int i = 0; i < PS__N; i++) {
+        const ps__job_option *d = &ps__table[i];
+        void *m = ps__member(o, d);
+        switch (d->type) {
+        case PS_FLAG_INT:
+        case PS_FLAG_BOOL:
+            *(int *)m = (int)d->def;
+            break;
+        case PS_FLAG_DOUBLE:
+            *(double *)m = d->def;
+            break;
+        case PS_FLAG_STRING:
+        case PS_FLAG_CHOICE:
+            *(const char **)m = d->def_text;
+            break;
+        }
+    }
+}
+
+int ps_job_options_flags(ps_job_options *o, unsigned program, ps_flag *out, int max)
+{
+    int n = 0;
+
+    for (int i = 0; i < PS__N; i++) {
+        const ps__job_option *d = &ps__table[i];
+        if (!(d->programs & program))
+            continue;
+        if (n == max)
+            return -ENOSPC;
+        out[n++] = (ps_flag){d->name, d->type, ps__member(o, d), d->metavar, d->help,
+                             d->min,  d->max,  d->choices,       d->words,   d->section};
+    }
+    return n;
+}
+
+/* The value of d in o as text, the way the flag parser reads it back, a
+ * number with this many significant digits; returns the length snprintf
+ * gives. */
+static int ps__format_value(const ps_job_options *o, const ps__job_option *d, int digits, char *buf,
+                            size_t len)
+{
+    const void *m = ps__member(o, d);
+
+    switch (d->type) {
+    case PS_FLAG_INT:
+    case PS_FLAG_BOOL:
+        return snprintf(buf, len, "%d", *(const int *)m);
+    case PS_FLAG_DOUBLE:
+        return snprintf(buf, len, "%.*g", digits, *(const double *)m);
+    case PS_FLAG_STRING:
+    case PS_FLAG_CHOICE:
+        break;
+    }
+    return snprintf(buf, len, "%s", *(const char *const *)m ? *(const char *const *)m : "");
+}
+
+int ps_job_options_argv(const ps_job_options *o, unsigned from, unsigned to, char *buf, size_t len,
+                        char **argv, int max_argv)
+{
+    size_t used = 0;
+    int n = 0;
+
+    for (int i = 0; i < PS__N; i++) {
+        const ps__job_option *d = &ps__table[i];
+        int w;
+
+        if ((d->programs & from) == 0 || (d->programs & to) == 0)
+            continue;
+        /* An unset path stays unset: "" would be a path. */
+        if ((d->type == PS_FLAG_STRING || d->type == PS_FLAG_CHOICE) &&
+            *(const char *const *)ps__member(o, d) == NULL)
+            continue;
+        if (n + 2 > max_argv)
+            return -ENOSPC;
+        if (d->type == PS_FLAG_BOOL) {
+            w = snprintf(buf + used, len - used, "--%s=%d", d->name,
+                         *(const int *)ps__member(o, d));
+            if (w < 0 || (size_t)w >= len - used)
+                return -ENOSPC;
+            argv[n++] = buf + used;
+            used += (size_t)w + 1;
+            continue;
+        }
+        w = snprintf(buf + used, len - used, "--%s", d->name);
+        if (w < 0 || (size_t)w >= len - used)
+            return -ENOSPC;
+        argv[n++] = buf + used;
+        used += (size_t)w + 1;
+        /* 17 digits: the child gets the very double the launcher holds. */
+        w = ps__format_value(o, d, 17, buf + used, len - used);
+        if (w < 0 || (size_t)w >= len - used)
+            return -ENOSPC;
+        argv[n++] = buf + used;
+        used += (size_t)w + 1;
+    }
+    return n;
+}
+
+int ps_job_settings_format(const ps_job_options *o, int num_servers, char *buf, size_t len)
+{
+    size_t used;
+    int w = snprintf(buf, len, "num-servers=%d\n", num_servers);
+
+    if (w < 0 || (size_t)w >= len)
+        return -ENOSPC;
+    used = (size_t)w;
+    for (int i = 0; i < PS__N; i++) {
+        const ps__job_option *d = &ps__table[i];
+        if (!d->agree)
+            continue;
+        w = snprintf(buf + used, len - used, "%s=", d->name);
+        if (w < 0 || (size_t)w >= len - used)
+            return -ENOSPC;
+        used += (size_t)w;
+        /* 15 digits: what a person typed reads back as typed in messages. */
+        w = ps__format_value(o, d, 15, buf + used, len - used);
+        if (w < 0 || (size_t)w + 1 >= len - used)
+            return -ENOSPC;
+        used += (size_t)w;
+        buf[used++] = '\n';
+        buf[used] = '\0';
+    }
+    return 0;
+}
+
+/* The line of list that sets name (name_len bytes): its value and the
+ * value's length, or NULL. */
+static const char *ps__setting(const char *list, const char *name, size_t name_len, int *len)
+{
+    for (const char *p = list; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t line = nl ? (size_t)(nl - p) : strlen(p);
+        if (line > name_len && p[name_len] == '=' && strncmp(p, name, name_len) == 0) {
+            *len = (int)(line - name_len - 1);
+            return p + name_len + 1;
+        }
+        p += line + (nl != NULL);
+    }
+    return NULL;
+}
+
+/* Short enough, every line has a '=' after a non-empty name, no name comes
+ * twice, and nothing could garble a log line. The bound also keeps the
+ * quadratic look-ups here cheap whatever a peer sends. */
+static int ps__settings_valid(const char *list)
+{
+    size_t n = strnlen(list, PS_JOB_SETTINGS_MAX);
+
+    if (n == PS_JOB_SETTINGS_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((list[i] < 0x20 && list[i] != '\n') || list[i] == 0x7f)
+            return 0;
+    for (const char *p = list; *p;) {
+        const char *nl = strchr(p, '\n'), *eq = strchr(p, '=');
+        size_t line = nl ? (size_t)(nl - p) : strlen(p);
+        int vlen;
+        if (eq == NULL || eq == p || (size_t)(eq - p) >= line)
+            return 0;
+        /* The first line of this name must be this one. */
+        if (ps__setting(list, p, (size_t)(eq - p), &vlen) != eq + 1)
+            return 0;
+        p += line + (nl != NULL);
+    }
+    return 1;
+}
+
+/* Appends one difference to msg; the first of "a" or "b" that lacks the
+ * setting shows as "(none)". */
+static void ps__append_diff(char *msg, size_t len, size_t *used, const char *name, int name_len,
+                            const char *a, int a_len, const char *a_side, const char *b, int b_len,
+                            const char *b_side)
+{
+    int w;
+
+    if (*used >= len)
+        return;
+    w = snprintf(msg + *used, len - *used, "%s%.*s: %.*s on %s, %.*s on %s", *used ? "; " : "",
+                 name_len, name, a ? a_len : 6, a ? a : "(none)", a_side, b ? b_len : 6,
+                 b ? b : "(none)", b_side);
+    if (w > 0)
+        *used += (size_t)w < len - *used ? (size_t)w : len - *used - 1;
+}
+
+int ps_job_settings_diff(const char *ours, const char *theirs, const char *our_side,
+                         const char *their_side, char *msg, size_t len)
+{
+    size_t used = 0;
+    int n = 0;
+
+    if (len > 0)
+        msg[0] = '\0';
+    if (!ps__settings_valid(ours) || !ps__settings_valid(theirs))
+        return -EINVAL;
+    /* Ours in order (differing or missing there), then theirs we lack. */
+    for (int pass = 0; pass < 2; pass++) {
+        const char *list = pass == 0 ? ours : theirs, *other = pass == 0 ? theirs : ours;
+        for (const char *p = list; *p;) {
+            const char *nl = strchr(p, '\n'), *eq = strchr(p, '=');
+            size_t line = nl ? (size_t)(nl - p) : strlen(p);
+            int name_len = (int)(eq - p), vlen = (int)(line - (size_t)name_len - 1), olen = 0;
+            const char *ov = ps__setting(other, p, (size_t)name_len, &olen);
+            if (pass == 0 && (ov == NULL || olen != vlen || strncmp(ov, eq + 1, (size_t)vlen))) {
+                ps__append_diff(msg, len, &used, p, name_len, eq + 1, vlen, our_side, ov, olen,
+                                their_side);
+                n++;
+            } else if (pass == 1 && ov == NULL) {
+                ps__append_diff(msg, len, &used, p, name_len, NULL, 0, our_side, eq + 1, vlen,
+                                their_side);
+                n++;
+            }
+            p += line + (nl != NULL);
+        }
+    }
+    return n;
+}

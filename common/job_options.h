@@ -1,0 +1,99 @@
+/* The job-wide options: every option that more than one program takes, in
+ * one table (job_options.c) with its name, type, bounds, default, help, the
+ * cluster-file section every process reads it from, and which programs take
+ * it (server, worker, launcher). Each program's flag table is the job options
+ * it takes (ps_job_options_flags) followed by its own; the launcher hands
+ * each child every job option the child takes by walking the same table
+ * (ps_job_options_argv), so none can be dropped on the way.
+ *
+ * The options that every process of a job must agree on (model, seed,
+ * chunking, mode, staleness, optimizer and schedule, worker and server
+ * counts) also form the job's settings: a canonical "name=value" list
+ * (ps_job_settings_format) that a worker sends in its HELLO and a server
+ * compares with its own (ps_job_settings_diff), refusing a worker that
+ * differs with every differing setting and both values named. */
+#ifndef PS_JOB_OPTIONS_H
+#define PS_JOB_OPTIONS_H
+
+#include <stddef.h>
+
+#include "flags.h"
+
+/* Where workers look for Fashion-MNIST unless told otherwise. */
+#define PS_DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
+
+/* Which programs take an option; a mask of these. */
+#define PS_JOB_SERVER   1u
+#define PS_JOB_WORKER   2u
+#define PS_JOB_LAUNCHER 4u
+
+/* The values of every job option. STRING and CHOICE members point into
+ * argv, the environment, a cluster file's values (ps_flags_ctx) or the
+ * defaults' literals; they are never owned. */
+typedef struct {
+    /* [cluster] */
+    const char *servers; /* server and worker: HOST:PORT,... in index order */
+    int workers;
+    const char *mode;
+    int staleness;
+    const char *auth_token_file;
+    /* [model] */
+    const char *hidden;
+    int input, classes, seed;
+    double chunk_bytes;
+    /* [optimizer] */
+    const char *optimizer;
+    double lr, momentum, weight_decay;
+    const char *lr_schedule;
+    int warmup_steps, total_steps, lr_step_size;
+    double lr_gamma, min_lr;
+    /* How servers apply pushes. */
+    int sync_quorum, staleness_damping, apply_threads, reject_nonfinite;
+    /* How workers train. */
+    int batch, epochs, steps, eval_every, progress_every, tf32;
+    const char *data_dir, *device, *compress;
+    double clip_norm;
+    /* Checkpoints. */
+    const char *checkpoint_dir;
+    int checkpoint_every, keep_checkpoints, restore;
+    double checkpoint_seconds, restore_clock;
+    /* Deadlines and limits. */
+    double heartbeat_timeout, connect_timeout, max_payload;
+    int max_reconnects;
+    int verbose;
+} ps_job_options;
+
+/* Sets every member to its default from the table. */
+void ps_job_options_defaults(ps_job_options *o);
+
+/* Writes the flags of the job options that program (one PS_JOB_* bit) takes
+ * into out, in table order, each pointing at its member of o (which must
+ * outlive them). Returns how many, or -ENOSPC when max is too small. */
+int ps_job_options_flags(ps_job_options *o, unsigned program, ps_flag *out, int max);
+
+/* Formats "--name" "value" pairs (a switch as "--name=1" or "--name=0") for
+ * every job option that both from and to take, for the launcher to start a
+ * to-program child with what it was given. The texts go into buf, argv points
+ * into it; returns the number of argv entries, or -ENOSPC. */
+int ps_job_options_argv(const ps_job_options *o, unsigned from, unsigned to, char *buf, size_t len,
+                        char **argv, int max_argv);
+
+/* The longest settings list a process sends or accepts, terminator
+ * included: the table's agreeing settings fit several times over. */
+#define PS_JOB_SETTINGS_MAX 4096
+
+/* The job's settings that every process must agree on, as canonical
+ * "name=value" lines in table order, with "num-servers=<num_servers>" first.
+ * Returns 0, or -ENOSPC when len is too small. */
+int ps_job_settings_format(const ps_job_options *o, int num_servers, char *buf, size_t len);
+
+/* Compares two settings lists (ps_job_settings_format's form) and writes,
+ * for each setting whose values differ or that one side lacks, "name: <ours>
+ * on <our_side>, <theirs> on <their_side>" joined by "; " into msg (truncated
+ * to len). Pure; returns the number of differing settings (0: they agree), or
+ * -EINVAL when either list is malformed (longer than PS_JOB_SETTINGS_MAX, a
+ * line without '=', a name given twice, a control character). */
+int ps_job_settings_diff(const char *ours, const char *theirs, const char *our_side,
+                         const char *their_side, char *msg, size_t len);
+
+#endif
