@@ -155,6 +155,20 @@ static const ps__job_option ps__table[] = {
     {"max-payload", PS_FLAG_DOUBLE, PS__AT(max_payload), "BYTES", "largest frame payload accepted",
      1024, 1ull << 40, NULL, NULL, NULL, (double)PS_DEFAULT_MAX_PAYLOAD, NULL,
      PS__S | PS__W | PS__L, 0},
+    {"max-connections", PS_FLAG_INT, PS__AT(max_connections), "N",
+     "a server keeps at most N connections open; more are refused and logged (0: 2 x --workers "
+     "+ 16)",
+     0, 1 << 20, NULL, NULL, NULL, 0, NULL, PS__S | PS__L, 0},
+    {"handshake-timeout", PS_FLAG_DOUBLE, PS__AT(handshake_timeout), "SECONDS",
+     "a connection must finish its handshake this soon (and a refused one go)", 0.01, 86400, NULL,
+     NULL, NULL, 10, NULL, PS__S | PS__L, 0},
+    {"max-grad-norm", PS_FLAG_DOUBLE, PS__AT(max_grad_norm), "NORM",
+     "a server refuses a chunk's gradient whose L2 norm is larger (counted, logged)", 0, 1e30, NULL,
+     "off=0", NULL, 0, NULL, PS__S | PS__L, 0},
+    {"max-clock-lead", PS_FLAG_DOUBLE, PS__AT(max_clock_lead), "STEPS",
+     "async, ssp: how many steps past a server's own clock a worker may be (a server restored "
+     "behind the others; 0: 1 + --checkpoint-every)",
+     0, 1e18, NULL, NULL, NULL, 0, NULL, PS__S | PS__L, 0},
     {"verbose", PS_FLAG_BOOL, PS__AT(verbose), NULL, "log debug detail", 0, 0, NULL, NULL, NULL, 0,
      NULL, PS__S | PS__W | PS__L, 0},
 };

@@ -60,6 +60,9 @@ typedef struct {
     /* Deadlines and limits. */
     double heartbeat_timeout, connect_timeout, max_payload;
     int max_reconnects;
+    /* Hostile peers (docs/reliability.md). */
+    int max_connections;
+    double handshake_timeout, max_grad_norm, max_clock_lead;
     int verbose;
 } ps_job_options;
 

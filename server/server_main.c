@@ -156,8 +156,8 @@ int main(int argc, char **argv)
     static char settings[PS_JOB_SETTINGS_MAX];
     const char *listen = "127.0.0.1:7000", *cluster = NULL, *metrics_file = NULL;
     int print_config = 0, server_index = 0, num_servers = 1, ready_fd = -1, linger = 0;
-    int metrics_port = -1, max_connections = 0;
-    double metrics_interval = 1, handshake_timeout = 10, max_grad_norm = 0, max_clock_lead = 0;
+    int metrics_port = -1;
+    double metrics_interval = 1;
     const ps_flag own[] = {
         {"cluster", PS_FLAG_STRING, &cluster, "FILE",
          "cluster file (INI) shared by the job's servers and workers; see docs/deploy.md", 0, 0,
@@ -181,19 +181,6 @@ int main(int argc, char **argv)
          "seconds between --metrics-file lines", 0.01, 86400, NULL, NULL, NULL},
         {"linger", PS_FLAG_BOOL, &linger, NULL, "keep serving after every worker has finished", 0,
          0, NULL, NULL, NULL},
-        {"max-connections", PS_FLAG_INT, &max_connections, "N",
-         "open connections at most; more are refused and logged (0: 2 x --workers + 16)", 0,
-         1 << 20, NULL, NULL, NULL},
-        {"handshake-timeout", PS_FLAG_DOUBLE, &handshake_timeout, "SECONDS",
-         "a connection must finish its handshake this soon (and a refused one go)", 0.01, 86400,
-         NULL, NULL, NULL},
-        {"max-grad-norm", PS_FLAG_DOUBLE, &max_grad_norm, "NORM",
-         "refuse a chunk's gradient whose L2 norm is larger (counted, logged; 0: no limit)", 0,
-         1e30, NULL, "off=0", NULL},
-        {"max-clock-lead", PS_FLAG_DOUBLE, &max_clock_lead, "STEPS",
-         "async, ssp: how many steps past this server's own clock a worker may be (a server "
-         "restored behind the others; 0: 1 + --checkpoint-every)",
-         0, 1e18, NULL, NULL, NULL},
         {"print-config", PS_FLAG_BOOL, &print_config, NULL,
          "print the effective settings and where each came from, then exit", 0, 0, NULL, NULL,
          NULL},
@@ -316,10 +303,10 @@ int main(int argc, char **argv)
     cfg.checkpoint_seconds = jo.checkpoint_seconds;
     cfg.keep_checkpoints = jo.keep_checkpoints;
     cfg.reject_nonfinite = jo.reject_nonfinite;
-    cfg.max_connections = max_connections;
-    cfg.handshake_timeout_ms = (uint32_t)(handshake_timeout * 1000);
-    cfg.max_grad_norm = max_grad_norm;
-    cfg.max_clock_lead = (uint64_t)max_clock_lead;
+    cfg.max_connections = jo.max_connections;
+    cfg.handshake_timeout_ms = (uint32_t)(jo.handshake_timeout * 1000);
+    cfg.max_grad_norm = jo.max_grad_norm;
+    cfg.max_clock_lead = (uint64_t)jo.max_clock_lead;
     if (ps_job_settings_format(&jo, num_servers, settings, sizeof(settings)) < 0) {
         fprintf(stderr, "shardps-server: the job's settings do not fit in %zu bytes\n",
                 sizeof(settings));
