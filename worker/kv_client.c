@@ -20,6 +20,9 @@
 /* Pushed chunks smaller than this wait to share a write (see
  * ps__push_chunk): below it a system call costs more than the bytes. */
 #define PS__CORK_BYTES ((size_t)64 << 10)
+/* While a server cannot be reached, say so this often: each attempt would
+ * flood the log, silence looks like a hang. */
+#define PS__WAIT_LOG_MS 5000
 
 typedef struct ps_kv_client ps_kv_client;
 
@@ -34,6 +37,7 @@ typedef struct {
     uint32_t heartbeat_ms;
     uint64_t pulled_clock; /* clock of the weights in the last pull reply */
     uint64_t retry_ms;
+    uint64_t next_wait_log_ms; /* loop time of the next "waiting for server" line */
     uv_timer_t retry;
     int retrying; /* this connection was refused for now; a new one is coming */
     uint8_t client_nonce[PS_AUTH_NONCE_BYTES];
@@ -225,8 +229,13 @@ static void ps__on_frame(ps_conn *conn, const ps_frame *f)
         ps__handle_challenge(sv, f);
         break;
     case SHARDPS__MSG_TYPE__REJECT:
-        if (h->status == -EADDRINUSE && ps__retry_later(sv, h->reason))
+        /* Our rank is live there. Rejoining, that may be our own old
+         * connection not yet seen closing; otherwise another worker holds the
+         * rank, and waiting would only hide the mistake. */
+        if (h->status == -EADDRINUSE && c->cfg.rejoining && ps__retry_later(sv, h->reason))
             break;
+        if (h->status == -EADDRINUSE && !c->cfg.rejoining)
+            ps_error("another worker already holds rank %d (is --rank right?)", c->cfg.rank);
         /* fall through */
     case SHARDPS__MSG_TYPE__ERROR:
         ps_error("server %d (%s) refused us: %s", sv->index, sv->addr_text,
@@ -306,8 +315,11 @@ static void ps__on_connect(ps_conn *conn, int status, void *data)
             ps__fail(c, -PS_ETIMEOUT);
             return;
         }
-        ps_debug("server %d (%s) not reachable yet (%s); retrying in %" PRIu64 " ms", sv->index,
-                 sv->addr_text, uv_strerror(status), sv->retry_ms);
+        if (uv_now(&c->loop) >= sv->next_wait_log_ms) {
+            ps_info("waiting for server %d at %s (%.0f s left): %s", sv->index, sv->addr_text,
+                    (double)(c->deadline_ms - uv_now(&c->loop)) / 1000, uv_strerror(status));
+            sv->next_wait_log_ms = uv_now(&c->loop) + PS__WAIT_LOG_MS;
+        }
         uv_timer_start(&sv->retry, ps__on_retry, sv->retry_ms, 0);
         sv->retry_ms = sv->retry_ms * 2 > 1000 ? 1000 : sv->retry_ms * 2;
         return;
@@ -355,6 +367,7 @@ static void ps__start_connect(ps__server *sv)
 int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
 {
     ps_kv_client *c = calloc(1, sizeof(*c));
+    char err[256];
     int rc = -ENOMEM;
 
     if (c == NULL)
@@ -410,10 +423,9 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
         if (cfg->compress == PS_COMPRESS_FP16 &&
             (sv->half = malloc(sv->bytes / 2 ? sv->bytes / 2 : 1)) == NULL)
             goto fail;
-        rc = ps_parse_hostport(cfg->servers[s], &sv->addr, 0);
+        rc = ps_parse_hostport(cfg->servers[s], &sv->addr, 0, err, sizeof(err));
         if (rc < 0) {
-            ps_error("server address '%s' is not HOST:PORT with a reachable host name",
-                     cfg->servers[s]);
+            ps_error("server %d: %s", s, err);
             rc = -EINVAL;
             goto fail;
         }

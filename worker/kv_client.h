@@ -34,6 +34,11 @@ typedef struct {
     int n_servers;
     size_t chunk_bytes;
     double connect_timeout_s; /* keep retrying refused connections this long */
+    /* 1: this process held its rank before (a reconnect), so a server that
+     * still has the rank live may be holding our own old connection: retry
+     * until the timeout. 0: a live rank belongs to another worker, and the
+     * refusal is final (-PS_EREJECTED). */
+    int rejoining;
     size_t max_payload;
     uint64_t total_steps; /* steps this worker plans; servers use it for lr schedules */
     /* NULL: no authentication. Otherwise the key from ps_auth_load_key

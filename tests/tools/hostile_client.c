@@ -996,6 +996,7 @@ static int parse_options(const hc_opt *opts, int n, int argc, char **argv)
 int main(int argc, char **argv)
 {
     const char *server = NULL, *hidden = "256,128";
+    char addr_err[256];
     double input = 784, classes = 10, seed = 1, num_servers = 1, server_index = 0, workers = 1;
     double rank = 0, chunk_bytes = PS_DEFAULT_CHUNK_BYTES, timeout = 10, stall_ms = 1000;
     double server_pid = 0, max_growth = 400, report_only = 0, silent_wait = 60;
@@ -1046,7 +1047,8 @@ int main(int argc, char **argv)
     if (nh >= 0)
         sizes[nh + 1] = (int)classes;
     if (nh < 0 || ps_model_spec_init_mlp(&ctx.spec, sizes, nh + 2, (uint64_t)seed) < 0 ||
-        ps_parse_hostport(server, &ctx.addr, 0) < 0 || load_keys(&ctx) < 0) {
+        ps_parse_hostport(server, &ctx.addr, 0, addr_err, sizeof(addr_err)) < 0 ||
+        load_keys(&ctx) < 0) {
         fprintf(stderr, "ps-hostile-client: bad --server, model or partition options\n");
         free(ctx.keys);
         return 2;

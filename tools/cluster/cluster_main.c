@@ -490,6 +490,7 @@ static void ps__spawn_server(ps__cluster *cl, int i, int restore)
     ps__opt(&a, "--server-index", "%d", i);
     ps__opt(&a, "--num-servers", "%d", cl->n_servers);
     ps__opt(&a, "--ready-fd", "%d", 3);
+    ps__opt(&a, "--parent-pid", "%ld", (long)getpid());
     if (cl->metrics_port >= 0)
         ps__opt(&a, "--metrics-port", "%d", cl->metrics_port ? cl->metrics_port + i : 0);
     if (cl->metrics_dir)
@@ -530,6 +531,7 @@ static void ps__start_workers(ps__cluster *cl)
         ps__opt(&a, "--rank", "%d", r);
         ps__opt(&a, "--threads", "%d", cl->threads);
         ps__opt(&a, "--report-fd", "%d", 3);
+        ps__opt(&a, "--parent-pid", "%ld", (long)getpid());
         if (cl->metrics_dir)
             ps__opt(&a, "--metrics-file", "%s/worker-%d.jsonl", cl->metrics_dir, r);
         if (r == 0 && cl->dump_weights)
