@@ -27,6 +27,7 @@
 #include "drills.h"
 #include "flags.h"
 #include "job_options.h"
+#include "model_spec.h"
 #include "ps_log.h"
 #include "report.h"
 
@@ -633,9 +634,9 @@ static void ps__summary(const ps__cluster *cl, double wall)
             snprintf(acc, sizeof(acc), "%.6f", cl->last_accuracy);
         printf("{\"test_accuracy\":%s,\"wall_seconds\":%.3f,\"samples_per_second\":%.1f,"
                "\"mode\":\"%s\",\"servers\":%d,\"workers\":%d,\"bytes_pushed\":%.0f,"
-               "\"compress\":\"%s\"}\n",
+               "\"compress\":\"%s\",\"steps_per_epoch\":%d}\n",
                acc, wall, sps, cl->job.mode, cl->n_servers, cl->job.workers, pushed,
-               cl->job.compress);
+               cl->job.compress, cl->steps_per_epoch);
     }
     fflush(stdout);
 }
@@ -665,7 +666,7 @@ int main(int argc, char **argv)
      * the stack, and the context must outlive every use of the strings. */
     static ps_flag flags[96];
     static ps_flags_ctx ctx;
-    int print_config = 0, nflags;
+    int print_config = 0, check = 0, nflags;
     const ps_flag own[] = {
         {"servers", PS_FLAG_INT, &cl.n_servers, "S", "parameter servers to start", 1, 64, NULL,
          NULL, NULL},
@@ -697,6 +698,10 @@ int main(int argc, char **argv)
         {"print-config", PS_FLAG_BOOL, &print_config, NULL,
          "print the effective settings and where each came from, then exit", 0, 0, NULL, NULL,
          NULL},
+        {"check", PS_FLAG_BOOL, &check, NULL,
+         "check every option as a run would, start nothing, exit 0 if the job would start (2 "
+         "and the reason if not)",
+         0, 0, NULL, NULL, NULL},
     };
     int n_own = (int)(sizeof(own) / sizeof(own[0])), max = (int)(sizeof(flags) / sizeof(flags[0]));
     double wall;
@@ -755,10 +760,26 @@ int main(int argc, char **argv)
             return rc == -ENOMEM ? 1 : 2;
         }
     }
+    {
+        int sizes[PS_MAX_LAYERS + 1];
+        if (ps_model_spec_parse_sizes(cl.job.hidden, sizes, PS_MAX_LAYERS - 1) < 0) {
+            fprintf(stderr,
+                    "shardps-cluster: --hidden '%s' is not a list of positive sizes like "
+                    "256,128\n",
+                    cl.job.hidden);
+            rc = 2;
+            goto out;
+        }
+    }
     if (cl.bin_dir == NULL) {
         fprintf(stderr,
                 "shardps-cluster: cannot tell where the shardps binaries are; pass --bin-dir\n");
         rc = 2;
+        goto out;
+    }
+    if (check) {
+        printf("shardps-cluster: the options are valid\n");
+        rc = 0;
         goto out;
     }
     ncpu = (int)uv_available_parallelism();
