@@ -42,7 +42,7 @@ typedef struct {
     const char *metrics_file; /* --metrics-file: JSON lines, see train_metrics.h */
     const char *auth_token_file;
     int eval_every;
-    double chunk_bytes, connect_timeout, max_payload;
+    double chunk_bytes, connect_timeout, request_timeout, max_payload;
 } ps__worker_opts;
 
 static double ps__now(void)
@@ -338,6 +338,7 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
     kc.n_servers = n_servers;
     kc.chunk_bytes = (size_t)o->chunk_bytes;
     kc.connect_timeout_s = o->connect_timeout;
+    kc.request_timeout_s = o->request_timeout;
     kc.max_payload = (size_t)o->max_payload;
     kc.total_steps = total;
     kc.compress = strcmp(o->compress, "fp16") == 0 ? PS_COMPRESS_FP16 : PS_COMPRESS_NONE;
@@ -551,6 +552,10 @@ int main(int argc, char **argv)
          "chunk size; must match the servers", 4, 1 << 30, NULL},
         {"connect-timeout", PS_FLAG_DOUBLE, &o.connect_timeout, "SECONDS",
          "how long to keep trying to reach the servers", 0, 86400, NULL},
+        {"request-timeout", PS_FLAG_DOUBLE, &o.request_timeout, "SECONDS",
+         "give up on a server that owes an answer this long (0: 3 of the servers' heartbeat "
+         "timeouts, or 30 s without one)",
+         0, 86400, NULL},
         {"device", PS_FLAG_CHOICE, &o.device, "DEV",
          "where to compute: auto (CUDA if a usable GPU is present, else CPU), cpu, cuda", 0, 0,
          "auto|cpu|cuda"},
