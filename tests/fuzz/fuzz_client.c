@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -99,13 +100,17 @@ static void *fc_serve(void *arg)
 {
     fc_server *sv = arg;
     struct timeval tv = {5, 0};
+    int one = 1;
     ps_frame_decoder *dec;
     int fd = accept(fc.listen_fd, NULL, NULL);
 
     FC_CHECK(fd >= 0, "accept");
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    /* Answers go one by one: without this, Nagle holds each behind the ACK
+     * of the one before. */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     FC_CHECK(ps_frame_decoder_init(&dec, PS_DEFAULT_MAX_PAYLOAD) == 0, "decoder");
-    for (;;) {
+    for (int gone = 0; !gone;) {
         uint8_t *buf;
         size_t len;
         ssize_t n;
@@ -129,9 +134,10 @@ static void *fc_serve(void *arg)
                 break;
             }
             FC_CHECK(psf_next_record(&sv->data, &sv->len, &out) == 0, "record");
-            rc = fc_send_all(fd, out.p, out.len);
+            /* The client may have given up on us already. */
+            gone = fc_send_all(fd, out.p, out.len) < 0;
             psf_buf_free(&out);
-            if (rc < 0)
+            if (gone)
                 break;
         }
         FC_CHECK(rc >= 0, "the client sent a frame that does not decode");
