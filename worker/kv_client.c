@@ -589,6 +589,8 @@ static int ps__run_until_done(ps_kv_client *c)
 {
     uint64_t every = 0;
 
+    /* The loop's clock stood still while the worker computed. */
+    uv_update_time(&c->loop);
     for (int s = 0; s < c->n_servers; s++) {
         ps__server *sv = &c->servers[s];
         uint32_t hb = sv->welcome.heartbeat_ms;

@@ -60,10 +60,10 @@ int ps_reply_check_welcome(const ps_frame *f, uint64_t hello_id, uint64_t max_cl
     st = w->staleness;
     if (w->mode == NULL || !((strcmp(w->mode, "sync") == 0 && st == 0) ||
                              (strcmp(w->mode, "async") == 0 && st == UINT32_MAX) ||
-                             (strcmp(w->mode, "ssp") == 0 && st > 0 && st < UINT32_MAX)))
+                             (strcmp(w->mode, "ssp") == 0 && st < UINT32_MAX)))
         return ps__bad(why, why_len,
                        "sent a WELCOME with mode '%.32s' and staleness %" PRIu32
-                       "; known are sync (0), async and ssp (1 and up)",
+                       "; known are sync (0), async (2^32-1) and ssp (below 2^32-1)",
                        w->mode ? w->mode : "", st);
     if (w->clock > max_clock)
         return ps__bad(why, why_len,

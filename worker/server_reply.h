@@ -35,7 +35,8 @@ typedef struct {
 } ps_reply_welcome;
 
 /* A WELCOME answering the HELLO with id hello_id: details present, mode one of
- * sync, async, ssp and agreeing with its staleness, clock at most max_clock,
+ * sync (staleness 0), async (UINT32_MAX), ssp (any other bound, 0 included:
+ * it then averages like sync), clock at most max_clock,
  * a heartbeat interval in range, no payload. Fills *out. */
 int ps_reply_check_welcome(const ps_frame *f, uint64_t hello_id, uint64_t max_clock,
                            ps_reply_welcome *out, char *why, size_t why_len);

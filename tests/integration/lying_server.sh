@@ -10,7 +10,9 @@
 # hang and not reconnect, with one line naming the server (index and
 # address) and what it did wrong; the silent ones within --request-timeout
 # (plus --connect-timeout for a first pull, which may wait for the job to
-# join) and a few seconds, timed from the fake server's "accepted" line.
+# join) and a few seconds, timed from the fake server's "accepted" line. An
+# honest fake server, by contrast, sees a worker that computes for longer than
+# its request timeout finish.
 # Synchronisation is on the fake server's ready FIFO and the worker's exit.
 source "$(dirname "$0")/lib.sh"
 FAKE="$BUILD/tests/ps-fake-server"
@@ -20,16 +22,19 @@ CONNECT_TIMEOUT=3
 SLACK=5
 # A worker that is still running after this was hanging (the old behaviour).
 HANG=40
+# The fake server of the case under way, stopped however the test ends.
+fake=
+trap 'if [ -n "$fake" ]; then kill "$fake" 2>/dev/null || true; fi; rm -rf "$TMP"' EXIT
 
 # run_case NAME BOUND WANT: the worker against the fake server's case NAME
 # must fail within BOUND seconds of being accepted (0: no bound beyond HANG)
 # with one line naming the server that contains WANT.
 run_case() {
-    local name=$1 bound=$2 want=$3 port line t0 t1 rc fake worker lines
+    local name=$1 bound=$2 want=$3 port line t0 t1 rc worker lines
     # LYING_CASES="silent pull-nan": run only those (to try a case alone).
     [ -z "${LYING_CASES:-}" ] || [[ " $LYING_CASES " == *" $name "* ]] || return 0
     mkfifo "$TMP/$name.ready"
-    "$FAKE" --case "$name" --hidden 32 --ready-fd 3 3>"$TMP/$name.ready" 2>"$TMP/$name.fake" &
+    "$FAKE" --case "$name" --hidden 32 --ready-fd 3 3>"$TMP/$name.ready" 2>"$TMP/$name.fake" </dev/null >/dev/null &
     fake=$!
     exec 4<"$TMP/$name.ready"
     read -r -t 30 port <&4 || fail "$name: the fake server reported no port"
@@ -62,6 +67,23 @@ run_case() {
     fi
     echo "ok: $name (exit $rc, $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s): $(grep "server 0 (127.0.0.1:$port)" "$TMP/$name.err")"
 }
+
+# An honest server and a worker that computes for longer than its request
+# timeout between requests (--slow-ms): only the time a server owes an answer
+# counts, so the worker finishes.
+mkfifo "$TMP/honest.ready"
+"$FAKE" --case honest --hidden 32 --ready-fd 3 3>"$TMP/honest.ready" 2>"$TMP/honest.fake" </dev/null >/dev/null &
+fake=$!
+exec 4<"$TMP/honest.ready"
+read -r -t 30 port <&4 || fail "honest: the fake server reported no port"
+timeout -k 2 "$HANG" "$WORKER" --servers "127.0.0.1:$port" --workers 1 --rank 0 --hidden 32 \
+    --batch 32 --steps 2 --no-eval --slow-ms $((REQUEST_TIMEOUT * 1000 + 1000)) \
+    --request-timeout "$REQUEST_TIMEOUT" 2>"$TMP/honest.err" ||
+    { cat "$TMP/honest.err" >&2; fail "honest: a worker slower than its request timeout failed"; }
+kill "$fake" 2>/dev/null || true
+wait "$fake" 2>/dev/null || true
+exec 4<&-
+echo "ok: honest, with --slow-ms past the request timeout: $(grep 'done:' "$TMP/honest.err")"
 
 run_case silent $((REQUEST_TIMEOUT + SLACK)) "sent nothing for .* while we waited for its WELCOME"
 run_case silent-after-welcome $((REQUEST_TIMEOUT + CONNECT_TIMEOUT + SLACK)) \

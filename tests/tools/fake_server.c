@@ -35,6 +35,7 @@ typedef struct {
 } fs_case;
 
 static const fs_case fs_cases[] = {
+    {"honest", "tells no lie"},
     {"silent", "accepts, reads, never sends a byte"},
     {"silent-after-welcome", "welcomes, then never answers a pull"},
     {"stall-mid-frame", "sends half of the first PULL_REPLY, then nothing"},

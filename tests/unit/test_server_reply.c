@@ -45,6 +45,9 @@ Test(server_reply, welcome_accepts_every_real_mode)
     cr_assert(!out.sync);
     welcome_frame(&h, &w, "ssp", 3, 0);
     cr_assert_eq(ps_reply_check_welcome(&f, 7, 10, &out, why, sizeof(why)), 0, "%s", why);
+    welcome_frame(&h, &w, "ssp", 0, 0); /* as it_consistency runs it: sync by another name */
+    cr_assert_eq(ps_reply_check_welcome(&f, 7, 10, &out, why, sizeof(why)), 0, "%s", why);
+    cr_assert(out.sync);
 }
 
 Test(server_reply, welcome_refuses_lies)
@@ -62,6 +65,8 @@ Test(server_reply, welcome_refuses_lies)
     cr_assert_eq(ps_reply_check_welcome(&f, 7, 10, &out, why, sizeof(why)), -PS_EPROTO);
     cr_assert(strstr(why, "mode 'bogus'"), "%s", why);
     welcome_frame(&h, &w, "sync", 5, 0); /* sync with a staleness bound */
+    cr_assert_eq(ps_reply_check_welcome(&f, 7, 10, &out, why, sizeof(why)), -PS_EPROTO);
+    welcome_frame(&h, &w, "ssp", UINT32_MAX, 0); /* async by another name */
     cr_assert_eq(ps_reply_check_welcome(&f, 7, 10, &out, why, sizeof(why)), -PS_EPROTO);
     welcome_frame(&h, &w, "sync", 0, 0);
     cr_assert_eq(ps_reply_check_welcome(&f, 8, 10, &out, why, sizeof(why)), -PS_EPROTO);
