@@ -58,7 +58,7 @@ typedef struct {
     int checkpoint_every, keep_checkpoints, restore;
     double checkpoint_seconds, restore_clock;
     /* Deadlines and limits. */
-    double heartbeat_timeout, connect_timeout, max_payload;
+    double heartbeat_timeout, connect_timeout, request_timeout, max_payload;
     int max_reconnects;
     /* Hostile peers (docs/reliability.md). */
     int max_connections;
