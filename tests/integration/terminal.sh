@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The launcher on a real terminal a person reads (issue 16): tmux gives it a
-# 60-column window. While the job runs, the progress line fits the window
-# with its ETA in view, and the children's log lines around it are whole;
+# 40-column window, then 80. While the job runs, the progress line fits the
+# window with its ETA in view, and the children's log lines around it are whole;
 # once it is over no cut-off copy of the progress line is left anywhere on
 # the screen. Without a terminal, progress comes as plain lines. Skipped
 # (77) where tmux is missing.
@@ -22,7 +22,7 @@ echo "ok: without a terminal, 6 plain progress lines"
 # pane's shell waits for "go" until the raw output is being recorded, then
 # runs the job; afterwards it signals "done" and keeps the pane open (cat
 # reads the idle terminal) for the last capture.
-WIDTH=60
+WIDTH=40
 T=(tmux -L "shardps-test-$$" -f /dev/null)
 trap '"${T[@]}" kill-server 2>/dev/null || true; rm -rf "$TMP"' EXIT
 cat >"$TMP/job.sh" <<EOF
@@ -37,22 +37,32 @@ EOF
 "${T[@]}" pipe-pane -t job -o "cat >>$TMP/raw"
 "${T[@]}" wait-for -S go
 
-# While it runs: the screen once a redraw with an ETA has gone out (a
-# capture can fall between clearing the line and drawing it again, so take
-# another after the next draw, a bounded number of times).
-shown=""
-for try in 1 2 3 4 5 6 7 8 9 10; do
-    wait_for_line "$TMP/raw" "ETA [0-9]+:[0-9]{2}" 120 || fail "no progress line with an ETA was drawn"
-    "${T[@]}" capture-pane -p -t job >"$TMP/screen"
-    shown=$(grep -E '^ETA [0-9]+:[0-9]{2}  epoch [12]/2' "$TMP/screen" || true)
-    [ -n "$shown" ] && break
-    : >"$TMP/raw"
-done
-[ -n "$shown" ] || { cat "$TMP/screen" >&2; fail "no progress line on the screen in 10 captures"; }
-[ "$(printf '%s\n' "$shown" | wc -l)" -eq 1 ] ||
-    { cat "$TMP/screen" >&2; fail "more than one progress line on the screen"; }
-[ "${#shown}" -lt "$WIDTH" ] || fail "the progress line is ${#shown} columns in a $WIDTH-column window"
-echo "ok: while running: '$shown'"
+# progress_on_screen COLUMNS: the progress line as the screen shows it, once
+# a redraw with an ETA has gone out (a capture can fall between clearing the
+# line and drawing it again, so take another after the next draw, a bounded
+# number of times); checks there is one, with the ETA first, and that it fits.
+progress_on_screen() {
+    local try
+    shown=""
+    for try in 1 2 3 4 5 6 7 8 9 10; do
+        : >"$TMP/raw"
+        wait_for_line "$TMP/raw" "ETA [0-9]+:[0-9]{2}" 120 || fail "no progress line with an ETA was drawn"
+        "${T[@]}" capture-pane -p -t job >"$TMP/screen"
+        shown=$(grep -E '^ETA [0-9]+:[0-9]{2}  epoch [12]/2' "$TMP/screen" || true)
+        [ -n "$shown" ] && break
+    done
+    [ -n "$shown" ] || { cat "$TMP/screen" >&2; fail "no progress line on the screen in 10 captures"; }
+    [ "$(printf '%s\n' "$shown" | wc -l)" -eq 1 ] ||
+        { cat "$TMP/screen" >&2; fail "more than one progress line on the screen"; }
+    [ "${#shown}" -lt "$1" ] || fail "the progress line is ${#shown} columns in a $1-column window"
+    echo "ok: while running in $1 columns: '$shown'"
+}
+progress_on_screen "$WIDTH"
+# The window widens (SIGWINCH): the launcher reads the new width, and the
+# next lines use it, showing the fields that did not fit before.
+"${T[@]}" resize-window -t job -x 80
+progress_on_screen 80
+[ "${#shown}" -gt 40 ] || fail "after widening to 80 columns the line is still ${#shown} columns: '$shown'"
 
 "${T[@]}" wait-for done
 "${T[@]}" capture-pane -p -J -t job -S - >"$TMP/final"
@@ -68,4 +78,4 @@ bad=$(grep -E '^[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3} ' "$TMP/final" | grep -E 's
 [ -z "$bad" ] || fail "log lines with progress text in them: $bad"
 grep -q "test accuracy" "$TMP/final" || fail "no accuracy line on the screen"
 grep -q "^shardps-cluster summary$" "$TMP/final" || fail "no summary on the screen"
-echo "PASS: a $WIDTH-column terminal shows one whole progress line with its ETA, and no debris"
+echo "PASS: a 40- then 80-column terminal shows one whole progress line with its ETA, and no debris"

@@ -143,13 +143,13 @@ static void ps__format_eta(const ps__cluster *cl, uint64_t step, char *buf, size
         snprintf(buf, len, "ETA %ld:%02ld", eta / 60, eta % 60);
 }
 
-/* On a terminal: one line redrawn in place, the time left first, then a bar
- * through the current epoch, the step, loss, throughput and staleness, as
+/* On a terminal: one line redrawn in place, the time left first, then the
+ * epoch, step, loss, a bar through the epoch, throughput and staleness, as
  * many as fit; elsewhere (logs, tests that grep) one plain line per report. */
 static void ps__print_progress(ps__cluster *cl, const ps_report_progress *p)
 {
     char eta[32], epoch[32], bar[24], step[48], loss[32], sps_text[40], stale[32], plain[160];
-    const char *fields[] = {eta, epoch, bar, step, loss, sps_text, stale};
+    const char *fields[] = {eta, epoch, step, loss, bar, sps_text, stale};
     int spe = cl->steps_per_epoch > 0 ? cl->steps_per_epoch : 1;
     int fill = (int)(20 * (double)(p->step - (uint64_t)(p->epoch - 1) * (uint64_t)spe) / spe);
     double sps = 0;

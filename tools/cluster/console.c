@@ -42,30 +42,36 @@ static int ps__read_width(void)
     return 80;
 }
 
-/* As many whole fields as fit in one column less than the width: a line
- * that reaches the last column makes some terminals wrap at once. */
+/* The fields that fit in one column less than the width (a line that
+ * reaches the last column makes some terminals wrap at once), in order of
+ * importance: one too wide is left out and a shorter one after it may
+ * still go in. */
 static void ps__fit(ps_console *c)
 {
     size_t used = 0, room = c->width > 1 ? (size_t)c->width - 1 : 1, start = 0;
 
     c->line[0] = '\0';
-    for (int i = 0; i < c->n_fields; i++) {
+    for (int i = 0; i < c->n_fields; start = c->field_end[i++]) {
         size_t flen = c->field_end[i] - start, need = flen + (used ? 2 : 0);
         if (used + need > room || used + need >= sizeof(c->line))
-            break;
+            continue;
         if (used)
             memcpy(c->line + used, "  ", 2);
         memcpy(c->line + used + (used ? 2 : 0), c->fields + start, flen);
         used += need;
         c->line[used] = '\0';
-        start = c->field_end[i];
     }
 }
 
+/* The cursor is left at the start of the line, and the line is erased from
+ * there to the end of the screen: a terminal that narrows re-wraps the line
+ * onto more rows (tmux, VTE, kitty do), and where it keeps the cursor at the
+ * line's start the erase takes every row of it, and nothing else, since the
+ * progress line is always the last thing on the screen. */
 static void ps__draw(ps_console *c)
 {
-    char buf[PS__PROGRESS_MAX + 8];
-    int n = snprintf(buf, sizeof(buf), "\r\033[K%s", c->line);
+    char buf[PS__PROGRESS_MAX + 16];
+    int n = snprintf(buf, sizeof(buf), "\r\033[J%s\r", c->line);
 
     ps__write_all(stdout, buf, (size_t)n);
     c->shown = 1;
@@ -74,7 +80,7 @@ static void ps__draw(ps_console *c)
 static void ps__clear(ps_console *c)
 {
     if (c->shown)
-        ps__write_all(stdout, "\r\033[K", 4);
+        ps__write_all(stdout, "\r\033[J", 4);
     c->shown = 0;
 }
 

@@ -4,11 +4,15 @@
  * On a terminal the progress is one line redrawn in place. Anything else
  * printed while it shows (a log line of a worker, an epoch's accuracy)
  * clears it first and draws it again after, so no line is ever broken or
- * left behind half overwritten. The line is cut to the terminal's width,
- * read again on SIGWINCH, field by field from the least important end, so
- * it never wraps (a wrapped line cannot be cleared in place) and the time
- * left, first on the line, stays in view. Without a terminal each progress
- * report is one plain line, for logs and tests that grep. */
+ * left behind half overwritten. The line holds the fields that fit the
+ * terminal's width (read again on SIGWINCH), most important first, so it
+ * never wraps (a wrapped line cannot be cleared in place) and the time left,
+ * first on the line, stays in view. A window narrowed under a line already
+ * drawn re-wraps it; the erase reaches every row of it where the terminal
+ * keeps the cursor at the line's start (tmux does, between draws), but a
+ * resize in the middle of a draw can leave one stale copy behind. Without a
+ * terminal each progress report is one plain line, for logs and tests that
+ * grep. */
 #ifndef PS_CONSOLE_H
 #define PS_CONSOLE_H
 
