@@ -289,10 +289,16 @@ static int ps__train(const ps__worker_opts *o, const ps_model_spec *spec, const 
         ps_error("%s", err);
         goto out;
     }
-    features = w.train.rows * w.train.cols;
-    if (features != spec->sizes[0]) {
-        ps_error("the data has %d features per sample but the model's input is %d", features,
-                 spec->sizes[0]);
+    if (eval && ps_dataset_match(&w.train, &w.test, err, sizeof(err)) < 0) {
+        ps_error("%s", err);
+        rc = -PS_EFORMAT;
+        goto out;
+    }
+    features = w.train.features;
+    if (features != spec->sizes[0] || w.train.classes > spec->sizes[spec->n_layers]) {
+        ps_error("the data has %d features per sample and %d classes but the model's input is %d "
+                 "and it has %d outputs",
+                 features, w.train.classes, spec->sizes[0], spec->sizes[spec->n_layers]);
         rc = -PS_EMISMATCH;
         goto out;
     }
