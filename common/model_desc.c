@@ -220,8 +220,6 @@ int ps_model_desc_parse(ps_model_desc *desc, const char *text, const char *sourc
                             PS__MAX_LINE - 1);
         memcpy(line, p, len);
         line[len] = '\0';
-        if (memchr(line, '\0', len))
-            return ps__fail(err, errlen, desc->source, lineno, "NUL byte in the text");
         hash = strchr(line, '#');
         if (hash)
             *hash = '\0';

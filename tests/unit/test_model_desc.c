@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model_desc.h"
 #include "ps_error.h"
@@ -312,6 +313,16 @@ Test(model_desc, load_errors_name_the_file)
     ps_model_desc d;
     char err[256];
 
+    char path[] = "/tmp/test_model_desc.XXXXXX";
+    int fd = mkstemp(path);
+
     cr_assert_eq(ps_model_desc_load(&d, "/nonexistent/x.model", err, sizeof(err)), -ENOENT);
     cr_assert_not_null(strstr(err, "/nonexistent/x.model: cannot open"), "%s", err);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, "relu\0dense out=3\n", 17), 17);
+    close(fd);
+    cr_assert_eq(ps_model_desc_load(&d, path, err, sizeof(err)), -PS_EFORMAT);
+    cr_assert_not_null(strstr(err, ": not a text file (NUL byte)"), "%s", err);
+    cr_assert_not_null(strstr(err, path), "%s", err);
+    unlink(path);
 }
