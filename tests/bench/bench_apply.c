@@ -49,6 +49,7 @@ typedef struct {
     size_t n;
     ps_optimizer_config cfg;
     uint64_t step;
+    ps_optimizer_bounds bounds; /* kept across calls, as the server keeps one per chunk */
     ps__rule rule;
     uint32_t sink;
 } ps__arrays;
@@ -63,10 +64,12 @@ static void ps__k_server(ps__arrays *a)
 }
 
 /* What the server runs since issue 18: the update only if it stays finite
- * (computed twice, first into a stack copy to check it). */
+ * (proved from one more read of the gradient and the bounds kept from the
+ * previous call). */
 static void ps__k_checked(ps__arrays *a)
 {
-    a->sink ^= (uint32_t)ps_optimizer_apply_checked(&a->cfg, a->w, a->s, a->g, a->n, ++a->step);
+    a->sink ^= (uint32_t)ps_optimizer_apply_checked(&a->cfg, a->w, a->s, a->g, a->n, ++a->step,
+                                                    &a->bounds);
 }
 
 /* The baselines are kept out of line and without restrict, as a plain loop
