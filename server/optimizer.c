@@ -22,7 +22,8 @@ typedef enum { PS__PLAIN, PS__MOMENTUM, PS__ADAM, PS__ADAGRAD } ps__rule;
 typedef struct {
     ps__rule rule;
     float lr;
-    float l2; /* weight decay folded into the gradient */
+    float l2;  /* weight decay folded into the gradient */
+    int no_l2; /* l2 is +0: plain SGD may skip it (see ps__span) */
     /* Momentum: v = mu*v + g, then w -= lr*(g_coef*g + v_coef*v), which is
      * heavy-ball with (0, 1) and Nesterov with (1, mu). */
     float mu, g_coef, v_coef;
@@ -115,8 +116,16 @@ ps__span(const ps__coef *c, float *restrict w, float *restrict s, const float *r
 
     switch (c->rule) {
     case PS__PLAIN:
-        for (size_t i = 0; i < n; i++)
-            w[i] -= lr * (g[i] + l2 * w[i]);
+        /* Without weight decay, half the arithmetic, which is what bounds
+         * this rule on chunks in cache. Bit for bit the same for finite w:
+         * g + (+0)*w differs from g only as +0 for -0 (when w >= +0), and
+         * w - lr*(+-0) is then the same w. */
+        if (c->no_l2)
+            for (size_t i = 0; i < n; i++)
+                w[i] -= lr * g[i];
+        else
+            for (size_t i = 0; i < n; i++)
+                w[i] -= lr * (g[i] + l2 * w[i]);
         break;
     case PS__MOMENTUM: {
         const float mu = c->mu, gc = c->g_coef, vc = c->v_coef;
@@ -178,6 +187,7 @@ static void ps__coef_init(const ps_optimizer_config *cfg, uint64_t step, ps__coe
         .rule = ps__rule_of(cfg),
         .lr = cfg->lr,
         .l2 = cfg->weight_decay,
+        .no_l2 = cfg->weight_decay == 0.0f && !signbit(cfg->weight_decay),
         .mu = cfg->momentum,
         .g_coef = cfg->kind == PS_OPT_NESTEROV ? 1.0f : 0.0f,
         .v_coef = cfg->kind == PS_OPT_NESTEROV ? cfg->momentum : 1.0f,
