@@ -311,10 +311,11 @@ static int ps__prove_finite(const ps__coef *c, double W, double S, double G, dou
                             double *out_s)
 {
     const double limit = 1e37;
-    /* Each float operation rounds up by at most 2^-24 relative, and no value
-     * passes through more than 8 of them: 2^-20 covers that and the rounding
-     * of the double bound itself. */
-    const double round_up = 1.0 + 0x1p-20;
+    /* Each float operation rounds up by at most 2^-24 relative (plus half a
+     * subnormal step, absolute), and no value passes through more than 8 of
+     * them: 2^-20 relative and the smallest normal float absolute cover that
+     * and the rounding of the double bound itself. */
+    const double round_up = 1.0 + 0x1p-20, tiny = 0x1p-126;
     double lr = fabs((double)c->lr), wi = W * fabs((double)c->decay);
     double gi = G + fabs((double)c->l2) * wi, peak = 0.0, ow = 0.0, os = 0.0;
 
@@ -324,7 +325,9 @@ static int ps__prove_finite(const ps__coef *c, double W, double S, double G, dou
         break;
     case PS__MOMENTUM:
         os = fabs((double)c->mu) * S + gi;
-        ow = W + lr * (fabs((double)c->g_coef) * gi + fabs((double)c->v_coef) * os);
+        /* The step before lr scales it, which may be the larger. */
+        peak = fabs((double)c->g_coef) * gi + fabs((double)c->v_coef) * os;
+        ow = W + lr * peak;
         break;
     case PS__ADAM: {
         /* v = b2*v + (1-b2)*g*g stays >= 0 only for b2 in [0, 1], and the
@@ -350,8 +353,8 @@ static int ps__prove_finite(const ps__coef *c, double W, double S, double G, dou
     peak = ps__max_nan(ps__max_nan(peak, wi), ps__max_nan(gi, ps__max_nan(ow, os)));
     if (!(peak < limit))
         return 0;
-    *out_w = ow * round_up;
-    *out_s = os * round_up;
+    *out_w = ow * round_up + tiny;
+    *out_s = os * round_up + tiny;
     return 1;
 }
 

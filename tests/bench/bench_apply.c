@@ -209,11 +209,21 @@ static double ps__median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* Gets the arrays ready for a timed block of k: the kernels share them, and
+ * the baselines leave the state as no optimizer would (their adds make
+ * Adam's second moments negative) and the weights unknown to the checked
+ * apply's bounds, so the state is zeroed, the bounds forgotten, and k called
+ * once untimed, as the server's first update after a restore reads the
+ * values once. */
+static void ps__prepare(ps__kernel k, ps__arrays *a)
+{
+    memset(a->s, 0, (size_t)ps__state[a->rule] * a->n * sizeof(float));
+    a->bounds.known = 0;
+    k(a);
+}
+
 /* Times up to four kernels in alternating blocks; writes the median seconds
- * per call of each (NULL kernels are skipped). The kernels share the arrays,
- * and only the checked apply keeps its bounds up to date, so they are
- * forgotten before every block: the first call of a checked block reads the
- * values once, as the server's first update after a restore does. */
+ * per call of each (NULL kernels are skipped). */
 static void ps__race(ps__kernel *k, int nk, ps__arrays *a, int rounds, double block_s, double *out)
 {
     double t[4][PS__MAX_ROUNDS];
@@ -224,13 +234,13 @@ static void ps__race(ps__kernel *k, int nk, ps__arrays *a, int rounds, double bl
          * the speed of later ones (measured 0.3 vs 16-21 GB/s for a
          * memcpy), so a few whole passes come before any timing. */
         if (k[j]) {
-            a->bounds.known = 0;
+            ps__prepare(k[j], a);
             ps__time(k[j], a, block_s / 4, 3);
         }
     for (int r = 0; r < rounds; r++)
         for (int j = 0; j < nk; j++)
             if (k[j]) {
-                a->bounds.known = 0;
+                ps__prepare(k[j], a);
                 t[j][r] = ps__time(k[j], a, block_s, 1);
             }
     for (int j = 0; j < nk; j++)
