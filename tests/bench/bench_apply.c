@@ -14,11 +14,12 @@
  * Bytes touched per element: SGD 12 (read w, g; write w), momentum 20 (read w,
  * g, v; write w, v), Adam 28 (read w, g, m, v; write w, m, v). Timed blocks of
  * the four alternate and each figure is the median over rounds, so load from
- * elsewhere hits all four alike. * A second table times the other
- * per-byte work a push+pull does on the server and client (CRC32C as ps_crc32c picks it and with
- * the crc32 instruction, a copy into a reused buffer, and a copy into a fresh malloc, as pull
- * replies were once snapshotted), for the analysis in docs/performance.md, and what --compress fp16
- * adds: narrowing on the worker and widening on the server, the F16C copies and the plain C
+ * elsewhere hits all four alike. A second table times the other per-byte
+ * work a push+pull does on the server and client (CRC32C as ps_crc32c picks
+ * it and with the crc32 instruction, a copy into a reused buffer, and a copy
+ * into a fresh malloc, as pull replies were once snapshotted), for the
+ * analysis in docs/performance.md, and what --compress fp16 adds: narrowing
+ * on the worker and widening on the server, the F16C copies and the plain C
  * references (docs/compression.md). */
 #include <errno.h>
 #include <math.h>
