@@ -593,6 +593,31 @@ Test(optimizer, plain_sgd_needs_no_state)
         cr_assert_eq(w[i], 1.0f - 0.1f * (float)i, "w[%d]", i);
 }
 
+/* Plain SGD without weight decay runs w -= lr*g; it must equal the rule as
+ * written, w -= lr*(g + 0*w), bit for bit for every finite weight, signed
+ * zeros and subnormals included. */
+Test(optimizer, plain_sgd_without_decay_is_the_rule)
+{
+    static const float vals[] = {0.0f, -0.0f, 1e-45f, -1e-45f, 1e-39f, 0.5f, -3.0f, 1e30f, -1e38f};
+    enum { NV = sizeof(vals) / sizeof(vals[0]) };
+    ps_optimizer_config c = config(PS_OPT_SGD, 0.0f, 0.0f);
+    float w[NV * NV], want[NV * NV], g[NV * NV];
+
+    for (int lr = 0; lr < 3; lr++) {
+        c.lr = lr == 0 ? 0.1f : lr == 1 ? -0.25f : 0.0f;
+        for (int i = 0; i < NV * NV; i++) {
+            w[i] = vals[i / NV];
+            g[i] = vals[i % NV];
+            want[i] = w[i] - c.lr * (g[i] + 0.0f * w[i]);
+        }
+        ps_optimizer_apply(&c, w, NULL, g, NV * NV, 1);
+        for (int i = 0; i < NV * NV; i++)
+            cr_assert_eq(memcmp(&w[i], &want[i], sizeof(float)), 0,
+                         "lr %g, w %g, g %g: %a, the rule %a", c.lr, vals[i / NV], vals[i % NV],
+                         w[i], want[i]);
+    }
+}
+
 Test(optimizer, state_floats)
 {
     cr_assert_eq(ps_optimizer_state_floats(&(ps_optimizer_config){.kind = PS_OPT_SGD}, 10), 0);
