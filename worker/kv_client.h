@@ -26,8 +26,8 @@ typedef enum {
      * that push. */
     PS_COMPRESS_FP16,
     /* bfloat16, rounded to nearest even (half.h): half the bytes, float32's
-     * range (no overflow below FLT_MAX's rounding) but 8 significant bits
-     * against half's 11. */
+     * exponent range (only values that round past the largest bfloat16,
+     * about 3.39e38, become Inf) but 8 significant bits against half's 11. */
     PS_COMPRESS_BF16,
 } ps_compress;
 
