@@ -947,9 +947,9 @@ static int decode_scanned(const uint8_t *stream, size_t len, size_t step, int sc
  * Values whose exponent is all ones only in the other half of a float32 (the
  * bytes 0x7f80 in its low 16 bits) must not count: the scan reads whole
  * values. The bfloat16 values are finite but have float16's exponent bits all
- * set (0x7c12, 0xff7f: about 5e36 and -FLT_MAX), so a scan that picked its
- * rule by value size, not dtype, fails here; float16's Inf and NaN lack
- * bfloat16's exponent bits, so the opposite mistake fails too. */
+ * set (0x7c12, 0xff7f: about 3e36 and the most negative bfloat16), so a scan
+ * that picked its rule by value size, not dtype, fails here; float16's Inf
+ * and NaN lack bfloat16's exponent bits, so the opposite mistake fails too. */
 Test(frame, nonfinite_scan_finds_inf_and_nan_at_every_position, .timeout = 60)
 {
     const size_t n_vals = 3001, steps[] = {SIZE_MAX, 1, 3, 7, 4096};
