@@ -62,7 +62,7 @@ typedef struct {
     const ps_chunk **chunks;
     ps_frame_piece *pieces; /* where a pull reply's chunks land */
     size_t bytes;
-    uint16_t *half;  /* --compress fp16: the push payloads (owned; see ps__push_chunk) */
+    uint16_t *half;  /* --compress fp16/bf16: the push payloads (owned; see ps__push_chunk) */
     size_t *half_at; /* where chunk i's values start in half */
     /* Outstanding requests: at most one pull, and one push per chunk, which
      * wait in pushes (a ring of n_keys) since acks come in order. */
@@ -497,7 +497,7 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
             sv->bytes += ch->numel * sizeof(float);
         }
         sv->n_keys = k;
-        if (cfg->compress == PS_COMPRESS_FP16 &&
+        if (cfg->compress != PS_COMPRESS_NONE &&
             (sv->half = malloc(sv->bytes / 2 ? sv->bytes / 2 : 1)) == NULL)
             goto fail;
         rc = ps_parse_hostport(cfg->servers[s], &sv->addr, 0, err, sizeof(err));
@@ -735,15 +735,20 @@ static int ps__push_chunk(ps_kv_client *c, ps__server *sv, int i, const float *g
     if (sv->push_n == sv->n_keys)
         return -EBUSY;
     h.dtype = SHARDPS__DTYPE__DTYPE_F32;
-    if (c->cfg.compress == PS_COMPRESS_FP16) {
+    if (c->cfg.compress != PS_COMPRESS_NONE) {
         /* Each chunk has its own place in the server's buffer of halves,
          * since all of a step's chunks are in flight together; like the
          * gradients, it is borrowed by the send until wait returns. */
         uint16_t *half = sv->half + sv->half_at[i];
-        ps_f32_to_f16(half, grad, ch->numel);
+        if (c->cfg.compress == PS_COMPRESS_BF16) {
+            ps_f32_to_bf16(half, grad, ch->numel);
+            h.dtype = SHARDPS__DTYPE__DTYPE_BF16;
+        } else {
+            ps_f32_to_f16(half, grad, ch->numel);
+            h.dtype = SHARDPS__DTYPE__DTYPE_F16;
+        }
         iov.base = half;
         iov.len = ch->numel * sizeof(uint16_t);
-        h.dtype = SHARDPS__DTYPE__DTYPE_F16;
     }
     h.type = SHARDPS__MSG_TYPE__PUSH;
     h.request_id = ++c->next_id;

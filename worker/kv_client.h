@@ -25,6 +25,10 @@ typedef enum {
      * 65520 or more becomes Inf, so the servers' --reject-nonfinite refuses
      * that push. */
     PS_COMPRESS_FP16,
+    /* bfloat16, rounded to nearest even (half.h): half the bytes, float32's
+     * exponent range (only values that round past the largest bfloat16,
+     * about 3.39e38, become Inf) but 8 significant bits against half's 11. */
+    PS_COMPRESS_BF16,
 } ps_compress;
 
 typedef struct {
@@ -62,7 +66,7 @@ typedef struct {
 /* Running totals since the client was created. */
 typedef struct {
     uint64_t dropped; /* chunks the servers dropped as late */
-    /* Payload bytes as they went on the wire (halves with fp16 pushes);
+    /* Payload bytes as they went on the wire (halves with fp16 or bf16 pushes);
      * frame headers are not counted. */
     uint64_t bytes_sent, bytes_received;
     uint64_t staleness_max; /* largest staleness a server reported for our pushes */

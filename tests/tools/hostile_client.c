@@ -529,8 +529,8 @@ static int sc_short_push(hc_ctx *ctx, hc_conn *c)
     return sized_push(ctx, c, SHARDPS__DTYPE__DTYPE_F32, sizeof(float), sizeof(float), "payload");
 }
 
-/* --compress fp16 pushes: one half short, and halves announced but floats
- * sent (the size a confused worker would send). */
+/* --compress fp16 and bf16 pushes: one value short, and 2-byte values
+ * announced but floats sent (the size a confused worker would send). */
 static int sc_short_f16_push(hc_ctx *ctx, hc_conn *c)
 {
     return sized_push(ctx, c, SHARDPS__DTYPE__DTYPE_F16, sizeof(uint16_t), sizeof(uint16_t),
@@ -540,6 +540,18 @@ static int sc_short_f16_push(hc_ctx *ctx, hc_conn *c)
 static int sc_f16_as_f32(hc_ctx *ctx, hc_conn *c)
 {
     return sized_push(ctx, c, SHARDPS__DTYPE__DTYPE_F16, sizeof(float), 0, "float16 push payload");
+}
+
+static int sc_short_bf16_push(hc_ctx *ctx, hc_conn *c)
+{
+    return sized_push(ctx, c, SHARDPS__DTYPE__DTYPE_BF16, sizeof(uint16_t), sizeof(uint16_t),
+                      "bfloat16 push payload");
+}
+
+static int sc_bf16_as_f32(hc_ctx *ctx, hc_conn *c)
+{
+    return sized_push(ctx, c, SHARDPS__DTYPE__DTYPE_BF16, sizeof(float), 0,
+                      "bfloat16 push payload");
 }
 
 static int sc_bad_dtype(hc_ctx *ctx, hc_conn *c)
@@ -867,6 +879,8 @@ static const hc_scenario hc_scenarios[] = {
     {"short-push", "a PUSH one float short", sc_short_push, 1},
     {"short-f16-push", "a float16 PUSH one half short", sc_short_f16_push, 1},
     {"f16-as-f32", "a float16 PUSH carrying a float32-sized payload", sc_f16_as_f32, 1},
+    {"short-bf16-push", "a bfloat16 PUSH one value short", sc_short_bf16_push, 1},
+    {"bf16-as-f32", "a bfloat16 PUSH carrying a float32-sized payload", sc_bf16_as_f32, 1},
     {"bad-dtype", "a PUSH of an unknown dtype", sc_bad_dtype, 1},
     {"pull-far", "a PULL at clock 2^64-1", sc_pull_far, 1},
     {"push-announced", "a PUSH header announcing 32 MiB for one chunk", sc_push_announced, 1},
