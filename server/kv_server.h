@@ -44,10 +44,13 @@ typedef struct {
     size_t max_payload;
     int quorum;                    /* sync: pushes that complete a step; 0 = every live worker */
     uint32_t heartbeat_timeout_ms; /* a live worker silent this long leaves; 0 = never */
-    int staleness_damping;         /* async/ssp: scale the rate by 1 / (1 + staleness) */
-    int reject_nonfinite;          /* drop pushes holding NaN or Inf (counted, logged) */
-    int pool_updates;  /* large chunks' updates on libuv's thread pool; 0: all on the loop */
-    ps_lr_schedule lr; /* shape of the rate over steps; base_lr is opt.lr */
+    /* A started rank that left without finishing is lost once it has not
+     * rejoined for this long; the job then finishes without it. 0 = 60 s. */
+    uint32_t rejoin_timeout_ms;
+    int staleness_damping; /* async/ssp: scale the rate by 1 / (1 + staleness) */
+    int reject_nonfinite;  /* drop pushes holding NaN or Inf (counted, logged) */
+    int pool_updates;      /* large chunks' updates on libuv's thread pool; 0: all on the loop */
+    ps_lr_schedule lr;     /* shape of the rate over steps; base_lr is opt.lr */
     const char *checkpoint_dir;    /* NULL: no checkpoints (borrowed, must outlive s) */
     uint32_t checkpoint_every;     /* steps between checkpoints; 0 = not by steps */
     double checkpoint_seconds;     /* seconds between checkpoints; 0 = not by time */
@@ -74,13 +77,16 @@ typedef struct {
     uint64_t clock; /* steps applied (sync) or newest step applied (async, ssp) */
     double staleness_mean, staleness_p99;
     int live_workers;
+    int lost_workers; /* ranks that left unfinished and did not rejoin in time */
 } ps_kv_server_stats;
 
 typedef struct ps_kv_server ps_kv_server;
 
-/* Called once every rank has said goodbye (finished) and none is live. A
- * rank that disappeared without a goodbye may still rejoin, so the server
- * keeps waiting for it; whoever runs the job stops the server then. */
+/* Called once every rank has said goodbye (finished) or is lost, and none is
+ * live. A rank that disappeared without a goodbye may still rejoin, so the
+ * server waits for it, but only for rejoin_timeout_ms: then it counts as
+ * lost (logged, and in the summary) and the job ends without it. A lost
+ * rank that comes back while the job still runs is taken back. */
 typedef void (*ps_kv_server_done_cb)(ps_kv_server *s, void *arg);
 
 /* cfg is copied. Returns 0, -EINVAL or -ENOMEM. */

@@ -292,6 +292,8 @@ int main(int argc, char **argv)
         ps_info("optimizer updates on the event loop (--apply-threads to change)");
     cfg.staleness_damping = jo.staleness_damping;
     cfg.heartbeat_timeout_ms = (uint32_t)(jo.heartbeat_timeout * 1000);
+    cfg.rejoin_timeout_ms =
+        jo.rejoin_timeout * 1000 > UINT32_MAX ? UINT32_MAX : (uint32_t)(jo.rejoin_timeout * 1000);
     ps_lr_schedule_parse(jo.lr_schedule, &cfg.lr.kind);
     cfg.lr.warmup_steps = (uint64_t)jo.warmup_steps;
     cfg.lr.total_steps = (uint64_t)jo.total_steps;
@@ -347,9 +349,22 @@ int main(int argc, char **argv)
         rc = ps_kv_server_restore(app.srv,
                                   jo.restore_clock < 0 ? UINT64_MAX : (uint64_t)jo.restore_clock,
                                   err, sizeof(err));
-        if (rc < 0) {
+        /* auto: a first start, or a directory of other jobs only, starts
+         * fresh; so does one whose every file of this job is unusable, said
+         * loudly. */
+        if (rc < 0 && jo.restore == PS_RESTORE_AUTO) {
+            if (rc == -ENOENT)
+                ps_info("--restore auto: no checkpoint of this job in %s; starting fresh at "
+                        "clock 0",
+                        jo.checkpoint_dir);
+            else
+                ps_warn("--restore auto: no usable checkpoint of this job in %s (%s); starting "
+                        "fresh at clock 0",
+                        jo.checkpoint_dir, err);
+            rc = 0;
+        } else if (rc < 0) {
             ps_error("cannot restore from %s: %s", jo.checkpoint_dir,
-                     rc == -ENOENT ? "no checkpoint of this server there" : err);
+                     rc == -ENOENT ? "no checkpoint of this server and job there" : err);
             ps_kv_server_close(app.srv);
             uv_loop_close(&app.loop);
             return 1;

@@ -247,6 +247,8 @@ static void ps__on_frame(ps_conn *conn, const ps_frame *f)
         }
         if (h->status > 0)
             c->stats.dropped += (uint64_t)h->status;
+        c->stats.rejected += h->rejected;
+        c->stats.acked++; /* a push frame carries one chunk */
         c->stats.staleness_sum += h->staleness;
         c->stats.staleness_count++;
         if (h->staleness > c->stats.staleness_max)

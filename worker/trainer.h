@@ -51,7 +51,10 @@ typedef struct {
     int n_report_steps;
     int slow_ms;        /* wait this long every step (straggler experiments) */
     int max_reconnects; /* rejoin at most this many times */
-    double clip_norm;   /* per-tensor L2 clip (0: off) */
+    /* Stop once every chunk we pushed was refused for this many steps in a
+     * row (0: never); a NaN or infinite loss stops the run at once. */
+    int max_rejected_steps;
+    double clip_norm; /* per-tensor L2 clip (0: off) */
     size_t chunk_bytes, max_payload;
     double connect_timeout; /* seconds to keep trying to reach the servers */
     ps_compress compress;

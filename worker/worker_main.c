@@ -93,6 +93,7 @@ static int ps__train(const ps_job_options *j, const ps__worker_opts *o, const ps
         .n_report_steps = o->n_steps_to_report,
         .slow_ms = o->slow_ms,
         .max_reconnects = j->max_reconnects,
+        .max_rejected_steps = j->max_rejected_steps,
         .clip_norm = j->clip_norm,
         .chunk_bytes = (size_t)j->chunk_bytes,
         .max_payload = (size_t)j->max_payload,
