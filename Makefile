@@ -80,9 +80,9 @@ COMPOSE_CHECK_ARGS ?=
 compose-check:
 	@bash deploy/compose-check.sh $(COMPOSE_CHECK_ARGS)
 
-# libFuzzer (clang, ASan + UBSan) on the frame decoder and on a real server's
-# handshake, FUZZ_SECONDS per target: two targets, one minute in all by
-# default. Its own build folder, since every object there is instrumented;
+# libFuzzer (clang, ASan + UBSan) on the frame decoder, on a real server's
+# handshake and on the worker's client, FUZZ_SECONDS per target: three
+# targets, a minute and a half in all by default. Its own build folder, since every object there is instrumented;
 # not part of `make test`. Results are recorded in docs/reliability.md.
 BUILD_FUZZ   ?= build-fuzz
 FUZZ_SECONDS ?= 30
@@ -90,7 +90,7 @@ FUZZ_SECONDS ?= 30
 fuzz: deps
 	@cmake -S . -B $(BUILD_FUZZ) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	    -DPS_FUZZ=ON -DPS_TESTS=OFF -DPS_CUDA=OFF >/dev/null
-	@cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_frame fuzz_handshake
+	@cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_frame fuzz_handshake fuzz_client
 	@bash tests/fuzz/run.sh $(BUILD_FUZZ) $(FUZZ_SECONDS)
 
 # The CPU half of the GPU check (deploy/gpu-check.sh --no-gpu) inside a bare

@@ -158,6 +158,10 @@ static const ps__job_option ps__table[] = {
     {"connect-timeout", PS_FLAG_DOUBLE, PS__AT(connect_timeout), "SECONDS",
      "how long a worker keeps trying to reach the servers", 0, 86400, NULL, NULL, NULL, 30, NULL,
      PS__W | PS__L, 0},
+    {"request-timeout", PS_FLAG_DOUBLE, PS__AT(request_timeout), "SECONDS",
+     "a worker gives up on a server that owes it an answer this long (auto: 3 of the servers' "
+     "heartbeat timeouts, or 30 s without one)",
+     0, 86400, NULL, "auto=0", NULL, 0, NULL, PS__W | PS__L, 0},
     {"max-reconnects", PS_FLAG_INT, PS__AT(max_reconnects), "N",
      "a worker rejoins the job at most N times after losing a server", 0, 1000000, NULL, NULL, NULL,
      10, NULL, PS__W | PS__L, 0},

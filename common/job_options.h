@@ -63,7 +63,7 @@ typedef struct {
     int restore; /* 0, 1 (must restore) or PS_RESTORE_AUTO */
     double checkpoint_seconds, restore_clock;
     /* Deadlines and limits. */
-    double heartbeat_timeout, rejoin_timeout, connect_timeout, max_payload;
+    double heartbeat_timeout, rejoin_timeout, connect_timeout, request_timeout, max_payload;
     int max_rejected_steps;
     int max_reconnects;
     /* Hostile peers (docs/reliability.md). */

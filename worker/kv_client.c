@@ -14,12 +14,22 @@
 #include "partition.h"
 #include "ps_error.h"
 #include "ps_log.h"
+#include "server_reply.h"
 #include "transport.h"
 
 #define PS__WRITE_QUEUE_LIMIT ((size_t)1 << 30)
 /* Pushed chunks smaller than this wait to share a write (see
  * ps__push_chunk): below it a system call costs more than the bytes. */
 #define PS__CORK_BYTES ((size_t)64 << 10)
+/* The request timeout while no server has said how often it expects a
+ * heartbeat (before the WELCOMEs, or servers without heartbeat timeouts). */
+#define PS__DEFAULT_REQUEST_MS 30000
+/* The automatic request timeout: 3 heartbeat timeouts of the servers, each 4
+ * of the intervals their WELCOMEs ask for. A sync barrier waits at most about
+ * one heartbeat timeout for a worker that stopped, so this is slack enough
+ * for a barrier and short enough for a dead server. */
+#define PS__AUTO_HEARTBEATS     12
+#define PS__MIN_AUTO_REQUEST_MS 1000
 
 typedef struct ps_kv_client ps_kv_client;
 
@@ -30,9 +40,13 @@ typedef struct {
     struct sockaddr_storage addr;
     ps_conn *conn;
     int welcomed;
-    uint64_t welcome_clock;
-    uint32_t heartbeat_ms;
+    ps_reply_welcome welcome;
+    uint64_t hello_id;
     uint64_t pulled_clock; /* clock of the weights in the last pull reply */
+    int pulled;            /* a pull reply came on this connection */
+    /* The time from which the answer this server owes us is counted: the
+     * HELLO, the start of a wait, or its last frame, whichever is latest. */
+    uint64_t owed_since_ms;
     uint64_t retry_ms;
     uv_timer_t retry;
     int retrying; /* this connection was refused for now; a new one is coming */
@@ -46,10 +60,10 @@ typedef struct {
     size_t bytes;
     uint16_t *half;  /* --compress fp16: the push payloads (owned; see ps__push_chunk) */
     size_t *half_at; /* where chunk i's values start in half */
-    /* Outstanding requests: at most one pull, and one push per chunk, whose
-     * ids wait in push_ids (a ring of n_keys) since acks come in order. */
-    uint64_t pull_id;
-    uint64_t *push_ids;
+    /* Outstanding requests: at most one pull, and one push per chunk, which
+     * wait in pushes (a ring of n_keys) since acks come in order. */
+    ps_reply_pull pull;
+    ps_reply_push *pushes;
     int push_head, push_n;
     float *const *pull_dest;
     int corked; /* requests wait on the connection until ps_kv_client_wait */
@@ -68,7 +82,11 @@ struct ps_kv_client {
     uint64_t deadline_ms;
     int connecting;
     uv_timer_t heartbeat;
-    int sync_mode; /* the servers average pushes per step (staleness 0) */
+    uv_timer_t deadline;   /* wakes the loop when a server's answer is overdue */
+    uint64_t request_ms;   /* the request timeout in force */
+    uint64_t max_clock;    /* the last step a server may report */
+    int welcomes;          /* servers that welcomed us on this client */
+    ps_reply_welcome mode; /* the first WELCOME's mode, which every server must share */
     int auth;
     uint8_t auth_key[PS_AUTH_KEY_BYTES];
     ps_kv_client_stats stats;
@@ -80,6 +98,15 @@ static void ps__fail(ps_kv_client *c, int err)
         c->error = err;
 }
 
+/* A server broke the protocol or lied: one line naming it, and the client
+ * fails with -PS_EPROTO, which is never retried by reconnecting. */
+static void ps__distrust(ps__server *sv, const char *why)
+{
+    if (sv->cl->error == 0)
+        ps_error("server %d (%s) %s; not trusting it", sv->index, sv->addr_text, why);
+    ps__fail(sv->cl, -PS_EPROTO);
+}
+
 /* The server proves it holds the token; we answer with our own proof. */
 static void ps__handle_challenge(ps__server *sv, const ps_frame *f)
 {
@@ -89,6 +116,10 @@ static void ps__handle_challenge(ps__server *sv, const ps_frame *f)
     uint8_t mac[PS_AUTH_MAC_BYTES];
     int rc;
 
+    if (sv->welcomed || sv->server_proved || h->request_id != sv->hello_id) {
+        ps__distrust(sv, "sent an AUTH_CHALLENGE that answers no HELLO of ours");
+        return;
+    }
     if (!c->auth) {
         ps_error("server %d (%s) requires authentication; start the worker with "
                  "--auth-token-file",
@@ -118,47 +149,53 @@ static void ps__handle_challenge(ps__server *sv, const ps_frame *f)
 
 static void ps__handle_welcome(ps__server *sv, const ps_frame *f)
 {
-    const Shardps__Welcome *w = f->hdr->welcome;
+    ps_kv_client *c = sv->cl;
+    ps_reply_welcome w;
+    char why[256];
 
-    if (sv->cl->auth && !sv->server_proved) {
+    if (sv->welcomed) {
+        ps__distrust(sv, "sent a second WELCOME");
+        return;
+    }
+    if (c->auth && !sv->server_proved) {
         ps_error("server %d (%s) does not authenticate; refusing to train against it (start it "
                  "with --auth-token-file)",
                  sv->index, sv->addr_text);
-        ps__fail(sv->cl, -PS_EREJECTED);
+        ps__fail(c, -PS_EREJECTED);
         return;
     }
-
-    if (w == NULL) {
-        ps_error("server %d (%s) sent WELCOME without details", sv->index, sv->addr_text);
-        ps__fail(sv->cl, -PS_EPROTO);
+    if (ps_reply_check_welcome(f, sv->hello_id, c->max_clock, &w, why, sizeof(why)) < 0) {
+        ps__distrust(sv, why);
         return;
     }
+    if (c->welcomes > 0 && w.staleness != c->mode.staleness) {
+        snprintf(why, sizeof(why),
+                 "runs with staleness %" PRIu32 " but another server of this job with %" PRIu32,
+                 w.staleness, c->mode.staleness);
+        ps__distrust(sv, why);
+        return;
+    }
+    c->mode = w;
+    c->welcomes++;
     sv->welcomed = 1;
-    sv->welcome_clock = w->clock;
-    sv->pulled_clock = w->clock;
-    sv->heartbeat_ms = w->heartbeat_ms;
-    sv->cl->sync_mode = w->staleness == 0;
-    sv->cl->connecting--;
+    sv->welcome = w;
+    sv->pulled_clock = w.clock;
+    c->connecting--;
     ps_debug("server %d (%s) welcomed us at clock %" PRIu64 ", mode %s", sv->index, sv->addr_text,
-             w->clock, w->mode);
+             w.clock, f->hdr->welcome->mode);
 }
 
-/* True when h answers the pull in flight with exactly the keys and bytes
- * asked for. */
-static int ps__reply_matches(const ps__server *sv, const Shardps__Header *h)
-{
-    return sv->pull_dest != NULL && h->request_id == sv->pull_id &&
-           h->n_keys == (size_t)sv->n_keys && h->payload_bytes == sv->bytes &&
-           memcmp(h->keys, sv->keys, (size_t)sv->n_keys * sizeof(uint64_t)) == 0;
-}
-
-/* A pull reply that matches is read straight into the caller's tensors, one
- * piece per chunk, with no copy and no model-sized buffer of our own. */
+/* A pull reply whose header passes every check is read straight into the
+ * caller's tensors, one piece per chunk, with no copy and no model-sized
+ * buffer of our own. Anything else lands in the connection's buffer and is
+ * refused when it is complete, so a lying header never touches a weight. */
 static int ps__place_reply(ps_conn *conn, const Shardps__Header *h, const ps_frame_piece **pieces)
 {
     ps__server *sv = ps_conn_data(conn);
+    char why[256];
 
-    if (h->type != SHARDPS__MSG_TYPE__PULL_REPLY || !ps__reply_matches(sv, h))
+    if (h->type != SHARDPS__MSG_TYPE__PULL_REPLY || sv->pull_dest == NULL ||
+        ps_reply_check_pull_header(h, &sv->pull, why, sizeof(why)) < 0)
         return 0;
     for (int i = 0; i < sv->n_keys; i++) {
         const ps_chunk *ch = sv->chunks[i];
@@ -170,26 +207,46 @@ static int ps__place_reply(ps_conn *conn, const Shardps__Header *h, const ps_fra
 }
 
 /* Checks a pull reply against what was asked; it is already in place unless
- * it did not match. */
+ * it did not match. Weights that are not finite are refused after the fact:
+ * the worker then fails and never computes on them. */
 static void ps__handle_pull_reply(ps__server *sv, const ps_frame *f)
 {
-    const Shardps__Header *h = f->hdr;
+    char why[256];
 
-    if (sv->pull_dest == NULL || h->request_id != sv->pull_id) {
-        ps_error("server %d (%s) answered a pull we did not make", sv->index, sv->addr_text);
-        ps__fail(sv->cl, -PS_EPROTO);
-        return;
-    }
-    if (!ps__reply_matches(sv, h) || f->payload != NULL) {
-        ps_error("server %d (%s) answered with other keys or sizes than requested", sv->index,
-                 sv->addr_text);
-        ps__fail(sv->cl, -PS_EPROTO);
+    if (ps_reply_check_pull(f, sv->pull_dest ? &sv->pull : NULL, f->payload == NULL, why,
+                            sizeof(why)) < 0) {
+        ps__distrust(sv, why);
         return;
     }
     sv->cl->stats.bytes_received += f->payload_len;
-    sv->pulled_clock = h->clock;
+    sv->pulled_clock = f->hdr->clock;
+    sv->pulled = 1;
     sv->pull_dest = NULL;
     sv->cl->outstanding--;
+}
+
+static void ps__handle_push_reply(ps__server *sv, const ps_frame *f)
+{
+    ps_kv_client *c = sv->cl;
+    const Shardps__Header *h = f->hdr;
+    char why[256];
+
+    if (ps_reply_check_push(f, sv->push_n ? &sv->pushes[sv->push_head] : NULL, why, sizeof(why)) <
+        0) {
+        ps__distrust(sv, why);
+        return;
+    }
+    c->stats.dropped += (uint64_t)h->status;
+    /* Rejected chunks are some of those not applied; never more. */
+    c->stats.rejected += h->rejected < (uint32_t)h->status ? h->rejected : (uint32_t)h->status;
+    c->stats.acked++; /* a push frame carries one chunk */
+    c->stats.staleness_sum += h->staleness;
+    c->stats.staleness_count++;
+    if (h->staleness > c->stats.staleness_max)
+        c->stats.staleness_max = h->staleness;
+    sv->push_head = (sv->push_head + 1) % sv->n_keys;
+    sv->push_n--;
+    c->outstanding--;
 }
 
 static void ps__on_retry(uv_timer_t *t);
@@ -211,12 +268,36 @@ static int ps__retry_later(ps__server *sv, const char *reason)
     return 1;
 }
 
+static void ps__handle_refusal(ps__server *sv, const ps_frame *f)
+{
+    const Shardps__Header *h = f->hdr;
+    char reason[256];
+    int rc = ps_reply_refusal(f, reason, sizeof(reason));
+
+    if (h->type == SHARDPS__MSG_TYPE__REJECT) {
+        /* A REJECT answers a HELLO: after the WELCOME, an ERROR says no. */
+        if (sv->welcomed) {
+            ps__distrust(sv, "sent a REJECT after welcoming us");
+            return;
+        }
+        if (h->status == -EADDRINUSE && ps__retry_later(sv, reason))
+            return;
+    }
+    if (sv->cl->error == 0)
+        ps_error("server %d (%s) refused us: %s", sv->index, sv->addr_text, reason);
+    ps__fail(sv->cl, rc);
+}
+
 static void ps__on_frame(ps_conn *conn, const ps_frame *f)
 {
     ps__server *sv = ps_conn_data(conn);
     ps_kv_client *c = sv->cl;
     const Shardps__Header *h = f->hdr;
+    char why[128], name[32];
 
+    if (c->error != 0)
+        return;
+    sv->owed_since_ms = uv_now(&c->loop);
     switch (h->type) {
     case SHARDPS__MSG_TYPE__WELCOME:
         ps__handle_welcome(sv, f);
@@ -225,42 +306,19 @@ static void ps__on_frame(ps_conn *conn, const ps_frame *f)
         ps__handle_challenge(sv, f);
         break;
     case SHARDPS__MSG_TYPE__REJECT:
-        if (h->status == -EADDRINUSE && ps__retry_later(sv, h->reason))
-            break;
-        /* fall through */
     case SHARDPS__MSG_TYPE__ERROR:
-        ps_error("server %d (%s) refused us: %s", sv->index, sv->addr_text,
-                 h->reason && *h->reason ? h->reason : "(no reason given)");
-        ps__fail(c, h->type == SHARDPS__MSG_TYPE__REJECT
-                        ? -PS_EREJECTED
-                        : (h->status < 0 ? h->status : -PS_EPROTO));
+        ps__handle_refusal(sv, f);
         break;
     case SHARDPS__MSG_TYPE__PULL_REPLY:
         ps__handle_pull_reply(sv, f);
         break;
     case SHARDPS__MSG_TYPE__PUSH_REPLY:
-        if (sv->push_n == 0 || h->request_id != sv->push_ids[sv->push_head]) {
-            ps_error("server %d (%s) acknowledged a push we did not make", sv->index,
-                     sv->addr_text);
-            ps__fail(c, -PS_EPROTO);
-            break;
-        }
-        if (h->status > 0)
-            c->stats.dropped += (uint64_t)h->status;
-        c->stats.rejected += h->rejected;
-        c->stats.acked++; /* a push frame carries one chunk */
-        c->stats.staleness_sum += h->staleness;
-        c->stats.staleness_count++;
-        if (h->staleness > c->stats.staleness_max)
-            c->stats.staleness_max = h->staleness;
-        sv->push_head = (sv->push_head + 1) % sv->n_keys;
-        sv->push_n--;
-        c->outstanding--;
+        ps__handle_push_reply(sv, f);
         break;
     default:
-        ps_error("server %d (%s) sent unexpected message type %d", sv->index, sv->addr_text,
-                 h->type);
-        ps__fail(c, -PS_EPROTO);
+        snprintf(why, sizeof(why), "sent a %s, which no server sends",
+                 ps_reply_type_name(h->type, name, sizeof(name)));
+        ps__distrust(sv, why);
         break;
     }
 }
@@ -269,16 +327,25 @@ static void ps__on_close(ps_conn *conn, int err)
 {
     ps__server *sv = ps_conn_data(conn);
     ps_kv_client *c = sv->cl;
+    const char *detail = ps_conn_error(conn);
 
     sv->conn = NULL;
     sv->corked = 0;
     if (err == 0 || sv->retrying)
         return;
-    if (c->error == 0) {
-        const char *detail = ps_conn_error(conn);
+    /* Bytes that are not a frame (a bad length, version or checksum, or more
+     * payload than any answer of ours can carry) are a broken server, not a
+     * lost connection: reconnecting would meet the same server. */
+    if (err == -PS_EPROTO || err == -PS_EVERSION || err == -PS_ETOOBIG || err == -PS_ECRC) {
+        char why[320];
+        snprintf(why, sizeof(why), "sent a malformed frame (%s%s%s)", ps_strerror(err),
+                 *detail ? ": " : "", detail);
+        ps__distrust(sv, why);
+        return;
+    }
+    if (c->error == 0)
         ps_error("lost connection to server %d (%s): %s%s%s", sv->index, sv->addr_text,
                  ps_strerror(err), *detail ? ": " : "", detail);
-    }
     ps__fail(c, err == -PS_ECLOSED ? -PS_ECLOSED : err);
 }
 
@@ -333,6 +400,8 @@ static void ps__on_connect(ps_conn *conn, int status, void *data)
     h.type = SHARDPS__MSG_TYPE__HELLO;
     h.request_id = ++c->next_id;
     h.hello = &hello;
+    sv->hello_id = h.request_id;
+    sv->owed_since_ms = uv_now(&c->loop);
     rc = ps_conn_send(conn, &h, NULL, 0, NULL, NULL);
     if (rc < 0)
         ps__fail(c, rc);
@@ -341,11 +410,16 @@ static void ps__on_connect(ps_conn *conn, int status, void *data)
 static void ps__start_connect(ps__server *sv)
 {
     ps_kv_client *c = sv->cl;
+    /* No answer of a server carries more than a pull of all its keys: a
+     * larger frame is refused before a byte of it is stored. Pulled weights
+     * are scanned for Inf and NaN as they arrive. */
     ps_conn_config cc = {.on_frame = ps__on_frame,
                          .on_close = ps__on_close,
                          .place = ps__place_reply,
-                         .max_payload = c->cfg.max_payload,
-                         .max_write_queue = PS__WRITE_QUEUE_LIMIT};
+                         .max_payload =
+                             sv->bytes < c->cfg.max_payload ? sv->bytes : c->cfg.max_payload,
+                         .max_write_queue = PS__WRITE_QUEUE_LIMIT,
+                         .scan_nonfinite = 1};
     int rc = ps_conn_connect(&c->loop, (struct sockaddr *)&sv->addr, &cc, sv, ps__on_connect);
 
     if (rc < 0) {
@@ -369,9 +443,13 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
         memcpy(c->auth_key, cfg->auth_key, PS_AUTH_KEY_BYTES);
     }
     c->n_servers = cfg->n_servers;
+    c->max_clock = cfg->total_steps ? cfg->total_steps : PS_REPLY_MAX_CLOCK;
+    c->request_ms = cfg->request_timeout_s > 0 ? (uint64_t)(cfg->request_timeout_s * 1000)
+                                               : PS__DEFAULT_REQUEST_MS;
     uv_loop_init(&c->loop);
     uv_timer_init(&c->loop, &c->heartbeat);
     c->heartbeat.data = c;
+    uv_timer_init(&c->loop, &c->deadline);
     rc = ps_partition_init(&c->part, &cfg->spec, cfg->n_servers, cfg->chunk_bytes);
     if (rc < 0)
         goto fail;
@@ -394,9 +472,9 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
         sv->keys = calloc((size_t)n + 1, sizeof(*sv->keys));
         sv->chunks = calloc((size_t)n + 1, sizeof(*sv->chunks));
         sv->pieces = calloc((size_t)n + 1, sizeof(*sv->pieces));
-        sv->push_ids = calloc((size_t)n + 1, sizeof(*sv->push_ids));
+        sv->pushes = calloc((size_t)n + 1, sizeof(*sv->pushes));
         sv->half_at = calloc((size_t)n + 1, sizeof(*sv->half_at));
-        if (sv->keys == NULL || sv->chunks == NULL || sv->pieces == NULL || sv->push_ids == NULL ||
+        if (sv->keys == NULL || sv->chunks == NULL || sv->pieces == NULL || sv->pushes == NULL ||
             sv->half_at == NULL)
             goto fail;
         for (int i = 0; i < ps_partition_chunk_count(c->part); i++) {
@@ -435,11 +513,76 @@ static void ps__on_heartbeat(uv_timer_t *t)
         ps__server *sv = &c->servers[s];
         Shardps__Header h = SHARDPS__HEADER__INIT;
 
-        if (sv->conn == NULL || !sv->welcomed || sv->heartbeat_ms == 0)
+        if (sv->conn == NULL || !sv->welcomed || sv->welcome.heartbeat_ms == 0)
             continue;
         h.type = SHARDPS__MSG_TYPE__HEARTBEAT;
         if (ps_conn_send(sv->conn, &h, NULL, 0, NULL, NULL) < 0)
             ps__fail(c, -PS_ECLOSED);
+    }
+}
+
+/* What sv owes us and since when it is overdue (UINT64_MAX: nothing owed). */
+static uint64_t ps__owed_until(const ps__server *sv, const char **what)
+{
+    const ps_kv_client *c = sv->cl;
+    uint64_t limit = c->request_ms;
+
+    if (sv->conn == NULL || sv->retrying)
+        return UINT64_MAX;
+    if (!sv->welcomed) {
+        *what = "its WELCOME";
+    } else if (sv->pull_dest != NULL) {
+        *what = "the answer to a pull";
+        /* Before its first answer a server may be waiting for the whole job
+         * to join, which may take as long as connecting does. */
+        if (!sv->pulled)
+            limit += (uint64_t)(c->cfg.connect_timeout_s * 1000);
+    } else if (sv->push_n > 0) {
+        *what = "the acknowledgement of a push";
+    } else {
+        return UINT64_MAX;
+    }
+    return sv->owed_since_ms + limit;
+}
+
+static uint64_t ps__next_deadline(ps_kv_client *c)
+{
+    uint64_t due = UINT64_MAX;
+    const char *what;
+
+    for (int s = 0; s < c->n_servers; s++) {
+        uint64_t t = ps__owed_until(&c->servers[s], &what);
+        if (t < due)
+            due = t;
+    }
+    return due;
+}
+
+static void ps__on_deadline(uv_timer_t *t)
+{
+    /* Nothing to do here: waking the loop lets ps__run_until_done look. */
+    (void)t;
+}
+
+/* A deadline passed. Whatever already arrived is read first: a process that
+ * was stopped (SIGSTOP, a suspended VM) wakes with its timers overdue and the
+ * server's answer, or the server closing on it, already in the socket. Only a
+ * server still owing an answer after that has gone silent. */
+static void ps__check_overdue(ps_kv_client *c)
+{
+    uv_run(&c->loop, UV_RUN_NOWAIT);
+    uv_update_time(&c->loop);
+    for (int s = 0; s < c->n_servers && c->error == 0; s++) {
+        ps__server *sv = &c->servers[s];
+        const char *what = "";
+        uint64_t due = ps__owed_until(sv, &what);
+        if (due > uv_now(&c->loop))
+            continue;
+        ps_error("server %d (%s) sent nothing for %.1f s while we waited for %s (request timeout "
+                 "%.1f s, --request-timeout); giving up on it",
+                 sv->index, sv->addr_text, (double)(uv_now(&c->loop) - sv->owed_since_ms) / 1000,
+                 what, (double)c->request_ms / 1000);
+        ps__fail(c, -PS_ETIMEOUT);
     }
 }
 
@@ -450,13 +593,33 @@ static int ps__run_until_done(ps_kv_client *c)
 {
     uint64_t every = 0;
 
-    for (int s = 0; s < c->n_servers; s++)
-        if (c->servers[s].heartbeat_ms && (every == 0 || c->servers[s].heartbeat_ms < every))
-            every = c->servers[s].heartbeat_ms;
+    /* The loop's clock stood still while the worker computed. */
+    uv_update_time(&c->loop);
+    for (int s = 0; s < c->n_servers; s++) {
+        ps__server *sv = &c->servers[s];
+        uint32_t hb = sv->welcome.heartbeat_ms;
+        if (hb && (every == 0 || hb < every))
+            every = hb;
+        /* The server cannot answer before we wait: requests are corked. */
+        if (sv->welcomed)
+            sv->owed_since_ms = uv_now(&c->loop);
+    }
     if (every)
         uv_timer_start(&c->heartbeat, ps__on_heartbeat, every, every);
-    while (c->error == 0 && (c->outstanding > 0 || c->connecting > 0))
+    while (c->error == 0 && (c->outstanding > 0 || c->connecting > 0)) {
+        uint64_t due = ps__next_deadline(c);
+        uv_update_time(&c->loop);
+        if (due <= uv_now(&c->loop)) {
+            ps__check_overdue(c);
+            continue;
+        }
+        if (due != UINT64_MAX)
+            uv_timer_start(&c->deadline, ps__on_deadline, due - uv_now(&c->loop), 0);
+        else
+            uv_timer_stop(&c->deadline);
         uv_run(&c->loop, UV_RUN_ONCE);
+    }
+    uv_timer_stop(&c->deadline);
     uv_timer_stop(&c->heartbeat);
     return c->error;
 }
@@ -474,15 +637,24 @@ int ps_kv_client_connect(ps_kv_client *c, uint64_t *start_clock)
     rc = ps__run_until_done(c);
     if (rc < 0)
         return rc;
+    if (c->cfg.request_timeout_s <= 0) {
+        uint64_t hb = 0;
+        for (int s = 0; s < c->n_servers; s++)
+            if (c->servers[s].welcome.heartbeat_ms > hb)
+                hb = c->servers[s].welcome.heartbeat_ms;
+        c->request_ms = hb == 0 ? PS__DEFAULT_REQUEST_MS : hb * PS__AUTO_HEARTBEATS;
+        if (c->request_ms < PS__MIN_AUTO_REQUEST_MS)
+            c->request_ms = PS__MIN_AUTO_REQUEST_MS;
+    }
     /* Servers advance independently, so a worker joining mid-run may be
      * welcomed at different clocks. In sync mode it starts at the lowest: each
      * push is labelled with the clock of the weights it came from, so every
      * server gets a gradient for its own current step. Elsewhere it starts at
      * the highest, and the others move its clock forward on its first pull. */
-    *start_clock = c->servers[0].welcome_clock;
+    *start_clock = c->servers[0].welcome.clock;
     for (int s = 1; s < c->n_servers; s++) {
-        uint64_t w = c->servers[s].welcome_clock;
-        if (c->sync_mode ? w < *start_clock : w > *start_clock)
+        uint64_t w = c->servers[s].welcome.clock;
+        if (c->mode.sync ? w < *start_clock : w > *start_clock)
             *start_clock = w;
     }
     return 0;
@@ -524,7 +696,13 @@ int ps_kv_client_pull(ps_kv_client *c, uint64_t clock, float *const *params)
         rc = ps_conn_send(sv->conn, &h, NULL, 0, NULL, NULL);
         if (rc < 0)
             return rc;
-        sv->pull_id = h.request_id;
+        sv->pull.request_id = h.request_id;
+        sv->pull.clock = clock;
+        sv->pull.sync = c->mode.sync;
+        sv->pull.max_clock = c->max_clock;
+        sv->pull.n_keys = (size_t)sv->n_keys;
+        sv->pull.keys = sv->keys;
+        sv->pull.bytes = sv->bytes;
         sv->pull_dest = params;
         c->outstanding++;
     }
@@ -570,7 +748,11 @@ static int ps__push_chunk(ps_kv_client *c, ps__server *sv, int i, const float *g
     rc = ps_conn_send(sv->conn, &h, &iov, 1, NULL, NULL);
     if (rc < 0)
         return rc;
-    sv->push_ids[(sv->push_head + sv->push_n) % sv->n_keys] = h.request_id;
+    sv->pushes[(sv->push_head + sv->push_n) % sv->n_keys] =
+        (ps_reply_push){.request_id = h.request_id,
+                        .clock = step,
+                        .n_keys = 1,
+                        .max_staleness = c->mode.sync ? 0 : c->max_clock};
     sv->push_n++;
     c->stats.bytes_sent += iov.len;
     c->outstanding++;
@@ -654,6 +836,7 @@ static void ps__client_free(ps_kv_client *c, int goodbye)
     if (c == NULL)
         return;
     uv_close((uv_handle_t *)&c->heartbeat, NULL);
+    uv_close((uv_handle_t *)&c->deadline, NULL);
     for (int s = 0; s < c->n_timers; s++) {
         ps__server *sv = &c->servers[s];
         Shardps__Header h = SHARDPS__HEADER__INIT;
@@ -673,7 +856,7 @@ static void ps__client_free(ps_kv_client *c, int goodbye)
         free(c->servers[s].keys);
         free(c->servers[s].chunks);
         free(c->servers[s].pieces);
-        free(c->servers[s].push_ids);
+        free(c->servers[s].pushes);
         free(c->servers[s].half);
         free(c->servers[s].half_at);
     }

@@ -34,6 +34,13 @@ typedef struct {
     int n_servers;
     size_t chunk_bytes;
     double connect_timeout_s; /* keep retrying refused connections this long */
+    /* The longest a server may go without a frame while it owes us one (a
+     * WELCOME, a pull reply, a push ack); then the client fails with
+     * -PS_ETIMEOUT, naming it. 0: 3 heartbeat timeouts of the servers (12 of
+     * the intervals their WELCOMEs ask for, at least 1 s), or 30 s while none
+     * is known. The first pull may also wait for the whole job to join: it
+     * gets connect_timeout_s more. */
+    double request_timeout_s;
     size_t max_payload;
     uint64_t total_steps; /* steps this worker plans; servers use it for lr schedules */
     /* NULL: no authentication. Otherwise the key from ps_auth_load_key
@@ -67,8 +74,9 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg);
 
 /* Connects and handshakes with every server, retrying refused connections
  * until the timeout; writes the clock this worker starts at. Returns 0,
- * -PS_ETIMEOUT, -PS_EREJECTED (the server's reason is logged) or another
- * negative code. */
+ * -PS_ETIMEOUT (unreachable, or silent past the request timeout),
+ * -PS_EREJECTED (the server's reason is logged), -PS_EPROTO (a server broke
+ * the protocol or lied: see server_reply.h) or another negative code. */
 int ps_kv_client_connect(ps_kv_client *c, uint64_t *start_clock);
 
 /* Starts pulling every tensor for step clock into params[tensor_id]. */
@@ -88,8 +96,11 @@ int ps_kv_client_push(ps_kv_client *c, const float *const *grads);
  * 0 or the first error so far. */
 int ps_kv_client_progress(ps_kv_client *c);
 /* Runs until every started request has completed. Returns 0 or the first
- * error (-PS_ECLOSED when a server went away, the server's code for a refused
- * request); errors are logged with the server's address. */
+ * error: -PS_ECLOSED when a server went away (the one error worth
+ * reconnecting after), -PS_ETIMEOUT when one went silent past the request
+ * timeout, -PS_EPROTO when one sent a frame that fails server_reply.h's
+ * checks, the server's code for a refused request. Every error is logged
+ * with the server's index and address. */
 int ps_kv_client_wait(ps_kv_client *c);
 
 /* The oldest clock among the weights of the last pull. In sync mode a worker

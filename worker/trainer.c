@@ -279,6 +279,7 @@ static int ps__setup_client(ps_trainer *t)
     kc->n_servers = o->n_servers;
     kc->chunk_bytes = o->chunk_bytes;
     kc->connect_timeout_s = o->connect_timeout;
+    kc->request_timeout_s = o->request_timeout;
     kc->max_payload = o->max_payload;
     kc->total_steps = t->total;
     kc->compress = o->compress;

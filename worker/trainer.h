@@ -57,6 +57,7 @@ typedef struct {
     double clip_norm; /* per-tensor L2 clip (0: off) */
     size_t chunk_bytes, max_payload;
     double connect_timeout; /* seconds to keep trying to reach the servers */
+    double request_timeout; /* seconds a server may owe an answer (0: from its heartbeats) */
     ps_compress compress;
     /* The job's settings for the servers to compare (ps_job_settings_format);
      * borrowed until ps_trainer_free; NULL: none sent. */

@@ -98,6 +98,7 @@ static int ps__train(const ps_job_options *j, const ps__worker_opts *o, const ps
         .chunk_bytes = (size_t)j->chunk_bytes,
         .max_payload = (size_t)j->max_payload,
         .connect_timeout = j->connect_timeout,
+        .request_timeout = j->request_timeout,
         .compress = strcmp(j->compress, "fp16") == 0 ? PS_COMPRESS_FP16 : PS_COMPRESS_NONE,
         .job_settings = settings,
     };

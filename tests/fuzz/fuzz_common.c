@@ -159,6 +159,22 @@ static int psf_put_record(psf_buf *out, const uint8_t *hdr, size_t hlen, const u
     return rc;
 }
 
+int psf_next_record(const uint8_t **data, size_t *len, psf_buf *out)
+{
+    const uint8_t *hdr, *payload;
+    size_t hlen, plen;
+
+    hlen = psf_take_len(data, len);
+    hdr = *data;
+    *data += hlen;
+    *len -= hlen;
+    plen = psf_take_len(data, len);
+    payload = *data;
+    *data += plen;
+    *len -= plen;
+    return psf_put_record(out, hdr, hlen, payload, plen);
+}
+
 int psf_stream(const uint8_t *data, size_t len, psf_buf *out)
 {
     ps_model_spec spec;
@@ -182,18 +198,7 @@ int psf_stream(const uint8_t *data, size_t len, psf_buf *out)
     if (!(mode & PSF_MODE_RECORDS))
         return psf_buf_put(out, data, len);
     while (len > 0) {
-        const uint8_t *hdr, *payload;
-        size_t hlen, plen;
-
-        hlen = psf_take_len(&data, &len);
-        hdr = data;
-        data += hlen;
-        len -= hlen;
-        plen = psf_take_len(&data, &len);
-        payload = data;
-        data += plen;
-        len -= plen;
-        rc = psf_put_record(out, hdr, hlen, payload, plen);
+        rc = psf_next_record(&data, &len, out);
         if (rc < 0)
             return rc;
     }

@@ -45,6 +45,11 @@ int psf_keys(const ps_model_spec *spec, uint64_t *keys, size_t max_keys);
 int psf_record(psf_buf *b, const Shardps__Header *h, const void *payload, size_t len);
 /* Appends h as a correct frame (ps_frame_encode) followed by its payload. */
 int psf_frame(psf_buf *b, Shardps__Header *h, const void *payload, size_t len);
+/* Takes one record [u16 len][header][u16 len][payload] off *data (advancing
+ * it) and appends it to out as a frame: re-encoded with the right version,
+ * length and CRC when the header unpacks, else as it is behind a length
+ * prefix. A record cut short takes what is left. Returns 0 or -ENOMEM. */
+int psf_next_record(const uint8_t **data, size_t *len, psf_buf *out);
 /* Turns a fuzz_handshake input into the bytes sent to the server. Returns 0
  * or -ENOMEM. */
 int psf_stream(const uint8_t *data, size_t len, psf_buf *out);

@@ -1,12 +1,13 @@
 /* ps-fuzz-corpus DIR: writes the seed corpus of the fuzz targets into
- * DIR/frame and DIR/handshake (both must exist). The seeds committed under
+ * DIR/frame, DIR/handshake and DIR/client (all must exist). The seeds committed under
  * tests/fuzz/corpus were made with it; rerun it when the protocol changes:
  *   build-fuzz/tests/fuzz/ps-fuzz-corpus tests/fuzz/corpus
  * Seeds are a few valid frames of each kind (HELLO, PULL, PUSH with its
  * payload, the server's replies) and a few broken ones (truncated, wrong
  * version, bad CRC, impossible lengths), in the input format of each target:
  * fuzz_frame takes [max-payload selector][split seed][stream], fuzz_handshake
- * [mode][stream or records] (fuzz_common.h). Starting from frames that pass
+ * [mode][stream or records] (fuzz_common.h), fuzz_client the records a
+ * server answers with. Starting from frames that pass
  * the decoder lets the fuzzer spend its time on the checks behind it. */
 #include <errno.h>
 #include <math.h>
@@ -212,13 +213,92 @@ static int mc_handshakes(mc_ctx *m)
     return rc;
 }
 
+/* fuzz_client: the answers of a server, one record per request of the
+ * client (fuzz_client.c: HELLO 1, PULL 2, PUSHes 3-12, PULL 13, PUSHes
+ * 14-23, PULL 24). lie picks the one answer that lies, as in
+ * tests/integration/lying_server.sh. */
+enum {
+    MC_HONEST,
+    MC_WELCOME_CLOCK,
+    MC_WELCOME_MODE,
+    MC_PULL_DTYPE,
+    MC_PULL_CLOCK,
+    MC_PULL_NAN,
+    MC_PUSH_STATUS,
+    MC_ERROR,
+    MC_ASYNC
+};
+
+static int mc_client_seed(mc_ctx *m, const char *name, int lie)
+{
+    Shardps__Header h;
+    Shardps__Welcome w = SHARDPS__WELCOME__INIT;
+    psf_buf b = {0};
+    uint64_t id = 1;
+    int rc = 0;
+
+    shardps__header__init(&h);
+    h.type = SHARDPS__MSG_TYPE__WELCOME;
+    h.request_id = id++;
+    w.mode = lie == MC_WELCOME_MODE ? "bogus" : lie == MC_ASYNC ? "async" : "sync";
+    w.staleness = lie == MC_ASYNC ? UINT32_MAX : 0;
+    w.clock = lie == MC_WELCOME_CLOCK ? UINT64_MAX : 0;
+    w.heartbeat_ms = 2500;
+    h.welcome = &w;
+    rc |= psf_record(&b, &h, NULL, 0);
+    for (uint64_t step = 0; step <= 2; step++) {
+        shardps__header__init(&h);
+        h.type = SHARDPS__MSG_TYPE__PULL_REPLY;
+        h.request_id = id++;
+        h.clock = lie == MC_PULL_CLOCK ? UINT64_MAX : step;
+        h.dtype = lie == MC_PULL_DTYPE ? 99 : SHARDPS__DTYPE__DTYPE_F32;
+        h.n_keys = m->n_keys;
+        h.keys = m->keys;
+        if (lie == MC_ERROR && step == 1) {
+            h.type = SHARDPS__MSG_TYPE__ERROR;
+            h.status = -ECONNRESET;
+            h.reason = "reset\033[2J";
+            h.n_keys = 0;
+        }
+        m->grad[5] = lie == MC_PULL_NAN ? NAN : 0.5f;
+        rc |= psf_record(&b, &h, m->grad, h.n_keys ? m->grad_len : 0);
+        m->grad[5] = 0.5f;
+        for (size_t k = 0; step < 2 && k < m->n_keys; k++) {
+            shardps__header__init(&h);
+            h.type = SHARDPS__MSG_TYPE__PUSH_REPLY;
+            h.request_id = id++;
+            h.clock = step;
+            h.status = lie == MC_PUSH_STATUS ? INT32_MAX : 0;
+            h.staleness = lie == MC_ASYNC ? 1 : 0;
+            rc |= psf_record(&b, &h, NULL, 0);
+        }
+    }
+    mc_write(m, "client", name, NULL, 0, &b);
+    psf_buf_free(&b);
+    return rc;
+}
+
+static int mc_clients(mc_ctx *m)
+{
+    return mc_client_seed(m, "honest-two-steps", MC_HONEST) |
+           mc_client_seed(m, "async-two-steps", MC_ASYNC) |
+           mc_client_seed(m, "welcome-clock-max", MC_WELCOME_CLOCK) |
+           mc_client_seed(m, "welcome-mode-bogus", MC_WELCOME_MODE) |
+           mc_client_seed(m, "pull-dtype-99", MC_PULL_DTYPE) |
+           mc_client_seed(m, "pull-clock-max", MC_PULL_CLOCK) |
+           mc_client_seed(m, "pull-nan", MC_PULL_NAN) |
+           mc_client_seed(m, "push-status-max", MC_PUSH_STATUS) |
+           mc_client_seed(m, "error-reset", MC_ERROR);
+}
+
 int main(int argc, char **argv)
 {
     mc_ctx m;
     int n;
 
     if (argc != 2) {
-        fprintf(stderr, "usage: ps-fuzz-corpus DIR (writes DIR/frame/* and DIR/handshake/*)\n");
+        fprintf(stderr, "usage: ps-fuzz-corpus DIR (writes DIR/frame/*, DIR/handshake/* and "
+                        "DIR/client/*)\n");
         return 2;
     }
     memset(&m, 0, sizeof(m));
@@ -233,7 +313,7 @@ int main(int argc, char **argv)
     m.grad_len = m.spec.total_numel * sizeof(float);
     for (size_t i = 0; i < m.spec.total_numel; i++)
         m.grad[i] = (float)((int)(i % 7) - 3) * 0.125f;
-    if (mc_frames(&m) != 0 || mc_handshakes(&m) != 0 || m.failed) {
+    if (mc_frames(&m) != 0 || mc_handshakes(&m) != 0 || mc_clients(&m) != 0 || m.failed) {
         fprintf(stderr, "ps-fuzz-corpus: could not build every seed\n");
         return 1;
     }

@@ -6,17 +6,17 @@
 # crashing inputs land in BUILD_DIR/fuzz-artifacts/. Input sizes are capped
 # per target: 16 KiB for the decoder (several frames with payloads; a longer
 # header only matters through its length prefix, judged before it is read)
-# and 4 KiB for the handshake (one connection's worth of requests for the
-# small fuzz model). Prints the executions each target reached and fails if
-# any crashed, leaked, hung or ran out of memory.
+# and 4 KiB for the handshake and the client (one connection's worth of
+# requests, or answers, for the small fuzz model). Prints the executions each
+# target reached and fails if any crashed, leaked, hung or ran out of memory.
 set -euo pipefail
 build=${1:?usage: run.sh BUILD_DIR [SECONDS_PER_TARGET]}
 secs=${2:-30}
 src=$(cd "$(dirname "$0")" && pwd)
-declare -A max_len=([frame]=16384 [handshake]=4096)
+declare -A max_len=([frame]=16384 [handshake]=4096 [client]=4096)
 status=0
 mkdir -p "$build/fuzz-artifacts"
-for name in frame handshake; do
+for name in frame handshake client; do
     work="$build/fuzz-corpus/$name"
     log="$build/fuzz-$name.log"
     mkdir -p "$work"
