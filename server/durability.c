@@ -197,4 +197,69 @@ void ps__durability_stop(ps_kv_server *s)
 {
     if (s->ckpt_timer_on)
         uv_close((uv_handle_t *)&s->ckpt_timer, NULL);
+    s->ckpt_timer_on = 0;
+    if (s->quiesce_timer_on)
+        uv_close((uv_handle_t *)&s->quiesce_timer, NULL);
+    s->quiesce_timer_on = 0;
+}
+
+/* Sync: every chunk at one clock with nothing of that step accumulated. A
+ * checkpoint taken here resumes exactly; one taken mid-step holds chunks a
+ * step apart and loses what was accumulated. */
+static int ps__at_step_boundary(const ps_kv_server *s)
+{
+    if (s->cfg.staleness != 0)
+        return 1;
+    for (int i = 0; i < s->n_local; i++)
+        if (s->sync[i].clock != s->sync[0].clock || s->sync[i].pushes > 0 ||
+            s->sync[i].live_pushes > 0)
+            return 0;
+    return 1;
+}
+
+static void ps__quiesced(ps_kv_server *s, int in_time)
+{
+    ps_kv_server_done_cb cb = s->quiesce_cb;
+
+    if (cb == NULL)
+        return;
+    s->quiesce_cb = NULL;
+    if (s->quiesce_timer_on)
+        uv_timer_stop(&s->quiesce_timer);
+    if (!in_time)
+        ps_warn("the step in progress did not complete in time (%d worker%s live): the state "
+                "is mid-step, and a run resumed from a checkpoint of it will not equal an "
+                "uninterrupted one",
+                s->live, s->live == 1 ? "" : "s");
+    cb(s, s->quiesce_arg);
+}
+
+/* With nobody live, nothing more will complete the step: now, as it is. */
+void ps__maybe_quiesced(ps_kv_server *s)
+{
+    if (s->quiesce_cb && (ps__at_step_boundary(s) || s->live == 0))
+        ps__quiesced(s, ps__at_step_boundary(s));
+}
+
+static void ps__on_quiesce_timeout(uv_timer_t *t)
+{
+    ps__quiesced(t->data, ps__at_step_boundary(t->data));
+}
+
+void ps_kv_server_quiesce(ps_kv_server *s, uint32_t timeout_ms, ps_kv_server_done_cb cb, void *arg)
+{
+    s->quiesce_cb = cb;
+    s->quiesce_arg = arg;
+    ps__maybe_quiesced(s);
+    if (s->quiesce_cb == NULL)
+        return;
+    ps_info("waiting up to %.1f s for the step in progress to complete (a checkpoint at a step "
+            "boundary resumes exactly)",
+            timeout_ms / 1000.0);
+    if (!s->quiesce_timer_on) {
+        uv_timer_init(s->loop, &s->quiesce_timer);
+        s->quiesce_timer.data = s;
+        s->quiesce_timer_on = 1;
+    }
+    uv_timer_start(&s->quiesce_timer, ps__on_quiesce_timeout, timeout_ms, 0);
 }

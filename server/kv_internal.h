@@ -124,6 +124,12 @@ struct ps_kv_server {
     char ckpt_why[32], ckpt_again_why[32];
     uint64_t *ckpt_clocks, *ckpt_newest; /* per chunk, written and restored from here */
     int foreign_logged;                  /* other jobs' files in the directory were named */
+    /* ps_kv_server_quiesce: who to tell at the next step boundary, and the
+     * deadline for it. */
+    ps_kv_server_done_cb quiesce_cb;
+    void *quiesce_arg;
+    uv_timer_t quiesce_timer;
+    int quiesce_timer_on;
     int live;
     int started;             /* every rank has joined once */
     int joined;              /* ranks that have joined at least once */
@@ -195,5 +201,8 @@ void ps__durability_stop(ps_kv_server *s);
 void ps__maybe_checkpoint(ps_kv_server *s);
 /* Writes the due checkpoint once the updates before it are applied. */
 int ps__try_checkpoint(ps_kv_server *s);
+/* After a push or a worker leaving: tells a quiesce waiting for a step
+ * boundary that it has come. */
+void ps__maybe_quiesced(ps_kv_server *s);
 
 #endif

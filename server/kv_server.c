@@ -185,7 +185,10 @@ static void ps__worker_leave(ps_kv_server *s, ps__peer *p, const char *why)
     for (int i = 0; i < s->n_local; i++)
         if (p->pushed[i] == s->sync[i].clock + 1 && s->sync[i].pushes > 0)
             s->sync[i].live_pushes--;
-    if (s->cfg.staleness == 0)
+    /* With nobody live, a step half pushed stays as it is: the ranks that
+     * fed it rejoin, their repeats are dropped and the rest completes it
+     * exactly once, rather than the part that came being applied alone. */
+    if (s->cfg.staleness == 0 && s->live > 0)
         for (int i = 0; i < s->n_local; i++)
             ps__maybe_apply(s, i);
     if (s->live > 0)
@@ -194,6 +197,7 @@ static void ps__worker_leave(ps_kv_server *s, ps__peer *p, const char *why)
     else
         ps_info("%s left at clock %" PRIu64 " (%s); no workers live", p->name, p->clock, why);
     ps__release_pulls(s);
+    ps__maybe_quiesced(s);
     if (s->started && !s->finished[p->rank]) {
         s->left_at[p->rank] = uv_now(s->loop);
         if (s->left_at[p->rank] == 0)

@@ -104,6 +104,17 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
  * negative errno (logged). */
 int ps_kv_server_checkpoint(ps_kv_server *s, const char *why);
 
+/* Calls cb (once) when the server is at a step boundary, where a checkpoint
+ * resumes exactly: in sync mode, every chunk at one clock with nothing of
+ * the next step accumulated, which the live workers reach by completing the
+ * step in progress (the next step's pushes cannot start before it is
+ * complete everywhere); in async and ssp mode, at once. If that has not
+ * happened within timeout_ms (a worker stuck mid-step), cb is called all
+ * the same and a warning says the state is mid-step. For a clean shutdown:
+ * quiesce, then checkpoint and stop in cb. */
+void ps_kv_server_quiesce(ps_kv_server *s, uint32_t timeout_ms, ps_kv_server_done_cb cb,
+                          void *arg);
+
 /* Stops listening and closes every connection; returns at once, the handles
  * finish closing as the loop runs. */
 void ps_kv_server_stop(ps_kv_server *s);

@@ -413,6 +413,7 @@ void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     ps__ack_push(p, h->request_id, h->clock, dropped, rejected, max_stale);
     ps__maybe_checkpoint(s);
     ps__release_pulls(s);
+    ps__maybe_quiesced(s);
 out:
     ps__push_buf_release(buf);
     /* Placed but refused before it was taken. */

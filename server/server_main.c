@@ -29,6 +29,9 @@ typedef struct {
     uv_signal_t sigint, sigterm;
     int linger;
     int stopped;
+    int quiescing;          /* a signal came; waiting for a step boundary */
+    uint32_t quiesce_ms;    /* how long at most */
+    char quiesce_why[16];   /* "SIGINT" or "SIGTERM" */
 } ps__server_app;
 
 /* Reached from the last worker leaving and from signals, possibly both. */
@@ -51,12 +54,30 @@ static void ps__stop(ps__server_app *app, const char *why)
     signal(SIGTERM, SIG_IGN);
 }
 
+static void ps__on_quiesced(ps_kv_server *s, void *arg)
+{
+    ps__server_app *app = arg;
+
+    (void)s;
+    ps__stop(app, app->quiesce_why);
+}
+
+/* The checkpoint on the way down is taken at a step boundary, so a run
+ * resumed from it equals an uninterrupted one; a second signal does not
+ * wait. */
 static void ps__on_signal(uv_signal_t *h, int signum)
 {
     ps__server_app *app = h->data;
+    const char *name = signum == SIGINT ? "SIGINT" : "SIGTERM";
 
-    ps_info("received %s, shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
-    ps__stop(app, signum == SIGINT ? "SIGINT" : "SIGTERM");
+    ps_info("received %s, shutting down", name);
+    if (app->quiescing) {
+        ps__stop(app, name);
+        return;
+    }
+    app->quiescing = 1;
+    snprintf(app->quiesce_why, sizeof(app->quiesce_why), "%s", name);
+    ps_kv_server_quiesce(app->srv, app->quiesce_ms, ps__on_quiesced, app);
 }
 
 static void ps__on_done(ps_kv_server *s, void *arg)
@@ -327,6 +348,8 @@ int main(int argc, char **argv)
 
     memset(&app, 0, sizeof(app));
     app.linger = linger;
+    /* A worker silent this long has left anyway. */
+    app.quiesce_ms = cfg.heartbeat_timeout_ms > 0 ? cfg.heartbeat_timeout_ms : 10000;
     uv_loop_init(&app.loop);
     if (jo.auth_token_file) {
         char err[512];

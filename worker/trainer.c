@@ -544,6 +544,12 @@ int ps_trainer_run(ps_trainer *t)
         if ((clock + 1) % (uint64_t)o->progress_every == 0 || clock + 1 >= t->total)
             ps__progress(t, &iv, epoch, clock + 1);
         ps__report_step(t, clock + 1);
+        if (o->stop && *o->stop) {
+            ps_info("stopping after step %" PRIu64 " on %s: every server is at this step's "
+                    "boundary",
+                    clock + 1, *o->stop == SIGINT ? "SIGINT" : "SIGTERM");
+            return -EINTR;
+        }
     }
     if (rc < 0)
         return rc;

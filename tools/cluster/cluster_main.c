@@ -360,14 +360,15 @@ static void ps__on_exit(uv_process_t *p, int64_t status, int term_signal)
         else
             snprintf(why, sizeof(why), "%s exited with status %" PRId64 " (see its log above)",
                      name, status);
-        if (!cl->stopping)
+        /* Interrupted: the workers stop as asked, with a signal's status. */
+        if (!cl->stopping && !(cl->interrupted && c->role == PS__WORKER))
             ps__fail(cl, why);
     } else if (c->role == PS__SERVER && !cl->stopping && !ps__workers_finished(cl)) {
         snprintf(why, sizeof(why), "%s exited before the workers finished", name);
         ps__fail(cl, why);
     }
     if (c->role == PS__WORKER && ++cl->workers_exited == cl->job.workers && !cl->stopping)
-        ps__stop_servers(cl);
+        cl->interrupted ? ps__shutdown(cl) : ps__stop_servers(cl);
     for (int i = 0; i < cl->n_children; i++)
         if (cl->children[i].running)
             return;
@@ -555,13 +556,29 @@ static void ps__start_workers(ps__cluster *cl)
     }
 }
 
+/* Workers first: each stops at the end of its step, which leaves every
+ * server at one step boundary; the servers, asked once the workers are
+ * gone, checkpoint there, so a run resumed from it equals an uninterrupted
+ * one. A second signal stops everyone at once. */
 static void ps__on_signal(uv_signal_t *h, int signum)
 {
     ps__cluster *cl = h->data;
+    int asked = 0;
 
-    ps_warn("received %s; stopping every process", signum == SIGINT ? "SIGINT" : "SIGTERM");
+    ps_warn("received %s; stopping the workers at a step boundary, then the servers",
+            signum == SIGINT ? "SIGINT" : "SIGTERM");
+    if (cl->interrupted) {
+        ps__shutdown(cl);
+        return;
+    }
     cl->interrupted = 1;
-    ps__shutdown(cl);
+    for (int i = cl->n_servers; i < cl->n_children; i++)
+        if (cl->children[i].running) {
+            uv_process_kill(&cl->children[i].proc, SIGTERM);
+            asked++;
+        }
+    if (asked == 0)
+        ps__shutdown(cl);
 }
 
 static void ps__summary(const ps__cluster *cl, double wall)
