@@ -150,7 +150,7 @@ static const ps__job_option ps__table[] = {
     {"rejoin-timeout", PS_FLAG_DOUBLE, PS__AT(rejoin_timeout), "SECONDS",
      "a worker that left without finishing is waited for this long, then counted as lost and "
      "the job finishes without it (long enough for a restart: Docker's, Kubernetes', systemd's)",
-     0.1, 86400 * 365, NULL, NULL, NULL, 60, NULL, PS__S | PS__L, 0},
+     0.1, 86400 * 365, NULL, NULL, NULL, 30, NULL, PS__S | PS__L, 0},
     {"max-rejected-steps", PS_FLAG_INT, PS__AT(max_rejected_steps), "N",
      "a worker whose every pushed chunk the servers refuse (NaN/Inf, --max-grad-norm) for N "
      "steps in a row stops with an error",

@@ -25,7 +25,7 @@
  * and for a refused peer to take its reason and go. */
 #define PS__HANDSHAKE_TIMEOUT_MS 10000
 /* Default wait for a rank that left unfinished (see --rejoin-timeout). */
-#define PS__REJOIN_TIMEOUT_MS 60000
+#define PS__REJOIN_TIMEOUT_MS 30000
 
 static void ps__on_error_sent(ps_conn *c, int status, void *arg)
 {

@@ -45,7 +45,7 @@ typedef struct {
     int quorum;                    /* sync: pushes that complete a step; 0 = every live worker */
     uint32_t heartbeat_timeout_ms; /* a live worker silent this long leaves; 0 = never */
     /* A started rank that left without finishing is lost once it has not
-     * rejoined for this long; the job then finishes without it. 0 = 60 s. */
+     * rejoined for this long; the job then finishes without it. 0 = 30 s. */
     uint32_t rejoin_timeout_ms;
     int staleness_damping; /* async/ssp: scale the rate by 1 / (1 + staleness) */
     int reject_nonfinite;  /* drop pushes holding NaN or Inf (counted, logged) */
@@ -112,8 +112,7 @@ int ps_kv_server_checkpoint(ps_kv_server *s, const char *why);
  * happened within timeout_ms (a worker stuck mid-step), cb is called all
  * the same and a warning says the state is mid-step. For a clean shutdown:
  * quiesce, then checkpoint and stop in cb. */
-void ps_kv_server_quiesce(ps_kv_server *s, uint32_t timeout_ms, ps_kv_server_done_cb cb,
-                          void *arg);
+void ps_kv_server_quiesce(ps_kv_server *s, uint32_t timeout_ms, ps_kv_server_done_cb cb, void *arg);
 
 /* Stops listening and closes every connection; returns at once, the handles
  * finish closing as the loop runs. */

@@ -29,9 +29,9 @@ typedef struct {
     uv_signal_t sigint, sigterm;
     int linger;
     int stopped;
-    int quiescing;          /* a signal came; waiting for a step boundary */
-    uint32_t quiesce_ms;    /* how long at most */
-    char quiesce_why[16];   /* "SIGINT" or "SIGTERM" */
+    int quiescing;        /* a signal came; waiting for a step boundary */
+    uint32_t quiesce_ms;  /* how long at most */
+    char quiesce_why[16]; /* "SIGINT" or "SIGTERM" */
 } ps__server_app;
 
 /* Reached from the last worker leaving and from signals, possibly both. */
