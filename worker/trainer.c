@@ -461,9 +461,9 @@ static void ps__done(ps_trainer *t, const ps__interval *iv, double t0, double ac
     ps_kv_client_stats_get(t->kv, &ks);
     ps_train_metrics_close(&t->tm, t->total, &ks);
     ps_info("done: %" PRIu64 " steps in %.1f s, %.0f samples/s, %.1f MB pushed, %.1f MB "
-            "pulled, %" PRIu64 " chunks rejected and %" PRIu64 " late (not applied)",
+            "pulled, %" PRIu64 " late chunks dropped, %" PRIu64 " chunks rejected",
             iv->steps_done, secs, samples / secs, ks.bytes_sent / 1e6, ks.bytes_received / 1e6,
-            ks.rejected, ks.dropped - ks.rejected);
+            ks.dropped - ks.rejected, ks.rejected);
     ps__report(t, &(ps_report){.kind = PS_REPORT_DONE,
                                .u.done = {iv->steps_done, samples, secs, acc, ks.dropped,
                                           ks.rejected, ks.bytes_sent, ks.bytes_received}});
