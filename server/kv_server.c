@@ -589,9 +589,9 @@ void ps_kv_server_log_summary(const ps_kv_server *s)
             " pulls (%.1f MB out), %" PRIu64 " chunk updates, %" PRIu64
             " late pushes dropped, %" PRIu64 " non-finite pushes rejected, %" PRIu64
             " updates refused as non-finite, %" PRIu64 " chunks over --max-grad-norm, %" PRIu64
-            " connections refused; staleness mean %.2f, p99 %.0f, max %" PRIu64
-            "; %d of %d workers lost (left unfinished, not back within --rejoin-timeout)",
+            " connections refused, %d of %d workers lost (left unfinished, not back within "
+            "--rejoin-timeout); staleness mean %.2f, p99 %.0f, max %" PRIu64,
             st.clock, st.pushes, (double)st.bytes_in / 1e6, st.pulls, (double)st.bytes_out / 1e6,
             st.updates, st.dropped, st.nonfinite, st.unstable, st.too_large, st.refused,
-            st.staleness_mean, st.staleness_p99, st.staleness_max, st.lost_workers, s->cfg.world);
+            st.lost_workers, s->cfg.world, st.staleness_mean, st.staleness_p99, st.staleness_max);
 }

@@ -75,7 +75,7 @@ timeout 60 tail --pid="$spid" -f /dev/null ||
 wait "$spid" || fail "the server exited with $? after losing a worker"
 grep -q "worker 1 left without finishing and did not rejoin within 1.0 s" "$TMP/s.log" ||
     fail "the server did not say worker 1 was lost"
-grep -q "summary: .*; 1 of 2 workers lost" "$TMP/s.log" || fail "the summary does not count it"
+grep -q "summary: .*, 1 of 2 workers lost" "$TMP/s.log" || fail "the summary does not count it"
 
 # --- 3. failures that must stop the run --------------------------------------
 if "$CLUSTER" "${opts[@]}" --optimizer sgd --lr 50 --steps 200 >"$TMP/d.out" 2>"$TMP/d.err"; then
