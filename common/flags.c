@@ -38,10 +38,9 @@ static int ps__word_value(const ps_flag *f, const char *word, double *out)
     return 0;
 }
 
-/* The word that stands for value v in f's words, or NULL. */
-static const char *ps__value_word(const ps_flag *f, double v, char *buf, size_t len)
+const char *ps_flags_value_word(const char *words, double v, char *buf, size_t len)
 {
-    for (const char *p = f->words; p != NULL && *p;) {
+    for (const char *p = words; p != NULL && *p;) {
         const char *eq = strchr(p, '='), *bar = strchr(p, '|');
         if (eq == NULL)
             return NULL;
@@ -52,6 +51,12 @@ static const char *ps__value_word(const ps_flag *f, double v, char *buf, size_t 
         p = bar ? bar + 1 : NULL;
     }
     return NULL;
+}
+
+/* The word that stands for value v in f's words, or NULL. */
+static const char *ps__value_word(const ps_flag *f, double v, char *buf, size_t len)
+{
+    return ps_flags_value_word(f->words, v, buf, len);
 }
 
 /* " or all, auto": the words of f for a range in messages and --help. */
@@ -110,6 +115,10 @@ static int ps__flag_set(const ps_flag *f, const char *value, const char *prog, c
 
     switch (f->type) {
     case PS_FLAG_BOOL:
+        if (value != NULL && ps__word_value(f, value, &d)) {
+            *(int *)f->dest = (int)d;
+            return 0;
+        }
         if (value == NULL || strcmp(value, "1") == 0 || strcmp(value, "true") == 0) {
             *(int *)f->dest = 1;
             return 0;
@@ -118,7 +127,11 @@ static int ps__flag_set(const ps_flag *f, const char *value, const char *prog, c
             *(int *)f->dest = 0;
             return 0;
         }
-        return ps__flag_error(prog, origin, "'%s' is not a boolean (1/0/true/false)", value, NULL);
+        return ps__flag_error(prog, origin,
+                              f->words
+                                  ? "'%s' is not a boolean (1/0/true/false) nor one of its words"
+                                  : "'%s' is not a boolean (1/0/true/false)",
+                              value, NULL);
     case PS_FLAG_STRING:
         *(const char **)f->dest = value;
         return 0;
@@ -509,7 +522,12 @@ static int ps__scan_argv(const ps_flags_ctx *ctx, int argc, char **argv, ps__arg
         out[*n_out].value = NULL;
         if (eq)
             out[*n_out].value = eq + 1;
-        else if (ctx->flags[f].type != PS_FLAG_BOOL) {
+        else if (ctx->flags[f].type == PS_FLAG_BOOL) {
+            double d;
+            /* "--restore auto": a switch takes one of its words as a value. */
+            if (a + 1 < argc && ps__word_value(&ctx->flags[f], argv[a + 1], &d))
+                out[*n_out].value = argv[++a];
+        } else {
             if (a + 1 >= argc) {
                 fprintf(stderr, "%s: --%s needs a value (%s); see %s --help\n", ctx->prog,
                         ctx->flags[f].name, ctx->flags[f].metavar ? ctx->flags[f].metavar : "VALUE",
@@ -635,6 +653,8 @@ static const char *ps__value_text(const ps_flag *f, char *buf, size_t len)
             snprintf(buf, len, "%.15g", *(double *)f->dest);
         return buf;
     case PS_FLAG_BOOL:
+        if (ps__value_word(f, *(int *)f->dest, buf, len) != NULL)
+            return buf;
         return *(int *)f->dest ? "true" : "false";
     case PS_FLAG_STRING:
     case PS_FLAG_CHOICE:
@@ -711,7 +731,10 @@ void ps_flags_usage(FILE *out, const ps_flag *flags, int n, const char *prog, co
         const ps_flag *f = &flags[i];
         char left[64], words[128], value[64];
 
-        if (f->type == PS_FLAG_BOOL)
+        if (f->type == PS_FLAG_BOOL && f->words)
+            snprintf(left, sizeof(left), "--%s [%.*s]", f->name, (int)strcspn(f->words, "="),
+                     f->words);
+        else if (f->type == PS_FLAG_BOOL)
             snprintf(left, sizeof(left), "--%s", f->name);
         else
             snprintf(left, sizeof(left), "--%s %s", f->name, f->metavar ? f->metavar : "VALUE");
@@ -733,7 +756,10 @@ void ps_flags_usage(FILE *out, const ps_flag *flags, int n, const char *prog, co
                     *(const char **)f->dest ? *(const char **)f->dest : "none");
             break;
         case PS_FLAG_BOOL:
-            fprintf(out, " [switch, default %s]", *(int *)f->dest ? "on" : "off");
+            fprintf(out, " [switch%s, default %s]", ps__words_text(f, words, sizeof(words)),
+                    ps__value_word(f, *(int *)f->dest, value, sizeof(value))
+                        ? value
+                        : (*(int *)f->dest ? "on" : "off"));
             break;
         }
         fputc('\n', out);

@@ -27,7 +27,7 @@ typedef enum {
     PS_FLAG_INT,    /* int *, bounded by [min, max] */
     PS_FLAG_DOUBLE, /* double *, bounded by [min, max] */
     PS_FLAG_STRING, /* const char **, points into argv/environ or the context (not copied) */
-    PS_FLAG_BOOL,   /* int *, set to 1 by --name, no value */
+    PS_FLAG_BOOL, /* int *, set to 1 by --name, no value (or one of its words: "--restore auto") */
     PS_FLAG_CHOICE, /* const char **, one of the '|'-separated words in choices */
 } ps_flag_type;
 
@@ -39,7 +39,7 @@ typedef struct {
     const char *help;
     double min, max;     /* INT, DOUBLE */
     const char *choices; /* CHOICE: "sync|async|ssp" */
-    /* INT, DOUBLE: words also accepted as values, "all=0" or "auto=-1|off=0";
+    /* INT, DOUBLE, BOOL: words also accepted as values, "all=0" or "auto=-1|off=0";
      * --help and --print-config show the word for its value. NULL: none. */
     const char *words;
     /* The cluster-file section every process of the job reads this option
@@ -105,6 +105,10 @@ const char *ps_flags_describe_origin(const ps_flags_ctx *ctx, const char *name, 
                                      size_t len);
 /* Prints every option as "name = value  # origin", one per line. */
 void ps_flags_print_config(const ps_flags_ctx *ctx, FILE *out);
+
+/* The word that stands for value v in words ("auto=2|off=0"), copied into
+ * buf; NULL when none does. */
+const char *ps_flags_value_word(const char *words, double v, char *buf, size_t len);
 
 /* ps_flags_load without a cluster file or origins, for programs that need
  * neither; the same return values. */

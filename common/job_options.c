@@ -141,8 +141,9 @@ static const ps__job_option ps__table[] = {
     {"keep-checkpoints", PS_FLAG_INT, PS__AT(keep_checkpoints), "N", "newest checkpoints kept", 1,
      1000000, NULL, NULL, NULL, 3, NULL, PS__S | PS__L, 0},
     {"restore", PS_FLAG_BOOL, PS__AT(restore), NULL,
-     "servers resume from the newest usable checkpoint in --checkpoint-dir", 0, 0, NULL, NULL, NULL,
-     0, NULL, PS__S | PS__L, 0},
+     "servers resume from this job's newest usable checkpoint in --checkpoint-dir and fail "
+     "without one; auto: resume if there is one, else start fresh (logged either way)",
+     0, 0, NULL, "auto=2", NULL, 0, NULL, PS__S | PS__L, 0},
     {"restore-clock", PS_FLAG_DOUBLE, PS__AT(restore_clock), "N",
      "with --restore: the newest checkpoint at or before clock N (to put every server on the "
      "same clock)",
@@ -151,6 +152,14 @@ static const ps__job_option ps__table[] = {
     {"heartbeat-timeout", PS_FLAG_DOUBLE, PS__AT(heartbeat_timeout), "SECONDS",
      "a worker silent this long leaves the barrier", 0, 86400, NULL, "off=0", NULL, 10, NULL,
      PS__S | PS__L, 0},
+    {"rejoin-timeout", PS_FLAG_DOUBLE, PS__AT(rejoin_timeout), "SECONDS",
+     "a worker that left without finishing is waited for this long, then counted as lost and "
+     "the job finishes without it (long enough for a restart: Docker's, Kubernetes', systemd's)",
+     0.1, 86400 * 365, NULL, NULL, NULL, 30, NULL, PS__S | PS__L, 0},
+    {"max-rejected-steps", PS_FLAG_INT, PS__AT(max_rejected_steps), "N",
+     "a worker whose every pushed chunk the servers refuse (NaN/Inf, --max-grad-norm) for N "
+     "steps in a row stops with an error",
+     0, 2147483647, NULL, "off=0", NULL, 20, NULL, PS__W | PS__L, 0},
     {"connect-timeout", PS_FLAG_DOUBLE, PS__AT(connect_timeout), "SECONDS",
      "how long a worker keeps trying to reach the servers", 0, 86400, NULL, NULL, NULL, 30, NULL,
      PS__W | PS__L, 0},
@@ -266,8 +275,12 @@ int ps_job_options_argv(const ps_job_options *o, unsigned from, unsigned to, cha
         if (n + 2 > max_argv)
             return -ENOSPC;
         if (d->type == PS_FLAG_BOOL) {
-            w = snprintf(buf + used, len - used, "--%s=%d", d->name,
-                         *(const int *)ps__member(o, d));
+            char word[32];
+            int v = *(const int *)ps__member(o, d);
+            if (ps_flags_value_word(d->words, v, word, sizeof(word)))
+                w = snprintf(buf + used, len - used, "--%s=%s", d->name, word);
+            else
+                w = snprintf(buf + used, len - used, "--%s=%d", d->name, v);
             if (w < 0 || (size_t)w >= len - used)
                 return -ENOSPC;
             argv[n++] = buf + used;
@@ -406,4 +419,16 @@ int ps_job_settings_diff(const char *ours, const char *theirs, const char *our_s
         }
     }
     return n;
+}
+
+uint64_t ps_job_fingerprint(const char *settings, uint64_t model_fingerprint)
+{
+    /* FNV-1a over the settings text, then the model's fingerprint mixed in. */
+    uint64_t h = 0xcbf29ce484222325ULL;
+
+    for (const char *p = settings ? settings : ""; *p; p++)
+        h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+    for (int i = 0; i < 8; i++)
+        h = (h ^ ((model_fingerprint >> (8 * i)) & 0xff)) * 0x100000001b3ULL;
+    return h;
 }

@@ -16,11 +16,15 @@
 #define PS_JOB_OPTIONS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "flags.h"
 
 /* Where workers look for Fashion-MNIST unless told otherwise. */
 #define PS_DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
+
+/* --restore auto: resume from this job's newest checkpoint if there is one. */
+#define PS_RESTORE_AUTO 2
 
 /* Which programs take an option; a mask of these. */
 #define PS_JOB_SERVER   1u
@@ -56,10 +60,12 @@ typedef struct {
     double clip_norm;
     /* Checkpoints. */
     const char *checkpoint_dir;
-    int checkpoint_every, keep_checkpoints, restore;
+    int checkpoint_every, keep_checkpoints;
+    int restore; /* 0, 1 (must restore) or PS_RESTORE_AUTO */
     double checkpoint_seconds, restore_clock;
     /* Deadlines and limits. */
-    double heartbeat_timeout, connect_timeout, request_timeout, max_payload;
+    double heartbeat_timeout, rejoin_timeout, connect_timeout, request_timeout, max_payload;
+    int max_rejected_steps;
     int max_reconnects;
     /* Hostile peers (docs/reliability.md). */
     int max_connections;
@@ -99,5 +105,10 @@ int ps_job_settings_format(const ps_job_options *o, int num_servers, char *buf, 
  * line without '=', a name given twice, a control character). */
 int ps_job_settings_diff(const char *ours, const char *theirs, const char *our_side,
                          const char *their_side, char *msg, size_t len);
+
+/* The job's fingerprint: its settings (ps_job_settings_format; NULL as
+ * empty) and the model's fingerprint, hashed. Checkpoints carry it, so a
+ * server restores and prunes only the files of its own job. */
+uint64_t ps_job_fingerprint(const char *settings, uint64_t model_fingerprint);
 
 #endif

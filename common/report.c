@@ -42,6 +42,7 @@ static const ps__field ps__progress_fields[] = {
     PS__F(progress, ps_report_progress, staleness_mean, PS__NUM),
     PS__F(progress, ps_report_progress, staleness_max, PS__U64),
     PS__F(progress, ps_report_progress, dropped, PS__U64),
+    PS__F(progress, ps_report_progress, rejected, PS__U64),
 };
 
 static const ps__field ps__step_fields[] = {
@@ -62,6 +63,7 @@ static const ps__field ps__done_fields[] = {
     PS__F(done, ps_report_done, seconds, PS__NUM),
     PS__F(done, ps_report_done, test_accuracy, PS__NUM),
     PS__F(done, ps_report_done, dropped, PS__U64),
+    PS__F(done, ps_report_done, rejected, PS__U64),
     PS__F(done, ps_report_done, bytes_pushed, PS__U64),
     PS__F(done, ps_report_done, bytes_pulled, PS__U64),
 };

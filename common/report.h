@@ -36,7 +36,8 @@ typedef struct {
     double samples_per_second; /* this worker's, over the interval */
     double staleness_mean;     /* of this worker's applied pushes so far */
     uint64_t staleness_max;
-    uint64_t dropped; /* chunks the servers dropped as late, so far */
+    uint64_t dropped;  /* chunks the servers did not apply (late or rejected), so far */
+    uint64_t rejected; /* of those, chunks refused: NaN/Inf, over --max-grad-norm */
 } ps_report_progress;
 
 typedef struct {
@@ -55,7 +56,9 @@ typedef struct {
     double samples;       /* samples it trained on */
     double seconds;       /* wall time of its training */
     double test_accuracy; /* its last evaluation, -1 when it evaluated none */
-    uint64_t dropped, bytes_pushed, bytes_pulled;
+    uint64_t dropped;     /* chunks the servers did not apply (late or rejected) */
+    uint64_t rejected;    /* of those, chunks refused: NaN/Inf, over --max-grad-norm */
+    uint64_t bytes_pushed, bytes_pulled;
 } ps_report_done;
 
 typedef struct {

@@ -19,7 +19,8 @@
 
 static const char ps__magic[8] = {'S', 'H', 'P', 'S', 'C', 'K', 'P', 'T'};
 
-#define PS__HEADER_BYTES       (8 + 4 * 4 + 5 * 8)
+#define PS__HEADER_BYTES       (8 + 4 * 4 + 6 * 8)
+#define PS__JOB_OFFSET         64
 #define PS__CHUNK_HEADER_BYTES (6 * 8)
 
 typedef struct {
@@ -52,28 +53,74 @@ static void ps__file_name(char *buf, size_t len, const char *dir, uint32_t serve
     snprintf(buf, len, "%s/server-%" PRIu32 "-clock-%012" PRIu64 ".ckpt", dir, server, clock);
 }
 
-/* Checkpoint clocks of this server found in dir, newest first; the caller
- * frees *out. Returns the count or a negative errno. */
-static int ps__list(const char *dir, uint32_t server, uint64_t **out)
+/* The job a checkpoint file belongs to, from its header; 0 when it is not
+ * a checkpoint of this format (its job cannot be told). */
+static int ps__file_job(const char *path, uint64_t *job)
 {
-    char prefix[48];
+    uint8_t h[PS__HEADER_BYTES];
+    FILE *f = fopen(path, "rb");
+    size_t got;
+
+    if (f == NULL)
+        return 0;
+    got = fread(h, 1, sizeof(h), f);
+    fclose(f);
+    if (got != sizeof(h) || memcmp(h, ps__magic, sizeof(ps__magic)) != 0)
+        return 0;
+    {
+        uint32_t version;
+        memcpy(&version, h + 8, sizeof(version));
+        if (version != PS_CHECKPOINT_FORMAT)
+            return 0;
+    }
+    memcpy(job, h + PS__JOB_OFFSET, sizeof(*job));
+    return 1;
+}
+
+/* Appends a file name to a "; "-separated list, as long as it fits. */
+static void ps__name_append(char *list, size_t len, const char *name)
+{
+    size_t used = strlen(list);
+
+    if (used + 1 < len)
+        snprintf(list + used, len - used, "%s%s", used ? ", " : "", name);
+}
+
+/* Checkpoint clocks of this server and job found in dir, newest first; the
+ * caller frees *out. The files of this server that belong to another job
+ * (or to none this build can tell) are counted in *foreign and named in
+ * foreign_names (may be NULL). Returns the count or a negative errno. */
+static int ps__list(const char *dir, uint32_t server, uint64_t job, uint64_t **out, int *foreign,
+                    char *foreign_names, size_t names_len)
+{
+    char prefix[48], path[4096];
     size_t plen;
     DIR *d = opendir(dir);
     struct dirent *e;
     uint64_t *clocks = NULL;
     int n = 0, cap = 0;
 
+    *foreign = 0;
+    if (foreign_names && names_len)
+        foreign_names[0] = '\0';
     if (d == NULL)
         return -errno;
     plen = (size_t)snprintf(prefix, sizeof(prefix), "server-%" PRIu32 "-clock-", server);
     while ((e = readdir(d)) != NULL) {
         char *end;
-        uint64_t clock;
+        uint64_t clock, file_job;
         if (strncmp(e->d_name, prefix, plen) != 0)
             continue;
         clock = strtoull(e->d_name + plen, &end, 10);
         if (end == e->d_name + plen || strcmp(end, ".ckpt") != 0)
             continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        if (!ps__file_job(path, &file_job) || file_job != job) {
+            (*foreign)++;
+            if (foreign_names)
+                ps__name_append(foreign_names, names_len, e->d_name);
+            continue;
+        }
         if (n == cap) {
             uint64_t *grown = realloc(clocks, (size_t)(cap = cap ? 2 * cap : 16) * sizeof(*clocks));
             if (grown == NULL) {
@@ -97,6 +144,17 @@ static int ps__list(const char *dir, uint32_t server, uint64_t **out)
     return n;
 }
 
+int ps_checkpoint_foreign(const char *dir, const ps_checkpoint_meta *meta, char *names,
+                          size_t names_len)
+{
+    uint64_t *mine = NULL;
+    int foreign = 0,
+        n = ps__list(dir, meta->server_index, meta->job, &mine, &foreign, names, names_len);
+
+    free(mine);
+    return n < 0 ? n : foreign;
+}
+
 static int ps__fsync_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
@@ -117,7 +175,7 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
     char final[4096], tmp[4200];
     ps__writer w = {NULL, 0, 0};
     uint64_t *old = NULL;
-    int n = ps_shard_chunk_count(shard), rc, n_old;
+    int n = ps_shard_chunk_count(shard), rc, n_old, foreign;
 
     if (mkdir(dir, 0755) < 0 && errno != EEXIST)
         return -errno;
@@ -136,6 +194,7 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
     ps__put64(&w, meta->clock);
     ps__put64(&w, meta->total_steps);
     ps__put64(&w, (uint64_t)n);
+    ps__put64(&w, meta->job);
     for (int i = 0; i < n; i++) {
         const ps_chunk *c = ps_shard_chunk(shard, i);
         size_t state_n = ps_shard_state_floats(shard, i);
@@ -168,7 +227,9 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
         return rc;
     if (path)
         snprintf(path, path_len, "%s", final);
-    n_old = ps__list(dir, meta->server_index, &old);
+    /* Only this job's files count against keep: another job's are left
+     * alone, however new. */
+    n_old = ps__list(dir, meta->server_index, meta->job, &old, &foreign, NULL, 0);
     for (int i = keep > 0 ? keep : 1; i < n_old; i++) {
         ps__file_name(final, sizeof(final), dir, meta->server_index, old[i]);
         unlink(final);
@@ -272,6 +333,11 @@ static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_shard *sh
         snprintf(why, why_len, "saved with another optimizer; restore with the same --optimizer");
         goto out;
     }
+    if (ps__get64(buf + PS__JOB_OFFSET) != meta->job) {
+        snprintf(why, why_len,
+                 "belongs to another job (other job settings); start with the same options");
+        goto out;
+    }
     if (ps__get64(buf + 24) != meta->fingerprint || ps__get64(buf + 32) != meta->chunk_bytes ||
         ps__get64(buf + 56) != (uint64_t)n) {
         snprintf(why, why_len,
@@ -335,7 +401,8 @@ int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_met
                           size_t path_len, char *err, size_t err_len)
 {
     uint64_t *found = NULL;
-    int n = ps__list(dir, meta->server_index, &found), rc = -ENOENT;
+    int foreign, n = ps__list(dir, meta->server_index, meta->job, &found, &foreign, NULL, 0),
+                 rc = -ENOENT;
 
     err[0] = '\0';
     if (n < 0) {

@@ -3,13 +3,18 @@
  *
  * Format (all little-endian): magic "SHPSCKPT", u32 format version, a fixed
  * header (server index and count, optimizer, model fingerprint, chunk size,
- * clock, planned steps, chunk count), then per chunk its key, sizes, clocks,
+ * clock, planned steps, chunk count, job fingerprint), then per chunk its key, sizes, clocks,
  * update count, weights and state, and last a CRC32C of every byte before it.
  * A file is written beside its final name, fsynced, renamed into place, and
  * the directory fsynced, so a crash leaves either the old set or the new one.
  * On load, the size, checksum and header are all verified before anything is
  * copied into the shard; a bad file is refused by name with the reason, and
- * the next older one is tried. */
+ * the next older one is tried.
+ *
+ * Every file carries its job's fingerprint (ps_job_fingerprint): listing,
+ * restoring and pruning look only at the files of this server's own job, so
+ * a directory may hold other jobs' files (a volume that outlived its job),
+ * which are never restored nor deleted. */
 #ifndef PS_CHECKPOINT_H
 #define PS_CHECKPOINT_H
 
@@ -18,7 +23,7 @@
 
 #include "shard.h"
 
-#define PS_CHECKPOINT_FORMAT 1
+#define PS_CHECKPOINT_FORMAT 2
 
 /* Identity and position of a checkpoint; a plain value. */
 typedef struct {
@@ -28,6 +33,7 @@ typedef struct {
     uint64_t chunk_bytes;
     uint64_t clock; /* steps applied (sync) or newest step (async) */
     uint64_t total_steps;
+    uint64_t job; /* ps_job_fingerprint of the job's settings and model */
 } ps_checkpoint_meta;
 
 /* Per local chunk clocks saved with the weights; arrays of the shard's chunk
@@ -38,18 +44,26 @@ typedef struct {
 } ps_checkpoint_clocks;
 
 /* Writes the shard's state to dir and removes all but the newest keep files
- * of this server. Writes the file's path into path (may be NULL). Returns 0 or
+ * of this server and job. Writes the file's path into path (may be NULL). Returns 0 or
  * a negative errno; on failure the previous checkpoints are untouched. */
 int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *meta,
                         const ps_shard *shard, const ps_checkpoint_clocks *clocks, char *path,
                         size_t path_len);
 
-/* Restores the newest valid checkpoint of server meta->server_index whose
+/* How many checkpoint files of server meta->server_index in dir belong to
+ * another job than meta->job (or to one this build cannot tell); their names
+ * go into names, ", "-separated and truncated to names_len. Returns the
+ * count or a negative errno (-ENOENT: no such directory). */
+int ps_checkpoint_foreign(const char *dir, const ps_checkpoint_meta *meta, char *names,
+                          size_t names_len);
+
+/* Restores the newest valid checkpoint of server meta->server_index and job
+ * meta->job whose
  * clock is at most max_clock from dir into shard and clocks, and writes its
  * clock into meta->clock. Files that are
  * truncated, corrupt, or belong to another model, partition or optimizer are
  * refused: each refusal is appended to err as "FILE: reason; ". Returns 0,
- * -ENOENT when no checkpoint of this server exists, or -PS_EFORMAT /
+ * -ENOENT when no checkpoint of this server and job exists, or -PS_EFORMAT /
  * -PS_EMISMATCH when none of them is usable. */
 int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_meta *meta,
                           ps_shard *shard, ps_checkpoint_clocks *clocks, char *path,

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "job_options.h"
 #include "kv_internal.h"
 #include "ps_error.h"
 #include "ps_log.h"
@@ -23,6 +24,7 @@ static void ps__checkpoint_identity(const ps_kv_server *s, ps_checkpoint_meta *m
     meta->fingerprint = ps_model_spec_fingerprint(&s->cfg.spec);
     meta->chunk_bytes = s->cfg.chunk_bytes;
     meta->total_steps = s->total_steps;
+    meta->job = ps_job_fingerprint(s->cfg.job_settings, meta->fingerprint);
     clocks->clock = s->ckpt_clocks;
     clocks->newest = s->ckpt_newest;
 }
@@ -121,6 +123,8 @@ static void ps__on_checkpoint_timer(uv_timer_t *t)
         ps_kv_server_checkpoint(s, "timer");
 }
 
+static void ps__log_foreign(ps_kv_server *s);
+
 int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t err_len)
 {
     ps_checkpoint_meta meta;
@@ -132,6 +136,7 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
         snprintf(err, err_len, "no checkpoint directory given");
         return -EINVAL;
     }
+    ps__log_foreign(s);
     ps__checkpoint_identity(s, &meta, &clocks);
     err[0] = '\0';
     rc = ps_checkpoint_restore(s->cfg.checkpoint_dir, max_clock, &meta, s->shard, &clocks, path,
@@ -152,11 +157,34 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
     return rc;
 }
 
+/* Another job's files in the directory (a volume that outlived its job)
+ * are neither restored nor pruned: one line names them. */
+static void ps__log_foreign(ps_kv_server *s)
+{
+    ps_checkpoint_meta meta;
+    ps_checkpoint_clocks clocks;
+    char names[1024];
+    int n;
+
+    ps__checkpoint_identity(s, &meta, &clocks);
+    if (s->foreign_logged)
+        return;
+    s->foreign_logged = 1;
+    n = ps_checkpoint_foreign(s->cfg.checkpoint_dir, &meta, names, sizeof(names));
+    if (n > 0)
+        ps_info("leaving %d checkpoint file%s of another job alone in %s (neither restored nor "
+                "pruned): %s",
+                n, n == 1 ? "" : "s", s->cfg.checkpoint_dir, names);
+}
+
 void ps__durability_start(ps_kv_server *s)
 {
     uint64_t every;
 
-    if (s->cfg.checkpoint_dir == NULL || s->cfg.checkpoint_seconds <= 0)
+    if (s->cfg.checkpoint_dir == NULL)
+        return;
+    ps__log_foreign(s);
+    if (s->cfg.checkpoint_seconds <= 0)
         return;
     every = (uint64_t)(s->cfg.checkpoint_seconds * 1000);
     uv_timer_init(s->loop, &s->ckpt_timer);
@@ -169,4 +197,69 @@ void ps__durability_stop(ps_kv_server *s)
 {
     if (s->ckpt_timer_on)
         uv_close((uv_handle_t *)&s->ckpt_timer, NULL);
+    s->ckpt_timer_on = 0;
+    if (s->quiesce_timer_on)
+        uv_close((uv_handle_t *)&s->quiesce_timer, NULL);
+    s->quiesce_timer_on = 0;
+}
+
+/* Sync: every chunk at one clock with nothing of that step accumulated. A
+ * checkpoint taken here resumes exactly; one taken mid-step holds chunks a
+ * step apart and loses what was accumulated. */
+static int ps__at_step_boundary(const ps_kv_server *s)
+{
+    if (s->cfg.staleness != 0)
+        return 1;
+    for (int i = 0; i < s->n_local; i++)
+        if (s->sync[i].clock != s->sync[0].clock || s->sync[i].pushes > 0 ||
+            s->sync[i].live_pushes > 0)
+            return 0;
+    return 1;
+}
+
+static void ps__quiesced(ps_kv_server *s, int in_time)
+{
+    ps_kv_server_done_cb cb = s->quiesce_cb;
+
+    if (cb == NULL)
+        return;
+    s->quiesce_cb = NULL;
+    if (s->quiesce_timer_on)
+        uv_timer_stop(&s->quiesce_timer);
+    if (!in_time)
+        ps_warn("the step in progress did not complete in time (%d worker%s live): the state "
+                "is mid-step, and a run resumed from a checkpoint of it will not equal an "
+                "uninterrupted one",
+                s->live, s->live == 1 ? "" : "s");
+    cb(s, s->quiesce_arg);
+}
+
+/* With nobody live, nothing more will complete the step: now, as it is. */
+void ps__maybe_quiesced(ps_kv_server *s)
+{
+    if (s->quiesce_cb && (ps__at_step_boundary(s) || s->live == 0))
+        ps__quiesced(s, ps__at_step_boundary(s));
+}
+
+static void ps__on_quiesce_timeout(uv_timer_t *t)
+{
+    ps__quiesced(t->data, ps__at_step_boundary(t->data));
+}
+
+void ps_kv_server_quiesce(ps_kv_server *s, uint32_t timeout_ms, ps_kv_server_done_cb cb, void *arg)
+{
+    s->quiesce_cb = cb;
+    s->quiesce_arg = arg;
+    ps__maybe_quiesced(s);
+    if (s->quiesce_cb == NULL)
+        return;
+    ps_info("waiting up to %.1f s for the step in progress to complete (a checkpoint at a step "
+            "boundary resumes exactly)",
+            timeout_ms / 1000.0);
+    if (!s->quiesce_timer_on) {
+        uv_timer_init(s->loop, &s->quiesce_timer);
+        s->quiesce_timer.data = s;
+        s->quiesce_timer_on = 1;
+    }
+    uv_timer_start(&s->quiesce_timer, ps__on_quiesce_timeout, timeout_ms, 0);
 }

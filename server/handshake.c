@@ -134,6 +134,12 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
     ps_conn_set_max_payload(p->conn, s->cfg.max_payload);
     s->workers[p->rank] = p;
     s->live++;
+    s->left_at[p->rank] = 0;
+    if (s->lost[p->rank]) {
+        s->lost[p->rank] = 0;
+        s->n_lost--;
+        ps_info("worker %u, counted as lost, is back", p->rank);
+    }
     snprintf(p->name, sizeof(p->name), "worker %u (%s)", p->rank, ps_conn_peer(p->conn));
 
     h.type = SHARDPS__MSG_TYPE__WELCOME;

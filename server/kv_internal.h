@@ -110,6 +110,10 @@ struct ps_kv_server {
     uint64_t **rank_pushed;
     uint8_t *finished;   /* by rank: said goodbye */
     uint8_t *has_joined; /* by rank: joined at least once (training starts when all have) */
+    uint64_t *left_at;   /* by rank: loop time (ms) it left unfinished; 0: it did not */
+    uint8_t *lost;       /* by rank: left unfinished and did not rejoin within the timeout */
+    int n_lost;
+    uint32_t rejoin_timeout_ms; /* cfg's, or its default */
     size_t max_write_queue;
     ps_buf_pool *bufs; /* push payloads and the unsent rest of pull replies, reused */
     ps_apply_queue *updates;
@@ -119,6 +123,13 @@ struct ps_kv_server {
     uint64_t ckpt_seq, ckpt_due_clock;
     char ckpt_why[32], ckpt_again_why[32];
     uint64_t *ckpt_clocks, *ckpt_newest; /* per chunk, written and restored from here */
+    int foreign_logged;                  /* other jobs' files in the directory were named */
+    /* ps_kv_server_quiesce: who to tell at the next step boundary, and the
+     * deadline for it. */
+    ps_kv_server_done_cb quiesce_cb;
+    void *quiesce_arg;
+    uv_timer_t quiesce_timer;
+    int quiesce_timer_on;
     int live;
     int started;             /* every rank has joined once */
     int joined;              /* ranks that have joined at least once */
@@ -190,5 +201,8 @@ void ps__durability_stop(ps_kv_server *s);
 void ps__maybe_checkpoint(ps_kv_server *s);
 /* Writes the due checkpoint once the updates before it are applied. */
 int ps__try_checkpoint(ps_kv_server *s);
+/* After a push or a worker leaving: tells a quiesce waiting for a step
+ * boundary that it has come. */
+void ps__maybe_quiesced(ps_kv_server *s);
 
 #endif

@@ -24,6 +24,8 @@
 /* Default deadline for a connection to say HELLO and finish its handshake,
  * and for a refused peer to take its reason and go. */
 #define PS__HANDSHAKE_TIMEOUT_MS 10000
+/* Default wait for a rank that left unfinished (see --rejoin-timeout). */
+#define PS__REJOIN_TIMEOUT_MS 30000
 
 static void ps__on_error_sent(ps_conn *c, int status, void *arg)
 {
@@ -126,6 +128,48 @@ long long ps__resolve_keys(ps_kv_server *s, ps__peer *p, const Shardps__Header *
     return bytes;
 }
 
+/* The job is over once it has started, nobody is live, and every rank has
+ * finished or is lost. */
+static void ps__maybe_done(ps_kv_server *s)
+{
+    if (!s->started || s->live > 0)
+        return;
+    for (int r = 0; r < s->cfg.world; r++) {
+        if (!s->finished[r] && !s->lost[r]) {
+            ps_info("worker %d left without finishing; waiting up to %.1f s for it to rejoin "
+                    "(--rejoin-timeout)",
+                    r, s->rejoin_timeout_ms / 1000.0);
+            return;
+        }
+    }
+    if (s->n_lost > 0)
+        ps_warn("the job ends without %d lost worker%s (see the summary)", s->n_lost,
+                s->n_lost == 1 ? "" : "s");
+    if (s->done)
+        s->done(s, s->done_arg);
+}
+
+/* A rank that left unfinished and has not rejoined within the timeout is
+ * lost: barriers already go on without it; now the job's end does too. */
+static void ps__check_rejoins(ps_kv_server *s, uint64_t now)
+{
+    int changed = 0;
+
+    for (int r = 0; r < s->cfg.world; r++) {
+        if (s->workers[r] || s->finished[r] || s->lost[r] || s->left_at[r] == 0 ||
+            now - s->left_at[r] < s->rejoin_timeout_ms)
+            continue;
+        s->lost[r] = 1;
+        s->n_lost++;
+        changed = 1;
+        ps_warn("worker %d left without finishing and did not rejoin within %.1f s "
+                "(--rejoin-timeout): counted as lost; the job finishes without it",
+                r, s->rejoin_timeout_ms / 1000.0);
+    }
+    if (changed)
+        ps__maybe_done(s);
+}
+
 /* Takes a worker out of every barrier: its pending pulls are dropped, its
  * pushes for unapplied steps stay in the average, and chunks that were only
  * waiting for it are applied now. */
@@ -141,7 +185,10 @@ static void ps__worker_leave(ps_kv_server *s, ps__peer *p, const char *why)
     for (int i = 0; i < s->n_local; i++)
         if (p->pushed[i] == s->sync[i].clock + 1 && s->sync[i].pushes > 0)
             s->sync[i].live_pushes--;
-    if (s->cfg.staleness == 0)
+    /* With nobody live, a step half pushed stays as it is: the ranks that
+     * fed it rejoin, their repeats are dropped and the rest completes it
+     * exactly once, rather than the part that came being applied alone. */
+    if (s->cfg.staleness == 0 && s->live > 0)
         for (int i = 0; i < s->n_local; i++)
             ps__maybe_apply(s, i);
     if (s->live > 0)
@@ -150,16 +197,13 @@ static void ps__worker_leave(ps_kv_server *s, ps__peer *p, const char *why)
     else
         ps_info("%s left at clock %" PRIu64 " (%s); no workers live", p->name, p->clock, why);
     ps__release_pulls(s);
-    if (!s->started || s->live > 0)
-        return;
-    for (int r = 0; r < s->cfg.world; r++) {
-        if (!s->finished[r]) {
-            ps_info("worker %d left without finishing; waiting for it to rejoin", r);
-            return;
-        }
+    ps__maybe_quiesced(s);
+    if (s->started && !s->finished[p->rank]) {
+        s->left_at[p->rank] = uv_now(s->loop);
+        if (s->left_at[p->rank] == 0)
+            s->left_at[p->rank] = 1;
     }
-    if (s->done)
-        s->done(s, s->done_arg);
+    ps__maybe_done(s);
 }
 
 /* A goodbye ends the connection. It counts as the rank finishing only once
@@ -281,6 +325,7 @@ static void ps__on_liveness_check(uv_timer_t *t)
         ps__worker_leave(s, p, "heartbeat timeout");
         ps_conn_close(p->conn, -PS_ETIMEOUT);
     }
+    ps__check_rejoins(s, now);
 }
 
 static void ps__on_connection(uv_stream_t *listener, int status)
@@ -353,6 +398,8 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
     s->max_connections = cfg->max_connections > 0 ? cfg->max_connections : 2 * cfg->world + 16;
     s->handshake_timeout_ms =
         cfg->handshake_timeout_ms > 0 ? cfg->handshake_timeout_ms : PS__HANDSHAKE_TIMEOUT_MS;
+    s->rejoin_timeout_ms =
+        cfg->rejoin_timeout_ms > 0 ? cfg->rejoin_timeout_ms : PS__REJOIN_TIMEOUT_MS;
     /* Servers see a worker's push of a step one after the other, so a worker
      * joining now may be welcomed one step further by another server; and a
      * server restored from a checkpoint taken every N steps may be up to N
@@ -384,11 +431,13 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
     s->rank_pushed = calloc((size_t)cfg->world, sizeof(*s->rank_pushed));
     s->finished = calloc((size_t)cfg->world, 1);
     s->has_joined = calloc((size_t)cfg->world, 1);
+    s->left_at = calloc((size_t)cfg->world, sizeof(*s->left_at));
+    s->lost = calloc((size_t)cfg->world, 1);
     s->ckpt_clocks = calloc((size_t)s->n_local + 1, sizeof(uint64_t));
     s->ckpt_newest = calloc((size_t)s->n_local + 1, sizeof(uint64_t));
     if (s->sync == NULL || s->seen == NULL || s->workers == NULL || s->live_clocks == NULL ||
         s->rank_pushed == NULL || s->finished == NULL || s->has_joined == NULL ||
-        s->ckpt_clocks == NULL || s->ckpt_newest == NULL)
+        s->left_at == NULL || s->lost == NULL || s->ckpt_clocks == NULL || s->ckpt_newest == NULL)
         goto fail;
     *out = s;
     return 0;
@@ -417,6 +466,8 @@ int ps_kv_server_start(ps_kv_server *s, const struct sockaddr *addr, int *bound_
         uint64_t every = s->handshake_timeout_ms;
         if (s->cfg.heartbeat_timeout_ms > 0 && s->cfg.heartbeat_timeout_ms < every)
             every = s->cfg.heartbeat_timeout_ms;
+        if (s->rejoin_timeout_ms < every)
+            every = s->rejoin_timeout_ms;
         every = every / 4 ? every / 4 : 1;
         uv_timer_init(s->loop, &s->liveness);
         s->liveness.data = s;
@@ -464,6 +515,8 @@ void ps_kv_server_close(ps_kv_server *s)
     free(s->rank_pushed);
     free(s->finished);
     free(s->has_joined);
+    free(s->left_at);
+    free(s->lost);
     free(s->workers);
     free(s->live_clocks);
     free(s);
@@ -485,6 +538,7 @@ void ps_kv_server_stats_get(const ps_kv_server *s, ps_kv_server_stats *out)
     out->unstable = s->n_unstable;
     out->too_large = s->n_too_large;
     out->live_workers = s->live;
+    out->lost_workers = s->n_lost;
     out->clock = ps__progress_clock(s);
     for (int b = 0; b < PS__STALE_BINS; b++)
         n += s->stale_hist[b];
@@ -535,8 +589,9 @@ void ps_kv_server_log_summary(const ps_kv_server *s)
             " pulls (%.1f MB out), %" PRIu64 " chunk updates, %" PRIu64
             " late pushes dropped, %" PRIu64 " non-finite pushes rejected, %" PRIu64
             " updates refused as non-finite, %" PRIu64 " chunks over --max-grad-norm, %" PRIu64
-            " connections refused; staleness mean %.2f, p99 %.0f, max %" PRIu64,
+            " connections refused, %d of %d workers lost (left unfinished, not back within "
+            "--rejoin-timeout); staleness mean %.2f, p99 %.0f, max %" PRIu64,
             st.clock, st.pushes, (double)st.bytes_in / 1e6, st.pulls, (double)st.bytes_out / 1e6,
             st.updates, st.dropped, st.nonfinite, st.unstable, st.too_large, st.refused,
-            st.staleness_mean, st.staleness_p99, st.staleness_max);
+            st.lost_workers, s->cfg.world, st.staleness_mean, st.staleness_p99, st.staleness_max);
 }

@@ -44,8 +44,11 @@ typedef struct {
     size_t max_payload;
     int quorum;                    /* sync: pushes that complete a step; 0 = every live worker */
     uint32_t heartbeat_timeout_ms; /* a live worker silent this long leaves; 0 = never */
-    int staleness_damping;         /* async/ssp: scale the rate by 1 / (1 + staleness) */
-    int reject_nonfinite;          /* drop pushes holding NaN or Inf (counted, logged) */
+    /* A started rank that left without finishing is lost once it has not
+     * rejoined for this long; the job then finishes without it. 0 = 30 s. */
+    uint32_t rejoin_timeout_ms;
+    int staleness_damping; /* async/ssp: scale the rate by 1 / (1 + staleness) */
+    int reject_nonfinite;  /* drop pushes holding NaN or Inf (counted, logged) */
     int pool_updates;      /* large chunks' updates on libuv's thread pool; 0: all on the loop */
     size_t pool_min_bytes; /* with pool_updates: chunks from this size go to the pool */
     ps_lr_schedule lr;     /* shape of the rate over steps; base_lr is opt.lr */
@@ -75,13 +78,16 @@ typedef struct {
     uint64_t clock; /* steps applied (sync) or newest step applied (async, ssp) */
     double staleness_mean, staleness_p99;
     int live_workers;
+    int lost_workers; /* ranks that left unfinished and did not rejoin in time */
 } ps_kv_server_stats;
 
 typedef struct ps_kv_server ps_kv_server;
 
-/* Called once every rank has said goodbye (finished) and none is live. A
- * rank that disappeared without a goodbye may still rejoin, so the server
- * keeps waiting for it; whoever runs the job stops the server then. */
+/* Called once every rank has said goodbye (finished) or is lost, and none is
+ * live. A rank that disappeared without a goodbye may still rejoin, so the
+ * server waits for it, but only for rejoin_timeout_ms: then it counts as
+ * lost (logged, and in the summary) and the job ends without it. A lost
+ * rank that comes back while the job still runs is taken back. */
 typedef void (*ps_kv_server_done_cb)(ps_kv_server *s, void *arg);
 
 /* cfg is copied. Returns 0, -EINVAL or -ENOMEM. */
@@ -98,6 +104,16 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
 /* Writes a checkpoint now (no-op without a checkpoint_dir). Returns 0 or a
  * negative errno (logged). */
 int ps_kv_server_checkpoint(ps_kv_server *s, const char *why);
+
+/* Calls cb (once) when the server is at a step boundary, where a checkpoint
+ * resumes exactly: in sync mode, every chunk at one clock with nothing of
+ * the next step accumulated, which the live workers reach by completing the
+ * step in progress (the next step's pushes cannot start before it is
+ * complete everywhere); in async and ssp mode, at once. If that has not
+ * happened within timeout_ms (a worker stuck mid-step), cb is called all
+ * the same and a warning says the state is mid-step. For a clean shutdown:
+ * quiesce, then checkpoint and stop in cb. */
+void ps_kv_server_quiesce(ps_kv_server *s, uint32_t timeout_ms, ps_kv_server_done_cb cb, void *arg);
 
 /* Stops listening and closes every connection; returns at once, the handles
  * finish closing as the loop runs. */

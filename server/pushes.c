@@ -142,7 +142,7 @@ void ps__maybe_apply(ps_kv_server *s, int local)
 }
 
 static void ps__ack_push(ps__peer *p, uint64_t request_id, uint64_t clock, int dropped,
-                         uint64_t staleness)
+                         int rejected, uint64_t staleness)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
     int rc;
@@ -151,6 +151,7 @@ static void ps__ack_push(ps__peer *p, uint64_t request_id, uint64_t clock, int d
     h.request_id = request_id;
     h.clock = clock;
     h.status = dropped;
+    h.rejected = (uint32_t)rejected;
     h.staleness = staleness > UINT32_MAX ? UINT32_MAX : (uint32_t)staleness;
     rc = ps_conn_send(p->conn, &h, NULL, 0, NULL, NULL);
     if (rc < 0 && rc != -PS_ECLOSED)
@@ -342,7 +343,7 @@ void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     const uint8_t *payload;
     long long bytes;
     uint64_t max_stale = 0;
-    int dropped = 0, usable;
+    int dropped = 0, rejected = 0, usable;
     int sync = s->cfg.staleness == 0;
 
     if (locals == NULL) {
@@ -388,6 +389,7 @@ void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
         }
         p->pushed[local] = h->clock + 1;
         ok = usable && ps__chunk_usable(s, p, h->keys[i], g, numel);
+        rejected += !ok;
         if (!sync) {
             uint64_t st = ok ? ps__push_now(s, local, h->clock, g, buf) : 0;
             if (st > max_stale)
@@ -410,9 +412,10 @@ void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
         p->clock = h->clock + 1;
         p->earned = p->clock;
     }
-    ps__ack_push(p, h->request_id, h->clock, dropped, max_stale);
+    ps__ack_push(p, h->request_id, h->clock, dropped, rejected, max_stale);
     ps__maybe_checkpoint(s);
     ps__release_pulls(s);
+    ps__maybe_quiesced(s);
 out:
     ps__push_buf_release(buf);
     /* Placed but refused before it was taken. */

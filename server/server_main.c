@@ -30,6 +30,9 @@ typedef struct {
     uv_signal_t sigint, sigterm;
     int linger;
     int stopped;
+    int quiescing;        /* a signal came; waiting for a step boundary */
+    uint32_t quiesce_ms;  /* how long at most */
+    char quiesce_why[16]; /* "SIGINT" or "SIGTERM" */
 } ps__server_app;
 
 /* Reached from the last worker leaving and from signals, possibly both. */
@@ -52,12 +55,30 @@ static void ps__stop(ps__server_app *app, const char *why)
     signal(SIGTERM, SIG_IGN);
 }
 
+static void ps__on_quiesced(ps_kv_server *s, void *arg)
+{
+    ps__server_app *app = arg;
+
+    (void)s;
+    ps__stop(app, app->quiesce_why);
+}
+
+/* The checkpoint on the way down is taken at a step boundary, so a run
+ * resumed from it equals an uninterrupted one; a second signal does not
+ * wait. */
 static void ps__on_signal(uv_signal_t *h, int signum)
 {
     ps__server_app *app = h->data;
+    const char *name = signum == SIGINT ? "SIGINT" : "SIGTERM";
 
-    ps_info("received %s, shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
-    ps__stop(app, signum == SIGINT ? "SIGINT" : "SIGTERM");
+    ps_info("received %s, shutting down", name);
+    if (app->quiescing) {
+        ps__stop(app, name);
+        return;
+    }
+    app->quiescing = 1;
+    snprintf(app->quiesce_why, sizeof(app->quiesce_why), "%s", name);
+    ps_kv_server_quiesce(app->srv, app->quiesce_ms, ps__on_quiesced, app);
 }
 
 static void ps__on_done(ps_kv_server *s, void *arg)
@@ -302,6 +323,8 @@ int main(int argc, char **argv)
         ps_info("optimizer updates on the event loop (--apply-threads to change)");
     cfg.staleness_damping = jo.staleness_damping;
     cfg.heartbeat_timeout_ms = (uint32_t)(jo.heartbeat_timeout * 1000);
+    cfg.rejoin_timeout_ms =
+        jo.rejoin_timeout * 1000 > UINT32_MAX ? UINT32_MAX : (uint32_t)(jo.rejoin_timeout * 1000);
     ps_lr_schedule_parse(jo.lr_schedule, &cfg.lr.kind);
     cfg.lr.warmup_steps = (uint64_t)jo.warmup_steps;
     cfg.lr.total_steps = (uint64_t)jo.total_steps;
@@ -335,6 +358,8 @@ int main(int argc, char **argv)
 
     memset(&app, 0, sizeof(app));
     app.linger = linger;
+    /* A worker silent this long has left anyway. */
+    app.quiesce_ms = cfg.heartbeat_timeout_ms > 0 ? cfg.heartbeat_timeout_ms : 10000;
     uv_loop_init(&app.loop);
     if (jo.auth_token_file) {
         char err[512];
@@ -357,9 +382,22 @@ int main(int argc, char **argv)
         rc = ps_kv_server_restore(app.srv,
                                   jo.restore_clock < 0 ? UINT64_MAX : (uint64_t)jo.restore_clock,
                                   err, sizeof(err));
-        if (rc < 0) {
+        /* auto: a first start, or a directory of other jobs only, starts
+         * fresh; so does one whose every file of this job is unusable, said
+         * loudly. */
+        if (rc < 0 && jo.restore == PS_RESTORE_AUTO) {
+            if (rc == -ENOENT)
+                ps_info("--restore auto: no checkpoint of this job in %s; starting fresh at "
+                        "clock 0",
+                        jo.checkpoint_dir);
+            else
+                ps_warn("--restore auto: no usable checkpoint of this job in %s (%s); starting "
+                        "fresh at clock 0",
+                        jo.checkpoint_dir, err);
+            rc = 0;
+        } else if (rc < 0) {
             ps_error("cannot restore from %s: %s", jo.checkpoint_dir,
-                     rc == -ENOENT ? "no checkpoint of this server there" : err);
+                     rc == -ENOENT ? "no checkpoint of this server and job there" : err);
             ps_kv_server_close(app.srv);
             uv_loop_close(&app.loop);
             return 1;

@@ -241,6 +241,9 @@ static void ps__handle_push_reply(ps__server *sv, const ps_frame *f)
         return;
     }
     c->stats.dropped += (uint64_t)h->status;
+    /* Rejected chunks are some of those not applied; never more. */
+    c->stats.rejected += h->rejected < (uint32_t)h->status ? h->rejected : (uint32_t)h->status;
+    c->stats.acked++; /* a push frame carries one chunk */
     c->stats.staleness_sum += h->staleness;
     c->stats.staleness_count++;
     if (h->staleness > c->stats.staleness_max)
@@ -838,6 +841,10 @@ void ps_kv_client_stats_get(const ps_kv_client *c, ps_kv_client_stats *out)
     *out = c->stats;
 }
 
+/* How long a client being freed lets what it queued reach the servers (see
+ * ps__client_free) before it closes the connections regardless. */
+#define PS__FLUSH_MS 2000
+
 static void ps__on_bye_sent(ps_conn *conn, int status, void *arg)
 {
     (void)status;
@@ -845,12 +852,25 @@ static void ps__on_bye_sent(ps_conn *conn, int status, void *arg)
     ps_conn_close(conn, 0);
 }
 
+static int ps__any_connection(const ps_kv_client *c)
+{
+    for (int s = 0; s < c->n_timers; s++)
+        if (c->servers[s].conn)
+            return 1;
+    return 0;
+}
+
 static void ps__client_free(ps_kv_client *c, int goodbye)
 {
+    uint64_t until;
+
     if (c == NULL)
         return;
     uv_close((uv_handle_t *)&c->heartbeat, NULL);
-    uv_close((uv_handle_t *)&c->deadline, NULL);
+    /* Each connection closes once what was queued on it is written: the
+     * goodbye, or (abandoning) the rest of a step's pushes, which must reach
+     * the servers still up when another went away mid-step, or they would
+     * be left a step behind it. A HEARTBEAT marks the end of the queue. */
     for (int s = 0; s < c->n_timers; s++) {
         ps__server *sv = &c->servers[s];
         Shardps__Header h = SHARDPS__HEADER__INIT;
@@ -858,11 +878,21 @@ static void ps__client_free(ps_kv_client *c, int goodbye)
         uv_close((uv_handle_t *)&sv->retry, NULL);
         if (sv->conn == NULL)
             continue;
-        h.type = SHARDPS__MSG_TYPE__BYE;
-        if (!goodbye || !sv->welcomed ||
-            ps_conn_send(sv->conn, &h, NULL, 0, ps__on_bye_sent, NULL) < 0)
+        ps__uncork(sv);
+        h.type = goodbye ? SHARDPS__MSG_TYPE__BYE : SHARDPS__MSG_TYPE__HEARTBEAT;
+        if (!sv->welcomed || ps_conn_send(sv->conn, &h, NULL, 0, ps__on_bye_sent, NULL) < 0)
             ps_conn_close(sv->conn, 0);
     }
+    /* Bounded: a server that stopped reading cannot hold us. */
+    uv_update_time(&c->loop);
+    until = uv_now(&c->loop) + PS__FLUSH_MS;
+    uv_timer_start(&c->deadline, ps__on_deadline, PS__FLUSH_MS, 0);
+    while (ps__any_connection(c) && uv_now(&c->loop) < until)
+        uv_run(&c->loop, UV_RUN_ONCE);
+    for (int s = 0; s < c->n_timers; s++)
+        if (c->servers[s].conn)
+            ps_conn_close(c->servers[s].conn, 0);
+    uv_close((uv_handle_t *)&c->deadline, NULL);
     /* Let the goodbyes reach the wire and every handle finish closing. */
     uv_run(&c->loop, UV_RUN_DEFAULT);
     uv_loop_close(&c->loop);

@@ -65,7 +65,9 @@ typedef struct {
 
 /* Running totals since the client was created. */
 typedef struct {
-    uint64_t dropped; /* chunks the servers dropped as late */
+    uint64_t dropped;  /* chunks the servers did not apply: late or rejected */
+    uint64_t rejected; /* of those, chunks refused: NaN/Inf, over --max-grad-norm */
+    uint64_t acked;    /* pushed chunks the servers acknowledged */
     /* Payload bytes as they went on the wire (halves with fp16 or bf16 pushes);
      * frame headers are not counted. */
     uint64_t bytes_sent, bytes_received;

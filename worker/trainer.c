@@ -39,6 +39,10 @@ struct ps_trainer {
     int push_rc;           /* the first push error of this step (ps__push_layer) */
     int next_report_step;  /* index of the first cfg.report_steps not yet reported */
     int finished;          /* every step done: say goodbye to the servers */
+    /* ps__check_divergence: the client's counts at the last step, and how
+     * many steps in a row had every chunk refused. */
+    uint64_t acked_before, rejected_before;
+    int rejected_steps;
 };
 
 /* One line on the launcher's pipe; nothing when run alone. */
@@ -121,6 +125,8 @@ static int ps__connect(ps_trainer *t, uint64_t *start)
 
     ps_kv_client_abandon(t->kv);
     t->kv = NULL;
+    /* A new client counts from zero. */
+    t->acked_before = t->rejected_before = 0;
     rc = ps_kv_client_init(&t->kv, &t->kc);
     if (rc == 0)
         rc = ps_kv_client_connect(t->kv, start);
@@ -388,13 +394,49 @@ static void ps__progress(ps_trainer *t, ps__interval *iv, int epoch, uint64_t st
                 "staleness mean %.2f max %" PRIu64,
                 epoch + 1, o->epochs, step, t->total, iv->loss_sum / iv->loss_n, sps, stale,
                 ks.staleness_max);
-    ps__report(t, &(ps_report){.kind = PS_REPORT_PROGRESS,
-                               .u.progress = {epoch + 1, step, t->total, iv->loss_sum / iv->loss_n,
-                                              sps, stale, ks.staleness_max, ks.dropped}});
+    ps__report(t,
+               &(ps_report){.kind = PS_REPORT_PROGRESS,
+                            .u.progress = {epoch + 1, step, t->total, iv->loss_sum / iv->loss_n,
+                                           sps, stale, ks.staleness_max, ks.dropped, ks.rejected}});
     iv->last_t = now;
     iv->steps_done_before = iv->steps_done;
     iv->loss_sum = 0;
     iv->loss_n = 0;
+}
+
+/* Failures that must stop the run rather than train on quietly: a loss that
+ * is NaN or Inf (the weights overflow; every gradient would be refused), or
+ * every chunk of ours refused by the servers for max_rejected_steps steps in
+ * a row. Called once a step's pushes are acknowledged (the pull after them
+ * has returned). Returns 0 or -ERANGE after one error line. */
+static int ps__check_divergence(ps_trainer *t, uint64_t step, float loss)
+{
+    const ps_trainer_config *o = &t->cfg;
+    ps_kv_client_stats ks;
+    uint64_t acked, rejected;
+
+    if (!isfinite(loss)) {
+        ps_error("training diverged: the loss is %s at step %" PRIu64
+                 "; stopping (lower --lr, or use --clip-norm)",
+                 isnan(loss) ? "NaN" : "infinite", step);
+        return -ERANGE;
+    }
+    ps_kv_client_stats_get(t->kv, &ks);
+    acked = ks.acked - t->acked_before;
+    rejected = ks.rejected - t->rejected_before;
+    t->acked_before = ks.acked;
+    t->rejected_before = ks.rejected;
+    if (acked == 0)
+        return 0;
+    t->rejected_steps = rejected == acked ? t->rejected_steps + 1 : 0;
+    if (o->max_rejected_steps > 0 && t->rejected_steps >= o->max_rejected_steps) {
+        ps_error("the servers refused every chunk this worker pushed for %d steps in a row "
+                 "(NaN/Inf or over --max-grad-norm), up to step %" PRIu64
+                 "; stopping (--max-rejected-steps)",
+                 t->rejected_steps, step);
+        return -ERANGE;
+    }
+    return 0;
 }
 
 /* --report-steps: the launcher hears of each named step as soon as it is
@@ -424,12 +466,12 @@ static void ps__done(ps_trainer *t, const ps__interval *iv, double t0, double ac
     ps_kv_client_stats_get(t->kv, &ks);
     ps_train_metrics_close(&t->tm, t->total, &ks);
     ps_info("done: %" PRIu64 " steps in %.1f s, %.0f samples/s, %.1f MB pushed, %.1f MB "
-            "pulled, %" PRIu64 " late chunks dropped",
+            "pulled, %" PRIu64 " late chunks dropped, %" PRIu64 " chunks rejected",
             iv->steps_done, secs, samples / secs, ks.bytes_sent / 1e6, ks.bytes_received / 1e6,
-            ks.dropped);
+            ks.dropped - ks.rejected, ks.rejected);
     ps__report(t, &(ps_report){.kind = PS_REPORT_DONE,
                                .u.done = {iv->steps_done, samples, secs, acc, ks.dropped,
-                                          ks.bytes_sent, ks.bytes_received}});
+                                          ks.rejected, ks.bytes_sent, ks.bytes_received}});
 }
 
 int ps_trainer_run(ps_trainer *t)
@@ -495,6 +537,9 @@ int ps_trainer_run(ps_trainer *t)
             rc = ps__pull(t, clock + 1);
         if (rc < 0)
             continue;
+        rc = ps__check_divergence(t, clock, loss);
+        if (rc < 0)
+            break;
         iv.steps_done++;
         ps_train_metrics_step(&t->tm, t_exchange - t_step, ps_clock_now() - t_exchange, loss,
                               correct, o->batch);
@@ -505,6 +550,12 @@ int ps_trainer_run(ps_trainer *t)
         if ((clock + 1) % (uint64_t)o->progress_every == 0 || clock + 1 >= t->total)
             ps__progress(t, &iv, epoch, clock + 1);
         ps__report_step(t, clock + 1);
+        if (o->stop && *o->stop) {
+            ps_info("stopping after step %" PRIu64 " on %s: every server is at this step's "
+                    "boundary",
+                    clock + 1, *o->stop == SIGINT ? "SIGINT" : "SIGTERM");
+            return -EINTR;
+        }
     }
     if (rc < 0)
         return rc;

@@ -18,6 +18,7 @@
 #ifndef PS_TRAINER_H
 #define PS_TRAINER_H
 
+#include <signal.h>
 #include <stddef.h>
 
 #include "kv_client.h"
@@ -51,7 +52,15 @@ typedef struct {
     int n_report_steps;
     int slow_ms;        /* wait this long every step (straggler experiments) */
     int max_reconnects; /* rejoin at most this many times */
-    double clip_norm;   /* per-tensor L2 clip (0: off) */
+    /* Stop once every chunk we pushed was refused for this many steps in a
+     * row (0: never); a NaN or infinite loss stops the run at once. */
+    int max_rejected_steps;
+    /* Set (to the signal's number) by a SIGTERM/SIGINT handler: the run
+     * stops at the end of the step in progress, so every server is left at
+     * the same step boundary, where its checkpoint resumes exactly.
+     * Borrowed; NULL: never. */
+    volatile sig_atomic_t *stop;
+    double clip_norm; /* per-tensor L2 clip (0: off) */
     size_t chunk_bytes, max_payload;
     double connect_timeout; /* seconds to keep trying to reach the servers */
     double request_timeout; /* seconds a server may owe an answer (0: from its heartbeats) */
@@ -69,7 +78,8 @@ typedef struct ps_trainer ps_trainer;
 int ps_trainer_init(ps_trainer **out, const ps_trainer_config *cfg);
 
 /* Trains to the planned step, evaluates, writes --dump-weights and the final
- * report. Returns 0 or a negative code, having logged why. Call once. */
+ * report. Returns 0, -EINTR when cfg.stop ended it at a step boundary, or
+ * another negative code, having logged why. Call once. */
 int ps_trainer_run(ps_trainer *t);
 
 /* NULL is allowed. */

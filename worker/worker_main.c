@@ -18,6 +18,36 @@
 
 #define PS__MAX_REPORT_STEPS 16
 
+/* The signal that asked this worker to stop, for the trainer to see at the
+ * end of its step; 0: none. */
+static volatile sig_atomic_t ps__stop_signal;
+
+/* The first of each kind is a request; the same one again ends the worker
+ * at once. (A Ctrl-C reaches a launched worker twice: SIGINT from the
+ * terminal and SIGTERM from the launcher; both are requests.) */
+static void ps__on_stop_signal(int signum)
+{
+    if (ps__stop_signal == signum) {
+        signal(signum, SIG_DFL);
+        raise(signum);
+        return;
+    }
+    ps__stop_signal = signum;
+}
+
+/* SIGTERM and SIGINT end the run at the next step boundary. */
+static void ps__catch_stop_signals(void)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = ps__on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
+
 /* The worker's own options; the job's are in a ps_job_options. */
 typedef struct {
     const char *dump_weights, *metrics_file;
@@ -94,6 +124,8 @@ static int ps__train(const ps_job_options *j, const ps__worker_opts *o, const ps
         .n_report_steps = o->n_steps_to_report,
         .slow_ms = o->slow_ms,
         .max_reconnects = j->max_reconnects,
+        .max_rejected_steps = j->max_rejected_steps,
+        .stop = &ps__stop_signal,
         .clip_norm = j->clip_norm,
         .chunk_bytes = (size_t)j->chunk_bytes,
         .max_payload = (size_t)j->max_payload,
@@ -239,9 +271,13 @@ int main(int argc, char **argv)
         ps_server_list_free(sl);
         return 2;
     }
+    ps__catch_stop_signals();
     rc = ps__train(&jo, &o, &spec, sl, settings);
     if (rc == -PS_EREJECTED)
         ps__log_own_side(&ctx, &jo, ps_server_list_count(sl));
     ps_server_list_free(sl);
+    /* Stopped by a signal: the status a shell gives a process it killed. */
+    if (rc == -EINTR && ps__stop_signal)
+        return 128 + ps__stop_signal;
     return rc < 0 ? 1 : 0;
 }

@@ -7,7 +7,11 @@
 # and Job; in compose/cluster.ini against the compose services. Last, the real
 # programs read each cluster file and derive the intended listen addresses,
 # and the systemd units pass systemd-analyze verify where it exists, and
-# deploy/compose-check.sh (`make compose-check`) parses.
+# deploy/compose-check.sh (`make compose-check`) parses. Operations
+# defaults: every server resumes its job (--restore auto), and
+# authentication is on everywhere (a token made by compose's one-shot
+# service, a Kubernetes Secret, a systemd credential), crashed workers are
+# restarted.
 # Skipped (exit 77) when yamllint, docker-compose or PyYAML is missing
 # (deploy/install-deps.sh installs them).
 source "$(dirname "$0")/lib.sh"
@@ -102,6 +106,17 @@ for pod, c in ((sts, server), (job, worker)):
     check(any(vols.get(n) == cm["metadata"]["name"] and os.path.join(p, "cluster.ini") == path
               for n, p in mounts.items()),
           "%s does not mount the ConfigMap at %s" % (pod["kind"], path))
+# Operations defaults: restore auto on servers, the token from a Secret.
+check(env_of(server).get("SHARDPS_RESTORE", {}).get("value") == "auto",
+      "the servers do not default to --restore auto")
+for pod, c in ((sts, server), (job, worker)):
+    tok = env_of(c).get("SHARDPS_AUTH_TOKEN_FILE", {}).get("value", "")
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    secrets = {v["name"]: v.get("secret", {}).get("secretName")
+               for v in pod["spec"]["template"]["spec"]["volumes"]}
+    check(any(secrets.get(n) == "shardps-token" and tok == os.path.join(p, "token")
+              for n, p in mounts.items()),
+          "%s does not read its auth token from the Secret shardps-token" % pod["kind"])
 print("K8S_SERVERS=%d K8S_LISTEN=%s K8S_WORKERS=%d" % (len(want), listen, workers))
 
 # Compose, resolved by docker-compose config.
@@ -117,7 +132,26 @@ for profile in ("cpu", "gpu"):
     ranks = sorted(int(e["SHARDPS_RANK"]) for n, e in env.items()
                    if "SHARDPS_RANK" in e and profile in compose[n].get("profiles", []))
     check(ranks == list(range(workers)), "profile %s runs ranks %s for %d workers" % (profile, ranks, workers))
+# The one-shot token service: every server and worker waits for it and
+# reads the token from the volume it wrote.
+token = compose.get("token")
+check(token is not None and token.get("restart") == "no", "no one-shot compose service 'token'")
+token_vol = [str(v).split(":")[0] for v in (token or {}).get("volumes", [])]
 for n, s in compose.items():
+    if n == "token":
+        continue
+    dep = s.get("depends_on", {})
+    check(isinstance(dep, dict) and dep.get("token", {}).get("condition") ==
+          "service_completed_successfully", "%s does not wait for the token service" % n)
+    path = env[n].get("SHARDPS_AUTH_TOKEN_FILE", "")
+    check(any(str(v).startswith(token_vol[0] + ":" + os.path.dirname(path)) for v in s.get("volumes", []))
+          if token_vol and path else False, "%s does not read the token service's volume" % n)
+    check(str(s.get("restart", "")).startswith("on-failure"), "%s is not restarted on failure" % n)
+    if "SHARDPS_SERVER_INDEX" in env[n]:
+        check(env[n].get("SHARDPS_RESTORE") == "auto", "%s does not default to --restore auto" % n)
+for n, s in compose.items():
+    if n == "token":
+        continue
     mounted = [v for v in s.get("volumes", []) if str(v).endswith(":/etc/shardps/cluster.ini:ro")]
     check(len(mounted) == 1 and mounted[0].startswith(os.path.join(deploy, "compose", "cluster.ini")),
           "%s does not mount compose/cluster.ini read-only" % n)
@@ -151,6 +185,22 @@ for entry in $COMPOSE_SERVERS; do
 done
 "$BUILD/shardps-worker" --cluster "$DEPLOY/compose/cluster.ini" --print-config >/dev/null ||
     fail "shardps-worker cannot read compose/cluster.ini"
+# --restore auto reads back from the environment, as the deploy files set it.
+SHARDPS_RESTORE=auto "$BUILD/shardps-server" --print-config >"$TMP/pc" ||
+    fail "shardps-server refuses SHARDPS_RESTORE=auto"
+[ "$(value "$TMP/pc" restore)" = auto ] || fail "SHARDPS_RESTORE=auto does not read back as auto"
+# The systemd units: restore auto, the token as a credential (made by the
+# server unit if absent).
+for unit in server worker; do
+    f="$DEPLOY/systemd/shardps-$unit@.service"
+    grep -q '^LoadCredential=token:/etc/shardps/token$' "$f" &&
+        grep -q '^Environment=SHARDPS_AUTH_TOKEN_FILE=%d/token$' "$f" ||
+        fail "shardps-$unit@.service does not read the token /etc/shardps/token"
+done
+grep -q '^Environment=SHARDPS_RESTORE=auto$' "$DEPLOY/systemd/shardps-server@.service" ||
+    fail "shardps-server@.service does not default to --restore auto"
+grep -q '^ExecStartPre=+.*/etc/shardps/token' "$DEPLOY/systemd/shardps-server@.service" ||
+    fail "shardps-server@.service does not make the token when it is absent"
 # The systemd units, where systemd-analyze exists: pointed at this build's
 # programs, `verify` must have nothing to say.
 if command -v systemd-analyze >/dev/null; then

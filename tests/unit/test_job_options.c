@@ -70,6 +70,7 @@ Test(job_options, argv_round_trips)
     l.staleness_damping = 1;
     l.reject_nonfinite = 0;
     l.batch = 7;
+    l.restore = PS_RESTORE_AUTO; /* a switch with a word: handed over as "--restore=auto" */
     n = ps_job_options_argv(&l, PS_JOB_LAUNCHER, PS_JOB_SERVER, buf, sizeof(buf), argv, 200);
     cr_assert_gt(n, 0);
     for (int i = 0; i < n; i++) {
@@ -91,6 +92,7 @@ Test(job_options, argv_round_trips)
     cr_assert_eq(s.staleness_damping, 1);
     cr_assert_eq(s.reject_nonfinite, 0);
     cr_assert_eq(s.lr_step_size, 500);
+    cr_assert_eq(s.restore, PS_RESTORE_AUTO);
     cr_assert_eq(ps_job_settings_format(&l, 2, a, sizeof(a)), 0);
     cr_assert_eq(ps_job_settings_format(&s, 2, b, sizeof(b)), 0);
     cr_assert_str_eq(a, b);
@@ -152,4 +154,40 @@ Test(job_options, diff_names_each_difference)
     /* A short buffer is cut, still terminated, and the count is whole. */
     cr_assert_eq(ps_job_settings_diff("a=1\nb=2\nc=3\n", "a=9\nb=9\nc=9\n", "w", "s", msg, 12), 3);
     cr_assert_eq(strlen(msg), 11);
+}
+
+/* --restore is a switch that also takes its word: "--restore" alone means
+ * "must restore", "--restore auto" (or "=auto") resume-or-fresh, and a
+ * word is only taken as the switch's value, never another option. */
+Test(job_options, restore_takes_auto)
+{
+    ps_job_options o;
+    ps_flag flags[96];
+    char *must[] = {"shardps-server", "--restore", "--workers", "3"};
+    char *spaced[] = {"shardps-server", "--restore", "auto"};
+    char *joined[] = {"shardps-server", "--restore=auto"};
+    char *other[] = {"shardps-server", "--restore", "maybe"};
+    int nf;
+
+    ps_job_options_defaults(&o);
+    nf = ps_job_options_flags(&o, PS_JOB_SERVER, flags, 96);
+    cr_assert_eq(ps_flags_parse(flags, nf, 4, must, "shardps-server", "test"), 0);
+    cr_assert_eq(o.restore, 1);
+    cr_assert_eq(o.workers, 3);
+    ps_job_options_defaults(&o);
+    cr_assert_eq(ps_flags_parse(flags, nf, 3, spaced, "shardps-server", "test"), 0);
+    cr_assert_eq(o.restore, PS_RESTORE_AUTO);
+    ps_job_options_defaults(&o);
+    cr_assert_eq(ps_flags_parse(flags, nf, 2, joined, "shardps-server", "test"), 0);
+    cr_assert_eq(o.restore, PS_RESTORE_AUTO);
+    /* Not a word of the switch: an unexpected argument. */
+    cr_assert_lt(ps_flags_parse(flags, nf, 3, other, "shardps-server", "test"), 0);
+}
+
+Test(job_options, fingerprint_tells_jobs_apart)
+{
+    cr_assert_eq(ps_job_fingerprint("a=1\n", 7), ps_job_fingerprint("a=1\n", 7));
+    cr_assert_neq(ps_job_fingerprint("a=1\n", 7), ps_job_fingerprint("a=2\n", 7));
+    cr_assert_neq(ps_job_fingerprint("a=1\n", 7), ps_job_fingerprint("a=1\n", 8));
+    cr_assert_eq(ps_job_fingerprint(NULL, 7), ps_job_fingerprint("", 7));
 }

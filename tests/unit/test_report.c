@@ -66,7 +66,7 @@ Test(report, every_kind_round_trips)
     r.kind = PS_REPORT_PROGRESS;
     r.rank = 0;
     r.u.progress =
-        (ps_report_progress){2, 1200, 9370, 0.1 + 0.2, 12345.678, 1.0 / 3, 7, 1ull << 40};
+        (ps_report_progress){2, 1200, 9370, 0.1 + 0.2, 12345.678, 1.0 / 3, 7, 1ull << 40, 12};
     round_trip(&r);
     r.u.progress.loss = NAN; /* a diverged run: travels as null */
     round_trip(&r);
@@ -88,7 +88,7 @@ Test(report, every_kind_round_trips)
     memset(&r, 0, sizeof(r));
     r.kind = PS_REPORT_DONE;
     r.rank = 65535;
-    r.u.done = (ps_report_done){9370, 599680, 61.25, -1, 0, 123456789012ull, 98765432109ull};
+    r.u.done = (ps_report_done){9370, 599680, 61.25, -1, 5, 3, 123456789012ull, 98765432109ull};
     round_trip(&r);
 }
 

@@ -65,6 +65,7 @@ struct ps__child {
     double samples, seconds;
     double bytes_pushed;                  /* gradient payload bytes, from its "done" report */
     double staleness_mean, staleness_max; /* of its pushes, from its last report */
+    uint64_t dropped, rejected;           /* chunks not applied, from its last report */
 };
 
 struct ps__cluster {
@@ -234,6 +235,8 @@ static void ps__worker_line(ps__cluster *cl, ps__child *c, const char *line)
         c->samples_per_second = r.u.progress.samples_per_second;
         c->staleness_mean = r.u.progress.staleness_mean;
         c->staleness_max = (double)r.u.progress.staleness_max;
+        c->dropped = r.u.progress.dropped;
+        c->rejected = r.u.progress.rejected;
         if (c->index == 0)
             ps__print_progress(cl, &r.u.progress);
         ps__run_drills(cl, c->index, c->step);
@@ -257,6 +260,8 @@ static void ps__worker_line(ps__cluster *cl, ps__child *c, const char *line)
         c->samples = r.u.done.samples;
         c->seconds = r.u.done.seconds;
         c->bytes_pushed = (double)r.u.done.bytes_pushed;
+        c->dropped = r.u.done.dropped;
+        c->rejected = r.u.done.rejected;
         break;
     }
 }
@@ -395,14 +400,15 @@ static void ps__on_exit(uv_process_t *p, int64_t status, int term_signal)
         else
             snprintf(why, sizeof(why), "%s exited with status %" PRId64 " (see its log above)",
                      name, status);
-        if (!cl->stopping)
+        /* Interrupted: the workers stop as asked, with a signal's status. */
+        if (!cl->stopping && !(cl->interrupted && c->role == PS__WORKER))
             ps__fail(cl, why);
     } else if (c->role == PS__SERVER && !cl->stopping && !ps__workers_finished(cl)) {
         snprintf(why, sizeof(why), "%s exited before the workers finished", name);
         ps__fail(cl, why);
     }
     if (c->role == PS__WORKER && ++cl->workers_exited == cl->job.workers && !cl->stopping)
-        ps__stop_servers(cl);
+        cl->interrupted ? ps__shutdown(cl) : ps__stop_servers(cl);
     for (int i = 0; i < cl->n_children; i++)
         if (cl->children[i].running)
             return;
@@ -537,9 +543,10 @@ static void ps__spawn_server(ps__cluster *cl, int i, int restore)
         ps__opt(&a, "--metrics-port", "%d", cl->metrics_port ? cl->metrics_port + i : 0);
     if (cl->metrics_dir)
         ps__opt(&a, "--metrics-file", "%s/server-%d.jsonl", cl->metrics_dir, i);
-    /* A server restarted after --kill-server resumes whatever the job's
-     * --restore says; the table already handed over --restore-clock. */
-    ps__flag(&a, restore ? "--restore=1" : "--restore=0");
+    /* A server restarted after --kill-server must restore; at the start the
+     * table already handed over the job's --restore and --restore-clock. */
+    if (restore)
+        ps__flag(&a, "--restore=1");
     if (ps__spawn(cl, PS__SERVER, i, &a) < 0) {
         ps__fail(cl, "a server could not be started");
         return;
@@ -550,7 +557,7 @@ static void ps__spawn_server(ps__cluster *cl, int i, int restore)
 static void ps__start_servers(ps__cluster *cl)
 {
     for (int i = 0; i < cl->n_servers && !cl->failed; i++)
-        ps__spawn_server(cl, i, cl->job.restore);
+        ps__spawn_server(cl, i, 0);
 }
 
 static void ps__start_workers(ps__cluster *cl)
@@ -593,21 +600,42 @@ static void ps__start_workers(ps__cluster *cl)
     }
 }
 
+/* Workers first: each stops at the end of its step, which leaves every
+ * server at one step boundary; the servers, asked once the workers are
+ * gone, checkpoint there, so a run resumed from it equals an uninterrupted
+ * one. A second signal stops everyone at once. */
 static void ps__on_signal(uv_signal_t *h, int signum)
 {
     ps__cluster *cl = h->data;
+    int asked = 0;
 
-    ps_warn("received %s; stopping every process", signum == SIGINT ? "SIGINT" : "SIGTERM");
+    ps_warn("received %s; stopping the workers at a step boundary, then the servers",
+            signum == SIGINT ? "SIGINT" : "SIGTERM");
+    if (cl->interrupted) {
+        ps__shutdown(cl);
+        return;
+    }
     cl->interrupted = 1;
-    ps__shutdown(cl);
+    for (int i = cl->n_servers; i < cl->n_children; i++)
+        if (cl->children[i].running) {
+            uv_process_kill(&cl->children[i].proc, SIGTERM);
+            asked++;
+        }
+    if (asked == 0)
+        ps__shutdown(cl);
 }
 
 static void ps__summary(const ps__cluster *cl, double wall)
 {
     double samples = 0, seconds = 0, sps, stale_mean = 0, stale_max = 0, pushed = 0;
+    uint64_t dropped = 0, rejected = 0;
+    int lost = 0;
 
-    for (int r = 0; r < cl->job.workers; r++) {
+    for (int r = 0; r < cl->job.workers && cl->n_servers + r < cl->n_children; r++) {
         const ps__child *c = &cl->children[cl->n_servers + r];
+        lost += !c->done;
+        dropped += c->dropped;
+        rejected += c->rejected;
         samples += c->samples;
         pushed += c->bytes_pushed;
         stale_mean += c->staleness_mean / cl->job.workers;
@@ -626,6 +654,10 @@ static void ps__summary(const ps__cluster *cl, double wall)
            pushed / 1e6, cl->job.compress);
     printf("  staleness         mean %.2f, max %.0f (steps, of the workers' applied pushes)\n",
            stale_mean, stale_max);
+    printf("  not applied       %" PRIu64 " chunks rejected (NaN/Inf, --max-grad-norm), %" PRIu64
+           " late (their step was applied without them)\n",
+           rejected, dropped - rejected);
+    printf("  workers lost      %d (did not finish)\n", lost);
     if (cl->metrics_dir)
         printf("  metrics           %s/ (server-I.jsonl, worker-R.jsonl)\n", cl->metrics_dir);
     if (cl->json) {
@@ -634,9 +666,11 @@ static void ps__summary(const ps__cluster *cl, double wall)
             snprintf(acc, sizeof(acc), "%.6f", cl->last_accuracy);
         printf("{\"test_accuracy\":%s,\"wall_seconds\":%.3f,\"samples_per_second\":%.1f,"
                "\"mode\":\"%s\",\"servers\":%d,\"workers\":%d,\"bytes_pushed\":%.0f,"
-               "\"compress\":\"%s\",\"steps_per_epoch\":%d}\n",
+               "\"compress\":\"%s\",\"steps_per_epoch\":%d,\"chunks_dropped\":%" PRIu64
+               ",\"chunks_rejected\":%" PRIu64 ",\"chunks_late\":%" PRIu64
+               ",\"workers_lost\":%d}\n",
                acc, wall, sps, cl->job.mode, cl->n_servers, cl->job.workers, pushed,
-               cl->job.compress, cl->steps_per_epoch);
+               cl->job.compress, cl->steps_per_epoch, dropped, rejected, dropped - rejected, lost);
     }
     fflush(stdout);
 }
