@@ -21,10 +21,11 @@ json_field() {
 }
 
 # wait_for_line FILE REGEX SECONDS: returns once a line of FILE (a log still
-# being written) matches REGEX, or fails after SECONDS. tail -f wakes on each
+# being written, perhaps not yet created) matches REGEX, or fails after SECONDS.
+# tail -F waits for the file to appear and wakes on each
 # write, so this follows the event rather than polling on a delay.
 wait_for_line() {
-    timeout "$3" grep -q -m1 -E "$2" <(tail -n +1 -f --pid=$$ "$1" 2>/dev/null)
+    timeout "$3" grep -q -m1 -E "$2" <(tail -n +1 -F --pid=$$ "$1" 2>/dev/null)
 }
 
 # wait_gone PID SECONDS: returns once process PID (not necessarily ours, so
