@@ -6,7 +6,9 @@
 #ifndef PS_LOG_H
 #define PS_LOG_H
 
-typedef enum { PS_LOG_DEBUG, PS_LOG_INFO, PS_LOG_WARN, PS_LOG_ERROR } ps_log_level;
+/* PS_LOG_OFF, as a minimum level only: nothing is logged (a library user's
+ * choice). */
+typedef enum { PS_LOG_DEBUG, PS_LOG_INFO, PS_LOG_WARN, PS_LOG_ERROR, PS_LOG_OFF } ps_log_level;
 
 /* role is copied; call before any other thread logs. */
 void ps_log_set_role(const char *role);

@@ -20,7 +20,6 @@
 
 #include <stddef.h>
 
-#include "kv_client.h"
 #include "model_spec.h"
 
 typedef struct {
@@ -55,7 +54,7 @@ typedef struct {
     size_t chunk_bytes, max_payload;
     double connect_timeout; /* seconds to keep trying to reach the servers */
     double request_timeout; /* seconds a server may owe an answer (0: from its heartbeats) */
-    ps_compress compress;
+    const char *compress;   /* "none" or "fp16" (borrowed) */
     /* The job's settings for the servers to compare (ps_job_settings_format);
      * borrowed until ps_trainer_free; NULL: none sent. */
     const char *job_settings;
