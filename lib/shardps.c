@@ -35,6 +35,10 @@ struct shardps {
     uint8_t auth_key[PS_AUTH_KEY_BYTES];
     char *job_settings; /* owned; cfg.job_settings points here */
     int declared;
+    /* Tensors pushed since the last wait: the client's own check is per
+     * server (its ring of acks), so a second push of one tensor would
+     * otherwise send some of its chunks twice. */
+    unsigned char pushed[PS_MAX_TENSORS];
     uint64_t start_clock;
     char error[512];
 };
@@ -282,6 +286,7 @@ int shardps_reconnect(shardps *h)
         return ps__err(h, -EINVAL, "shardps_reconnect: declare the tensors first");
     ps_kv_client_abandon(h->kv);
     h->kv = NULL;
+    memset(h->pushed, 0, sizeof(h->pushed));
     return ps__connect(h);
 }
 
@@ -342,10 +347,11 @@ int shardps_push(shardps *h, int tensor, const float *grad, size_t numel)
         return ps__err(h, -EINVAL, "shardps_push: %s holds %zu floats, got %zu%s",
                        h->cfg.spec.tensors[tensor].name, h->cfg.spec.tensors[tensor].numel, numel,
                        grad == NULL ? " (NULL)" : "");
-    rc = ps_kv_client_push_tensor(h->kv, tensor, grad);
-    if (rc == -EBUSY)
-        return ps__err(h, rc, "shardps_push: %s was already pushed this step (wait first)",
+    if (h->pushed[tensor])
+        return ps__err(h, -EBUSY, "shardps_push: %s was already pushed this step (wait first)",
                        h->cfg.spec.tensors[tensor].name);
+    h->pushed[tensor] = 1;
+    rc = ps_kv_client_push_tensor(h->kv, tensor, grad);
     return rc < 0 ? ps__kv_err(h, rc, "shardps_push") : 0;
 }
 
@@ -381,9 +387,11 @@ int shardps_wait(shardps *h)
 {
     int rc = ps__ready(h, "shardps_wait");
 
-    if (rc == 0 && (rc = ps_kv_client_wait(h->kv)) < 0)
-        return ps__kv_err(h, rc, "shardps_wait");
-    return rc;
+    if (rc < 0)
+        return rc;
+    memset(h->pushed, 0, sizeof(h->pushed));
+    rc = ps_kv_client_wait(h->kv);
+    return rc < 0 ? ps__kv_err(h, rc, "shardps_wait") : 0;
 }
 
 int shardps_stats_get(const shardps *h, shardps_stats *out)

@@ -859,6 +859,9 @@ static void ps__client_free(ps_kv_client *c, int goodbye)
         if (sv->conn == NULL)
             continue;
         h.type = SHARDPS__MSG_TYPE__BYE;
+        /* Requests started and never waited for leave before the goodbye,
+         * which would otherwise wait behind them for ever. */
+        ps__uncork(sv);
         if (!goodbye || !sv->welcomed ||
             ps_conn_send(sv->conn, &h, NULL, 0, ps__on_bye_sent, NULL) < 0)
             ps_conn_close(sv->conn, 0);
