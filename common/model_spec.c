@@ -1,9 +1,11 @@
-/* MLP model spec: tensor list, fingerprint and the deterministic initial
- * values that servers use to fill their chunks. */
+/* The tensor table: building it (the MLP's directly, any other model's
+ * through model_desc), its fingerprint, and the deterministic initial values
+ * that servers use to fill their chunks. */
 #include "model_spec.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,28 +27,55 @@ int ps_model_spec_init_mlp(ps_model_spec *spec, const int *sizes, int n_sizes, u
     for (int l = 0; l < spec->n_layers; l++) {
         int in = sizes[l], out = sizes[l + 1];
         int last = l == spec->n_layers - 1;
-        ps_tensor_spec *w = &spec->tensors[2 * l];
-        ps_tensor_spec *b = &spec->tensors[2 * l + 1];
+        int wshape[2] = {out, in};
+        char name[32];
+        int rc;
 
-        snprintf(w->name, sizeof(w->name), "fc%d.weight", l + 1);
-        w->rows = out;
-        w->cols = in;
-        w->numel = (size_t)out * (size_t)in;
-        w->init = last ? PS_INIT_XAVIER_UNIFORM : PS_INIT_HE_UNIFORM;
-        w->fan_in = in;
-        w->fan_out = out;
-
-        snprintf(b->name, sizeof(b->name), "fc%d.bias", l + 1);
-        b->rows = out;
-        b->cols = 1;
-        b->numel = (size_t)out;
-        b->init = PS_INIT_ZERO;
-        b->fan_in = in;
-        b->fan_out = out;
-
-        spec->total_numel += w->numel + b->numel;
+        snprintf(name, sizeof(name), "fc%d.weight", l + 1);
+        rc = ps_model_spec_add_tensor(spec, name, 2, wshape,
+                                      last ? PS_INIT_XAVIER_UNIFORM : PS_INIT_HE_UNIFORM, in, out);
+        if (rc == 0) {
+            snprintf(name, sizeof(name), "fc%d.bias", l + 1);
+            rc = ps_model_spec_add_tensor(spec, name, 1, &out, PS_INIT_ZERO, in, out);
+        }
+        if (rc < 0)
+            return rc;
     }
-    spec->n_tensors = 2 * spec->n_layers;
+    return 0;
+}
+
+int ps_model_spec_add_tensor(ps_model_spec *spec, const char *name, int ndim, const int *shape,
+                             ps_init_kind init, int fan_in, int fan_out)
+{
+    ps_tensor_spec *t;
+    size_t numel = 1, len = strlen(name);
+
+    if (len == 0 || len >= sizeof(t->name) || ndim < 1 || ndim > PS_MAX_DIMS || fan_in < 1 ||
+        fan_out < 1)
+        return -EINVAL;
+    if (spec->n_tensors >= PS_MAX_TENSORS)
+        return -E2BIG;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 1)
+            return -EINVAL;
+        /* Each factor is below 2^31, so checking after every step keeps the
+         * product from wrapping. */
+        numel *= (size_t)shape[d];
+        if (numel > (size_t)INT32_MAX)
+            return -E2BIG;
+    }
+    t = &spec->tensors[spec->n_tensors++];
+    memset(t, 0, sizeof(*t));
+    memcpy(t->name, name, len + 1);
+    t->ndim = ndim;
+    memcpy(t->shape, shape, sizeof(int) * (size_t)ndim);
+    t->rows = shape[0];
+    t->cols = (int)(numel / (size_t)shape[0]);
+    t->numel = numel;
+    t->init = init;
+    t->fan_in = fan_in;
+    t->fan_out = fan_out;
+    spec->total_numel += numel;
     return 0;
 }
 
@@ -86,21 +115,37 @@ static uint64_t ps__fnv1a(uint64_t h, const void *data, size_t len)
     return h;
 }
 
+static uint64_t ps__fnv_u64(uint64_t h, uint64_t v)
+{
+    unsigned char b[8];
+
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(v >> (8 * i));
+    return ps__fnv1a(h, b, sizeof(b));
+}
+
 uint64_t ps_model_spec_fingerprint(const ps_model_spec *spec)
 {
     uint64_t h = 0xcbf29ce484222325ULL;
-    /* Hash fixed-width little-endian values, not the struct, so padding and
-     * host layout never leak into the digest. */
-    for (int i = 0; i <= spec->n_layers; i++) {
-        uint32_t v = (uint32_t)spec->sizes[i];
-        unsigned char b[4] = {v & 0xff, (v >> 8) & 0xff, (v >> 16) & 0xff, v >> 24};
-        h = ps__fnv1a(h, b, 4);
+
+    /* Fixed-width little-endian values and length-prefixed names, not the
+     * struct, so padding and host layout never leak into the digest and no
+     * two different tables hash the same bytes. */
+    h = ps__fnv_u64(h, (uint64_t)spec->n_tensors);
+    for (int i = 0; i < spec->n_tensors; i++) {
+        const ps_tensor_spec *t = &spec->tensors[i];
+        size_t len = strnlen(t->name, sizeof(t->name));
+
+        h = ps__fnv_u64(h, len);
+        h = ps__fnv1a(h, t->name, len);
+        h = ps__fnv_u64(h, (uint64_t)t->ndim);
+        for (int d = 0; d < t->ndim && d < PS_MAX_DIMS; d++)
+            h = ps__fnv_u64(h, (uint64_t)t->shape[d]);
+        h = ps__fnv_u64(h, (uint64_t)t->init);
+        h = ps__fnv_u64(h, (uint64_t)t->fan_in);
+        h = ps__fnv_u64(h, (uint64_t)t->fan_out);
     }
-    for (int i = 0; i < 8; i++) {
-        unsigned char b = (unsigned char)(spec->seed >> (8 * i));
-        h = ps__fnv1a(h, &b, 1);
-    }
-    return h;
+    return ps__fnv_u64(h, spec->seed);
 }
 
 /* SplitMix64 finaliser: a counter-based generator, so element i's value is

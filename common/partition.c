@@ -1,7 +1,8 @@
 /* The partition every process derives on its own from (spec, server count,
- * chunk_bytes): tensors are cut into chunks, and chunks are placed largest
- * first on the least-loaded server (longest-processing-time greedy), which
- * keeps any two servers within one chunk of each other. Chunks are stored in
+ * chunk_bytes): tensors are cut into chunks small enough that every server
+ * gets a share, and chunks are placed largest first on the least-loaded
+ * server (longest-processing-time greedy), which keeps any two servers within
+ * one chunk of each other. Chunks are stored in
  * key order with each tensor's first index, so a key is found in O(1). */
 #include "partition.h"
 
@@ -10,11 +11,19 @@
 #include <stdlib.h>
 
 #define PS__MAX_SERVERS 4096
+/* With chunks of at most 1/k of the mean server load, the greedy placement
+ * keeps the heaviest server within 1 + 1/(k - 1) of the lightest (the spread
+ * is at most one chunk, and the lightest holds at least the mean minus one);
+ * k = 8 gives 1.14. */
+#define PS__SHARES_PER_SERVER 8
+/* Below 4 KiB a chunk costs more in frames and jobs than it buys in balance. */
+#define PS__MIN_CUT_ELEMS 1024
 
 struct ps_partition {
     int n_servers;
     int n_tensors;
     int n_chunks;
+    size_t chunk_elems;
     ps_chunk *chunks; /* key order */
     /* Tensor t's chunks are chunks[first[t] .. first[t + 1]). */
     int first[PS_MAX_TENSORS + 1];
@@ -107,16 +116,31 @@ fail:
     return rc;
 }
 
+/* The cut size: chunk_bytes, or less so that every server gets a share. */
+static size_t ps__cut_elems(const ps_model_spec *spec, int n_servers, size_t chunk_bytes)
+{
+    size_t limit = chunk_bytes / sizeof(float), total = 0, parts, share;
+
+    for (int t = 0; t < spec->n_tensors; t++)
+        total += spec->tensors[t].numel;
+    parts = (size_t)PS__SHARES_PER_SERVER * (size_t)n_servers;
+    share = total / parts + !!(total % parts);
+    if (share < PS__MIN_CUT_ELEMS)
+        share = PS__MIN_CUT_ELEMS;
+    return share < limit ? share : limit;
+}
+
 int ps_partition_init(ps_partition **out, const ps_model_spec *spec, int n_servers,
                       size_t chunk_bytes)
 {
-    size_t chunk_elems = chunk_bytes / sizeof(float), n_chunks = 0;
+    size_t chunk_elems, n_chunks = 0;
     ps_partition *p = NULL;
     int rc;
 
     if (!out || !spec || n_servers < 1 || n_servers > PS__MAX_SERVERS ||
         chunk_bytes < sizeof(float) || spec->n_tensors < 0 || spec->n_tensors > PS_MAX_TENSORS)
         return -EINVAL;
+    chunk_elems = ps__cut_elems(spec, n_servers, chunk_bytes);
     /* Chunks are counted in ints and indexed by 32 bits; refuse rather than
      * wrap for absurdly fine cuts of huge models. */
     for (int t = 0; t < spec->n_tensors; t++) {
@@ -132,6 +156,7 @@ int ps_partition_init(ps_partition **out, const ps_model_spec *spec, int n_serve
     p->n_servers = n_servers;
     p->n_tensors = spec->n_tensors;
     p->n_chunks = (int)n_chunks;
+    p->chunk_elems = chunk_elems;
     p->chunks = calloc(n_chunks ? n_chunks : 1, sizeof(*p->chunks));
     p->server_numel = calloc((size_t)n_servers, sizeof(*p->server_numel));
     p->server_chunks = calloc((size_t)n_servers, sizeof(*p->server_chunks));
@@ -166,6 +191,11 @@ int ps_partition_n_servers(const ps_partition *p)
 int ps_partition_chunk_count(const ps_partition *p)
 {
     return p->n_chunks;
+}
+
+size_t ps_partition_chunk_elems(const ps_partition *p)
+{
+    return p->chunk_elems;
 }
 
 const ps_chunk *ps_partition_chunk(const ps_partition *p, int i)

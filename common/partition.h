@@ -1,11 +1,16 @@
 /* Deterministic partition of a model's tensors into keyed chunks spread over
  * servers.
  *
- * Each tensor is cut into chunks of at most chunk_bytes; a chunk's key is
- * (tensor_id << 32 | chunk_index). Chunks are placed largest first, each on the
- * server holding the fewest bytes so far (ties to the lower index), which keeps
- * every server within one chunk of the mean. Every process computes the same
- * partition from (spec, server count, chunk_bytes); nothing about it is sent. */
+ * Each tensor is cut into chunks of at most chunk_bytes, and smaller when
+ * that is needed for balance: no chunk exceeds an eighth of a server's fair
+ * share (total / (8 * servers)), but none is cut below 4 KiB for that. A
+ * chunk's key is (tensor_id << 32 | chunk_index). Chunks are placed largest
+ * first, each on the server holding the fewest bytes so far (ties to the lower
+ * index), which keeps any two servers within one chunk of each other, so the
+ * heaviest server holds about 1 + 1/7 times the bytes of the lightest at
+ * most (rounding aside) whenever the 4 KiB floor does not apply. Every
+ * process computes the same partition from (spec, server count, chunk_bytes);
+ * nothing about it is sent. */
 #ifndef PS_PARTITION_H
 #define PS_PARTITION_H
 
@@ -41,6 +46,9 @@ void ps_partition_free(ps_partition *p);
 
 int ps_partition_n_servers(const ps_partition *p);
 int ps_partition_chunk_count(const ps_partition *p);
+/* The size tensors were cut at, in floats: every chunk but a tensor's last
+ * has exactly this many. */
+size_t ps_partition_chunk_elems(const ps_partition *p);
 /* Chunks in key order (tensor, then chunk index); i in [0, count). */
 const ps_chunk *ps_partition_chunk(const ps_partition *p, int i);
 /* The chunk with this key, or NULL for a key that does not exist. */

@@ -1,9 +1,12 @@
-/* Loader for MNIST-format IDX files and the per-epoch sample order.
+/* Loader for IDX and .npy data files and the per-epoch sample order.
  *
  * Files are read through zlib, which passes plain files through unchanged, so
- * one code path serves both encodings. Headers are distrusted: dimensions are
- * capped, a plain file's size is checked against its header before the big
- * buffers are allocated, and a compressed one is checked by short reads. The
+ * one code path serves both encodings. A file's header, IDX or .npy (told
+ * apart by its first bytes), becomes one array description (ps_npy_header),
+ * so checks and reading do not care which format it was. Headers are
+ * distrusted: dimensions are capped, a plain file's size is checked against
+ * its header before the big buffers are allocated, and a compressed one is
+ * checked by short reads. The
  * epoch order is a pure function of (seed, epoch) so every worker derives the
  * same shuffle without talking to the others. */
 #include "dataset.h"
@@ -11,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,20 +23,23 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "npy.h"
 #include "ps_error.h"
 
-#define PS__IMAGES_MAGIC 0x00000803u
-#define PS__LABELS_MAGIC 0x00000801u
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the data path assumes a little-endian host"
+#endif
+
 #define PS__MAX_SAMPLES  10000000u
 #define PS__MAX_FEATURES (1u << 20)
-#define PS__CLASSES      10
+#define PS__IDX_MAX_DIMS 4
 #define PS__PIXEL_MEAN   0.2860f
 #define PS__PIXEL_STD    0.3530f
 #define PS__HINT         "; check the file or --data-dir"
 /* gzread takes an unsigned count; large bodies are read in pieces this big. */
 #define PS__READ_CHUNK (1u << 30)
 
-/* One IDX file being read. */
+/* One data file being read. */
 typedef struct {
     const char *path;
     gzFile gz;
@@ -88,15 +95,101 @@ static int ps__read(ps__idx *f, void *buf, size_t len, size_t *got, char *err, s
     return 0;
 }
 
-/* Opens path and reads its header: the magic, which must equal magic (what
- * names the kind of file for the message), and ndims big-endian dimensions. */
-static int ps__idx_open(ps__idx *f, const char *path, uint32_t magic, const char *what,
-                        uint32_t *dims, int ndims, char *err, size_t errlen)
+/* IDX type bytes → the .npy descriptor of the same data (IDX is big-endian). */
+static int ps__idx_type(uint8_t type, ps_npy_header *h)
 {
-    unsigned char hdr[16];
-    size_t hlen = 4 + 4 * (size_t)ndims, got;
+    static const struct {
+        uint8_t type;
+        char kind;
+        int size;
+        const char *descr;
+    } types[] = {
+        {0x08, 'u', 1, "uint8"}, {0x09, 'i', 1, "int8"},    {0x0B, 'i', 2, "int16"},
+        {0x0C, 'i', 4, "int32"}, {0x0D, 'f', 4, "float32"}, {0x0E, 'f', 8, "float64"},
+    };
+
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+        if (types[i].type == type) {
+            h->kind = types[i].kind;
+            h->elem_size = types[i].size;
+            h->big_endian = types[i].size > 1;
+            snprintf(h->descr, sizeof(h->descr), "%s", types[i].descr);
+            return 0;
+        }
+    return -1;
+}
+
+/* Reads the rest of an IDX header after its 4-byte magic m. */
+static int ps__idx_header(ps__idx *f, const unsigned char *m, ps_npy_header *h, char *err,
+                          size_t errlen)
+{
+    unsigned char dims[4 * PS__IDX_MAX_DIMS];
+    size_t got, want = 4 * (size_t)m[3];
+    int rc;
+
+    memset(h, 0, sizeof(*h));
+    if (m[0] != 0 || m[1] != 0 || ps__idx_type(m[2], h) != 0 || m[3] < 1 || m[3] > PS__IDX_MAX_DIMS)
+        return ps__fail(-PS_EFORMAT, err, errlen,
+                        "%s: wrong magic 0x%08x: neither an IDX file (0x0000TTDD with a known "
+                        "type TT and 1..%d dimensions DD) nor a .npy file" PS__HINT,
+                        f->path, ps__be32(m), PS__IDX_MAX_DIMS);
+    rc = ps__read(f, dims, want, &got, err, errlen);
+    if (rc)
+        return rc;
+    if (got < want)
+        return ps__fail(-PS_EFORMAT, err, errlen,
+                        "%s: truncated header: %zu bytes, expected %zu" PS__HINT, f->path, 4 + got,
+                        4 + want);
+    h->ndim = m[3];
+    h->count = 1;
+    for (int i = 0; i < h->ndim; i++) {
+        h->shape[i] = ps__be32(dims + 4 * i);
+        /* Saturate rather than wrap; the caller's limits refuse it. */
+        if (h->shape[i] && h->count > SIZE_MAX / h->shape[i])
+            h->count = SIZE_MAX;
+        else
+            h->count *= (size_t)h->shape[i];
+    }
+    h->data_off = 4 + want;
+    return 0;
+}
+
+/* Reads the rest of a .npy preamble and header after its first 4 bytes. */
+static int ps__npy_header(ps__idx *f, const unsigned char *m, ps_npy_header *h, char *err,
+                          size_t errlen)
+{
+    unsigned char pre[PS_NPY_PREAMBLE], *buf = NULL;
+    size_t got, total;
+    char why[160];
+    int rc;
+
+    memcpy(pre, m, 4);
+    rc = ps__read(f, pre + 4, sizeof(pre) - 4, &got, err, errlen);
+    if (rc)
+        return rc;
+    if (ps_npy_header_size(pre, 4 + got, &total, why, sizeof(why)) != 0)
+        return ps__fail(-PS_EFORMAT, err, errlen, "%s: %s" PS__HINT, f->path, why);
+    buf = malloc(total);
+    if (!buf)
+        return ps__fail(-ENOMEM, err, errlen, "%s: out of memory", f->path);
+    memcpy(buf, pre, 4 + got);
+    if (total > 4 + got) {
+        size_t more;
+        rc = ps__read(f, buf + 4 + got, total - 4 - got, &more, err, errlen);
+        got += rc ? 0 : more;
+    }
+    if (rc == 0 && ps_npy_parse_header(buf, 4 + got, h, why, sizeof(why)) != 0)
+        rc = ps__fail(-PS_EFORMAT, err, errlen, "%s: %s" PS__HINT, f->path, why);
+    free(buf);
+    return rc;
+}
+
+/* Opens path and reads its header, IDX or .npy, into h. */
+static int ps__open(ps__idx *f, const char *path, ps_npy_header *h, char *err, size_t errlen)
+{
+    unsigned char m[4];
+    size_t got;
     struct stat st;
-    uint32_t found;
     int fd, rc;
 
     f->path = path;
@@ -115,21 +208,17 @@ static int ps__idx_open(ps__idx *f, const char *path, uint32_t magic, const char
         close(fd);
         return ps__fail(-ENOMEM, err, errlen, "%s: out of memory opening the file", path);
     }
-    rc = ps__read(f, hdr, hlen, &got, err, errlen);
+    rc = ps__read(f, m, sizeof(m), &got, err, errlen);
     if (rc)
         return rc;
     if (got == 0)
         return ps__fail(-PS_EFORMAT, err, errlen, "%s: empty file" PS__HINT, path);
-    if (got < hlen)
+    if (got < sizeof(m))
         return ps__fail(-PS_EFORMAT, err, errlen,
-                        "%s: truncated header: %zu bytes, expected %zu" PS__HINT, path, got, hlen);
-    found = ps__be32(hdr);
-    if (found != magic)
-        return ps__fail(-PS_EFORMAT, err, errlen,
-                        "%s: wrong magic 0x%08x, expected 0x%08x (%s)" PS__HINT, path, found, magic,
-                        what);
-    for (int i = 0; i < ndims; i++)
-        dims[i] = ps__be32(hdr + 4 + 4 * i);
+                        "%s: truncated header: %zu bytes, expected at least 4" PS__HINT, path, got);
+    rc = m[0] == 0x93 ? ps__npy_header(f, m, h, err, errlen) : ps__idx_header(f, m, h, err, errlen);
+    if (rc)
+        return rc;
     /* gzdirect() is only meaningful after the first read, hence here. */
     f->plain_size = gzdirect(f->gz) && S_ISREG(st.st_mode) ? (long long)st.st_size : -1;
     return 0;
@@ -188,83 +277,192 @@ static int ps__idx_read_body(ps__idx *f, void *buf, size_t len, char *err, size_
     return 0;
 }
 
-int ps_dataset_load(ps_dataset *ds, const char *images_path, const char *labels_path, char *err,
+/* The sample shape from a samples array's dimensions after the first. */
+static int ps__sample_shape(const ps__idx *f, const ps_npy_header *h, ps_dataset *ds, char *err,
+                            size_t errlen)
+{
+    const uint64_t *d = h->shape + 1;
+    int extra = h->ndim - 1;
+    uint64_t features = 1;
+
+    if (h->ndim < 1 || extra > 3)
+        return ps__fail(-PS_EFORMAT, err, errlen,
+                        "%s: samples need 1 to 4 dimensions (samples first), not %d" PS__HINT,
+                        f->path, h->ndim);
+    for (int i = 0; i < extra; i++) {
+        if (d[i] < 1 || d[i] > PS__MAX_FEATURES || features * d[i] > PS__MAX_FEATURES)
+            return ps__fail(-PS_EFORMAT, err, errlen,
+                            "%s: a sample of this shape is outside 1..%u values" PS__HINT, f->path,
+                            PS__MAX_FEATURES);
+        features *= d[i];
+    }
+    ds->features = (int)features;
+    ds->shape.ndim = extra >= 2 ? 3 : 1;
+    if (extra <= 1) {
+        ds->shape.d[0] = (int)features;
+    } else {
+        ds->shape.d[0] = extra == 3 ? (int)d[0] : 1;
+        ds->shape.d[1] = (int)d[extra - 2];
+        ds->shape.d[2] = (int)d[extra - 1];
+    }
+    return 0;
+}
+
+/* The sample count of an array: its first dimension, within limits. */
+static int ps__count(const ps__idx *f, const ps_npy_header *h, const char *what, char *err,
+                     size_t errlen)
+{
+    if (h->ndim < 1 || h->shape[0] < 1 || h->shape[0] > PS__MAX_SAMPLES)
+        return ps__fail(-PS_EFORMAT, err, errlen, "%s: %s count is outside 1..%u" PS__HINT, f->path,
+                        what, PS__MAX_SAMPLES);
+    if (h->fortran_order && h->ndim > 1)
+        return ps__fail(-PS_EFORMAT, err, errlen,
+                        "%s: Fortran-ordered array; save np.ascontiguousarray(a) instead" PS__HINT,
+                        f->path);
+    return 0;
+}
+
+static void ps__swap(uint8_t *p, size_t n, int size)
+{
+    for (size_t i = 0; i < n; i++, p += size)
+        for (int a = 0, b = size - 1; a < b; a++, b--) {
+            uint8_t t = p[a];
+            p[a] = p[b];
+            p[b] = t;
+        }
+}
+
+/* Reads the samples' body into ds. */
+static int ps__load_samples(ps__idx *f, const ps_npy_header *h, ps_dataset *ds, char *err,
+                            size_t errlen)
+{
+    size_t n = h->shape[0], count = n * (size_t)ds->features, bytes;
+    int rc;
+
+    ds->is_float = h->kind == 'f' && h->elem_size == 4;
+    if (!ds->is_float && !(h->kind == 'u' && h->elem_size == 1))
+        return ps__fail(-PS_EFORMAT, err, errlen,
+                        "%s: samples are %s; they must be uint8 or float32" PS__HINT, f->path,
+                        h->descr);
+    bytes = count * (size_t)h->elem_size;
+    rc = ps__idx_check_size(f, h->data_off, bytes, err, errlen);
+    if (rc)
+        return rc;
+    if (ds->is_float)
+        ds->values = malloc(bytes);
+    else
+        ds->pixels = malloc(bytes);
+    if (!ds->values && !ds->pixels)
+        return ps__fail(-ENOMEM, err, errlen, "%s: out of memory for %zu bytes of samples", f->path,
+                        bytes);
+    rc = ps__idx_read_body(f, ds->is_float ? (void *)ds->values : ds->pixels, bytes, err, errlen);
+    if (rc || !ds->is_float)
+        return rc;
+    if (h->big_endian)
+        ps__swap((uint8_t *)ds->values, count, 4);
+    for (size_t i = 0; i < count; i++)
+        if (!isfinite(ds->values[i]))
+            return ps__fail(-PS_EFORMAT, err, errlen,
+                            "%s: value %zu of sample %zu is not finite" PS__HINT, f->path,
+                            i % (size_t)ds->features, i / (size_t)ds->features);
+    return 0;
+}
+
+/* Element i of an integer array of the given layout, widened. Unsigned
+ * 64-bit values beyond INT64_MAX come back negative, and are refused as such. */
+static int64_t ps__int_at(const uint8_t *p, const ps_npy_header *h)
+{
+    uint64_t u = 0;
+
+    for (int b = 0; b < h->elem_size; b++)
+        u |= (uint64_t)p[h->big_endian ? h->elem_size - 1 - b : b] << (8 * b);
+    if (h->kind == 'i' && h->elem_size < 8 && (u >> (8 * h->elem_size - 1)) & 1)
+        u |= ~0ULL << (8 * h->elem_size);
+    return (int64_t)u;
+}
+
+/* Reads the labels' body, converts them to uint8 and sets ds->classes. */
+static int ps__load_labels(ps__idx *f, const ps_npy_header *h, ps_dataset *ds, char *err,
+                           size_t errlen)
+{
+    size_t n = h->shape[0], bytes = n * (size_t)h->elem_size;
+    uint8_t *raw;
+    int rc, top = -1;
+
+    if (h->kind == 'f')
+        return ps__fail(-PS_EFORMAT, err, errlen,
+                        "%s: labels are %s; they must be integers" PS__HINT, f->path, h->descr);
+    if (h->ndim > 2 || (h->ndim == 2 && h->shape[1] != 1))
+        return ps__fail(-PS_EFORMAT, err, errlen,
+                        "%s: labels must have shape (n,) or (n, 1), one per sample" PS__HINT,
+                        f->path);
+    rc = ps__idx_check_size(f, h->data_off, bytes, err, errlen);
+    if (rc)
+        return rc;
+    ds->labels = malloc(n);
+    raw = malloc(bytes);
+    if (!raw || !ds->labels) {
+        free(raw);
+        return ps__fail(-ENOMEM, err, errlen, "%s: out of memory for %zu labels", f->path, n);
+    }
+    rc = ps__idx_read_body(f, raw, bytes, err, errlen);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        int64_t v = ps__int_at(raw + i * (size_t)h->elem_size, h);
+
+        if (v < 0 || v >= PS_DATASET_MAX_CLASSES)
+            rc = ps__fail(-PS_EFORMAT, err, errlen,
+                          "%s: label %lld of sample %zu is not a class 0..%d" PS__HINT, f->path,
+                          (long long)v, i, PS_DATASET_MAX_CLASSES - 1);
+        else
+            ds->labels[i] = (uint8_t)v;
+        top = v > top ? (int)v : top;
+    }
+    free(raw);
+    ds->classes = top + 1;
+    return rc;
+}
+
+int ps_dataset_load(ps_dataset *ds, const char *samples_path, const char *labels_path, char *err,
                     size_t errlen)
 {
-    ps__idx img = {0}, lab = {0};
-    uint32_t idims[3] = {0}, ldims[1] = {0};
-    size_t n, npix;
+    ps__idx xf = {0}, yf = {0};
+    ps_npy_header xh, yh;
     int rc;
 
     memset(ds, 0, sizeof(*ds));
     if (errlen)
         err[0] = '\0';
-    rc = ps__idx_open(&lab, labels_path, PS__LABELS_MAGIC, "an IDX label file", ldims, 1, err,
-                      errlen);
+    rc = ps__open(&yf, labels_path, &yh, err, errlen);
+    if (rc == 0)
+        rc = ps__count(&yf, &yh, "label", err, errlen);
+    if (rc == 0)
+        rc = ps__open(&xf, samples_path, &xh, err, errlen);
+    if (rc == 0)
+        rc = ps__count(&xf, &xh, "sample", err, errlen);
     if (rc)
         goto fail;
-    rc = ps__idx_open(&img, images_path, PS__IMAGES_MAGIC, "an IDX image file", idims, 3, err,
-                      errlen);
-    if (rc)
-        goto fail;
-    rc = -PS_EFORMAT;
-    if (ldims[0] < 1 || ldims[0] > PS__MAX_SAMPLES) {
-        ps__fail(rc, err, errlen, "%s: %u labels is outside 1..%u" PS__HINT, labels_path, ldims[0],
-                 PS__MAX_SAMPLES);
+    if (xh.shape[0] != yh.shape[0]) {
+        rc =
+            ps__fail(-PS_EFORMAT, err, errlen,
+                     "%s holds %llu samples but %s holds %llu labels" PS__HINT, samples_path,
+                     (unsigned long long)xh.shape[0], labels_path, (unsigned long long)yh.shape[0]);
         goto fail;
     }
-    if (idims[0] != ldims[0]) {
-        ps__fail(rc, err, errlen, "%s holds %u images but %s holds %u labels" PS__HINT, images_path,
-                 idims[0], labels_path, ldims[0]);
-        goto fail;
-    }
-    /* Each factor is checked first so the product cannot wrap. */
-    if (idims[1] < 1 || idims[2] < 1 || idims[1] > PS__MAX_FEATURES ||
-        idims[2] > PS__MAX_FEATURES || idims[1] * idims[2] > PS__MAX_FEATURES) {
-        ps__fail(rc, err, errlen, "%s: image shape %ux%u is outside 1..%u pixels" PS__HINT,
-                 images_path, idims[1], idims[2], PS__MAX_FEATURES);
-        goto fail;
-    }
-    n = ldims[0];
-    npix = n * idims[1] * idims[2];
-    rc = ps__idx_check_size(&lab, 8, n, err, errlen);
+    rc = ps__sample_shape(&xf, &xh, ds, err, errlen);
+    if (rc == 0)
+        rc = ps__load_labels(&yf, &yh, ds, err, errlen);
+    if (rc == 0)
+        rc = ps__load_samples(&xf, &xh, ds, err, errlen);
     if (rc)
         goto fail;
-    rc = ps__idx_check_size(&img, 16, npix, err, errlen);
-    if (rc)
-        goto fail;
-
-    ds->labels = malloc(n);
-    ds->pixels = malloc(npix);
-    if (!ds->labels || !ds->pixels) {
-        rc = ps__fail(-ENOMEM, err, errlen, "%s: out of memory for %zu bytes of pixels",
-                      images_path, npix);
-        goto fail;
-    }
-    rc = ps__idx_read_body(&lab, ds->labels, n, err, errlen);
-    if (rc)
-        goto fail;
-    for (size_t i = 0; i < n; i++)
-        if (ds->labels[i] >= PS__CLASSES) {
-            rc = ps__fail(-PS_EFORMAT, err, errlen,
-                          "%s: label %u of sample %zu is not a class 0..%d" PS__HINT, labels_path,
-                          (unsigned)ds->labels[i], i, PS__CLASSES - 1);
-            goto fail;
-        }
-    rc = ps__idx_read_body(&img, ds->pixels, npix, err, errlen);
-    if (rc)
-        goto fail;
-
-    ps__idx_close(&img);
-    ps__idx_close(&lab);
-    ds->n = (int)n;
-    ds->rows = (int)idims[1];
-    ds->cols = (int)idims[2];
+    ps__idx_close(&xf);
+    ps__idx_close(&yf);
+    ds->n = (int)xh.shape[0];
     return 0;
 
 fail:
-    ps__idx_close(&img);
-    ps__idx_close(&lab);
+    ps__idx_close(&xf);
+    ps__idx_close(&yf);
     ps_dataset_free(ds);
     return rc;
 }
@@ -285,22 +483,88 @@ static int ps__pick(char *out, size_t len, const char *dir, const char *split, c
     return 0;
 }
 
+/* With dir/classes.txt, the class count is its number of non-empty lines
+ * (class names), which the labels must stay below; without one, nothing
+ * changes. */
+static int ps__class_names(ps_dataset *ds, const char *dir, char *err, size_t errlen)
+{
+    char path[PATH_MAX], line[512];
+    int names = 0, blank = 1;
+    FILE *f;
+
+    if (snprintf(path, sizeof(path), "%s/classes.txt", dir) >= (int)sizeof(path))
+        return ps__fail(-ENAMETOOLONG, err, errlen, "%s: directory path too long", dir);
+    f = fopen(path, "r");
+    if (!f)
+        return errno == ENOENT
+                   ? 0
+                   : ps__fail(-errno, err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    /* A line longer than the buffer arrives in pieces; only its end counts. */
+    while (fgets(line, sizeof(line), f)) {
+        for (const char *c = line; *c; c++)
+            if (*c != ' ' && *c != '\t' && *c != '\r' && *c != '\n')
+                blank = 0;
+        if (strchr(line, '\n') || feof(f)) {
+            names += !blank;
+            blank = 1;
+        }
+    }
+    fclose(f);
+    if (names < 1 || names > PS_DATASET_MAX_CLASSES)
+        return ps__fail(-PS_EFORMAT, err, errlen, "%s: %d class names; 1..%d are supported", path,
+                        names, PS_DATASET_MAX_CLASSES);
+    if (ds->classes > names)
+        return ps__fail(-PS_EFORMAT, err, errlen,
+                        "%s names %d classes but the labels go up to %d" PS__HINT, path, names,
+                        ds->classes - 1);
+    ds->classes = names;
+    return 0;
+}
+
 int ps_dataset_load_dir(ps_dataset *ds, const char *dir, int train, char *err, size_t errlen)
 {
-    const char *split = train ? "train" : "t10k";
-    char images[PATH_MAX], labels[PATH_MAX];
+    const char *split = train ? "train" : "t10k", *npy = train ? "train" : "test";
+    char samples[PATH_MAX], labels[PATH_MAX], npx[PATH_MAX], npl[PATH_MAX];
+    int rc;
 
-    if (ps__pick(images, sizeof(images), dir, split, "images-idx3-ubyte") ||
-        ps__pick(labels, sizeof(labels), dir, split, "labels-idx1-ubyte")) {
-        memset(ds, 0, sizeof(*ds));
+    memset(ds, 0, sizeof(*ds));
+    if (ps__pick(samples, sizeof(samples), dir, split, "images-idx3-ubyte") ||
+        ps__pick(labels, sizeof(labels), dir, split, "labels-idx1-ubyte") ||
+        snprintf(npx, sizeof(npx), "%s/%s_x.npy", dir, npy) >= (int)sizeof(npx) ||
+        snprintf(npl, sizeof(npl), "%s/%s_y.npy", dir, npy) >= (int)sizeof(npl))
         return ps__fail(-ENAMETOOLONG, err, errlen, "%s: directory path too long", dir);
-    }
-    return ps_dataset_load(ds, images, labels, err, errlen);
+    /* IDX files first, as always; the NumPy pair when there is no IDX one. */
+    if (access(samples, F_OK) != 0 && access(npx, F_OK) == 0)
+        rc = ps_dataset_load(ds, npx, npl, err, errlen);
+    else
+        rc = ps_dataset_load(ds, samples, labels, err, errlen);
+    if (rc == 0)
+        rc = ps__class_names(ds, dir, err, errlen);
+    if (rc)
+        ps_dataset_free(ds);
+    return rc;
+}
+
+int ps_dataset_match(ps_dataset *train, ps_dataset *test, char *err, size_t errlen)
+{
+    char a[48], b[48];
+    int classes = train->classes > test->classes ? train->classes : test->classes;
+
+    if (memcmp(&train->shape, &test->shape, sizeof(train->shape)) != 0 ||
+        train->is_float != test->is_float)
+        return ps__fail(
+            -PS_EFORMAT, err, errlen,
+            "the training samples are %s %s but the test samples are %s %s" PS__HINT,
+            ps_act_shape_str(&train->shape, a, sizeof(a)), train->is_float ? "float32" : "uint8",
+            ps_act_shape_str(&test->shape, b, sizeof(b)), test->is_float ? "float32" : "uint8");
+    train->classes = test->classes = classes;
+    return 0;
 }
 
 void ps_dataset_free(ps_dataset *ds)
 {
     free(ds->pixels);
+    free(ds->values);
     free(ds->labels);
     memset(ds, 0, sizeof(*ds));
 }
@@ -348,8 +612,17 @@ void ps_dataset_epoch_order(uint64_t seed, int epoch, int n, uint32_t *perm)
 
 void ps_dataset_gather(const ps_dataset *ds, const uint32_t *idx, int B, float *x, uint8_t *y)
 {
-    size_t features = (size_t)ds->rows * (size_t)ds->cols;
+    size_t features = (size_t)ds->features;
     float lut[256];
+
+    if (ds->is_float) {
+        for (int b = 0; b < B; b++) {
+            memcpy(x + (size_t)b * features, ds->values + (size_t)idx[b] * features,
+                   features * sizeof(float));
+            y[b] = ds->labels[idx[b]];
+        }
+        return;
+    }
 
     /* A table makes every pixel value normalise to the bit-identical float
      * the documented formula gives, at the cost of one load. */

@@ -235,10 +235,15 @@ static int ps__load_data(ps_trainer *t)
         ps_error("%s", err);
         return rc;
     }
-    features = t->train.rows * t->train.cols;
-    if (features != o->spec.sizes[0]) {
-        ps_error("the data has %d features per sample but the model's input is %d (--input)",
-                 features, o->spec.sizes[0]);
+    if (o->eval && ps_dataset_match(&t->train, &t->test, err, sizeof(err)) < 0) {
+        ps_error("%s", err);
+        return -PS_EFORMAT;
+    }
+    features = t->train.features;
+    if (features != o->spec.sizes[0] || t->train.classes > o->spec.sizes[o->spec.n_layers]) {
+        ps_error("the data has %d features per sample and %d classes but the model's input is %d "
+                 "and it has %d outputs",
+                 features, t->train.classes, o->spec.sizes[0], o->spec.sizes[o->spec.n_layers]);
         return -PS_EMISMATCH;
     }
     for (int i = 0; i < t->train.n; i++)

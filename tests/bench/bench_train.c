@@ -231,7 +231,7 @@ static int ps__wait_workers(ps_bench_child *wk, int n, ps__servers *sv, double t
 static int ps__compute_only(const ps__opts *o, ps__result *r, const ps_dataset *ds,
                             const uint32_t *order)
 {
-    size_t features = (size_t)ds->rows * (size_t)ds->cols;
+    size_t features = (size_t)ds->features;
     int per_epoch = ds->n / (o->batch * o->workers), correct, rc;
     ps_backend_config bc;
     ps_backend *be = NULL;
@@ -645,7 +645,7 @@ static int ps__run_model(const ps__opts *o, const ps__model *m, const ps_dataset
     r.steps = o->steps > 0 ? o->steps : m->default_steps;
     r.warmup = ps__warmup_steps(r.steps);
     nh = ps_model_spec_parse_sizes(m->hidden, sizes + 1, PS_MAX_LAYERS - 1);
-    sizes[0] = ds->rows * ds->cols;
+    sizes[0] = ds->features;
     sizes[nh + 1] = 10;
     rc = ps_model_spec_init_mlp(&r.spec, sizes, nh + 2, 1);
     if (rc == 0)

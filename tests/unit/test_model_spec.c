@@ -231,3 +231,42 @@ Test(model_spec, weights_uniform_within_bound)
         free(v);
     }
 }
+
+Test(model_spec, add_tensor_shapes_and_limits)
+{
+    ps_model_spec spec;
+    int conv[4] = {32, 3, 5, 5}, big[2] = {1 << 16, 1 << 15}, bad[2] = {4, 0};
+
+    memset(&spec, 0, sizeof(spec));
+    cr_assert_eq(
+        ps_model_spec_add_tensor(&spec, "conv1.weight", 4, conv, PS_INIT_HE_UNIFORM, 75, 800), 0);
+    cr_assert_eq(spec.tensors[0].ndim, 4);
+    cr_assert_eq(spec.tensors[0].shape[3], 5);
+    cr_assert_eq(spec.tensors[0].rows, 32);
+    cr_assert_eq(spec.tensors[0].cols, 75);
+    cr_assert_eq(spec.tensors[0].numel, 2400);
+    cr_assert_eq(spec.total_numel, 2400);
+    cr_assert_eq(ps_model_spec_add_tensor(&spec, "x", 2, big, PS_INIT_ZERO, 1, 1), -E2BIG);
+    cr_assert_eq(ps_model_spec_add_tensor(&spec, "x", 2, bad, PS_INIT_ZERO, 1, 1), -EINVAL);
+    cr_assert_eq(ps_model_spec_add_tensor(&spec, "", 1, conv, PS_INIT_ZERO, 1, 1), -EINVAL);
+    cr_assert_eq(ps_model_spec_add_tensor(&spec, "x", 5, conv, PS_INIT_ZERO, 1, 1), -EINVAL);
+    cr_assert_eq(ps_model_spec_add_tensor(&spec, "x", 1, conv, PS_INIT_ZERO, 0, 1), -EINVAL);
+    cr_assert_eq(ps_model_spec_add_tensor(&spec, "a-name-of-thirty-two-characters!", 1, conv,
+                                          PS_INIT_ZERO, 1, 1),
+                 -EINVAL);
+    cr_assert_eq(spec.n_tensors, 1, "a refused tensor is not added");
+    while (spec.n_tensors < PS_MAX_TENSORS)
+        cr_assert_eq(ps_model_spec_add_tensor(&spec, "b", 1, conv, PS_INIT_ZERO, 1, 1), 0);
+    cr_assert_eq(ps_model_spec_add_tensor(&spec, "b", 1, conv, PS_INIT_ZERO, 1, 1), -E2BIG);
+}
+
+Test(model_spec, mlp_tensors_have_shapes)
+{
+    ps_model_spec spec = make_spec(default_sizes, 4, 1);
+
+    cr_assert_eq(spec.tensors[0].ndim, 2);
+    cr_assert_eq(spec.tensors[0].shape[0], 256);
+    cr_assert_eq(spec.tensors[0].shape[1], 784);
+    cr_assert_eq(spec.tensors[1].ndim, 1);
+    cr_assert_eq(spec.tensors[1].shape[0], 256);
+}
