@@ -10,7 +10,7 @@
  * Lifecycle of a handle:
  *   shardps_new            servers, rank, world size (nothing is sent yet)
  *   shardps_set_option     optional: "auth-token-file", "seed", "chunk-bytes", ...
- *   shardps_declare_mlp    the tensor table (must match the servers')
+ *   shardps_declare        each tensor of the table (or shardps_declare_mlp)
  *   shardps_connect        handshake with every server; learns the start clock
  *   loop: shardps_push (each tensor) / shardps_pull / shardps_wait
  *   shardps_close          leave the job (or shardps_abandon: come back later)
@@ -87,10 +87,21 @@ int shardps_new(shardps **out, const char *const *servers, int n_servers, int ra
  * -EBUSY (already connected). */
 int shardps_set_option(shardps *h, const char *name, const char *value);
 
+/* Declares the next tensor of the table: name (at most 31 bytes), shape
+ * [shape[0], ..., shape[ndim-1]] row-major (ndim 1..4), initialisation
+ * SHARDPS_INIT_* with the fans its bound comes from (for a dense weight
+ * [out, in]: fan_in in, fan_out out; a conv2d weight [out, in, kh, kw]:
+ * in*kh*kw and out*kh*kw). Every worker and server of a job must declare the
+ * same table in the same order: its fingerprint is checked in the handshake.
+ * Returns 0, -EINVAL (a bad name, shape, kind or fan), -E2BIG (table full)
+ * or -EBUSY (connected). */
+int shardps_declare(shardps *h, const char *name, int ndim, const int64_t *shape, int init,
+                    int fan_in, int fan_out);
+
 /* Declares the table of an MLP: layer sizes (input, hidden..., classes),
  * tensors fc1.weight [sizes[1], sizes[0]], fc1.bias, fc2.weight, ... He
- * initialisation, Xavier for the last layer, zero biases. Returns 0 or
- * -EINVAL. */
+ * initialisation, Xavier for the last layer, zero biases, replacing what
+ * was declared before. Returns 0 or -EINVAL. */
 int shardps_declare_mlp(shardps *h, const int *sizes, int n_sizes);
 
 /* Connects to every server and handshakes; the servers check the table's

@@ -253,6 +253,41 @@ int shardps_declare_mlp(shardps *h, const int *sizes, int n_sizes)
     return 0;
 }
 
+int shardps_declare(shardps *h, const char *name, int ndim, const int64_t *shape, int init,
+                    int fan_in, int fan_out)
+{
+    int dims[PS_MAX_DIMS];
+    int rc;
+
+    if (h == NULL)
+        return -EINVAL;
+    if (h->kv)
+        return ps__err(h, -EBUSY, "shardps_declare: already connected");
+    if (name == NULL || shape == NULL || ndim < 1 || ndim > PS_MAX_DIMS)
+        return ps__err(h, -EINVAL, "shardps_declare: need a name and 1 to %d dimensions",
+                       PS_MAX_DIMS);
+    if (init < SHARDPS_INIT_ZERO || init > SHARDPS_INIT_XAVIER_UNIFORM)
+        return ps__err(h, -EINVAL, "shardps_declare %s: no initialisation kind %d", name, init);
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 1 || shape[d] > INT32_MAX)
+            return ps__err(h, -EINVAL, "shardps_declare %s: dimension %d is %lld", name, d,
+                           (long long)shape[d]);
+        dims[d] = (int)shape[d];
+    }
+    rc = ps_model_spec_add_tensor(&h->cfg.spec, name, ndim, dims, (ps_init_kind)init, fan_in,
+                                  fan_out);
+    if (rc == -E2BIG)
+        return ps__err(h, rc,
+                       "shardps_declare %s: the table is full (%d tensors) or the tensor "
+                       "exceeds 2^31 elements",
+                       name, PS_MAX_TENSORS);
+    if (rc < 0)
+        return ps__err(h, rc, "shardps_declare %s: a bad name (1..31 bytes) or fan (%d, %d)", name,
+                       fan_in, fan_out);
+    h->declared = 1;
+    return 0;
+}
+
 static int ps__connect(shardps *h)
 {
     int rc = ps_kv_client_init(&h->kv, &h->cfg);

@@ -306,8 +306,14 @@ static int ps__setup_client(ps_trainer *t)
         rc = shardps_set_option(t->ps, "job-settings", o->job_settings);
     if (rc == 0 && o->auth_token_file)
         rc = shardps_set_option(t->ps, "auth-token-file", o->auth_token_file);
-    if (rc == 0)
-        rc = shardps_declare_mlp(t->ps, o->spec.sizes, o->spec.n_layers + 1);
+    for (int i = 0; rc == 0 && i < o->spec.n_tensors; i++) {
+        const ps_tensor_spec *ts = &o->spec.tensors[i];
+        int64_t shape[PS_MAX_DIMS];
+        for (int d = 0; d < ts->ndim; d++)
+            shape[d] = ts->shape[d];
+        rc = shardps_declare(t->ps, ts->name, ts->ndim, shape, (int)ts->init, ts->fan_in,
+                             ts->fan_out);
+    }
     if (rc == 0)
         rc = shardps_connect(t->ps);
     if (rc == 0)

@@ -82,6 +82,8 @@ def load_library():
         "shardps_new": (c_int, [ctypes.POINTER(c_void_p), ctypes.POINTER(c_char_p), c_int,
                                 c_int, c_int]),
         "shardps_set_option": (c_int, [c_void_p, c_char_p, c_char_p]),
+        "shardps_declare": (c_int, [c_void_p, c_char_p, c_int, ctypes.POINTER(ctypes.c_int64),
+                                    c_int, c_int, c_int]),
         "shardps_declare_mlp": (c_int, [c_void_p, ctypes.POINTER(c_int), c_int]),
         "shardps_connect": (c_int, [c_void_p]),
         "shardps_reconnect": (c_int, [c_void_p]),
@@ -145,6 +147,12 @@ class Client:
             value = int(value)
         self._check(self._lib.shardps_set_option(self._handle(), name.encode(),
                                                  str(value).encode()))
+
+    def declare(self, name, shape, init, fan_in, fan_out):
+        """Declares the next tensor of the table (shardps_declare)."""
+        dims = (ctypes.c_int64 * len(shape))(*shape)
+        self._check(self._lib.shardps_declare(self._handle(), name.encode(), len(shape), dims,
+                                              init, fan_in, fan_out))
 
     def declare_mlp(self, sizes):
         arr = (ctypes.c_int * len(sizes))(*sizes)

@@ -198,3 +198,39 @@ Test(shardps, pushes_and_pulls_carry_the_exact_bytes)
     wait_done();
     server_down();
 }
+
+Test(shardps, declared_tensors_match_the_servers_table)
+{
+    const char *addr[] = {fx.addr};
+    shardps *h;
+
+    server_up();
+    cr_assert_eq(shardps_new(&h, addr, 1, 0, 1), 0);
+    cr_assert_eq(shardps_set_option(h, "seed", "1234"), 0);
+    cr_assert_eq(shardps_set_option(h, "chunk-bytes", "64"), 0);
+    cr_assert_eq(shardps_set_option(h, "log-level", "none"), 0);
+    expect_err(h, shardps_declare(h, NULL, 1, (int64_t[]){3}, 0, 1, 1), -EINVAL, "name");
+    expect_err(h, shardps_declare(h, "x", 5, (int64_t[]){1, 1, 1, 1, 1}, 0, 1, 1), -EINVAL,
+               "dimensions");
+    expect_err(h, shardps_declare(h, "x", 1, (int64_t[]){0}, 0, 1, 1), -EINVAL, "dimension 0");
+    expect_err(h, shardps_declare(h, "x", 1, (int64_t[]){3}, 7, 1, 1), -EINVAL, "kind 7");
+    expect_err(h, shardps_declare(h, "x", 1, (int64_t[]){3}, 0, 0, 1), -EINVAL, "fan");
+    expect_err(h,
+               shardps_declare(h, "a-name-longer-than-31-bytes-in-all", 1, (int64_t[]){3}, 0, 1, 1),
+               -EINVAL, "name");
+    expect_err(h, shardps_declare(h, "x", 2, (int64_t[]){65536, 65536}, 0, 1, 1), -E2BIG, "2^31");
+    cr_assert_eq(shardps_tensor_count(h), 0);
+    /* The fixture's 5-16-3 MLP, one tensor at a time: the same fingerprint. */
+    cr_assert_eq(
+        shardps_declare(h, "fc1.weight", 2, (int64_t[]){16, 5}, SHARDPS_INIT_HE_UNIFORM, 5, 16), 0);
+    cr_assert_eq(shardps_declare(h, "fc1.bias", 1, (int64_t[]){16}, SHARDPS_INIT_ZERO, 5, 16), 0);
+    cr_assert_eq(
+        shardps_declare(h, "fc2.weight", 2, (int64_t[]){3, 16}, SHARDPS_INIT_XAVIER_UNIFORM, 16, 3),
+        0);
+    cr_assert_eq(shardps_declare(h, "fc2.bias", 1, (int64_t[]){3}, SHARDPS_INIT_ZERO, 16, 3), 0);
+    cr_assert_eq(shardps_connect(h), 0, "%s", shardps_last_error(h));
+    expect_err(h, shardps_declare(h, "x", 1, (int64_t[]){3}, 0, 1, 1), -EBUSY, "connected");
+    shardps_close(h);
+    wait_done();
+    server_down();
+}
