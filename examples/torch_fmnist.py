@@ -8,8 +8,10 @@ with one JSON line: test_accuracy, wall_seconds, samples_per_second, mode.
 The training loop (train() below) is an ordinary PyTorch loop plus one line,
 shardps.torch.attach; the servers run Adam and the consistency mode.
 
-The model is the servers' MLP 784-256-128-10 (modules fc1..fc3, the names of
-the servers' table): today's servers build their table from --hidden.
+--model cnn (the default) is models/cnn.model's network: two 3x3 convolutions
+with 2x2 max pooling, dense 128, dropout, dense 10; --model mlp is the C
+worker's default MLP 784-256-128-10. The servers adopt the tensor table the
+first worker declares (shardps.torch.attach: one tensor per parameter).
 """
 import argparse
 import gzip
@@ -38,6 +40,19 @@ def load(kind):
     return torch.from_numpy(x.astype(np.float32) / 255.0), torch.from_numpy(y.astype(np.int64))
 
 
+class CNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(1, 32, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(32, 64, 3, padding=1)
+        self.fc1, self.fc2 = torch.nn.Linear(64 * 7 * 7, 128), torch.nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x.view(-1, 1, 28, 28))), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.dropout(F.relu(self.fc1(x.flatten(1))), 0.25, self.training))
+
+
 class MLP(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -51,7 +66,7 @@ class MLP(torch.nn.Module):
 def train(a):
     torch.set_num_threads(1)
     x, y = load("train")
-    model = MLP()
+    model = CNN() if a.model == "cnn" else MLP()
     ps = shardps.torch.attach(model, a.addrs.split(","), a.rank, a.workers,
                               total_steps=a.steps)                    # the one line
     g = torch.Generator().manual_seed(a.seed)
@@ -68,6 +83,7 @@ def train(a):
     result = {}
     if a.rank == 0:
         tx, ty = load("t10k")
+        model.eval()
         with torch.no_grad():
             result["test_accuracy"] = (model(tx).argmax(1) == ty).float().mean().item()
     ps.close()
@@ -78,7 +94,7 @@ def start_server(a, build, index, n):
     r, w = os.pipe()
     p = subprocess.Popen([f"{build}/shardps-server", "--listen", "127.0.0.1:0",
                           "--server-index", str(index), "--num-servers", str(n), "--workers",
-                          str(a.workers), "--mode", a.mode, "--hidden", "256,128", "--lr",
+                          str(a.workers), "--mode", a.mode, "--lr",
                           str(a.lr), "--ready-fd", str(w)], pass_fds=(w,))
     os.close(w)
     with os.fdopen(r) as f:
@@ -97,7 +113,8 @@ def launch(a):
     addrs = ",".join(addr for _, addr in servers)
     workers = [subprocess.Popen([sys.executable, __file__, "--worker", "--rank", str(r),
                                  "--addrs", addrs, "--steps", str(steps), "--batch", str(a.batch),
-                                 "--workers", str(a.workers), "--seed", str(a.seed)],
+                                 "--workers", str(a.workers), "--seed", str(a.seed),
+                                 "--model", a.model],
                                 stdout=subprocess.PIPE, text=True) for r in range(a.workers)]
     outs = [w.communicate()[0] for w in workers]
     failed = [r for r, w in enumerate(workers) if w.returncode != 0]
@@ -117,6 +134,7 @@ def launch(a):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mode", choices=["sync", "async", "ssp"], default="sync")
+    p.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--steps", type=int, default=0, help="stop after N steps (0: every epoch)")
     p.add_argument("--batch", type=int, default=64, help="samples per step per worker")

@@ -24,7 +24,7 @@ objdump -p "$TMP/decay" | grep -q 'NEEDED.*libshardps.so.1' || fail "decay does 
 start_server() { # name index
     mkfifo "$TMP/port.$1"
     "$BUILD/shardps-server" --listen 127.0.0.1:0 --ready-fd 3 --server-index "$2" --num-servers 2 \
-        --workers 2 --hidden 32,16 --chunk-bytes 65536 3>"$TMP/port.$1" 2>"$TMP/server.$1.err" &
+        --workers 2 --chunk-bytes 65536 3>"$TMP/port.$1" 2>"$TMP/server.$1.err" &
     read -r port <"$TMP/port.$1"
 }
 beside_c_worker() { # name command...: rank 1 of a job whose rank 0 is a shardps-worker
@@ -48,7 +48,7 @@ beside_c_worker numpy env LD_PRELOAD="$PY_PRELOAD" ASAN_OPTIONS=detect_leaks=0 \
 echo "PASS: the C and NumPy examples pull the C worker's weights bit for bit"
 
 LD_PRELOAD="$PY_PRELOAD" ASAN_OPTIONS=detect_leaks=0 "$PYTHON" "$SRC/examples/torch_fmnist.py" \
-    --mode sync --steps 300 --build "$BUILD" >"$TMP/torch.out" 2>"$TMP/torch.err" ||
+    --mode sync --model mlp --steps 300 --build "$BUILD" >"$TMP/torch.out" 2>"$TMP/torch.err" ||
     { tail -20 "$TMP/torch.err" >&2; fail "examples/torch_fmnist.py failed"; }
 line=$(tail -1 "$TMP/torch.out")
 acc=$(json_field "$line" test_accuracy)

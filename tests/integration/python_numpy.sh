@@ -15,20 +15,20 @@ start_server() { # name index count args...
     read -r port <"$TMP/port.$1"
 }
 
-start_server a 0 1 --workers 1 --hidden 32,16 --optimizer sgd --momentum 0 --lr 0.1 \
+start_server a 0 1 --workers 1 --optimizer sgd --momentum 0 --lr 0.1 \
     --lr-schedule constant --chunk-bytes 4096
 run_python alone "$TMP/alone.out" "127.0.0.1:$port" 32,16 0.1
 wait $! || fail "the lone server failed"
 
 shared() { # name python-rank's hidden
-    local steps=20 args=(--workers 2 --hidden 32,16 --optimizer sgd --lr 0.05 --chunk-bytes 65536)
+    local steps=20 args=(--workers 2 --optimizer sgd --lr 0.05 --chunk-bytes 65536)
     start_server "$1.0" 0 2 "${args[@]}"
     local p0=$port
     start_server "$1.1" 1 2 "${args[@]}"
     local servers="127.0.0.1:$p0,127.0.0.1:$port"
     run_python share "$TMP/$1.py.out" "$servers" "$2" $steps "$TMP/$1.py.bin" &
     local py=$!
-    "$BUILD/shardps-worker" --servers "$servers" --rank 0 "${args[@]}" --steps $steps \
+    "$BUILD/shardps-worker" --servers "$servers" --rank 0 "${args[@]}" --hidden 32,16 --steps $steps \
         --no-eval --dump-weights "$TMP/$1.c.bin" 2>"$TMP/$1.c.err" ||
         { cat "$TMP/$1.c.err" >&2; fail "$1: the C worker failed"; }
     wait $py || fail "$1: the Python worker failed"
