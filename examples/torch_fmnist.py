@@ -80,13 +80,13 @@ def train(a):
             step += 1
             if step == a.steps:
                 break
+    ps.close()  # the final weights; the job ends when every worker has left
     result = {}
     if a.rank == 0:
         tx, ty = load("t10k")
         model.eval()
         with torch.no_grad():
             result["test_accuracy"] = (model(tx).argmax(1) == ty).float().mean().item()
-    ps.close()
     print(json.dumps(result), flush=True)
 
 
@@ -121,7 +121,11 @@ def launch(a):
     for p, _ in servers:
         if failed:
             p.kill()
-        p.wait()
+        try:
+            p.wait(timeout=60)  # a server exits once every worker has left
+        except subprocess.TimeoutExpired:
+            p.kill()
+            failed.append("(a server did not exit)")
     if failed:
         raise SystemExit(f"worker(s) {failed} failed")
     wall = time.time() - t0

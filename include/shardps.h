@@ -143,7 +143,8 @@ int shardps_stats_get(const shardps *h, shardps_stats *out);
  * next call on h. h NULL: the last shardps_new failure of this thread. */
 const char *shardps_last_error(const shardps *h);
 
-/* Says goodbye (this worker finished: barriers stop counting it) and frees
+/* Completes the pushes and pulls still in flight (within their deadlines),
+ * says goodbye (this worker finished: barriers stop counting it) and frees
  * h. Returns 0. NULL is allowed. */
 int shardps_close(shardps *h);
 /* Frees h without a goodbye: the servers keep waiting for this rank. */

@@ -39,6 +39,7 @@ struct shardps {
      * server (its ring of acks), so a second push of one tensor would
      * otherwise send some of its chunks twice. */
     unsigned char pushed[PS_MAX_TENSORS];
+    int started; /* a push or pull was started since the last wait */
     uint64_t start_clock;
     char error[512];
 };
@@ -386,6 +387,7 @@ int shardps_push(shardps *h, int tensor, const float *grad, size_t numel)
         return ps__err(h, -EBUSY, "shardps_push: %s was already pushed this step (wait first)",
                        h->cfg.spec.tensors[tensor].name);
     h->pushed[tensor] = 1;
+    h->started = 1;
     rc = ps_kv_client_push_tensor(h->kv, tensor, grad);
     return rc < 0 ? ps__kv_err(h, rc, "shardps_push") : 0;
 }
@@ -403,6 +405,7 @@ int shardps_pull(shardps *h, uint64_t clock, float *const *dest, int n_dest)
         if (dest[i] == NULL)
             return ps__err(h, -EINVAL, "shardps_pull: the destination of %s is NULL",
                            h->cfg.spec.tensors[i].name);
+    h->started = 1;
     rc = ps_kv_client_pull(h->kv, clock, dest);
     if (rc == -EBUSY)
         return ps__err(h, rc, "shardps_pull: a pull is already in flight (wait first)");
@@ -425,6 +428,7 @@ int shardps_wait(shardps *h)
     if (rc < 0)
         return rc;
     memset(h->pushed, 0, sizeof(h->pushed));
+    h->started = 0;
     rc = ps_kv_client_wait(h->kv);
     return rc < 0 ? ps__kv_err(h, rc, "shardps_wait") : 0;
 }
@@ -458,6 +462,11 @@ static void ps__free(shardps *h, int goodbye)
 
 int shardps_close(shardps *h)
 {
+    /* Requests still in flight complete first (within their deadlines):
+     * a server answering a push after our goodbye would find the connection
+     * gone and count us as lost, not finished. */
+    if (h && h->kv && h->started)
+        ps_kv_client_wait(h->kv);
     ps__free(h, 1);
     return 0;
 }

@@ -5,7 +5,7 @@
         loss = F.cross_entropy(model(x), y)   # weights pulled before forward
         loss.backward()                       # each gradient pushed as autograd
                                               # produces it
-    ps.close()
+    ps.close()                                # the final weights, then leave
 
 attach declares one tensor per parameter (named as in named_parameters, in
 that order; every worker of the job must build the same model), joins the
@@ -105,7 +105,12 @@ class Attached:
                 p.grad = None
 
     def close(self):
-        """Unhooks the model and leaves the job."""
+        """Completes the last step (its pushes, and the pull of the weights
+        they make), unhooks the model and leaves the job: the model keeps the
+        final weights. Close before a long evaluation, which the servers
+        would otherwise count as silence."""
+        if self._pushed:
+            self.sync()
         for h in self._handles:
             h.remove()
         self._handles = []
