@@ -93,6 +93,10 @@ static const ps__job_option ps__table[] = {
      "threads per server for optimizer updates of large chunks (0: on the event loop; auto: 0 "
      "below 4 cores, else cores/2 up to 4)",
      0, 64, NULL, "auto=-1", NULL, -1, NULL, PS__S | PS__L, 0},
+    {"apply-pool-min-bytes", PS_FLAG_DOUBLE, PS__AT(apply_pool_min_bytes), "BYTES",
+     "with --apply-threads: chunks at least this large are updated on the threads, smaller ones on "
+     "the event loop (handing a small update to a thread costs more than it saves)",
+     0, 1 << 30, NULL, NULL, NULL, 256 << 10, NULL, PS__S | PS__L, 0},
     {"reject-nonfinite", PS_FLAG_BOOL, PS__AT(reject_nonfinite), NULL,
      "drop pushes with NaN or Inf gradients (counted and logged; =0 to apply them)", 0, 0, NULL,
      NULL, NULL, 1, NULL, PS__S | PS__L, 0},

@@ -51,6 +51,7 @@ typedef struct {
     double lr_gamma, min_lr;
     /* How servers apply pushes. */
     int sync_quorum, staleness_damping, apply_threads, reject_nonfinite;
+    double apply_pool_min_bytes;
     /* How workers train. */
     int batch, epochs, steps, eval_every, progress_every, tf32;
     const char *data_dir, *device, *compress;

@@ -282,8 +282,10 @@ int main(int argc, char **argv)
         setenv("UV_THREADPOOL_SIZE", n, 1);
     }
     cfg.pool_updates = jo.apply_threads > 0;
+    cfg.pool_min_bytes = (size_t)jo.apply_pool_min_bytes;
     if (jo.apply_threads > 0)
-        ps_info("optimizer updates of chunks from 256 KiB on %d threads", jo.apply_threads);
+        ps_info("optimizer updates of chunks from %.0f bytes on %d threads",
+                jo.apply_pool_min_bytes, jo.apply_threads);
     else
         ps_info("optimizer updates on the event loop (--apply-threads to change)");
     cfg.staleness_damping = jo.staleness_damping;

@@ -12,11 +12,10 @@
 #    finishes and both servers end at exactly the planned number of steps.
 source "$(dirname "$0")/lib.sh"
 
-# Updates on a thread pool, so checkpoints must wait for the ones in flight;
-# the pool takes chunks from 256 KiB, so a model wide enough to have them
-# (1.3 M floats: 83 K floats per chunk on 2 servers).
+# Updates on a thread pool, so checkpoints must wait for the ones in flight
+# (every chunk: the default model's are below the size the pool takes).
 opts=(--servers 2 --workers 2 --batch 32 --mode sync --optimizer adam --lr-schedule constant
-    --progress-every 10 --apply-threads 2 --hidden 1024,512)
+    --progress-every 10 --apply-threads 2 --apply-pool-min-bytes 0)
 run() { # name args...
     local name=$1
     shift
@@ -58,10 +57,7 @@ run aligned --steps 100 --checkpoint-dir "$TMP/ck2" --restore --restore-clock 40
     --dump-weights "$TMP/aligned.bin"
 "$WDIFF" "$TMP/aligned.bin" "$TMP/whole.bin" 1e-6 || fail "run restored at clock 40 differs"
 
-# The default model here (a checkpoint every step of the wide one costs more
-# than this part needs; a flag given twice takes its last value).
-run killed --steps 150 --checkpoint-dir "$TMP/ck3" --checkpoint-every 1 --kill-server 0@60 \
-    --hidden 256,128
+run killed --steps 150 --checkpoint-dir "$TMP/ck3" --checkpoint-every 1 --kill-server 0@60
 grep -q "killing server 0 at step" "$TMP/killed.err" || fail "server 0 was never killed"
 grep -q "\[server 0\] restored clock [0-9]* from" "$TMP/killed.err" || fail "server 0 did not restore"
 [ "$(grep -c "\] summary: clock 150," "$TMP/killed.err")" -eq 2 ] ||
