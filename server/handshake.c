@@ -45,6 +45,9 @@ static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *h
     }
     if (ps__check_job_settings(s, p, hello) < 0)
         return -1;
+    /* A table held already is compared at once, like the settings... */
+    if (s->has_table && ps__check_table(s, p, hello) < 0)
+        return -1;
     if (hello->num_servers != (uint32_t)s->cfg.num_servers ||
         hello->chunk_bytes != s->cfg.chunk_bytes) {
         ps__peer_fail(p, -PS_EMISMATCH,
@@ -78,8 +81,8 @@ static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *h
         ps__peer_fail(p, -EADDRINUSE, "rank %u is already connected", hello->rank);
         return -1;
     }
-    /* Last, as a first table is adopted here: only once all else agrees. */
-    return ps__check_table(s, p, hello);
+    /* ...while a first one is adopted last, once all else agrees. */
+    return s->has_table ? 0 : ps__check_table(s, p, hello);
 }
 
 /* Admits a worker whose HELLO has passed authentication (if any): model and
@@ -116,6 +119,7 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
             s->sync[i].live_pushes++;
     p->state = PS__PEER_WORKER;
     ps_conn_set_max_payload(p->conn, s->cfg.max_payload);
+    ps_conn_set_max_write_queue(p->conn, s->max_write_queue);
     s->workers[p->rank] = p;
     s->live++;
     snprintf(p->name, sizeof(p->name), "worker %u (%s)", p->rank, ps_conn_peer(p->conn));

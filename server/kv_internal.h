@@ -15,6 +15,12 @@
 #include "shard.h"
 #include "transport.h"
 
+/* Queued reply bytes past which a peer's requests are no longer read: two
+ * full pulls of this shard plus this headroom (tensors.c), so a well-behaved
+ * worker (one pull in flight) never waits on it and a peer that never reads
+ * costs little; before admission, the headroom alone. */
+#define PS__WRITE_QUEUE_HEADROOM ((size_t)16 << 20)
+
 typedef enum {
     PS__PEER_HANDSHAKE, /* waiting for HELLO */
     PS__PEER_AUTH,      /* challenged; waiting for AUTH_RESPONSE */

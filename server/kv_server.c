@@ -288,7 +288,10 @@ static void ps__on_connection(uv_stream_t *listener, int status)
                          .on_close = ps__on_conn_close,
                          .place = ps__place_push,
                          .on_decode_error = ps__on_decode_error,
-                         .max_write_queue = s->max_write_queue,
+                         /* Nothing large is sent before admission,
+                          * which sets the limit for this server's
+                          * share (ps__admit). */
+                         .max_write_queue = PS__WRITE_QUEUE_HEADROOM,
                          .scan_nonfinite = s->cfg.reject_nonfinite};
     ps__peer *p;
     ps_conn *c;

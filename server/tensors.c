@@ -14,11 +14,6 @@
 #include "ps_log.h"
 #include "tensor_table.h"
 
-/* Queued reply bytes past which a peer's requests are no longer read: two
- * full pulls of this shard plus headroom, so a well-behaved worker (one pull
- * in flight) never waits on it and a peer that never reads costs little. */
-#define PS__WRITE_QUEUE_HEADROOM ((size_t)16 << 20)
-
 void ps__free_table(ps_kv_server *s)
 {
     ps_apply_queue_close(s->updates);

@@ -37,7 +37,7 @@ if "$CLUSTER" "${opts[@]}" --hidden 64 --steps 100 --checkpoint-dir "$TMP/ck" --
 fi
 grep -q "\[server [01]\] restored clock 50 from" "$TMP/other.err" ||
     { cat "$TMP/other.err" >&2; fail "the servers did not restore their tensors from the checkpoint"; }
-grep -q "model mismatch: tensor fc1.weight: 64x784 from the worker, 1024x784 on this server" \
+grep -q "model mismatch: tensor fc1.weight: 64x784 from the worker, 256x784 on this server" \
     "$TMP/other.err" || { cat "$TMP/other.err" >&2; fail "workers of another model not refused"; }
 run resumed --steps 100 --checkpoint-dir "$TMP/ck" --restore --dump-weights "$TMP/resumed.bin"
 grep -q "restored clock 50 from" "$TMP/resumed.err" || fail "the resumed run did not restore 50"

@@ -9,7 +9,7 @@ source "$(dirname "$0")/lib.sh"
 # balanced S: a default job on S servers; every server's weight bytes are
 # within [0.8, 1.25] x their mean.
 balanced() {
-    "$CLUSTER" --servers "$1" --workers 1 --steps 2 --no-eval >"$TMP/s$1.out" 2>"$TMP/s$1.err" ||
+    "$CLUSTER" --servers "$1" --workers 1 --steps 2 >"$TMP/s$1.out" 2>"$TMP/s$1.err" ||
         { cat "$TMP/s$1.err" >&2; fail "the default job on $1 servers failed"; }
     sed -n 's/.*\[server [0-9]*\] summary: .* \([0-9]*\) bytes of weights in .*/\1/p' \
         "$TMP/s$1.err" >"$TMP/s$1.bytes"
