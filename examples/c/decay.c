@@ -7,7 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(call) if ((call) < 0) { fprintf(stderr, "%s\n", shardps_last_error(h)); return 1; }
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        if ((call) < 0)                                                                            \
+            return fprintf(stderr, "%s\n", shardps_last_error(h)), 1;                              \
+    } while (0)
 
 int main(int argc, char **argv)
 {
