@@ -79,7 +79,7 @@ int shardps_new(shardps **out, const char *const *servers, int n_servers, int ra
  *   connect-timeout S      keep trying to reach the servers (default 30)
  *   request-timeout S      a server owing an answer this long fails (0: auto)
  *   total-steps N          the steps this worker plans (lr schedules)
- *   compress none|fp16     how gradients travel
+ *   compress none|fp16|bf16  how gradients travel
  *   max-payload N          the largest frame accepted
  *   job-settings TEXT      the job settings a shardps-worker sends
  *   log-level debug|info|warn|error|none   the library's lines on stderr

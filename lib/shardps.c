@@ -99,12 +99,11 @@ int shardps_new(shardps **out, const char *const *servers, int n_servers, int ra
                        world);
     for (int s = 0; s < n_servers; s++) {
         struct sockaddr_storage addr;
+        char why[256] = "longer than any address";
         if (servers[s] == NULL || strlen(servers[s]) >= PS__ADDR_MAX ||
-            ps_parse_hostport(servers[s], &addr, 0) < 0)
-            return ps__err(NULL, -EINVAL,
-                           "shardps_new: server address %d ('%s') is not HOST:PORT with a "
-                           "reachable host name",
-                           s, servers[s] ? servers[s] : "(null)");
+            ps_parse_hostport(servers[s], &addr, 0, why, sizeof(why)) < 0)
+            return ps__err(NULL, -EINVAL, "shardps_new: server address %d ('%s'): %s", s,
+                           servers[s] ? servers[s] : "(null)", servers[s] ? why : "not HOST:PORT");
     }
     h = calloc(1, sizeof(*h));
     if (h == NULL || (h->servers = calloc((size_t)n_servers, sizeof(char *))) == NULL)
@@ -183,10 +182,14 @@ int shardps_set_option(shardps *h, const char *name, const char *value)
         return 0;
     }
     if (strcmp(name, "compress") == 0) {
-        if (strcmp(value, "none") != 0 && strcmp(value, "fp16") != 0)
-            return ps__err(h, -EINVAL, "option compress: '%s' is not none or fp16", value);
-        h->cfg.compress = strcmp(value, "fp16") == 0 ? PS_COMPRESS_FP16 : PS_COMPRESS_NONE;
-        return 0;
+        static const char *const names[] = {"none", "fp16", "bf16"};
+        static const ps_compress kinds[] = {PS_COMPRESS_NONE, PS_COMPRESS_FP16, PS_COMPRESS_BF16};
+        for (int i = 0; i < 3; i++)
+            if (strcmp(value, names[i]) == 0) {
+                h->cfg.compress = kinds[i];
+                return 0;
+            }
+        return ps__err(h, -EINVAL, "option compress: '%s' is not none, fp16 or bf16", value);
     }
     if (strcmp(name, "job-settings") == 0) {
         char *copy = strdup(value);
@@ -323,6 +326,8 @@ int shardps_reconnect(shardps *h)
     ps_kv_client_abandon(h->kv);
     h->kv = NULL;
     memset(h->pushed, 0, sizeof(h->pushed));
+    /* Our old connection may still hold the rank on a server: retry. */
+    h->cfg.rejoining = 1;
     return ps__connect(h);
 }
 
