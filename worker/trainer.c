@@ -6,27 +6,26 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "auth.h"
 #include "backend.h"
 #include "clock.h"
 #include "dataset.h"
 #include "ps_error.h"
 #include "ps_log.h"
 #include "report.h"
+#include "shardps.h"
 #include "train_metrics.h"
 
 struct ps_trainer {
     ps_trainer_config cfg;
     ps_backend *be;
-    ps_kv_client *kv;
-    ps_kv_client_config kc;
-    uint8_t auth_key[PS_AUTH_KEY_BYTES];
+    shardps *ps; /* the job's client, include/shardps.h */
     ps_dataset train, test;
     float *test_x, *batch_x; /* the whole test set, and this step's batch */
     uint8_t *batch_y;
@@ -118,28 +117,35 @@ static int ps__is_connection_loss(int rc)
            rc != -EINVAL && rc != -PS_ETIMEOUT;
 }
 
-/* (Re)creates the client and joins the job; writes the clock to start at. */
-static int ps__connect(ps_trainer *t, uint64_t *start)
+/* Joins the job again after a lost connection; writes the clock to start at.
+ * The library logged why it failed. */
+static int ps__reconnect(ps_trainer *t, uint64_t *start)
 {
-    int rc;
+    int rc = shardps_reconnect(t->ps);
 
-    ps_kv_client_abandon(t->kv);
-    t->kv = NULL;
     /* A new client counts from zero. */
     t->acked_before = t->rejected_before = 0;
-    rc = ps_kv_client_init(&t->kv, &t->kc);
     if (rc == 0)
-        rc = ps_kv_client_connect(t->kv, start);
+        rc = shardps_start_clock(t->ps, start);
     return rc;
+}
+
+/* The clock of the weights of the last pull. */
+static uint64_t ps__weights_clock(const ps_trainer *t)
+{
+    uint64_t c = 0;
+
+    shardps_weights_clock(t->ps, &c);
+    return c;
 }
 
 /* Pulls the weights of clock into the backend and waits for them. */
 static int ps__pull(ps_trainer *t, uint64_t clock)
 {
-    int rc = ps_kv_client_pull(t->kv, clock, t->params);
+    int rc = shardps_pull(t->ps, clock, t->params, t->cfg.spec.n_tensors);
 
     if (rc == 0)
-        rc = ps_kv_client_wait(t->kv);
+        rc = shardps_wait(t->ps);
     if (rc == 0)
         rc = ps_backend_load_params(t->be);
     return rc;
@@ -170,10 +176,10 @@ static void ps__push_layer(void *arg, int layer)
         float *g = ps_backend_grads(t->be, i);
         if (t->cfg.clip_norm > 0)
             ps__clip_tensor(g, t->cfg.spec.tensors[i].numel, (float)t->cfg.clip_norm);
-        t->push_rc = ps_kv_client_push_tensor(t->kv, i, g);
+        t->push_rc = shardps_push(t->ps, i, g, t->cfg.spec.tensors[i].numel);
     }
     if (t->push_rc == 0)
-        t->push_rc = ps_kv_client_progress(t->kv);
+        t->push_rc = shardps_progress(t->ps);
 }
 
 /* --slow-ms: an artificial straggler for experiments (backup workers, ssp). */
@@ -191,9 +197,9 @@ void ps_trainer_free(ps_trainer *t)
     /* Only a worker that finished says goodbye; one that failed may be
      * restarted, and the servers keep its place. */
     if (t->finished)
-        ps_kv_client_close(t->kv);
+        shardps_close(t->ps);
     else
-        ps_kv_client_abandon(t->kv);
+        shardps_abandon(t->ps);
     ps_train_metrics_close(&t->tm, 0, NULL);
     ps_backend_free(t->be);
     ps_dataset_free(&t->train);
@@ -270,37 +276,60 @@ static int ps__load_data(ps_trainer *t)
     return o->eval ? ps__load_test_set(t, features) : 0;
 }
 
+/* One option of the client, as the text shardps_set_option takes. */
+__attribute__((format(printf, 3, 4))) static int ps__option(ps_trainer *t, const char *name,
+                                                            const char *fmt, ...)
+{
+    char value[64];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(value, sizeof(value), fmt, ap);
+    va_end(ap);
+    return shardps_set_option(t->ps, name, value);
+}
+
 static int ps__setup_client(ps_trainer *t)
 {
     const ps_trainer_config *o = &t->cfg;
-    ps_kv_client_config *kc = &t->kc;
-    char err[512];
-    int rc;
+    int rc = shardps_new(&t->ps, o->servers, o->n_servers, o->rank, o->workers);
 
-    kc->spec = o->spec;
-    kc->rank = o->rank;
-    kc->world = o->workers;
-    kc->servers = o->servers;
-    kc->n_servers = o->n_servers;
-    kc->chunk_bytes = o->chunk_bytes;
-    kc->connect_timeout_s = o->connect_timeout;
-    kc->request_timeout_s = o->request_timeout;
-    kc->max_payload = o->max_payload;
-    kc->total_steps = t->total;
-    kc->compress = o->compress;
-    kc->job_settings = o->job_settings;
-    if (o->auth_token_file) {
-        int loose = 0;
-        rc = ps_auth_load_key(o->auth_token_file, t->auth_key, &loose, err, sizeof(err));
-        if (rc < 0) {
-            ps_error("%s", err);
-            return rc;
-        }
-        if (loose)
-            ps_warn("%s is readable by other users; chmod 600 it", o->auth_token_file);
-        kc->auth_key = t->auth_key;
+    if (rc == 0)
+        rc = ps__option(t, "seed", "%" PRIu64, o->spec.seed);
+    if (rc == 0)
+        rc = ps__option(t, "chunk-bytes", "%zu", o->chunk_bytes);
+    if (rc == 0)
+        rc = ps__option(t, "max-payload", "%zu", o->max_payload);
+    if (rc == 0)
+        rc = ps__option(t, "connect-timeout", "%.17g", o->connect_timeout);
+    if (rc == 0)
+        rc = ps__option(t, "request-timeout", "%.17g", o->request_timeout);
+    if (rc == 0)
+        rc = ps__option(t, "total-steps", "%" PRIu64, t->total);
+    if (rc == 0 && o->compress)
+        rc = shardps_set_option(t->ps, "compress", o->compress);
+    if (rc == 0 && o->job_settings)
+        rc = shardps_set_option(t->ps, "job-settings", o->job_settings);
+    if (rc == 0 && o->auth_token_file)
+        rc = shardps_set_option(t->ps, "auth-token-file", o->auth_token_file);
+    for (int i = 0; rc == 0 && i < o->spec.n_tensors; i++) {
+        const ps_tensor_spec *ts = &o->spec.tensors[i];
+        int64_t shape[PS_MAX_DIMS];
+        for (int d = 0; d < ts->ndim; d++)
+            shape[d] = ts->shape[d];
+        rc = shardps_declare(t->ps, ts->name, ts->ndim, shape, (int)ts->init, ts->fan_in,
+                             ts->fan_out);
     }
-    return ps__connect(t, &t->start);
+    if (rc == 0)
+        rc = shardps_connect(t->ps);
+    if (rc == 0)
+        rc = shardps_start_clock(t->ps, &t->start);
+    /* The client logged what went wrong on the wire; its own checks of our
+     * arguments are for us to say. */
+    if (rc < 0 && rc != -PS_ETIMEOUT && rc != -PS_EREJECTED && rc != -PS_EPROTO &&
+        rc != -PS_ECLOSED)
+        ps_error("%s", shardps_last_error(t->ps));
+    return rc;
 }
 
 int ps_trainer_init(ps_trainer **out, const ps_trainer_config *cfg)
@@ -381,14 +410,14 @@ typedef struct {
 static void ps__progress(ps_trainer *t, ps__interval *iv, int epoch, uint64_t step)
 {
     const ps_trainer_config *o = &t->cfg;
-    ps_kv_client_stats ks;
+    shardps_stats ks;
     double now = ps_clock_now();
     double sps = (double)(iv->steps_done - iv->steps_done_before) * o->batch / (now - iv->last_t);
     double stale;
 
-    ps_kv_client_stats_get(t->kv, &ks);
+    shardps_stats_get(t->ps, &ks);
     stale = ks.staleness_count ? (double)ks.staleness_sum / ks.staleness_count : 0.0;
-    ps_train_metrics_interval(&t->tm, step, ps_kv_client_weights_clock(t->kv), &ks);
+    ps_train_metrics_interval(&t->tm, step, ps__weights_clock(t), &ks);
     if (o->report_fd < 0)
         ps_info("epoch %d/%d step %" PRIu64 "/%" PRIu64 " loss %.4f %.0f samples/s "
                 "staleness mean %.2f max %" PRIu64,
@@ -412,7 +441,7 @@ static void ps__progress(ps_trainer *t, ps__interval *iv, int epoch, uint64_t st
 static int ps__check_divergence(ps_trainer *t, uint64_t step, float loss)
 {
     const ps_trainer_config *o = &t->cfg;
-    ps_kv_client_stats ks;
+    shardps_stats ks;
     uint64_t acked, rejected;
 
     if (!isfinite(loss)) {
@@ -421,7 +450,7 @@ static int ps__check_divergence(ps_trainer *t, uint64_t step, float loss)
                  isnan(loss) ? "NaN" : "infinite", step);
         return -ERANGE;
     }
-    ps_kv_client_stats_get(t->kv, &ks);
+    shardps_stats_get(t->ps, &ks);
     acked = ks.acked - t->acked_before;
     rejected = ks.rejected - t->rejected_before;
     t->acked_before = ks.acked;
@@ -459,11 +488,11 @@ static void ps__report_step(ps_trainer *t, uint64_t step)
 static void ps__done(ps_trainer *t, const ps__interval *iv, double t0, double acc)
 {
     const ps_trainer_config *o = &t->cfg;
-    ps_kv_client_stats ks;
+    shardps_stats ks;
     double secs = ps_clock_now() - t0;
     double samples = (double)iv->steps_done * o->batch;
 
-    ps_kv_client_stats_get(t->kv, &ks);
+    shardps_stats_get(t->ps, &ks);
     ps_train_metrics_close(&t->tm, t->total, &ks);
     ps_info("done: %" PRIu64 " steps in %.1f s, %.0f samples/s, %.1f MB pushed, %.1f MB "
             "pulled, %" PRIu64 " late chunks dropped, %" PRIu64 " chunks rejected",
@@ -496,8 +525,7 @@ int ps_trainer_run(ps_trainer *t)
                 break;
             ps_warn("reconnecting to the servers (attempt %d of %d)", reconnects,
                     o->max_reconnects);
-            t->kc.rejoining = 1;
-            rc = ps__connect(t, &clock);
+            rc = ps__reconnect(t, &clock);
             if (rc == 0)
                 rc = ps__pull(t, clock);
             if (rc < 0 || clock >= t->total)
@@ -527,7 +555,8 @@ int ps_trainer_run(ps_trainer *t)
                 ps__clip_tensor(ps_backend_grads(t->be, i), o->spec.tensors[i].numel,
                                 (float)o->clip_norm);
             ps__slow_down(o->slow_ms);
-            t->push_rc = ps_kv_client_push(t->kv, t->grads);
+            for (int i = o->spec.n_tensors - 1; i >= 0 && t->push_rc == 0; i--)
+                t->push_rc = shardps_push(t->ps, i, t->grads[i], o->spec.tensors[i].numel);
         }
         t_exchange = ps_clock_now();
         iv.loss_sum += loss;
@@ -545,8 +574,8 @@ int ps_trainer_run(ps_trainer *t)
                               correct, o->batch);
         /* Sync with backup workers: the step may have been applied without
          * us; the pull brought newer weights, so skip to where they are. */
-        if (ps_kv_client_weights_clock(t->kv) > clock + 1)
-            clock = ps_kv_client_weights_clock(t->kv) - 1;
+        if (ps__weights_clock(t) > clock + 1)
+            clock = ps__weights_clock(t) - 1;
         if ((clock + 1) % (uint64_t)o->progress_every == 0 || clock + 1 >= t->total)
             ps__progress(t, &iv, epoch, clock + 1);
         ps__report_step(t, clock + 1);

@@ -21,7 +21,6 @@
 #include <signal.h>
 #include <stddef.h>
 
-#include "kv_client.h"
 #include "model_spec.h"
 
 typedef struct {
@@ -64,7 +63,7 @@ typedef struct {
     size_t chunk_bytes, max_payload;
     double connect_timeout; /* seconds to keep trying to reach the servers */
     double request_timeout; /* seconds a server may owe an answer (0: from its heartbeats) */
-    ps_compress compress;
+    const char *compress;   /* "none", "fp16" or "bf16" (borrowed) */
     /* The job's settings for the servers to compare (ps_job_settings_format);
      * borrowed until ps_trainer_free; NULL: none sent. */
     const char *job_settings;

@@ -131,9 +131,7 @@ static int ps__train(const ps_job_options *j, const ps__worker_opts *o, const ps
         .max_payload = (size_t)j->max_payload,
         .connect_timeout = j->connect_timeout,
         .request_timeout = j->request_timeout,
-        .compress = strcmp(j->compress, "fp16") == 0   ? PS_COMPRESS_FP16
-                    : strcmp(j->compress, "bf16") == 0 ? PS_COMPRESS_BF16
-                                                       : PS_COMPRESS_NONE,
+        .compress = j->compress,
         .job_settings = settings,
     };
     ps_trainer *t;
