@@ -44,8 +44,17 @@ static const ps__job_option ps__table[] = {
      "servers and workers prove to each other that they hold this shared secret", 0, 0, NULL, NULL,
      "cluster", 0, NULL, PS__S | PS__W | PS__L, 0},
     /* [model] */
-    {"hidden", PS_FLAG_STRING, PS__AT(hidden), "N,N,...", "hidden layer sizes of the MLP", 0, 0,
-     NULL, NULL, "model", 0, "256,128", PS__S | PS__W | PS__L, 1},
+    {"model", PS_FLAG_STRING, PS__AT(model), "FILE",
+     "the model file (docs/model.md, e.g. models/cnn.model); input shape and classes come from "
+     "the data; without it, the MLP of --hidden",
+     0, 0, NULL, NULL, "model", 0, NULL, PS__W | PS__L, 0},
+    {"save-model", PS_FLAG_STRING, PS__AT(save_model), "FILE",
+     "worker 0 writes the trained model here at the end (read by shardps-eval)", 0, 0, NULL, NULL,
+     "model", 0, NULL, PS__W | PS__L, 0},
+    {"hidden", PS_FLAG_STRING, PS__AT(hidden), "N,N,...",
+     "hidden layer sizes of the MLP (flatten, dense + ReLU each, dense classes) when no --model is "
+     "given",
+     0, 0, NULL, NULL, "model", 0, "256,128", PS__S | PS__W | PS__L, 1},
     {"input", PS_FLAG_INT, PS__AT(input), "N", "input features (a worker checks its data has them)",
      1, 1 << 20, NULL, NULL, "model", 784, NULL, PS__S | PS__W | PS__L, 1},
     {"classes", PS_FLAG_INT, PS__AT(classes), "N",
