@@ -55,10 +55,13 @@ static int ps__parse_steps(const char *text, uint64_t *out, int max)
 static void ps__log_own_side(const ps_flags_ctx *ctx, const ps_job_options *o, int n_servers)
 {
     char from[5][256];
+    /* The model is the file's when there is one, else --hidden's MLP. */
+    const char *model = o->model ? "model" : "hidden";
 
-    ps_error("this worker has --hidden %s (from %s), --seed %d (from %s), --workers %d (from "
+    ps_error("this worker has --%s %s (from %s), --seed %d (from %s), --workers %d (from "
              "%s), %d server%s (from %s) and --chunk-bytes %.0f (from %s)",
-             o->hidden, ps_flags_describe_origin(ctx, "hidden", from[0], sizeof(from[0])), o->seed,
+             model, o->model ? o->model : o->hidden,
+             ps_flags_describe_origin(ctx, model, from[0], sizeof(from[0])), o->seed,
              ps_flags_describe_origin(ctx, "seed", from[1], sizeof(from[1])), o->workers,
              ps_flags_describe_origin(ctx, "workers", from[2], sizeof(from[2])), n_servers,
              n_servers == 1 ? "" : "s",
