@@ -52,8 +52,8 @@ static const ps__job_option ps__table[] = {
      "worker 0 writes the trained model here at the end (read by shardps-eval)", 0, 0, NULL, NULL,
      "model", 0, NULL, PS__W | PS__L, 0},
     {"hidden", PS_FLAG_STRING, PS__AT(hidden), "N,N,...",
-     "hidden layer sizes of the MLP (flatten, dense + ReLU each, dense classes) when no --model is "
-     "given",
+     "hidden layer sizes of the MLP (flatten, dense + ReLU each, dense classes); not used with "
+     "--model",
      0, 0, NULL, NULL, "model", 0, "256,128", PS__S | PS__W | PS__L, 1},
     {"input", PS_FLAG_INT, PS__AT(input), "N", "input features (a worker checks its data has them)",
      1, 1 << 20, NULL, NULL, "model", 784, NULL, PS__S | PS__W | PS__L, 1},

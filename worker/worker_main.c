@@ -207,11 +207,8 @@ int main(int argc, char **argv)
                 ps_flags_describe_origin(&ctx, "workers", workers_from, sizeof(workers_from)));
         return 2;
     }
-    if (jo.model && ps_flags_origin(&ctx, "hidden") != PS_FLAG_FROM_DEFAULT) {
-        fprintf(stderr, "shardps-worker: give --model or --hidden, not both (--hidden from %s)\n",
-                ps_flags_describe_origin(&ctx, "hidden", rank_from, sizeof(rank_from)));
-        return 2;
-    }
+    /* --model decides the model; --hidden only when there is none (the
+     * launcher forwards every job option, --hidden included). */
     rc = jo.model ? ps_model_desc_load(&desc, jo.model, err, sizeof(err))
                   : ps__hidden_desc(jo.hidden, &desc, err, sizeof(err));
     if (rc < 0) {
