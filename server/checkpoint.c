@@ -1,6 +1,7 @@
 /* Checkpoint files (see checkpoint.h). Writing streams through stdio while
- * the CRC accumulates; reading loads the whole file, checks its size against
- * what this shard needs, then the CRC, then the header, and only then copies. */
+ * the CRC accumulates; reading checks the header and the tensor table first,
+ * then loads the whole file and checks its size against what the shard of
+ * that table needs, then the CRC and the chunk layout, and only then copies. */
 #include "checkpoint.h"
 
 #include <dirent.h>
@@ -16,11 +17,15 @@
 
 #include "crc32c.h"
 #include "ps_error.h"
+#include "tensor_table.h"
 
 static const char ps__magic[8] = {'S', 'H', 'P', 'S', 'C', 'K', 'P', 'T'};
 
 #define PS__HEADER_BYTES       (8 + 4 * 4 + 5 * 8)
 #define PS__CHUNK_HEADER_BYTES (6 * 8)
+/* The packed tensor table's bytes at most: PS_MAX_TENSORS declarations fit
+ * many times over. */
+#define PS__MAX_TABLE_BYTES (64u * 1024u)
 
 typedef struct {
     FILE *f;
@@ -111,13 +116,22 @@ static int ps__fsync_dir(const char *dir)
 }
 
 int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *meta,
-                        const ps_shard *shard, const ps_checkpoint_clocks *clocks, char *path,
-                        size_t path_len)
+                        const ps_model_spec *table, const ps_shard *shard,
+                        const ps_checkpoint_clocks *clocks, char *path, size_t path_len)
 {
     char final[4096], tmp[4200];
     ps__writer w = {NULL, 0, 0};
     uint64_t *old = NULL;
     int n = ps_shard_chunk_count(shard), rc, n_old;
+    ps_tensor_table_wire tw;
+    uint8_t packed[PS__MAX_TABLE_BYTES];
+    size_t packed_len;
+
+    ps_tensor_table_to_wire(table, &tw);
+    packed_len = shardps__tensor_table__get_packed_size(&tw.msg);
+    if (packed_len > sizeof(packed))
+        return -E2BIG;
+    shardps__tensor_table__pack(&tw.msg, packed);
 
     if (mkdir(dir, 0755) < 0 && errno != EEXIST)
         return -errno;
@@ -136,6 +150,8 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
     ps__put64(&w, meta->clock);
     ps__put64(&w, meta->total_steps);
     ps__put64(&w, (uint64_t)n);
+    ps__put32(&w, (uint32_t)packed_len);
+    ps__put(&w, packed, packed_len);
     for (int i = 0; i < n; i++) {
         const ps_chunk *c = ps_shard_chunk(shard, i);
         size_t state_n = ps_shard_state_floats(shard, i);
@@ -209,10 +225,11 @@ static uint64_t ps__get64(const uint8_t *p)
     return v;
 }
 
-/* Bytes a checkpoint of this shard must have, exactly. */
-static size_t ps__expected_size(const ps_shard *shard)
+/* Bytes a checkpoint of this shard must have, exactly, with a packed table
+ * of table_len bytes. */
+static size_t ps__expected_size(const ps_shard *shard, size_t table_len)
 {
-    size_t bytes = PS__HEADER_BYTES + sizeof(uint32_t);
+    size_t bytes = PS__HEADER_BYTES + 4 + table_len + sizeof(uint32_t);
 
     for (int i = 0; i < ps_shard_chunk_count(shard); i++)
         bytes +=
@@ -221,14 +238,95 @@ static size_t ps__expected_size(const ps_shard *shard)
     return bytes;
 }
 
-/* Reads and checks one file completely; copies into the shard only when every
- * check has passed. Returns 0 or a negative code with the reason in why. */
-static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_shard *shard,
-                        ps_checkpoint_clocks *clocks, char *why, size_t why_len)
+/* Reads the fixed header and the tensor table of an open file into head
+ * (PS__HEADER_BYTES + 4 + PS__MAX_TABLE_BYTES bytes) and checks that they
+ * belong to this server and agree with each other. Writes the table into
+ * spec and its packed length into table_len. Returns 0 or a negative code
+ * with the reason in why. */
+static int ps__read_identity(FILE *f, const ps_checkpoint_meta *meta, uint8_t *head,
+                             ps_model_spec *spec, uint32_t *table_len, char *why, size_t why_len)
 {
-    size_t want = ps__expected_size(shard), got;
-    int n = ps_shard_chunk_count(shard), rc = -PS_EFORMAT;
-    uint8_t *buf = NULL, *p;
+    Shardps__TensorTable *t;
+    char reason[200];
+    int rc;
+
+    if (fread(head, 1, PS__HEADER_BYTES, f) != PS__HEADER_BYTES) {
+        snprintf(why, why_len, "too short to be a checkpoint (truncated)");
+        return -PS_EFORMAT;
+    }
+    if (memcmp(head, ps__magic, sizeof(ps__magic)) != 0) {
+        snprintf(why, why_len, "not a shardps checkpoint (bad magic)");
+        return -PS_EFORMAT;
+    }
+    if (ps__get32(head + 8) == 1) {
+        snprintf(why, why_len,
+                 "format version 1 holds no tensor table (written before servers learned the "
+                 "tensors from the workers); this build reads version %d: restore it with the "
+                 "build that wrote it, or start the job afresh",
+                 PS_CHECKPOINT_FORMAT);
+        return -PS_EFORMAT;
+    }
+    if (ps__get32(head + 8) != PS_CHECKPOINT_FORMAT) {
+        snprintf(why, why_len, "format version %" PRIu32 ", this build reads %d",
+                 ps__get32(head + 8), PS_CHECKPOINT_FORMAT);
+        return -PS_EFORMAT;
+    }
+    if (ps__get32(head + 12) != meta->server_index || ps__get32(head + 16) != meta->num_servers) {
+        snprintf(why, why_len,
+                 "belongs to server %" PRIu32 " of %" PRIu32 ", this is %" PRIu32 " of %" PRIu32,
+                 ps__get32(head + 12), ps__get32(head + 16), meta->server_index, meta->num_servers);
+        return -PS_EMISMATCH;
+    }
+    if (ps__get32(head + 20) != meta->optimizer) {
+        snprintf(why, why_len, "saved with another optimizer; restore with the same --optimizer");
+        return -PS_EMISMATCH;
+    }
+    if (ps__get64(head + 32) != meta->chunk_bytes) {
+        snprintf(why, why_len,
+                 "saved with %" PRIu64 "-byte chunks; restore with the same "
+                 "--chunk-bytes",
+                 ps__get64(head + 32));
+        return -PS_EMISMATCH;
+    }
+    if (fread(head + PS__HEADER_BYTES, 1, 4, f) != 4 ||
+        (*table_len = ps__get32(head + PS__HEADER_BYTES)) > PS__MAX_TABLE_BYTES ||
+        fread(head + PS__HEADER_BYTES + 4, 1, *table_len, f) != *table_len) {
+        snprintf(why, why_len, "its tensor table is truncated or over %u bytes",
+                 PS__MAX_TABLE_BYTES);
+        return -PS_EFORMAT;
+    }
+    t = shardps__tensor_table__unpack(NULL, *table_len, head + PS__HEADER_BYTES + 4);
+    if (t == NULL) {
+        snprintf(why, why_len, "its tensor table does not decode (corrupt)");
+        return -PS_EFORMAT;
+    }
+    rc = ps_tensor_table_from_wire(t, 0, spec, reason, sizeof(reason));
+    shardps__tensor_table__free_unpacked(t, NULL);
+    if (rc < 0) {
+        snprintf(why, why_len, "its tensor table is refused: %s", reason);
+        return -PS_EFORMAT;
+    }
+    /* The header's fingerprint doubles as the table's checksum, so a table is
+     * trusted before the CRC over the whole file has been read. */
+    if (ps_model_spec_fingerprint(spec) != ps__get64(head + 24)) {
+        snprintf(why, why_len, "its tensor table does not match its fingerprint (corrupt)");
+        return -PS_EFORMAT;
+    }
+    return 0;
+}
+
+/* Reads and checks one file completely; copies into the shard that table_fn
+ * gives for the file's table only when every check has passed. Returns 0 or
+ * a negative code with the reason in why. */
+static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_checkpoint_table_fn table_fn,
+                        void *arg, ps_checkpoint_clocks *clocks, char *why, size_t why_len)
+{
+    size_t want = 0, got, head_len;
+    int n = 0, rc;
+    uint8_t *buf = NULL, *head = NULL, *p;
+    uint32_t table_len = 0;
+    ps_model_spec spec;
+    ps_shard *shard;
     struct stat st;
     FILE *f = fopen(file, "rb");
 
@@ -236,56 +334,43 @@ static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_shard *sh
         snprintf(why, why_len, "cannot open: %s", strerror(errno));
         return -errno;
     }
-    /* Identity first, from the header alone, so a file of another job is
-     * reported as such rather than as the wrong size. */
-    if (fstat(fileno(f), &st) < 0 || st.st_size < PS__HEADER_BYTES + 4) {
-        snprintf(why, why_len, "too short to be a checkpoint (truncated)");
+    head = malloc(PS__HEADER_BYTES + 4 + PS__MAX_TABLE_BYTES);
+    if (head == NULL) {
+        rc = -ENOMEM;
+        snprintf(why, why_len, "out of memory");
         goto out;
     }
-    buf = malloc(want > PS__HEADER_BYTES ? want : PS__HEADER_BYTES);
+    /* Identity first, from the header and table alone, so a file of another
+     * job is reported as such rather than as the wrong size. */
+    rc = ps__read_identity(f, meta, head, &spec, &table_len, why, why_len);
+    if (rc < 0)
+        goto out;
+    rc = -PS_EMISMATCH;
+    shard = table_fn(arg, &spec, clocks, why, why_len);
+    if (shard == NULL)
+        goto out;
+    n = ps_shard_chunk_count(shard);
+    if (ps__get64(head + 56) != (uint64_t)n) {
+        snprintf(why, why_len, "holds %" PRIu64 " chunks where this shard has %d",
+                 ps__get64(head + 56), n);
+        goto out;
+    }
+    rc = -PS_EFORMAT;
+    head_len = PS__HEADER_BYTES + 4 + table_len;
+    want = ps__expected_size(shard, table_len);
+    if (fstat(fileno(f), &st) < 0 || (size_t)st.st_size != want) {
+        snprintf(why, why_len, "%lld bytes where this shard's checkpoint has %zu (truncated)",
+                 (long long)st.st_size, want);
+        goto out;
+    }
+    buf = malloc(want);
     if (buf == NULL) {
         rc = -ENOMEM;
         snprintf(why, why_len, "no memory for %zu bytes", want);
         goto out;
     }
-    if (fread(buf, 1, PS__HEADER_BYTES, f) != PS__HEADER_BYTES) {
-        snprintf(why, why_len, "cannot read its header");
-        goto out;
-    }
-    if (memcmp(buf, ps__magic, sizeof(ps__magic)) != 0) {
-        snprintf(why, why_len, "not a shardps checkpoint (bad magic)");
-        goto out;
-    }
-    if (ps__get32(buf + 8) != PS_CHECKPOINT_FORMAT) {
-        snprintf(why, why_len, "format version %" PRIu32 ", this build reads %d",
-                 ps__get32(buf + 8), PS_CHECKPOINT_FORMAT);
-        goto out;
-    }
-    rc = -PS_EMISMATCH;
-    if (ps__get32(buf + 12) != meta->server_index || ps__get32(buf + 16) != meta->num_servers) {
-        snprintf(why, why_len,
-                 "belongs to server %" PRIu32 " of %" PRIu32 ", this is %" PRIu32 " of %" PRIu32,
-                 ps__get32(buf + 12), ps__get32(buf + 16), meta->server_index, meta->num_servers);
-        goto out;
-    }
-    if (ps__get32(buf + 20) != meta->optimizer) {
-        snprintf(why, why_len, "saved with another optimizer; restore with the same --optimizer");
-        goto out;
-    }
-    if (ps__get64(buf + 24) != meta->fingerprint || ps__get64(buf + 32) != meta->chunk_bytes ||
-        ps__get64(buf + 56) != (uint64_t)n) {
-        snprintf(why, why_len,
-                 "saved for another model or chunk size; restore with the same "
-                 "--hidden, --seed and --chunk-bytes");
-        goto out;
-    }
-    rc = -PS_EFORMAT;
-    if ((size_t)st.st_size != want) {
-        snprintf(why, why_len, "%lld bytes where this shard's checkpoint has %zu (truncated)",
-                 (long long)st.st_size, want);
-        goto out;
-    }
-    got = PS__HEADER_BYTES + fread(buf + PS__HEADER_BYTES, 1, want - PS__HEADER_BYTES, f);
+    memcpy(buf, head, head_len);
+    got = head_len + fread(buf + head_len, 1, want - head_len, f);
     if (got != want) {
         snprintf(why, why_len, "short read (%zu of %zu bytes)", got, want);
         goto out;
@@ -295,7 +380,7 @@ static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_shard *sh
         goto out;
     }
     rc = -PS_EMISMATCH;
-    p = buf + PS__HEADER_BYTES;
+    p = buf + head_len;
     for (int i = 0; i < n; i++, p += PS__CHUNK_HEADER_BYTES) {
         const ps_chunk *c = ps_shard_chunk(shard, i);
         if (ps__get64(p) != c->key || ps__get64(p + 8) != c->numel ||
@@ -309,7 +394,7 @@ static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_shard *sh
     meta->clock = ps__get64(buf + 40);
     if (ps__get64(buf + 48) > meta->total_steps)
         meta->total_steps = ps__get64(buf + 48);
-    p = buf + PS__HEADER_BYTES;
+    p = buf + head_len;
     for (int i = 0; i < n; i++) {
         const ps_chunk *c = ps_shard_chunk(shard, i);
         size_t state_n = ps_shard_state_floats(shard, i);
@@ -326,13 +411,14 @@ static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_shard *sh
     rc = 0;
 out:
     free(buf);
+    free(head);
     fclose(f);
     return rc;
 }
 
 int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_meta *meta,
-                          ps_shard *shard, ps_checkpoint_clocks *clocks, char *path,
-                          size_t path_len, char *err, size_t err_len)
+                          ps_checkpoint_table_fn table_fn, void *arg, ps_checkpoint_clocks *clocks,
+                          char *path, size_t path_len, char *err, size_t err_len)
 {
     uint64_t *found = NULL;
     int n = ps__list(dir, meta->server_index, &found), rc = -ENOENT;
@@ -347,7 +433,7 @@ int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_met
         if (found[i] > max_clock)
             continue;
         ps__file_name(file, sizeof(file), dir, meta->server_index, found[i]);
-        rc = ps__load_one(file, meta, shard, clocks, why, sizeof(why));
+        rc = ps__load_one(file, meta, table_fn, arg, clocks, why, sizeof(why));
         if (rc == 0) {
             snprintf(path, path_len, "%s", file);
             break;

@@ -33,7 +33,10 @@
 #include "optimizer.h"
 
 typedef struct {
-    ps_model_spec spec;
+    /* The job's tensors when the embedding program declares them (read
+     * during init only); NULL: the first worker's HELLO declares them. */
+    const ps_model_spec *table;
+    size_t max_model_bytes; /* a declared table's float32 bytes at most; 0: no limit */
     ps_optimizer_config opt;
     int server_index;
     int num_servers;
@@ -46,8 +49,9 @@ typedef struct {
     uint32_t heartbeat_timeout_ms; /* a live worker silent this long leaves; 0 = never */
     int staleness_damping;         /* async/ssp: scale the rate by 1 / (1 + staleness) */
     int reject_nonfinite;          /* drop pushes holding NaN or Inf (counted, logged) */
-    int pool_updates;  /* large chunks' updates on libuv's thread pool; 0: all on the loop */
-    ps_lr_schedule lr; /* shape of the rate over steps; base_lr is opt.lr */
+    int pool_updates;      /* large chunks' updates on libuv's thread pool; 0: all on the loop */
+    size_t pool_min_bytes; /* with pool_updates: chunks from this size go to the pool */
+    ps_lr_schedule lr;     /* shape of the rate over steps; base_lr is opt.lr */
     const char *checkpoint_dir;    /* NULL: no checkpoints (borrowed, must outlive s) */
     uint32_t checkpoint_every;     /* steps between checkpoints; 0 = not by steps */
     double checkpoint_seconds;     /* seconds between checkpoints; 0 = not by time */
@@ -74,6 +78,10 @@ typedef struct {
     uint64_t clock; /* steps applied (sync) or newest step applied (async, ssp) */
     double staleness_mean, staleness_p99;
     int live_workers;
+    /* What this server holds: 0 until the tensors are declared. */
+    int chunks;
+    uint64_t weight_bytes; /* float32 weights of its chunks */
+    uint64_t memory_bytes; /* weights, optimizer state and sync accumulators */
 } ps_kv_server_stats;
 
 typedef struct ps_kv_server ps_kv_server;

@@ -22,7 +22,8 @@ typedef enum { PS__PLAIN, PS__MOMENTUM, PS__ADAM, PS__ADAGRAD } ps__rule;
 typedef struct {
     ps__rule rule;
     float lr;
-    float l2; /* weight decay folded into the gradient */
+    float l2;  /* weight decay folded into the gradient */
+    int no_l2; /* l2 is +0: plain SGD may skip it (see ps__span) */
     /* Momentum: v = mu*v + g, then w -= lr*(g_coef*g + v_coef*v), which is
      * heavy-ball with (0, 1) and Nesterov with (1, mu). */
     float mu, g_coef, v_coef;
@@ -115,8 +116,16 @@ ps__span(const ps__coef *c, float *restrict w, float *restrict s, const float *r
 
     switch (c->rule) {
     case PS__PLAIN:
-        for (size_t i = 0; i < n; i++)
-            w[i] -= lr * (g[i] + l2 * w[i]);
+        /* Without weight decay, half the arithmetic, which is what bounds
+         * this rule on chunks in cache. Bit for bit the same for finite w:
+         * g + (+0)*w differs from g only as +0 for -0 (when w >= +0), and
+         * w - lr*(+-0) is then the same w. */
+        if (c->no_l2)
+            for (size_t i = 0; i < n; i++)
+                w[i] -= lr * g[i];
+        else
+            for (size_t i = 0; i < n; i++)
+                w[i] -= lr * (g[i] + l2 * w[i]);
         break;
     case PS__MOMENTUM: {
         const float mu = c->mu, gc = c->g_coef, vc = c->v_coef;
@@ -178,6 +187,7 @@ static void ps__coef_init(const ps_optimizer_config *cfg, uint64_t step, ps__coe
         .rule = ps__rule_of(cfg),
         .lr = cfg->lr,
         .l2 = cfg->weight_decay,
+        .no_l2 = cfg->weight_decay == 0.0f && !signbit(cfg->weight_decay),
         .mu = cfg->momentum,
         .g_coef = cfg->kind == PS_OPT_NESTEROV ? 1.0f : 0.0f,
         .v_coef = cfg->kind == PS_OPT_NESTEROV ? cfg->momentum : 1.0f,
@@ -225,24 +235,30 @@ static inline __attribute__((always_inline)) int ps__any_nonfinite(const float *
     return (int)bad;
 }
 
+/* Lanes of the running maximum in ps__max_abs: two AVX2 vectors, so the
+ * loop is two independent integer maxima per 16 floats with no reduction
+ * until the end. */
+#define PS__LANES 16
+
 /* The largest magnitude among x[0..n), or +Inf when some x[i] is Inf or
  * NaN. On the bits: for finite floats the order of |x| is the order of the
  * integers x & 0x7fffffff, and Inf and NaN sort above every finite value, so
  * this is one integer max the compiler vectorises (a float max is not, for
- * NaN's sake). */
+ * NaN's sake). This pass over the gradient is the whole cost of the finite
+ * check on the fast path, so it keeps PS__LANES maxima apart and reduces
+ * them once. */
 static inline __attribute__((always_inline)) double ps__max_abs(const float *x, size_t n)
 {
-    uint32_t m = 0;
+    uint32_t lane[PS__LANES] = {0}, m = 0;
     size_t i = 0;
     float f;
 
-    /* Constant-length blocks, as in ps__apply, for -O2's vectoriser. */
-    for (; i + PS__BLOCK <= n; i += PS__BLOCK)
-        for (size_t j = 0; j < PS__BLOCK; j++) {
+    for (; i + PS__LANES <= n; i += PS__LANES)
+        for (size_t j = 0; j < PS__LANES; j++) {
             uint32_t u;
             memcpy(&u, &x[i + j], sizeof(u));
             u &= 0x7fffffffu;
-            m = u > m ? u : m;
+            lane[j] = u > lane[j] ? u : lane[j];
         }
     for (; i < n; i++) {
         uint32_t u;
@@ -250,51 +266,96 @@ static inline __attribute__((always_inline)) double ps__max_abs(const float *x, 
         u &= 0x7fffffffu;
         m = u > m ? u : m;
     }
+    for (size_t j = 0; j < PS__LANES; j++)
+        m = lane[j] > m ? lane[j] : m;
     if (m >= 0x7f800000u)
         return INFINITY;
     memcpy(&f, &m, sizeof(f));
     return f;
 }
 
-/* Bounds the update from the largest magnitudes of its inputs (in double,
- * far below FLT_MAX so float rounding cannot cross it): 1 when every weight
- * and state value it writes is provably finite. Most updates pass, and then
- * this read-only pass is the whole cost of the check; the rest are checked
- * exactly (ps__stays_finite). */
-static inline __attribute__((always_inline)) int
-ps__provably_finite(const ps__coef *c, const float *w, const float *state, const float *g, size_t n)
+/* 1 when the state the rule takes a square root of (Adam's v, Adagrad's
+ * sums) holds no negative value; such state only comes from outside (a
+ * checkpoint), as the rules themselves keep it >= 0. Read only when nothing
+ * is known about the chunk. */
+static int ps__roots_nonnegative(const ps__coef *c, const float *state, size_t n)
+{
+    size_t stride = ps__stride(c->rule);
+    uint32_t bad = 0;
+
+    if (c->rule != PS__ADAM && c->rule != PS__ADAGRAD)
+        return 1;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &state[stride * i + stride - 1], sizeof(u));
+        bad |= u > 0x80000000u; /* sign set and not -0 */
+    }
+    return !bad;
+}
+
+/* max(a, b), NaN when either is (fmax would drop the NaN). */
+static double ps__max_nan(double a, double b)
+{
+    return a > b || a != a ? a : b;
+}
+
+/* Bounds every value the update computes, intermediate or written, from
+ * W >= |w[i]|, S >= |state[i]| (Adam's v and Adagrad's sums >= 0) and
+ * G >= |g[i]|, in double. Returns 1 when all of them are far below FLT_MAX
+ * (so neither the rounding of the bound nor that of the float arithmetic can
+ * cross it) and then sets *out_w, *out_s to bounds of the written weights and
+ * state; 0 when nothing is proved (huge or non-finite inputs, or
+ * coefficients outside the ranges the argument needs). Every bound is
+ * monotone in W, S, G, and NaN anywhere makes it fail. */
+static int ps__prove_finite(const ps__coef *c, double W, double S, double G, double *out_w,
+                            double *out_s)
 {
     const double limit = 1e37;
-    size_t stride = ps__stride(c->rule);
-    double W = ps__max_abs(w, n), G = ps__max_abs(g, n);
-    double S = stride ? ps__max_abs(state, stride * n) : 0.0;
-    double wi = W * fabs((double)c->decay), gi = G + fabs((double)c->l2) * wi, out_w = 0, out_s = 0;
+    /* Each float operation rounds up by at most 2^-24 relative (plus half a
+     * subnormal step, absolute), and no value passes through more than 8 of
+     * them: 2^-20 relative and the smallest normal float absolute cover that
+     * and the rounding of the double bound itself. */
+    const double round_up = 1.0 + 0x1p-20, tiny = 0x1p-126;
+    double lr = fabs((double)c->lr), wi = W * fabs((double)c->decay);
+    double gi = G + fabs((double)c->l2) * wi, peak = 0.0, ow = 0.0, os = 0.0;
 
-    /* A non-finite input makes every bound Inf: checked exactly below. */
     switch (c->rule) {
     case PS__PLAIN:
-        out_w = W + fabs((double)c->lr) * gi;
+        ow = W + lr * gi;
         break;
     case PS__MOMENTUM:
-        out_s = fabs((double)c->mu) * S + gi;
-        out_w = W + fabs((double)c->lr) *
-                        (fabs((double)c->g_coef) * gi + fabs((double)c->v_coef) * out_s);
+        os = fabs((double)c->mu) * S + gi;
+        /* The step before lr scales it, which may be the larger. */
+        peak = fabs((double)c->g_coef) * gi + fabs((double)c->v_coef) * os;
+        ow = W + lr * peak;
         break;
-    case PS__ADAM:
-        if (c->eps <= 0.0f)
+    case PS__ADAM: {
+        /* v = b2*v + (1-b2)*g*g stays >= 0 only for b2 in [0, 1], and the
+         * denominator sqrt(v)*inv_sqrt_bc2 + eps is then >= eps > 0. */
+        double one_b1 = fabs((double)(1.0f - c->b1)), one_b2 = (double)(1.0f - c->b2);
+        double m = fabs((double)c->b1) * S + one_b1 * gi;
+        double v = (double)c->b2 * S + one_b2 * gi * gi;
+        if (!(c->eps > 0.0f && c->b2 >= 0.0f && c->b2 < 1.0f && c->inv_sqrt_bc2 >= 0.0f))
             return 0;
-        out_s = fabs((double)c->b1) * S + fabs(1.0 - c->b1) * gi;
-        out_s = fmax(out_s, fabs((double)c->b2) * S + fabs(1.0 - c->b2) * gi * gi);
-        out_w = wi + fabs((double)c->step_size) * out_s / c->eps;
-        break;
-    case PS__ADAGRAD:
-        if (c->eps <= 0.0f)
-            return 0;
-        out_s = S + gi * gi;
-        out_w = W + fabs((double)c->lr) * gi / c->eps;
+        os = ps__max_nan(m, v);
+        peak = ps__max_nan(fabs((double)c->step_size) * m, sqrt(v) * c->inv_sqrt_bc2 + c->eps);
+        ow = wi + fabs((double)c->step_size) * m / c->eps;
         break;
     }
-    return gi < limit && out_w < limit && out_s < limit;
+    case PS__ADAGRAD:
+        if (!(c->eps > 0.0f))
+            return 0;
+        os = S + gi * gi;
+        peak = ps__max_nan(lr * gi, sqrt(os) + c->eps);
+        ow = W + lr * gi / c->eps;
+        break;
+    }
+    peak = ps__max_nan(ps__max_nan(peak, wi), ps__max_nan(gi, ps__max_nan(ow, os)));
+    if (!(peak < limit))
+        return 0;
+    *out_w = ow * round_up + tiny;
+    *out_s = os * round_up + tiny;
+    return 1;
 }
 
 /* Whether the update would leave every weight and state value finite: each
@@ -326,14 +387,38 @@ PS__CLONES void ps_optimizer_apply(const ps_optimizer_config *cfg, float *w, flo
     ps__apply(&c, w, state, g, n);
 }
 
+/* An update cannot be undone once written (the arithmetic does not run
+ * backwards exactly), so it is proved finite before the first write, in
+ * three tiers: from the gradient's largest magnitude and what bounds knows
+ * of the chunk (one read-only pass over g, the usual case); from the largest
+ * magnitudes of the weights and state read again (nothing known, or the
+ * known bounds too loose); or exactly, computed into a stack copy. */
 PS__CLONES int ps_optimizer_apply_checked(const ps_optimizer_config *cfg, float *w, float *state,
-                                          const float *g, size_t n, uint64_t step)
+                                          const float *g, size_t n, uint64_t step,
+                                          ps_optimizer_bounds *bounds)
 {
+    size_t stride;
+    double G, ow, os;
     ps__coef c;
 
     ps__coef_init(cfg, step, &c);
-    if (!ps__provably_finite(&c, w, state, g, n) && !ps__stays_finite(&c, w, state, g, n))
-        return -ERANGE;
+    stride = ps__stride(c.rule);
+    G = ps__max_abs(g, n);
+    if (!(bounds && bounds->known &&
+          ps__prove_finite(&c, bounds->w_max, bounds->s_max, G, &ow, &os))) {
+        double W = ps__max_abs(w, n), S = stride ? ps__max_abs(state, stride * n) : 0.0;
+        if (!ps__roots_nonnegative(&c, state, n) || !ps__prove_finite(&c, W, S, G, &ow, &os)) {
+            if (!ps__stays_finite(&c, w, state, g, n))
+                return -ERANGE;
+            ps__apply(&c, w, state, g, n);
+            /* Made, but nothing proved about the result. */
+            if (bounds)
+                bounds->known = 0;
+            return 0;
+        }
+    }
     ps__apply(&c, w, state, g, n);
+    if (bounds)
+        *bounds = (ps_optimizer_bounds){.known = 1, .w_max = ow, .s_max = os};
     return 0;
 }

@@ -45,13 +45,30 @@ size_t ps_optimizer_state_floats(const ps_optimizer_config *cfg, size_t n);
  * first step. */
 void ps_optimizer_apply(const ps_optimizer_config *cfg, float *w, float *state, const float *g,
                         size_t n, uint64_t step);
+/* What ps_optimizer_apply_checked knows about one chunk's values between
+ * calls, so that it need not read them again to prove the next update stays
+ * finite. The caller owns one per chunk (weights and state together), starts
+ * it zeroed (nothing known), and zeroes it again whenever anything else
+ * writes that chunk's weights or state; a stale bound would let a refused
+ * update be half made. */
+typedef struct {
+    int known;    /* 0: nothing known; the next checked update reads the values */
+    double w_max; /* every |w[i]| <= w_max */
+    double s_max; /* every |state[i]| <= s_max, and Adam's v and Adagrad's sums are >= 0 */
+} ps_optimizer_bounds;
+
 /* The same update, made only if it leaves every weight and state value
- * finite; otherwise w and state are left as they were and -ERANGE is
- * returned. The check reads the inputs once and bounds the result from their
- * largest magnitudes; only when that bound is too large (absurd gradients)
- * is the update computed twice, once into a stack copy to check it exactly.
- * See docs/performance.md for the cost. */
+ * finite; otherwise w and state are left as they were, bit for bit, and
+ * -ERANGE is returned. The result is that of ps_optimizer_apply bit for bit.
+ * bounds (may be NULL: nothing known or kept) describes w and state as they
+ * are on entry and is updated to describe them on return. The check reads
+ * the gradient once more and proves the result finite from its largest
+ * magnitude and the bounds (reading w and state too when the bounds are
+ * unknown or too loose); only when that proof fails (absurd or non-finite
+ * inputs) is the update computed twice, once into a stack copy to check it
+ * exactly. See docs/performance.md for the cost. */
 int ps_optimizer_apply_checked(const ps_optimizer_config *cfg, float *w, float *state,
-                               const float *g, size_t n, uint64_t step);
+                               const float *g, size_t n, uint64_t step,
+                               ps_optimizer_bounds *bounds);
 
 #endif

@@ -17,7 +17,6 @@
  * the loop, since handing a job to a pool thread and back costs tens of
  * microseconds (bench-pushpull's 4 KiB step took 81 instead of 31 us with
  * every update on the pool), more than updating 64K floats. */
-#define PS__POOL_UPDATE_BYTES ((size_t)256 << 10)
 
 static void ps__push_buf_release(ps__push_buf *b)
 {
@@ -90,7 +89,7 @@ static int ps__submit_update(ps_kv_server *s, ps__update_kind kind, int local, c
     if (ps_apply_queue_submit(s->updates, local, &u->job,
                               !s->cfg.pool_updates ||
                                   ps_shard_chunk(s->shard, local)->numel * sizeof(float) <
-                                      PS__POOL_UPDATE_BYTES) < 0) {
+                                      s->cfg.pool_min_bytes) < 0) {
         if (buf)
             buf->refs--;
         free(u);

@@ -1,6 +1,6 @@
-/* shardps-server: one parameter-server daemon. Parses its options, builds the
- * model spec and its shard, listens, and runs the event loop until every
- * worker has finished (or SIGINT/SIGTERM). */
+/* shardps-server: one parameter-server daemon. Parses its options, listens,
+ * and runs the event loop until every worker has finished (or
+ * SIGINT/SIGTERM); the tensors it holds are declared by the first worker. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -191,8 +191,8 @@ int main(int argc, char **argv)
     ps_kv_server_config cfg;
     ps_optimizer_kind kind;
     struct sockaddr_storage addr;
-    int sizes[PS_MAX_LAYERS + 1], nh, port, rc;
-    char role[32];
+    int port, rc;
+    char role[32], others[256];
 
     /* A peer that resets while we write must cost a connection, not the
      * process: take write errors as EPIPE instead of the signal. */
@@ -210,6 +210,9 @@ int main(int argc, char **argv)
     ctx.summary = "Holds a shard of the model's weights and applies workers' gradients.";
     ctx.section = "server";
     ctx.per_process = "listen|server-index|ready-fd";
+    if (ps_job_options_others(PS_JOB_SERVER, others, sizeof(others)) < 0)
+        return 1;
+    ctx.others = others;
     rc = ps_flags_load(&ctx, argc, argv);
     if (rc == 0)
         rc = ps__apply_servers(
@@ -233,13 +236,6 @@ int main(int argc, char **argv)
                 server_index, num_servers);
         return 2;
     }
-    nh = ps_model_spec_parse_sizes(jo.hidden, sizes + 1, PS_MAX_LAYERS - 1);
-    if (nh < 0) {
-        fprintf(stderr,
-                "shardps-server: --hidden '%s' is not a list of positive sizes like 256,128\n",
-                jo.hidden);
-        return 2;
-    }
     /* A host name is resolved once, here; the log names the address bound. */
     rc = ps_parse_hostport(listen, &addr, 1);
     if (rc < 0) {
@@ -250,15 +246,15 @@ int main(int argc, char **argv)
                               : "names a host that does not resolve here");
         return 2;
     }
-    sizes[0] = jo.input;
-    sizes[nh + 1] = jo.classes;
     memset(&cfg, 0, sizeof(cfg));
-    if (ps_model_spec_init_mlp(&cfg.spec, sizes, nh + 2, (uint64_t)jo.seed) < 0 ||
-        ps_optimizer_parse(jo.optimizer, &kind) < 0) {
-        fprintf(stderr, "shardps-server: the model or optimizer options are inconsistent; see "
-                        "shardps-server --help\n");
+    if (ps_optimizer_parse(jo.optimizer, &kind) < 0) {
+        fprintf(stderr, "shardps-server: unknown --optimizer '%s'; see shardps-server --help\n",
+                jo.optimizer);
         return 2;
     }
+    /* The tensors come from the first worker's HELLO (or the checkpoint
+     * restored), so this server serves any model its workers declare. */
+    cfg.max_model_bytes = (size_t)jo.max_model_bytes;
     ps_optimizer_defaults(&cfg.opt, kind);
     cfg.opt.lr = (float)jo.lr;
     cfg.opt.momentum = (float)jo.momentum;
@@ -286,8 +282,10 @@ int main(int argc, char **argv)
         setenv("UV_THREADPOOL_SIZE", n, 1);
     }
     cfg.pool_updates = jo.apply_threads > 0;
+    cfg.pool_min_bytes = (size_t)jo.apply_pool_min_bytes;
     if (jo.apply_threads > 0)
-        ps_info("optimizer updates of chunks from 256 KiB on %d threads", jo.apply_threads);
+        ps_info("optimizer updates of chunks from %.0f bytes on %d threads",
+                jo.apply_pool_min_bytes, jo.apply_threads);
     else
         ps_info("optimizer updates on the event loop (--apply-threads to change)");
     cfg.staleness_damping = jo.staleness_damping;

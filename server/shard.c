@@ -12,6 +12,9 @@ typedef struct {
     float *accum; /* NULL unless with_accumulators */
     size_t state_n;
     uint64_t updates;
+    /* What the checked update knows of weights and state; forgotten
+     * whenever they are handed out to be written (ps_shard_*_mut). */
+    ps_optimizer_bounds bounds;
 } ps__shard_chunk;
 
 struct ps_shard {
@@ -154,7 +157,8 @@ int ps_shard_apply_grad(ps_shard *s, int local, const float *g, float lr)
     int rc;
 
     opt.lr = lr;
-    rc = ps_optimizer_apply_checked(&opt, c->weights, c->state, g, c->desc.numel, c->updates + 1);
+    rc = ps_optimizer_apply_checked(&opt, c->weights, c->state, g, c->desc.numel, c->updates + 1,
+                                    &c->bounds);
     if (rc == 0)
         c->updates++;
     return rc;
@@ -177,11 +181,13 @@ size_t ps_shard_state_floats(const ps_shard *s, int local)
 
 float *ps_shard_weights_mut(ps_shard *s, int local)
 {
+    s->chunks[local].bounds.known = 0;
     return s->chunks[local].weights;
 }
 
 float *ps_shard_state_mut(ps_shard *s, int local)
 {
+    s->chunks[local].bounds.known = 0;
     return s->chunks[local].state;
 }
 

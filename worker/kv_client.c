@@ -15,6 +15,7 @@
 #include "ps_error.h"
 #include "ps_log.h"
 #include "server_reply.h"
+#include "tensor_table.h"
 #include "transport.h"
 
 #define PS__WRITE_QUEUE_LIMIT ((size_t)1 << 30)
@@ -362,6 +363,7 @@ static void ps__on_connect(ps_conn *conn, int status, void *data)
     ps_kv_client *c = sv->cl;
     Shardps__Header h = SHARDPS__HEADER__INIT;
     Shardps__Hello hello = SHARDPS__HELLO__INIT;
+    ps_tensor_table_wire table;
     int rc;
 
     if (status < 0) {
@@ -382,7 +384,10 @@ static void ps__on_connect(ps_conn *conn, int status, void *data)
     hello.role = SHARDPS__ROLE__ROLE_WORKER;
     hello.rank = (uint32_t)c->cfg.rank;
     hello.world = (uint32_t)c->cfg.world;
-    hello.model_fingerprint = ps_model_spec_fingerprint(&c->cfg.spec);
+    /* The tensors, declared to every server: the first HELLO a server gets
+     * makes them the job's, and it refuses any other. */
+    ps_tensor_table_to_wire(&c->cfg.spec, &table);
+    hello.table = &table.msg;
     hello.num_servers = (uint32_t)c->n_servers;
     hello.chunk_bytes = c->cfg.chunk_bytes;
     hello.server_index = (uint32_t)sv->index;

@@ -1,9 +1,11 @@
 /* bench-apply: the server's optimizer apply against plain C loops over the
  * same arrays, in bytes touched per second.
  *
- * For plain SGD, SGD with momentum and Adam it times ps_optimizer_apply (what
- * the server runs for every pushed chunk) on weights of 1 MiB (in cache) and
- * 64 MiB (memory bound), and in the same run two loops compiled here: the
+ * For plain SGD, SGD with momentum and Adam it times ps_optimizer_apply_checked
+ * (what the server runs for every pushed chunk since issue 18: the update
+ * only if every weight and state value stays finite) and ps_optimizer_apply
+ * (the same update unchecked) on weights of 1 MiB (in cache) and 64 MiB
+ * (memory bound), and in the same run two loops compiled here: the
  * baseline, which reads and writes exactly the arrays the rule does with the
  * least arithmetic (for SGD that is the rule itself, w[i] -= lr*g[i]; for
  * momentum and Adam a streaming add over w, g and the state, the ceiling for
@@ -11,14 +13,13 @@
  * tells the cost of the arithmetic apart from the cost of the code around it.
  * Bytes touched per element: SGD 12 (read w, g; write w), momentum 20 (read w,
  * g, v; write w, v), Adam 28 (read w, g, m, v; write w, m, v). Timed blocks of
- * the three alternate and each figure is the median over rounds, so load from
- * elsewhere hits all three alike. A second table times what the server runs
- * since issue 18, ps_optimizer_apply_checked (the update made only if every
- * weight and state value stays finite), against the unchecked apply. A third table times the other
- * per-byte work a push+pull does on the server and client (CRC32C as ps_crc32c picks it and with
- * the crc32 instruction, a copy into a reused buffer, and a copy into a fresh malloc, as pull
- * replies were once snapshotted), for the analysis in docs/performance.md, and what --compress fp16
- * adds: narrowing on the worker and widening on the server, the F16C copies and the plain C
+ * the four alternate and each figure is the median over rounds, so load from
+ * elsewhere hits all four alike. A second table times the other per-byte
+ * work a push+pull does on the server and client (CRC32C as ps_crc32c picks
+ * it and with the crc32 instruction, a copy into a reused buffer, and a copy
+ * into a fresh malloc, as pull replies were once snapshotted), for the
+ * analysis in docs/performance.md, and what --compress fp16 adds: narrowing
+ * on the worker and widening on the server, the F16C copies and the plain C
  * references (docs/compression.md). */
 #include <errno.h>
 #include <math.h>
@@ -49,6 +50,7 @@ typedef struct {
     size_t n;
     ps_optimizer_config cfg;
     uint64_t step;
+    ps_optimizer_bounds bounds; /* kept across calls, as the server keeps one per chunk */
     ps__rule rule;
     uint32_t sink;
 } ps__arrays;
@@ -63,10 +65,12 @@ static void ps__k_server(ps__arrays *a)
 }
 
 /* What the server runs since issue 18: the update only if it stays finite
- * (computed twice, first into a stack copy to check it). */
+ * (proved from one more read of the gradient and the bounds kept from the
+ * previous call). */
 static void ps__k_checked(ps__arrays *a)
 {
-    a->sink ^= (uint32_t)ps_optimizer_apply_checked(&a->cfg, a->w, a->s, a->g, a->n, ++a->step);
+    a->sink ^= (uint32_t)ps_optimizer_apply_checked(&a->cfg, a->w, a->s, a->g, a->n, ++a->step,
+                                                    &a->bounds);
 }
 
 /* The baselines are kept out of line and without restrict, as a plain loop
@@ -206,23 +210,40 @@ static double ps__median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Times up to three kernels in alternating blocks; writes the median seconds
+/* Gets the arrays ready for a timed block of k: the kernels share them, and
+ * the baselines leave the state as no optimizer would (their adds make
+ * Adam's second moments negative) and the weights unknown to the checked
+ * apply's bounds, so the state is zeroed, the bounds forgotten, and k called
+ * once untimed, as the server's first update after a restore reads the
+ * values once. */
+static void ps__prepare(ps__kernel k, ps__arrays *a)
+{
+    memset(a->s, 0, (size_t)ps__state[a->rule] * a->n * sizeof(float));
+    a->bounds.known = 0;
+    k(a);
+}
+
+/* Times up to four kernels in alternating blocks; writes the median seconds
  * per call of each (NULL kernels are skipped). */
 static void ps__race(ps__kernel *k, int nk, ps__arrays *a, int rounds, double block_s, double *out)
 {
-    double t[3][PS__MAX_ROUNDS];
+    double t[4][PS__MAX_ROUNDS];
 
     for (int j = 0; j < nk; j++)
-        if (k[j])
-            /* Warm caches, TLB and clock. On this project's VM the first
-             * pass over freshly faulted 64 MiB arrays runs at a fraction of
-             * the speed of later ones (measured 0.3 vs 16-21 GB/s for a
-             * memcpy), so a few whole passes come before any timing. */
+        /* Warm caches, TLB and clock. On this project's VM the first
+         * pass over freshly faulted 64 MiB arrays runs at a fraction of
+         * the speed of later ones (measured 0.3 vs 16-21 GB/s for a
+         * memcpy), so a few whole passes come before any timing. */
+        if (k[j]) {
+            ps__prepare(k[j], a);
             ps__time(k[j], a, block_s / 4, 3);
+        }
     for (int r = 0; r < rounds; r++)
         for (int j = 0; j < nk; j++)
-            if (k[j])
+            if (k[j]) {
+                ps__prepare(k[j], a);
                 t[j][r] = ps__time(k[j], a, block_s, 1);
+            }
     for (int j = 0; j < nk; j++)
         out[j] = k[j] ? ps__median(t[j], rounds) : NAN;
 }
@@ -274,7 +295,7 @@ int main(int argc, char **argv)
     double block_s = 0.05;
     size_t sizes[8];
     /* JSON lines go after the tables, so the tables read as one block. */
-    char json[8 * 13][320];
+    char json[8 * 13][384];
     int n_json = 0;
     const ps_flag flags[] = {
         {"sizes", PS_FLAG_STRING, &sizes_text, "LIST", "weight array sizes (suffix K, M)", 0, 0,
@@ -302,68 +323,45 @@ int main(int argc, char **argv)
     }
 
     printf("bench-apply: GB/s = bytes read + written per second (sgd 12, momentum 20, adam 28 "
-           "per weight);\nbaseline: sgd = plain w[i] -= lr*g[i]; momentum, adam = streaming add "
-           "over the same arrays;\nnaive = the rule as one plain loop; median of %d rounds of "
-           "%.3g s\n\n",
+           "per weight);\nchecked = ps_optimizer_apply_checked (what the server runs), unchecked = "
+           "ps_optimizer_apply;\nbaseline: sgd = plain w[i] -= lr*g[i]; momentum, adam = streaming "
+           "add over the same arrays;\nnaive = the rule as one plain loop; ratio = checked / "
+           "baseline, unch. = unchecked / baseline,\ncheck = checked / unchecked; median of %d "
+           "rounds of %.3g s\n\n",
            rounds, block_s);
-    printf("%-9s %-9s | %8s %9s %8s | %6s %12s\n", "rule", "size", "GB/s", "baseline", "naive",
-           "ratio", "ns/element");
+    printf("%-9s %-9s | %8s %9s %9s %8s | %6s %6s %6s %11s\n", "rule", "size", "checked",
+           "unchecked", "baseline", "naive", "ratio", "unch.", "check", "ns/element");
     for (int i = 0; i < n_sizes; i++) {
         for (int r = 0; r < PS__N_RULES; r++) {
             static const ps__kernel base[] = {ps__k_base_sgd, ps__k_base_momentum, ps__k_base_adam};
             static const ps__kernel naive[] = {NULL, ps__k_naive_momentum, ps__k_naive_adam};
-            ps__kernel k[3] = {ps__k_server, base[r], naive[r]};
+            ps__kernel k[4] = {ps__k_checked, ps__k_server, base[r], naive[r]};
             size_t n = sizes[i] / sizeof(float);
-            double t[3], bytes = (double)ps__words[r] * sizeof(float) * (double)n, gb[3];
+            double t[4], bytes = (double)ps__words[r] * sizeof(float) * (double)n, gb[4];
             ps__arrays a;
 
             if (ps__alloc_arrays(&a, n, (ps__rule)r) < 0) {
                 fprintf(stderr, "bench-apply: out of memory for %zu bytes\n", sizes[i]);
                 return 1;
             }
-            ps__race(k, 3, &a, rounds, block_s, t);
-            for (int j = 0; j < 3; j++)
+            ps__race(k, 4, &a, rounds, block_s, t);
+            for (int j = 0; j < 4; j++)
                 gb[j] = bytes / t[j] / 1e9;
             /* For SGD the baseline is the naive rule itself. */
             if (naive[r] == NULL)
-                gb[2] = gb[1];
-            printf("%-9s %-9s | %8.2f %9.2f %8.2f | %6.3f %12.3f\n", ps__rule_names[r],
-                   ps_bench_size_text(sizes[i], sz, sizeof(sz)), gb[0], gb[1], gb[2], gb[0] / gb[1],
+                gb[3] = gb[2];
+            printf("%-9s %-9s | %8.2f %9.2f %9.2f %8.2f | %6.3f %6.3f %6.3f %11.3f\n",
+                   ps__rule_names[r], ps_bench_size_text(sizes[i], sz, sizeof(sz)), gb[0], gb[1],
+                   gb[2], gb[3], gb[0] / gb[2], gb[1] / gb[2], gb[0] / gb[1],
                    t[0] / (double)n * 1e9);
             snprintf(
                 json[n_json++], sizeof(json[0]),
                 "{\"bench\":\"apply\",\"rule\":\"%s\",\"size_bytes\":%zu,\"bytes_touched\":%.0f,"
-                "\"gbps\":%.3f,\"raw_gbps\":%.3f,\"ratio\":%.4f,\"naive_gbps\":%.3f,"
+                "\"gbps\":%.3f,\"unchecked_gbps\":%.3f,\"raw_gbps\":%.3f,\"ratio\":%.4f,"
+                "\"unchecked_ratio\":%.4f,\"check_ratio\":%.4f,\"naive_gbps\":%.3f,"
                 "\"ns_per_element\":%.4f}",
-                ps__rule_names[r], sizes[i], bytes, gb[0], gb[1], gb[0] / gb[1], gb[2],
-                t[0] / (double)n * 1e9);
-            ps__free_arrays(&a);
-        }
-    }
-
-    printf("\nthe finite check: ps_optimizer_apply_checked (what the server runs) against "
-           "ps_optimizer_apply, GB/s as above\n\n");
-    printf("%-9s %-9s | %8s %9s | %6s\n", "rule", "size", "checked", "unchecked", "ratio");
-    for (int i = 0; i < n_sizes; i++) {
-        for (int r = 0; r < PS__N_RULES; r++) {
-            ps__kernel k[2] = {ps__k_checked, ps__k_server};
-            size_t n = sizes[i] / sizeof(float);
-            double t[2], bytes = (double)ps__words[r] * sizeof(float) * (double)n;
-            ps__arrays a;
-
-            if (ps__alloc_arrays(&a, n, (ps__rule)r) < 0) {
-                fprintf(stderr, "bench-apply: out of memory for %zu bytes\n", sizes[i]);
-                return 1;
-            }
-            ps__race(k, 2, &a, rounds, block_s, t);
-            printf("%-9s %-9s | %8.2f %9.2f | %6.3f\n", ps__rule_names[r],
-                   ps_bench_size_text(sizes[i], sz, sizeof(sz)), bytes / t[0] / 1e9,
-                   bytes / t[1] / 1e9, t[1] / t[0]);
-            snprintf(json[n_json++], sizeof(json[0]),
-                     "{\"bench\":\"apply_checked\",\"rule\":\"%s\",\"size_bytes\":%zu,"
-                     "\"gbps\":%.3f,\"unchecked_gbps\":%.3f,\"ratio\":%.4f}",
-                     ps__rule_names[r], sizes[i], bytes / t[0] / 1e9, bytes / t[1] / 1e9,
-                     t[1] / t[0]);
+                ps__rule_names[r], sizes[i], bytes, gb[0], gb[1], gb[2], gb[0] / gb[2],
+                gb[1] / gb[2], gb[0] / gb[1], gb[3], t[0] / (double)n * 1e9);
             ps__free_arrays(&a);
         }
     }

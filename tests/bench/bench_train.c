@@ -150,13 +150,13 @@ static int ps__stop_all(ps_bench_child *kids, int n, ps__servers *sv, int rc)
     return rc;
 }
 
-/* Starts o->servers servers for model r as shardps-cluster would (sync,
- * Adam, the model's layers and seed), each on a port of the OS's choosing. */
-static int ps__servers_start(const ps__opts *o, const ps__result *r, ps__servers *sv)
+/* Starts o->servers servers as shardps-cluster would (sync, Adam, the seed;
+ * the workers declare the model), each on a port of the OS's choosing. */
+static int ps__servers_start(const ps__opts *o, ps__servers *sv)
 {
     char a_workers[16];
-    const char *extra[] = {"--workers", a_workers,        "--mode", "sync",   "--optimizer", "adam",
-                           "--hidden",  r->model->hidden, "--seed", PS__SEED, NULL};
+    const char *extra[] = {"--workers", a_workers, "--mode", "sync", "--optimizer",
+                           "adam",      "--seed",  PS__SEED, NULL};
     size_t off = 0;
     int rc;
 
@@ -385,7 +385,7 @@ static int ps__comm_only(const ps__opts *o, ps__result *r)
     double sum = 0;
 
     memset(kids, 0, sizeof(kids));
-    rc = ps__servers_start(o, r, &sv);
+    rc = ps__servers_start(o, &sv);
     if (rc < 0)
         return rc;
     for (; rc == 0 && started < o->workers; started += rc == 0) {
@@ -517,7 +517,7 @@ static int ps__train(const ps__opts *o, ps__result *r, const char *dir)
      * itself, the others cover exactly the measured steps. */
     snprintf(a_every, sizeof(a_every), "%d", r->warmup);
     snprintf(a_threads, sizeof(a_threads), "%d", o->threads);
-    rc = ps__servers_start(o, r, &sv);
+    rc = ps__servers_start(o, &sv);
     if (rc < 0)
         return rc;
     for (; rc == 0 && started < o->workers; started++) {

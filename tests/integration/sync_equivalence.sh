@@ -5,11 +5,9 @@
 # which shows the comparison can fail.
 source "$(dirname "$0")/lib.sh"
 
-# A model wide enough that its chunks reach the 256 KiB from which updates
-# run on the thread pool (1.3 M floats: 83 K floats per chunk on 2 servers).
 run() { # name workers batch apply-threads
     "$CLUSTER" --servers 2 --workers "$2" --batch "$3" --steps 50 --mode sync --optimizer sgd --lr 0.05 \
-        --apply-threads "$4" --hidden 1024,512 \
+        --apply-threads "$4" --apply-pool-min-bytes 0 \
         --progress-every 25 --dump-weights "$TMP/$1.bin" --json >"$TMP/$1.out" 2>"$TMP/$1.err" ||
         { cat "$TMP/$1.err" >&2; fail "cluster run $1 failed"; }
 }

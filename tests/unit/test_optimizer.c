@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -324,28 +325,223 @@ Test(optimizer, checked_apply_commits_only_finite_results)
         float *w2 = xcalloc(N, sizeof(float)), *s2 = xcalloc(ns + 1, sizeof(float));
         float *g = xcalloc(N, sizeof(float));
         const char *name = ps_optimizer_name(all_kinds[k]);
+        ps_optimizer_bounds b = {0}, kept;
 
         make_weights(w1, N);
         memcpy(w2, w1, N * sizeof(float));
         for (int t = 1; t <= 3; t++) {
             make_grad(g, N, t);
             ps_optimizer_apply(&c, w1, s1, g, N, (uint64_t)t);
-            cr_assert_eq(ps_optimizer_apply_checked(&c, w2, s2, g, N, (uint64_t)t), 0, "%s", name);
+            cr_assert_eq(ps_optimizer_apply_checked(&c, w2, s2, g, N, (uint64_t)t, &b), 0, "%s",
+                         name);
         }
+        cr_assert(b.known, "%s: a sane update leaves the bounds known", name);
+        kept = b;
         cr_assert_eq(memcmp(w1, w2, N * sizeof(float)), 0, "%s weights", name);
         cr_assert_eq(memcmp(s1, s2, ns * sizeof(float)), 0, "%s state", name);
         /* One huge value in the last, partial block. */
         make_grad(g, N, 4);
         g[N - 1] = 3e38f;
         c.lr = 10.0f;
-        cr_assert_eq(ps_optimizer_apply_checked(&c, w2, s2, g, N, 4), -ERANGE, "%s", name);
+        cr_assert_eq(ps_optimizer_apply_checked(&c, w2, s2, g, N, 4, &b), -ERANGE, "%s", name);
         cr_assert_eq(memcmp(w1, w2, N * sizeof(float)), 0, "%s weights changed", name);
         cr_assert_eq(memcmp(s1, s2, ns * sizeof(float)), 0, "%s state changed", name);
+        cr_assert_eq(memcmp(&b, &kept, sizeof(b)), 0, "%s bounds changed", name);
+        cr_assert_eq(ps_optimizer_apply_checked(&c, w2, s2, g, N, 4, NULL), -ERANGE, "%s", name);
+        cr_assert_eq(memcmp(w1, w2, N * sizeof(float)), 0, "%s weights changed", name);
         free(g);
         free(s2);
         free(w2);
         free(s1);
         free(w1);
+    }
+}
+
+/* The plain reference for the checked update: the update made on copies,
+ * every value of the copies scanned, and committed only if all are finite. */
+static int checked_ref(const ps_optimizer_config *c, float *w, float *s, const float *g, size_t n,
+                       uint64_t step)
+{
+    size_t ns = ps_optimizer_state_floats(c, n);
+    float *wc = xcalloc(n, sizeof(float)), *sc = xcalloc(ns, sizeof(float));
+    int finite = 1;
+
+    memcpy(wc, w, n * sizeof(float));
+    memcpy(sc, s, ns * sizeof(float));
+    ps_optimizer_apply(c, wc, ns ? sc : NULL, g, n, step);
+    for (size_t i = 0; i < n; i++)
+        finite &= isfinite(wc[i]) != 0;
+    for (size_t i = 0; i < ns; i++)
+        finite &= isfinite(sc[i]) != 0;
+    if (finite) {
+        memcpy(w, wc, n * sizeof(float));
+        memcpy(s, sc, ns * sizeof(float));
+    }
+    free(sc);
+    free(wc);
+    return finite ? 0 : -ERANGE;
+}
+
+/* Long enough for many blocks of every pass, and not a multiple of any. */
+#define NL (64 * 300 + 37)
+
+/* An update whose only overflow is in a late block, after hundreds of blocks
+ * that are fine, is refused with nothing written: once from an absurd
+ * gradient (the bounds kept from earlier steps prove nothing, so the exact
+ * path runs), and once from a weight near FLT_MAX that only the weights
+ * themselves show (put there from outside, so the bounds are forgotten, as
+ * the shard does). */
+Test(optimizer, checked_apply_refuses_late_overflow_untouched)
+{
+    for (size_t k = 0; k < N_KINDS; k++) {
+        ps_optimizer_config c = config(all_kinds[k], 0.9f, 0.01f);
+        size_t ns = ps_optimizer_state_floats(&c, NL), late = NL - 100;
+        float *w = xcalloc(NL, sizeof(float)), *s = xcalloc(ns + 1, sizeof(float));
+        float *w0 = xcalloc(NL, sizeof(float)), *s0 = xcalloc(ns + 1, sizeof(float));
+        float *g = xcalloc(NL, sizeof(float));
+        const char *name = ps_optimizer_name(all_kinds[k]);
+        ps_optimizer_bounds b = {0}, kept;
+
+        make_weights(w, NL);
+        for (int t = 1; t <= 3; t++) {
+            make_grad(g, NL, t);
+            cr_assert_eq(ps_optimizer_apply_checked(&c, w, s, g, NL, (uint64_t)t, &b), 0, "%s",
+                         name);
+        }
+        memcpy(w0, w, NL * sizeof(float));
+        memcpy(s0, s, ns * sizeof(float));
+        kept = b;
+        make_grad(g, NL, 4);
+        g[late] = 3e38f;
+        c.lr = 10.0f;
+        cr_assert_eq(ps_optimizer_apply_checked(&c, w, s, g, NL, 4, &b), -ERANGE, "%s", name);
+        cr_assert_eq(memcmp(w, w0, NL * sizeof(float)), 0, "%s weights changed", name);
+        cr_assert_eq(memcmp(s, s0, ns * sizeof(float)), 0, "%s state changed", name);
+        cr_assert_eq(memcmp(&b, &kept, sizeof(b)), 0, "%s bounds changed", name);
+
+        /* A weight at 3.3e38 in a late block: SGD and Nesterov move it by
+         * lr * g past FLT_MAX; Adam's and Adagrad's steps are about lr at
+         * most, so there the weight decay overflows (g + l2 * w for Adam and
+         * Adagrad, w * (1 - lr * weight_decay) = 1.5 w for AdamW). */
+        make_grad(g, NL, 5);
+        g[late] = -1e37f;
+        w[late] = 3.3e38f;
+        b.known = 0;
+        memcpy(w0, w, NL * sizeof(float));
+        c.weight_decay = all_kinds[k] == PS_OPT_ADAMW                                    ? -0.05f
+                         : all_kinds[k] == PS_OPT_ADAM || all_kinds[k] == PS_OPT_ADAGRAD ? 1e3f
+                                                                                         : 0.01f;
+        cr_assert_eq(ps_optimizer_apply_checked(&c, w, s, g, NL, 5, &b), -ERANGE, "%s", name);
+        cr_assert_eq(memcmp(w, w0, NL * sizeof(float)), 0, "%s weights changed", name);
+        cr_assert_eq(memcmp(s, s0, ns * sizeof(float)), 0, "%s state changed", name);
+        free(g);
+        free(s0);
+        free(w0);
+        free(s);
+        free(w);
+    }
+}
+
+/* Every |w| and |state| within the bounds, and the state the rules take
+ * square roots of non-negative, as the bounds promise. */
+static void assert_bounds_hold(const ps_optimizer_config *c, const ps_optimizer_bounds *b,
+                               const float *w, const float *s, size_t n, const char *what)
+{
+    size_t ns = ps_optimizer_state_floats(c, n), per = ns / n;
+    int roots = c->kind == PS_OPT_ADAM || c->kind == PS_OPT_ADAMW || c->kind == PS_OPT_ADAGRAD;
+
+    if (!b->known)
+        return;
+    for (size_t i = 0; i < n; i++)
+        cr_assert_leq(fabs((double)w[i]), b->w_max, "%s: w[%zu]", what, i);
+    for (size_t i = 0; i < ns; i++) {
+        cr_assert_leq(fabs((double)s[i]), b->s_max, "%s: state[%zu]", what, i);
+        if (roots && i % per == per - 1)
+            cr_assert_geq(s[i], 0.0f, "%s: state[%zu]", what, i);
+    }
+}
+
+/* The checked update against the plain reference, bit for bit in the result
+ * and the return code, over sequences of steps that keep their bounds and
+ * cross every path: sane gradients (proved from the bounds), bounds
+ * forgotten (proved from the values), gradients of 1e20 to 3e38 and Inf and
+ * NaN anywhere, huge weights, negative second moments from outside, and
+ * coefficients outside the proof's ranges (b2 = 1 or < 0, eps = 0, huge lr). */
+Test(optimizer, checked_apply_matches_reference)
+{
+    static const float g_scale[] = {1e-3f, 1.0f, 1e20f, 1e30f, 3e38f};
+    static const float w_scale[] = {1.0f, 1e18f, 1e36f, 3.3e38f};
+    const size_t n = 64 * 5 + 7;
+
+    for (size_t k = 0; k < N_KINDS; k++) {
+        ps_optimizer_config c = config(all_kinds[k], 0.9f, 0.01f);
+        size_t ns = ps_optimizer_state_floats(&c, n);
+        float *w = xcalloc(n, sizeof(float)), *s = xcalloc(ns + 1, sizeof(float));
+        float *rw = xcalloc(n, sizeof(float)), *rs = xcalloc(ns + 1, sizeof(float));
+        float *g = xcalloc(n, sizeof(float));
+        ps_optimizer_bounds b = {0};
+        int refused = 0, made = 0;
+
+        make_weights(w, n);
+        memcpy(rw, w, n * sizeof(float));
+        rng_state = 4242 + k;
+        for (uint64_t t = 1; t <= 400; t++) {
+            ps_optimizer_config ct = c;
+            size_t at = (size_t)((rng_uniform() * 0.5f + 0.5f) * (float)(n - 1));
+            int kind = (int)(t % 11), rc, want;
+            char what[96];
+
+            for (size_t i = 0; i < n; i++)
+                g[i] = 0.3f * rng_uniform();
+            /* Most steps sane, so the bounds stay known for long runs; the
+             * coefficient cases (9) come after sane steps, on grown state. */
+            if (kind == 1)
+                g[at] = g_scale[t % 5] * rng_uniform();
+            else if (kind == 2)
+                g[at] = t % 2 ? INFINITY : NAN;
+            else if (kind == 3) {
+                w[at] = rw[at] = w_scale[t % 4];
+                b.known = 0;
+            } else if (kind == 4 && ns) {
+                size_t j = (at * (ns / n) + ns / n - 1) % ns;
+                s[j] = rs[j] = t % 3 ? -1.0f : (t % 2 ? 1e38f : INFINITY);
+                b.known = 0;
+            } else if (kind == 9 && t % 3 != 0) {
+                /* 1: an infinite bias correction; -0.5: v can turn negative. */
+                ct.beta2 = t % 3 == 1 ? 1.0f : -0.5f;
+            } else if (kind == 9) {
+                ct.eps = 0.0f;
+            } else if (kind == 6)
+                ct.lr = 1e30f;
+            snprintf(what, sizeof(what), "%s step %llu (case %d, at %zu)",
+                     ps_optimizer_name(all_kinds[k]), (unsigned long long)t, kind, at);
+            want = checked_ref(&ct, rw, rs, g, n, t);
+            rc = ps_optimizer_apply_checked(&ct, w, s, g, n, t, &b);
+            cr_assert_eq(rc, want, "%s: %d, reference %d", what, rc, want);
+            cr_assert_eq(memcmp(w, rw, n * sizeof(float)), 0, "%s: weights", what);
+            cr_assert_eq(memcmp(s, rs, ns * sizeof(float)), 0, "%s: state", what);
+            assert_bounds_hold(&ct, &b, w, s, n, what);
+            refused += rc != 0;
+            made += rc == 0;
+            /* A chunk made huge (from outside, or by a step of 1e30) stays
+             * refused: start it again from sane values. */
+            if (kind == 3 || kind == 4 || kind == 6) {
+                make_weights(w, n);
+                memcpy(rw, w, n * sizeof(float));
+                memset(s, 0, ns * sizeof(float));
+                memset(rs, 0, ns * sizeof(float));
+                b.known = 0;
+            }
+        }
+        cr_log_info("%s: %d made, %d refused", ps_optimizer_name(all_kinds[k]), made, refused);
+        cr_assert_gt(refused, 20, "%s: too few refusals to test the refusing paths",
+                     ps_optimizer_name(all_kinds[k]));
+        cr_assert_gt(made, 200, "%s", ps_optimizer_name(all_kinds[k]));
+        free(g);
+        free(rs);
+        free(rw);
+        free(s);
+        free(w);
     }
 }
 
@@ -395,6 +591,31 @@ Test(optimizer, plain_sgd_needs_no_state)
     ps_optimizer_apply(&c, w, NULL, g, 200, 1);
     for (int i = 0; i < 200; i++)
         cr_assert_eq(w[i], 1.0f - 0.1f * (float)i, "w[%d]", i);
+}
+
+/* Plain SGD without weight decay runs w -= lr*g; it must equal the rule as
+ * written, w -= lr*(g + 0*w), bit for bit for every finite weight, signed
+ * zeros and subnormals included. */
+Test(optimizer, plain_sgd_without_decay_is_the_rule)
+{
+    static const float vals[] = {0.0f, -0.0f, 1e-45f, -1e-45f, 1e-39f, 0.5f, -3.0f, 1e30f, -1e38f};
+    enum { NV = sizeof(vals) / sizeof(vals[0]) };
+    ps_optimizer_config c = config(PS_OPT_SGD, 0.0f, 0.0f);
+    float w[NV * NV], want[NV * NV], g[NV * NV];
+
+    for (int lr = 0; lr < 3; lr++) {
+        c.lr = lr == 0 ? 0.1f : lr == 1 ? -0.25f : 0.0f;
+        for (int i = 0; i < NV * NV; i++) {
+            w[i] = vals[i / NV];
+            g[i] = vals[i % NV];
+            want[i] = w[i] - c.lr * (g[i] + 0.0f * w[i]);
+        }
+        ps_optimizer_apply(&c, w, NULL, g, NV * NV, 1);
+        for (int i = 0; i < NV * NV; i++)
+            cr_assert_eq(memcmp(&w[i], &want[i], sizeof(float)), 0,
+                         "lr %g, w %g, g %g: %a, the rule %a", c.lr, vals[i / NV], vals[i % NV],
+                         w[i], want[i]);
+    }
 }
 
 Test(optimizer, state_floats)

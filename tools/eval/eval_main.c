@@ -10,6 +10,7 @@
 
 #include "dataset.h"
 #include "flags.h"
+#include "job_options.h"
 #include "model.h"
 #include "model_file.h"
 
