@@ -46,11 +46,12 @@ struct ps_frame_decoder {
     const ps_frame_piece *pieces;
     int n_pieces, piece;
     size_t piece_off;
-    /* The Inf/NaN scan: value size of this payload (0: not scanned), whether
-     * one was found, and the first bytes of a value split between two
-     * commits. */
+    /* The Inf/NaN scan: value size of this payload (0: not scanned), the
+     * exponent bits of its 2-byte values, whether one was found, and the
+     * first bytes of a value split between two commits. */
     int scan_nonfinite;
     size_t scan_elem;
+    uint32_t scan_exp16;
     uint32_t scan_bad;
     uint8_t carry[4];
     size_t carry_n;
@@ -174,14 +175,15 @@ void ps_frame_decoder_set_scan_nonfinite(ps_frame_decoder *d, int on)
 }
 
 /* Nonzero when one of the n values of elem (4 or 2) bytes at p, little-endian
- * float32 or float16, has an all-ones exponent: Inf or NaN. Works on the bit
+ * float32, or 16-bit values whose exponent bits are exp16 (float16 0x7c00,
+ * bfloat16 0x7f80), has an all-ones exponent: Inf or NaN. Works on the bit
  * pattern, so it never traps: adding one to the lowest exponent bit carries
  * into the bit above the exponent (the sign bit) only when every exponent bit
  * is set, so the sign bits of the sums are or-ed and tested once. Compiled
  * twice, for baseline x86-64 and for AVX2 (twice the values per instruction:
  * 56 against 31 GB/s on a 32 KiB block here). */
 #define PS__SCAN_BODY                                                                              \
-    uint32_t acc = 0;                                                                              \
+    uint32_t acc = 0, low16 = exp16 & (~exp16 + 1u);                                               \
     if (elem == 4) {                                                                               \
         for (size_t i = 0; i < n; i++) {                                                           \
             uint32_t w;                                                                            \
@@ -193,30 +195,30 @@ void ps_frame_decoder_set_scan_nonfinite(ps_frame_decoder *d, int on)
     for (size_t i = 0; i < n; i++) {                                                               \
         uint16_t h;                                                                                \
         memcpy(&h, p + 2 * i, 2);                                                                  \
-        acc |= (uint32_t)((h & 0x7c00u) + 0x0400u);                                                \
+        acc |= (h & exp16) + low16;                                                                \
     }                                                                                              \
     return (acc >> 15) & 1;
 
-static uint32_t ps__any_nonfinite_base(const uint8_t *p, size_t n, size_t elem)
+static uint32_t ps__any_nonfinite_base(const uint8_t *p, size_t n, size_t elem, uint32_t exp16)
 {
     PS__SCAN_BODY
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 static __attribute__((target("avx2"))) uint32_t ps__any_nonfinite_avx2(const uint8_t *p, size_t n,
-                                                                       size_t elem)
+                                                                       size_t elem, uint32_t exp16)
 {
     PS__SCAN_BODY
 }
 #endif
 
-static uint32_t ps__any_nonfinite(const uint8_t *p, size_t n, size_t elem)
+static uint32_t ps__any_nonfinite(const uint8_t *p, size_t n, size_t elem, uint32_t exp16)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
     if (ps_cpu_features_get()->avx2)
-        return ps__any_nonfinite_avx2(p, n, elem);
+        return ps__any_nonfinite_avx2(p, n, elem, exp16);
 #endif
-    return ps__any_nonfinite_base(p, n, elem);
+    return ps__any_nonfinite_base(p, n, elem, exp16);
 }
 
 /* Scans n payload bytes at p, which follow the ones scanned before: a value
@@ -233,11 +235,11 @@ static void ps__dec_scan(ps_frame_decoder *d, const uint8_t *p, size_t n)
         n -= take;
         if (d->carry_n < e)
             return;
-        d->scan_bad |= ps__any_nonfinite(d->carry, 1, e);
+        d->scan_bad |= ps__any_nonfinite(d->carry, 1, e, d->scan_exp16);
         d->carry_n = 0;
     }
     whole = n / e;
-    d->scan_bad |= ps__any_nonfinite(p, whole, e);
+    d->scan_bad |= ps__any_nonfinite(p, whole, e, d->scan_exp16);
     d->carry_n = n - whole * e;
     memcpy(d->carry, p + whole * e, d->carry_n);
 }
@@ -324,10 +326,17 @@ static int ps__dec_accept_header(ps_frame_decoder *d)
     d->payload_got = 0;
     d->payload_crc = 0;
     d->scan_elem = 0;
+    /* The dtype, not the value size, picks the rule: float16 and bfloat16
+     * are both 2 bytes with different exponent fields. */
     if (d->scan_nonfinite && d->hdr->dtype == SHARDPS__DTYPE__DTYPE_F32)
         d->scan_elem = 4;
-    else if (d->scan_nonfinite && d->hdr->dtype == SHARDPS__DTYPE__DTYPE_F16)
+    else if (d->scan_nonfinite && d->hdr->dtype == SHARDPS__DTYPE__DTYPE_F16) {
         d->scan_elem = 2;
+        d->scan_exp16 = 0x7c00u;
+    } else if (d->scan_nonfinite && d->hdr->dtype == SHARDPS__DTYPE__DTYPE_BF16) {
+        d->scan_elem = 2;
+        d->scan_exp16 = 0x7f80u;
+    }
     d->scan_bad = 0;
     d->carry_n = 0;
     rc = ps__dec_place(d);

@@ -39,8 +39,8 @@ typedef struct {
     Shardps__Header *hdr;
     uint8_t *payload;
     size_t payload_len;
-    /* Only with ps_frame_decoder_set_scan_nonfinite on and hdr->dtype float32
-     * or float16: 1 when some value of the payload is Inf or NaN. Else 0. */
+    /* Only with ps_frame_decoder_set_scan_nonfinite on and hdr->dtype float32,
+     * float16 or bfloat16: 1 when some value of the payload is Inf or NaN. Else 0. */
     int nonfinite;
 } ps_frame;
 
@@ -76,7 +76,7 @@ void ps_frame_decoder_set_max_payload(ps_frame_decoder *d, size_t max_payload);
 /* Installs (or, with NULL, removes) the callback that may place payloads. */
 void ps_frame_decoder_set_place(ps_frame_decoder *d, ps_frame_place_cb cb, void *arg);
 
-/* With on, float32 and float16 payloads (by hdr->dtype) are searched for Inf
+/* With on, float32, float16 and bfloat16 payloads (by hdr->dtype) are searched for Inf
  * and NaN as they arrive, block by block right after the CRC while the bytes
  * are in cache, and ps_frame.nonfinite says what was found. A server that
  * refuses such gradients then needs no pass of its own over each push. */

@@ -1,7 +1,7 @@
 /* IEEE 754 binary16 ("half") and bfloat16 conversion of float arrays, for
- * gradient
- * compression on the wire (--compress fp16): a worker narrows its gradient
- * before a push, the server widens it back and accumulates in float32.
+ * gradient compression on the wire (--compress fp16 or bf16): a worker narrows
+ * its gradient before a push, the server widens it back and accumulates in
+ * float32.
  *
  * Narrowing rounds to nearest, ties to even; values beyond the largest half
  * (65504, after rounding) become infinities of their sign, values below half
@@ -23,7 +23,7 @@
  * NaN payloads included. Each direction has a plain C reference and
  * integer-vector copies for AVX2 and AVX-512F, which the plain names pick at
  * run time (AVX-512F first); all are bit-identical on every input
- * (tests/unit/test_half.c). Nothing sends bfloat16 on the wire yet. */
+ * (tests/unit/test_half.c). --compress bf16 sends it in pushes. */
 #ifndef PS_HALF_H
 #define PS_HALF_H
 

@@ -121,9 +121,9 @@ static const ps__job_option ps__table[] = {
      "CUDA: matrix products in TF32 on tensor cores (faster, ~1e-3 relative error)", 0, 0, NULL,
      NULL, NULL, 0, NULL, PS__W | PS__L, 0},
     {"compress", PS_FLAG_CHOICE, PS__AT(compress), "KIND",
-     "how pushes carry gradients: none (float32) or fp16 (IEEE half, half the bytes; the "
-     "servers accumulate in float32)",
-     0, 0, "none|fp16", NULL, NULL, 0, "none", PS__W | PS__L, 0},
+     "how pushes carry gradients: none (float32), fp16 (IEEE half) or bf16 (bfloat16): the "
+     "last two halve the bytes; the servers accumulate in float32",
+     0, 0, "none|fp16|bf16", NULL, NULL, 0, "none", PS__W | PS__L, 0},
     {"clip-norm", PS_FLAG_DOUBLE, PS__AT(clip_norm), "NORM",
      "scale each tensor's gradient to at most this L2 norm", 0, 1e9, NULL, "off=0", NULL, 0, NULL,
      PS__W | PS__L, 0},

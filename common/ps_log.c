@@ -11,6 +11,8 @@
 
 static char ps__log_role[48] = "shardps";
 static ps_log_level ps__log_min = PS_LOG_INFO;
+static ps_log_sink ps__log_sink;
+static void *ps__log_sink_arg;
 
 void ps_log_set_role(const char *role)
 {
@@ -20,6 +22,12 @@ void ps_log_set_role(const char *role)
 void ps_log_set_level(ps_log_level level)
 {
     ps__log_min = level;
+}
+
+void ps_log_set_sink(ps_log_sink sink, void *arg)
+{
+    ps__log_sink = sink;
+    ps__log_sink_arg = arg;
 }
 
 void ps_log(ps_log_level level, const char *fmt, ...)
@@ -43,6 +51,10 @@ void ps_log(ps_log_level level, const char *fmt, ...)
     if (n > (int)sizeof(line) - 2)
         n = (int)sizeof(line) - 2;
     line[n++] = '\n';
+    if (ps__log_sink) {
+        ps__log_sink(ps__log_sink_arg, line, (size_t)n);
+        return;
+    }
     if (write(STDERR_FILENO, line, (size_t)n) < 0)
         return;
 }

@@ -296,7 +296,7 @@ int ps_report_parse(const char *line, ps_report *out, char *err, size_t errlen)
 {
     ps__pair pairs[PS__MAX_PAIRS];
     int seen[PS__MAX_PAIRS] = {0}; /* [0]: rank; [1 + i]: field i */
-    int n = 0, rc, kind = -1;
+    int n = 0, rc, kind = -1;      /* n = 0: GCC -O2 cannot see ps__split set it */
 
     if (errlen > 0)
         err[0] = '\0';

@@ -14,33 +14,50 @@ struct ps_server_list {
     int n;
 };
 
-/* Checks one entry; i is its index for the message. */
+/* Checks one entry; i is its index for the message, or -1 for an address
+ * that is not part of a list. */
 static int ps__check_entry(const char *e, int i, int allow_zero, char *err, size_t errlen)
 {
     const char *colon = strrchr(e, ':');
+    char what[32] = "address";
     char *end;
     long port;
 
+    if (i >= 0)
+        snprintf(what, sizeof(what), "entry %d", i);
     if (e[0] == '\0')
-        return ps_err_printf(err, errlen, -EINVAL, "entry %d is empty", i);
+        return ps_err_printf(err, errlen, -EINVAL, "%s is empty", what);
+    /* A list written with spaces, as people do in INI files, would
+     * otherwise be read as one odd host name and fail much later. */
+    if (strpbrk(e, " \t") != NULL)
+        return ps_err_printf(err, errlen, -EINVAL,
+                             "%s '%s' contains a space; separate addresses with commas "
+                             "(HOST:PORT,HOST:PORT)",
+                             what, e);
     /* An IPv6 address has colons of its own: only "[addr]:port" has a port. */
     if (colon == NULL || (e[0] == '[' && colon[-1] != ']'))
         return ps_err_printf(err, errlen, -EINVAL,
-                             "entry %d '%s' has no port (HOST:PORT, e.g. 10.0.0.1:7000)", i, e);
+                             "%s '%s' has no port (HOST:PORT, e.g. 10.0.0.1:7000)", what, e);
     if (colon == e || (e[0] == '[' && colon == e + 2))
-        return ps_err_printf(err, errlen, -EINVAL, "entry %d '%s' has no host", i, e);
+        return ps_err_printf(err, errlen, -EINVAL, "%s '%s' has no host", what, e);
     if (colon[1] == '\0')
-        return ps_err_printf(err, errlen, -EINVAL, "entry %d '%s' has no port after ':'", i, e);
+        return ps_err_printf(err, errlen, -EINVAL, "%s '%s' has no port after ':'", what, e);
     errno = 0;
     port = strtol(colon + 1, &end, 10);
     if (*end != '\0' || colon[1] < '0' || colon[1] > '9')
-        return ps_err_printf(err, errlen, -EINVAL, "entry %d '%s': port '%s' is not a number", i, e,
+        return ps_err_printf(err, errlen, -EINVAL, "%s '%s': port '%s' is not a number", what, e,
                              colon + 1);
     if (errno != 0 || port < (allow_zero ? 0 : 1) || port > 65535)
-        return ps_err_printf(err, errlen, -EINVAL,
-                             "entry %d '%s': port %s is out of range %d..65535", i, e, colon + 1,
-                             allow_zero ? 0 : 1);
+        return ps_err_printf(err, errlen, -EINVAL, "%s '%s': port %s is out of range %d..65535",
+                             what, e, colon + 1, allow_zero ? 0 : 1);
     return 0;
+}
+
+int ps_hostport_check(const char *text, int allow_zero, char *err, size_t errlen)
+{
+    if (errlen > 0)
+        err[0] = '\0';
+    return ps__check_entry(text, -1, allow_zero, err, errlen);
 }
 
 int ps_server_list_parse(ps_server_list **out, const char *text, int max, int allow_zero, char *err,

@@ -18,9 +18,15 @@ typedef struct ps_server_list ps_server_list;
  * 1..65535, or 0..65535 with allow_zero (a server's own entry, where 0 lets
  * the OS choose). Returns 0, -ENOMEM, or -EINVAL with one line in err (always
  * NUL-terminated) naming the entry and what is wrong with it: empty, no
- * host, no port, a port that is not a number or out of range, too many. */
+ * host, no port, a port that is not a number or out of range, a space
+ * (a list separated by spaces rather than commas), too many. */
 int ps_server_list_parse(ps_server_list **out, const char *text, int max, int allow_zero, char *err,
                          size_t errlen);
+/* The same checks for one address that is not part of a list (--listen, a
+ * metrics endpoint): 0, or -EINVAL with one line in err saying what is wrong
+ * (a space, no port, no host, a port not a number or out of range). */
+int ps_hostport_check(const char *text, int allow_zero, char *err, size_t errlen);
+
 /* NULL is allowed. */
 void ps_server_list_free(ps_server_list *l);
 

@@ -10,6 +10,7 @@
 #include "buf_pool.h"
 #include "ps_error.h"
 #include "ps_log.h"
+#include "server_list.h"
 
 /* Room for this many frames and payload pieces in a write before its arrays
  * move to the heap: a reply or an ack plus a reply, a push of a few chunks. */
@@ -564,20 +565,21 @@ uv_loop_t *ps_conn_loop(const ps_conn *c)
     return c->tcp.loop;
 }
 
-int ps_parse_hostport(const char *text, struct sockaddr_storage *addr, int allow_zero)
+int ps_parse_hostport(const char *text, struct sockaddr_storage *addr, int allow_zero, char *err,
+                      size_t errlen)
 {
     char host[256];
     const char *colon = strrchr(text, ':');
     struct addrinfo hints, *res = NULL;
-    char *end;
-    long port;
     size_t hlen;
+    long port;
+    int rc = ps_hostport_check(text, allow_zero, err, errlen);
 
-    if (colon == NULL || colon == text)
-        return -EINVAL;
+    if (rc < 0)
+        return rc;
     hlen = (size_t)(colon - text);
     if (hlen >= sizeof(host))
-        return -EINVAL;
+        return ps_err_printf(err, errlen, -EINVAL, "address '%s': the host name is too long", text);
     memcpy(host, text, hlen);
     host[hlen] = '\0';
     /* "[::1]:7000" */
@@ -585,15 +587,14 @@ int ps_parse_hostport(const char *text, struct sockaddr_storage *addr, int allow
         memmove(host, host + 1, hlen - 2);
         host[hlen - 2] = '\0';
     }
-    errno = 0;
-    port = strtol(colon + 1, &end, 10);
-    if (errno || *end != '\0' || end == colon + 1 || port < (allow_zero ? 0 : 1) || port > 65535)
-        return -EINVAL;
+    port = strtol(colon + 1, NULL, 10);
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    if (getaddrinfo(host, NULL, &hints, &res) != 0 || res == NULL)
-        return -PS_EUSAGE;
+    rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc != 0 || res == NULL)
+        return ps_err_printf(err, errlen, -PS_EUSAGE, "address '%s': host '%s' not found (%s)",
+                             text, host, rc != 0 ? gai_strerror(rc) : "no address");
     memset(addr, 0, sizeof(*addr));
     memcpy(addr, res->ai_addr, res->ai_addrlen);
     if (addr->ss_family == AF_INET)

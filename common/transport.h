@@ -112,9 +112,11 @@ const char *ps_conn_error(const ps_conn *c);
 uv_loop_t *ps_conn_loop(const ps_conn *c);
 
 /* Resolves "host:port" (IPv4 or IPv6 literal, or a name resolved once). The
- * port may be 0 when allow_zero. Returns 0 or -EINVAL / a getaddrinfo failure
- * mapped to -PS_EUSAGE. */
-int ps_parse_hostport(const char *text, struct sockaddr_storage *addr, int allow_zero);
+ * port may be 0 when allow_zero. Returns 0, or -EINVAL (the syntax, checked
+ * as ps_hostport_check does) or -PS_EUSAGE (the host is not found) with one
+ * line in err saying which. */
+int ps_parse_hostport(const char *text, struct sockaddr_storage *addr, int allow_zero, char *err,
+                      size_t errlen);
 /* Formats an address as "host:port" into buf. */
 void ps_format_addr(const struct sockaddr *addr, char *buf, size_t len);
 

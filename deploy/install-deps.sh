@@ -16,6 +16,8 @@ pkgs=(
   clang libclang-rt-14-dev
   # the servers' /metrics endpoint, experiment plots, JSON checks in tests
   libmicrohttpd-dev gnuplot-nox jq
+  # the launcher on a real terminal (it_terminal)
+  tmux
   # checking the deploy files without Docker or Kubernetes (it_deploy_files)
   docker-compose yamllint
   # make gpu-check-chroot: a bare Debian 12 root to run deploy/gpu-check.sh in

@@ -303,8 +303,9 @@ static int ps__chunk_usable(ps_kv_server *s, ps__peer *p, uint64_t key, const fl
 }
 
 /* The push's values as float32 in a buffer the updates can share: the one
- * the payload was placed in, a pooled copy if it was not placed, or (float16)
- * a pooled buffer it is widened into. The caller holds one reference. NULL when out of memory. */
+ * the payload was placed in, a pooled copy if it was not placed, or (float16,
+ * bfloat16) a pooled buffer it is widened into. The caller holds one
+ * reference. NULL when out of memory. */
 static ps__push_buf *ps__take_push_payload(ps_kv_server *s, ps__peer *p, const ps_frame *f,
                                            size_t f32_bytes)
 {
@@ -324,6 +325,8 @@ static ps__push_buf *ps__take_push_payload(ps_kv_server *s, ps__peer *p, const p
         }
         if (f->hdr->dtype == SHARDPS__DTYPE__DTYPE_F16)
             ps_f16_to_f32((float *)b->data, (const uint16_t *)src, f32_bytes / sizeof(float));
+        else if (f->hdr->dtype == SHARDPS__DTYPE__DTYPE_BF16)
+            ps_bf16_to_f32((float *)b->data, (const uint16_t *)src, f32_bytes / sizeof(float));
         else
             memcpy(b->data, src, f32_bytes);
     }
@@ -358,8 +361,8 @@ void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     }
     payload = buf->data;
     /* The decoder scanned the payload as it arrived (see ps__on_connection);
-     * float16 Inf and NaN widen to float32 Inf and NaN, so it is the same
-     * answer for both dtypes. */
+     * float16 and bfloat16 Inf and NaN widen to float32 Inf and NaN, so it
+     * is the same answer for every dtype. */
     usable = !s->cfg.reject_nonfinite || !f->nonfinite;
     if (!usable) {
         s->n_nonfinite++;

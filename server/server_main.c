@@ -19,6 +19,7 @@
 #include "partition.h"
 #include "ps_error.h"
 #include "ps_log.h"
+#include "parent_watch.h"
 #include "server_list.h"
 #include "transport.h"
 
@@ -155,8 +156,9 @@ int main(int argc, char **argv)
     static ps_flag flags[96];
     static char settings[PS_JOB_SETTINGS_MAX];
     const char *listen = "127.0.0.1:7000", *cluster = NULL, *metrics_file = NULL;
+    char err[256];
     int print_config = 0, server_index = 0, num_servers = 1, ready_fd = -1, linger = 0;
-    int metrics_port = -1;
+    int metrics_port = -1, parent_pid = 0;
     double metrics_interval = 1;
     const ps_flag own[] = {
         {"cluster", PS_FLAG_STRING, &cluster, "FILE",
@@ -179,6 +181,9 @@ int main(int argc, char **argv)
          NULL},
         {"metrics-interval", PS_FLAG_DOUBLE, &metrics_interval, "SECONDS",
          "seconds between --metrics-file lines", 0.01, 86400, NULL, NULL, NULL},
+        {"parent-pid", PS_FLAG_INT, &parent_pid, "PID",
+         "exit when process PID, its parent, does (set by shardps-cluster)", 0, 2147483647, NULL,
+         NULL, NULL},
         {"linger", PS_FLAG_BOOL, &linger, NULL, "keep serving after every worker has finished", 0,
          0, NULL, NULL, NULL},
         {"print-config", PS_FLAG_BOOL, &print_config, NULL,
@@ -209,7 +214,7 @@ int main(int argc, char **argv)
     ctx.prog = "shardps-server";
     ctx.summary = "Holds a shard of the model's weights and applies workers' gradients.";
     ctx.section = "server";
-    ctx.per_process = "listen|server-index|ready-fd";
+    ctx.per_process = "listen|server-index|ready-fd|parent-pid";
     if (ps_job_options_others(PS_JOB_SERVER, others, sizeof(others)) < 0)
         return 1;
     ctx.others = others;
@@ -223,6 +228,11 @@ int main(int argc, char **argv)
             server_index, &num_servers, &listen, own_listen, sizeof(own_listen));
     if (rc != 0)
         return rc > 0 ? 0 : 2;
+    if (parent_pid > 0 && ps_parent_watch(parent_pid) < 0) {
+        fprintf(stderr, "%s: --parent-pid %d: the parent is gone or cannot be watched; exiting\n",
+                ctx.prog, parent_pid);
+        return 1;
+    }
     if (print_config) {
         ps_flags_print_config(&ctx, stdout);
         return 0;
@@ -237,13 +247,11 @@ int main(int argc, char **argv)
         return 2;
     }
     /* A host name is resolved once, here; the log names the address bound. */
-    rc = ps_parse_hostport(listen, &addr, 1);
+    rc = ps_parse_hostport(listen, &addr, 1, err, sizeof(err));
     if (rc < 0) {
         char from[PATH_MAX + 64];
-        fprintf(stderr, "shardps-server: listen address '%s' (from %s) %s\n", listen,
-                ps_flags_describe_origin(&ctx, "listen", from, sizeof(from)),
-                rc == -EINVAL ? "is not HOST:PORT (e.g. 127.0.0.1:7000)"
-                              : "names a host that does not resolve here");
+        fprintf(stderr, "shardps-server: listen address (from %s): %s\n",
+                ps_flags_describe_origin(&ctx, "listen", from, sizeof(from)), err);
         return 2;
     }
     memset(&cfg, 0, sizeof(cfg));

@@ -25,7 +25,7 @@ int ps_validate_worker_type(Shardps__MsgType type, char *why, size_t why_len)
 int ps_validate_payload(Shardps__MsgType type, Shardps__DType dtype, size_t f32_bytes,
                         uint64_t payload_bytes, char *why, size_t why_len)
 {
-    int half = dtype == SHARDPS__DTYPE__DTYPE_F16;
+    int half = dtype == SHARDPS__DTYPE__DTYPE_F16 || dtype == SHARDPS__DTYPE__DTYPE_BF16;
     size_t numel = f32_bytes / sizeof(float);
     uint64_t want = half ? numel * sizeof(uint16_t) : f32_bytes;
 
@@ -37,15 +37,19 @@ int ps_validate_payload(Shardps__MsgType type, Shardps__DType dtype, size_t f32_
         return -PS_EPROTO;
     }
     if (!half && dtype != SHARDPS__DTYPE__DTYPE_F32) {
-        snprintf(why, why_len, "push with dtype %d; only float32 (1) and float16 (2) are supported",
+        snprintf(why, why_len,
+                 "push with dtype %d; only float32 (1), float16 (2) and bfloat16 (3) are supported",
                  dtype);
         return -PS_EPROTO;
     }
     if (payload_bytes != want) {
         snprintf(why, why_len,
                  "%s push payload is %llu bytes, its keys need %llu (%zu values of %zu bytes)",
-                 half ? "float16" : "float32", (unsigned long long)payload_bytes,
-                 (unsigned long long)want, numel, half ? sizeof(uint16_t) : sizeof(float));
+                 !half                                ? "float32"
+                 : dtype == SHARDPS__DTYPE__DTYPE_F16 ? "float16"
+                                                      : "bfloat16",
+                 (unsigned long long)payload_bytes, (unsigned long long)want, numel,
+                 half ? sizeof(uint16_t) : sizeof(float));
         return -PS_EPROTO;
     }
     return 0;

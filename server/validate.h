@@ -16,7 +16,7 @@
 /* Whether an admitted worker may send this type at all. */
 int ps_validate_worker_type(Shardps__MsgType type, char *why, size_t why_len);
 /* A frame of this type announcing payload_bytes: PUSH must carry exactly its
- * keys' values (f32_bytes in float32, half that in float16) in a supported
+ * keys' values (f32_bytes in float32, half that in float16 or bfloat16) in a supported
  * dtype; every other type carries nothing. Checked on the header alone,
  * before any payload byte is buffered. */
 int ps_validate_payload(Shardps__MsgType type, Shardps__DType dtype, size_t f32_bytes,

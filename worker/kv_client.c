@@ -22,6 +22,9 @@
 /* Pushed chunks smaller than this wait to share a write (see
  * ps__push_chunk): below it a system call costs more than the bytes. */
 #define PS__CORK_BYTES ((size_t)64 << 10)
+/* While a server cannot be reached, say so this often: each attempt would
+ * flood the log, silence looks like a hang. */
+#define PS__WAIT_LOG_MS 5000
 /* The request timeout while no server has said how often it expects a
  * heartbeat (before the WELCOMEs, or servers without heartbeat timeouts). */
 #define PS__DEFAULT_REQUEST_MS 30000
@@ -49,6 +52,7 @@ typedef struct {
      * HELLO, the start of a wait, or its last frame, whichever is latest. */
     uint64_t owed_since_ms;
     uint64_t retry_ms;
+    uint64_t next_wait_log_ms; /* loop time of the next "waiting for server" line */
     uv_timer_t retry;
     int retrying; /* this connection was refused for now; a new one is coming */
     uint8_t client_nonce[PS_AUTH_NONCE_BYTES];
@@ -59,7 +63,7 @@ typedef struct {
     const ps_chunk **chunks;
     ps_frame_piece *pieces; /* where a pull reply's chunks land */
     size_t bytes;
-    uint16_t *half;  /* --compress fp16: the push payloads (owned; see ps__push_chunk) */
+    uint16_t *half;  /* --compress fp16/bf16: the push payloads (owned; see ps__push_chunk) */
     size_t *half_at; /* where chunk i's values start in half */
     /* Outstanding requests: at most one pull, and one push per chunk, which
      * wait in pushes (a ring of n_keys) since acks come in order. */
@@ -278,8 +282,13 @@ static void ps__handle_refusal(ps__server *sv, const ps_frame *f)
             ps__distrust(sv, "sent a REJECT after welcoming us");
             return;
         }
-        if (h->status == -EADDRINUSE && ps__retry_later(sv, reason))
+        /* Our rank is live there. Rejoining, that may be our own old
+         * connection not yet seen closing; otherwise another worker holds the
+         * rank, and waiting would only hide the mistake. */
+        if (h->status == -EADDRINUSE && sv->cl->cfg.rejoining && ps__retry_later(sv, reason))
             return;
+        if (h->status == -EADDRINUSE && !sv->cl->cfg.rejoining && sv->cl->error == 0)
+            ps_error("another worker already holds rank %d (is --rank right?)", sv->cl->cfg.rank);
     }
     if (sv->cl->error == 0)
         ps_error("server %d (%s) refused us: %s", sv->index, sv->addr_text, reason);
@@ -374,8 +383,11 @@ static void ps__on_connect(ps_conn *conn, int status, void *data)
             ps__fail(c, -PS_ETIMEOUT);
             return;
         }
-        ps_debug("server %d (%s) not reachable yet (%s); retrying in %" PRIu64 " ms", sv->index,
-                 sv->addr_text, uv_strerror(status), sv->retry_ms);
+        if (uv_now(&c->loop) >= sv->next_wait_log_ms) {
+            ps_info("waiting for server %d at %s (%.0f s left): %s", sv->index, sv->addr_text,
+                    (double)(c->deadline_ms - uv_now(&c->loop)) / 1000, uv_strerror(status));
+            sv->next_wait_log_ms = uv_now(&c->loop) + PS__WAIT_LOG_MS;
+        }
         uv_timer_start(&sv->retry, ps__on_retry, sv->retry_ms, 0);
         sv->retry_ms = sv->retry_ms * 2 > 1000 ? 1000 : sv->retry_ms * 2;
         return;
@@ -433,6 +445,7 @@ static void ps__start_connect(ps__server *sv)
 int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
 {
     ps_kv_client *c = calloc(1, sizeof(*c));
+    char err[256];
     int rc = -ENOMEM;
 
     if (c == NULL)
@@ -489,13 +502,12 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
             sv->bytes += ch->numel * sizeof(float);
         }
         sv->n_keys = k;
-        if (cfg->compress == PS_COMPRESS_FP16 &&
+        if (cfg->compress != PS_COMPRESS_NONE &&
             (sv->half = malloc(sv->bytes / 2 ? sv->bytes / 2 : 1)) == NULL)
             goto fail;
-        rc = ps_parse_hostport(cfg->servers[s], &sv->addr, 0);
+        rc = ps_parse_hostport(cfg->servers[s], &sv->addr, 0, err, sizeof(err));
         if (rc < 0) {
-            ps_error("server address '%s' is not HOST:PORT with a reachable host name",
-                     cfg->servers[s]);
+            ps_error("server %d: %s", s, err);
             rc = -EINVAL;
             goto fail;
         }
@@ -728,15 +740,20 @@ static int ps__push_chunk(ps_kv_client *c, ps__server *sv, int i, const float *g
     if (sv->push_n == sv->n_keys)
         return -EBUSY;
     h.dtype = SHARDPS__DTYPE__DTYPE_F32;
-    if (c->cfg.compress == PS_COMPRESS_FP16) {
+    if (c->cfg.compress != PS_COMPRESS_NONE) {
         /* Each chunk has its own place in the server's buffer of halves,
          * since all of a step's chunks are in flight together; like the
          * gradients, it is borrowed by the send until wait returns. */
         uint16_t *half = sv->half + sv->half_at[i];
-        ps_f32_to_f16(half, grad, ch->numel);
+        if (c->cfg.compress == PS_COMPRESS_BF16) {
+            ps_f32_to_bf16(half, grad, ch->numel);
+            h.dtype = SHARDPS__DTYPE__DTYPE_BF16;
+        } else {
+            ps_f32_to_f16(half, grad, ch->numel);
+            h.dtype = SHARDPS__DTYPE__DTYPE_F16;
+        }
         iov.base = half;
         iov.len = ch->numel * sizeof(uint16_t);
-        h.dtype = SHARDPS__DTYPE__DTYPE_F16;
     }
     h.type = SHARDPS__MSG_TYPE__PUSH;
     h.request_id = ++c->next_id;

@@ -25,6 +25,10 @@ typedef enum {
      * 65520 or more becomes Inf, so the servers' --reject-nonfinite refuses
      * that push. */
     PS_COMPRESS_FP16,
+    /* bfloat16, rounded to nearest even (half.h): half the bytes, float32's
+     * exponent range (only values that round past the largest bfloat16,
+     * about 3.39e38, become Inf) but 8 significant bits against half's 11. */
+    PS_COMPRESS_BF16,
 } ps_compress;
 
 typedef struct {
@@ -34,6 +38,11 @@ typedef struct {
     int n_servers;
     size_t chunk_bytes;
     double connect_timeout_s; /* keep retrying refused connections this long */
+    /* 1: this process held its rank before (a reconnect), so a server that
+     * still has the rank live may be holding our own old connection: retry
+     * until the timeout. 0: a live rank belongs to another worker, and the
+     * refusal is final (-PS_EREJECTED). */
+    int rejoining;
     /* The longest a server may go without a frame while it owes us one (a
      * WELCOME, a pull reply, a push ack); then the client fails with
      * -PS_ETIMEOUT, naming it. 0: 3 heartbeat timeouts of the servers (12 of
@@ -57,7 +66,7 @@ typedef struct {
 /* Running totals since the client was created. */
 typedef struct {
     uint64_t dropped; /* chunks the servers dropped as late */
-    /* Payload bytes as they went on the wire (halves with fp16 pushes);
+    /* Payload bytes as they went on the wire (halves with fp16 or bf16 pushes);
      * frame headers are not counted. */
     uint64_t bytes_sent, bytes_received;
     uint64_t staleness_max; /* largest staleness a server reported for our pushes */

@@ -465,6 +465,7 @@ int ps_trainer_run(ps_trainer *t)
                 break;
             ps_warn("reconnecting to the servers (attempt %d of %d)", reconnects,
                     o->max_reconnects);
+            t->kc.rejoining = 1;
             rc = ps__connect(t, &clock);
             if (rc == 0)
                 rc = ps__pull(t, clock);

@@ -13,6 +13,7 @@
 #include "model_desc.h"
 #include "ps_error.h"
 #include "ps_log.h"
+#include "parent_watch.h"
 #include "server_list.h"
 #include "trainer.h"
 
@@ -118,7 +119,9 @@ static int ps__train(const ps_job_options *j, const ps__worker_opts *o, const ps
         .max_payload = (size_t)j->max_payload,
         .connect_timeout = j->connect_timeout,
         .request_timeout = j->request_timeout,
-        .compress = strcmp(j->compress, "fp16") == 0 ? PS_COMPRESS_FP16 : PS_COMPRESS_NONE,
+        .compress = strcmp(j->compress, "fp16") == 0   ? PS_COMPRESS_FP16
+                    : strcmp(j->compress, "bf16") == 0 ? PS_COMPRESS_BF16
+                                                       : PS_COMPRESS_NONE,
         .job_settings = settings,
     };
     ps_trainer *t;
@@ -140,7 +143,7 @@ int main(int argc, char **argv)
     static char settings[PS_JOB_SETTINGS_MAX];
     ps__worker_opts o = {.report_fd = -1};
     const char *cluster = NULL;
-    int print_config = 0, nflags;
+    int print_config = 0, nflags, parent_pid = 0;
     const ps_flag own[] = {
         {"cluster", PS_FLAG_STRING, &cluster, "FILE",
          "cluster file (INI) shared by the job's servers and workers; see docs/deploy.md", 0, 0,
@@ -158,6 +161,9 @@ int main(int argc, char **argv)
         {"report-fd", PS_FLAG_INT, &o.report_fd, "FD",
          "write JSON progress lines to this descriptor (used by shardps-cluster)", -1, 1 << 20,
          NULL, NULL, NULL},
+        {"parent-pid", PS_FLAG_INT, &parent_pid, "PID",
+         "exit when process PID, its parent, does (set by shardps-cluster)", 0, 2147483647, NULL,
+         NULL, NULL},
         {"report-steps", PS_FLAG_STRING, &o.report_steps, "N,N,...",
          "with --report-fd: also report each of these steps the moment it is done (the "
          "launcher's fault drills)",
@@ -190,10 +196,15 @@ int main(int argc, char **argv)
     ctx.summary = "Trains a model (a model file, or --hidden's MLP) on its shard of the data "
                   "against parameter servers.";
     ctx.section = "worker";
-    ctx.per_process = "rank|report-fd|report-steps";
+    ctx.per_process = "rank|report-fd|report-steps|parent-pid";
     rc = ps_flags_load(&ctx, argc, argv);
     if (rc != 0)
         return rc > 0 ? 0 : 2;
+    if (parent_pid > 0 && ps_parent_watch(parent_pid) < 0) {
+        fprintf(stderr, "%s: --parent-pid %d: the parent is gone or cannot be watched; exiting\n",
+                ctx.prog, parent_pid);
+        return 1;
+    }
     if (print_config) {
         ps_flags_print_config(&ctx, stdout);
         return 0;
@@ -228,7 +239,9 @@ int main(int argc, char **argv)
     }
     rc = ps_server_list_parse(&sl, jo.servers, PS_MAX_SERVERS, 0, err, sizeof(err));
     if (rc < 0) {
-        fprintf(stderr, "shardps-worker: --servers '%s': %s\n", jo.servers, err);
+        char from[PATH_MAX + 64];
+        fprintf(stderr, "shardps-worker: servers '%s' (from %s): %s\n", jo.servers,
+                ps_flags_describe_origin(&ctx, "servers", from, sizeof(from)), err);
         return rc == -ENOMEM ? 1 : 2;
     }
     snprintf(role, sizeof(role), "worker %d", o.rank);

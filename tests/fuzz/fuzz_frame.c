@@ -124,15 +124,16 @@ static const uint8_t *ff_gather(ff_placer *pl, size_t len)
  * block-wise scan must agree with. */
 static int ff_nonfinite(const Shardps__Header *h, const uint8_t *p, size_t len)
 {
-    size_t e = h->dtype == SHARDPS__DTYPE__DTYPE_F32   ? 4
-               : h->dtype == SHARDPS__DTYPE__DTYPE_F16 ? 2
-                                                       : 0;
+    int bf16 = h->dtype == SHARDPS__DTYPE__DTYPE_BF16;
+    size_t e = h->dtype == SHARDPS__DTYPE__DTYPE_F32           ? 4
+               : h->dtype == SHARDPS__DTYPE__DTYPE_F16 || bf16 ? 2
+                                                               : 0;
 
     for (size_t i = 0; e > 0 && i + e <= len; i += e) {
         uint32_t v = e == 4 ? (uint32_t)p[i] | (uint32_t)p[i + 1] << 8 | (uint32_t)p[i + 2] << 16 |
                                   (uint32_t)p[i + 3] << 24
                             : (uint32_t)p[i] | (uint32_t)p[i + 1] << 8;
-        uint32_t exp = e == 4 ? 0x7f800000u : 0x7c00u;
+        uint32_t exp = e == 4 ? 0x7f800000u : bf16 ? 0x7f80u : 0x7c00u;
         if ((v & exp) == exp)
             return 1;
     }

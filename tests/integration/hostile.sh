@@ -4,7 +4,7 @@
 # the worker has joined, ps-hostile-client holds a connection that never says
 # anything and runs every other scenario as rank 1: random bytes, truncated
 # and oversized frames, a wrong version, model and rank, requests before the
-# handshake and after it with bad keys, sizes (float32 and float16) and
+# handshake and after it with bad keys, sizes (float32, float16, bfloat16) and
 # dtypes, a PULL at clock 2^64-1, a PUSH header announcing 32 MiB for one
 # chunk, a HEARTBEAT with a payload (issue 18), and a reader that floods pulls
 # without reading (the server must stop reading it before its RSS grows past

@@ -20,6 +20,19 @@ json_field() {
     printf '%s' "$1" | sed -n "s/.*\"$2\":\([-0-9.enull]*\).*/\1/p"
 }
 
+# wait_for_line FILE REGEX SECONDS: returns once a line of FILE (a log still
+# being written) matches REGEX, or fails after SECONDS. tail -f wakes on each
+# write, so this follows the event rather than polling on a delay.
+wait_for_line() {
+    timeout "$3" grep -q -m1 -E "$2" <(tail -n +1 -f --pid=$$ "$1" 2>/dev/null)
+}
+
+# wait_gone PID SECONDS: returns once process PID (not necessarily ours, so
+# wait(1) cannot be used) has exited, or fails after SECONDS.
+wait_gone() {
+    timeout "$2" tail --pid="$1" -f /dev/null
+}
+
 # at_least A B: succeeds when the number A >= B.
 at_least() {
     awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 >= b + 0) }'

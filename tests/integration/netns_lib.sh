@@ -77,4 +77,3 @@ ns_run() {
     NS_LAST=$!
     NS_PIDS+=("$NS_LAST")
 }
-

@@ -11,7 +11,7 @@ opts=(--servers 1 --workers 2 --batch 32 --mode sync --progress-every 5)
 "$CLUSTER" "${opts[@]}" --steps 30 --checkpoint-dir "$TMP/ck" --restore \
     >"$TMP/out" 2>"$TMP/err" || { cat "$TMP/err" >&2; fail "resumed run failed"; }
 grep -q "restored clock 20 from" "$TMP/err" || fail "the resumed run did not restore clock 20"
-rates=$(sed -n 's/.*  \([0-9.e+]*\) samples\/s$/\1/p' "$TMP/out")
+rates=$(sed -n 's/.*  \([0-9.e+]*\) samples\/s  ETA .*/\1/p' "$TMP/out")
 [ -n "$rates" ] || { cat "$TMP/out" >&2; fail "no progress line after the restore"; }
 for r in $rates; do
     # Two workers of batch 32 on this machine: far below a billion samples/s.

@@ -535,8 +535,8 @@ static int sc_short_push(hc_ctx *ctx, hc_conn *c)
     return sized_push(ctx, c, SHARDPS__DTYPE__DTYPE_F32, sizeof(float), sizeof(float), "payload");
 }
 
-/* --compress fp16 pushes: one half short, and halves announced but floats
- * sent (the size a confused worker would send). */
+/* --compress fp16 and bf16 pushes: one value short, and 2-byte values
+ * announced but floats sent (the size a confused worker would send). */
 static int sc_short_f16_push(hc_ctx *ctx, hc_conn *c)
 {
     return sized_push(ctx, c, SHARDPS__DTYPE__DTYPE_F16, sizeof(uint16_t), sizeof(uint16_t),
@@ -546,6 +546,18 @@ static int sc_short_f16_push(hc_ctx *ctx, hc_conn *c)
 static int sc_f16_as_f32(hc_ctx *ctx, hc_conn *c)
 {
     return sized_push(ctx, c, SHARDPS__DTYPE__DTYPE_F16, sizeof(float), 0, "float16 push payload");
+}
+
+static int sc_short_bf16_push(hc_ctx *ctx, hc_conn *c)
+{
+    return sized_push(ctx, c, SHARDPS__DTYPE__DTYPE_BF16, sizeof(uint16_t), sizeof(uint16_t),
+                      "bfloat16 push payload");
+}
+
+static int sc_bf16_as_f32(hc_ctx *ctx, hc_conn *c)
+{
+    return sized_push(ctx, c, SHARDPS__DTYPE__DTYPE_BF16, sizeof(float), 0,
+                      "bfloat16 push payload");
 }
 
 static int sc_bad_dtype(hc_ctx *ctx, hc_conn *c)
@@ -873,6 +885,8 @@ static const hc_scenario hc_scenarios[] = {
     {"short-push", "a PUSH one float short", sc_short_push, 1},
     {"short-f16-push", "a float16 PUSH one half short", sc_short_f16_push, 1},
     {"f16-as-f32", "a float16 PUSH carrying a float32-sized payload", sc_f16_as_f32, 1},
+    {"short-bf16-push", "a bfloat16 PUSH one value short", sc_short_bf16_push, 1},
+    {"bf16-as-f32", "a bfloat16 PUSH carrying a float32-sized payload", sc_bf16_as_f32, 1},
     {"bad-dtype", "a PUSH of an unknown dtype", sc_bad_dtype, 1},
     {"pull-far", "a PULL at clock 2^64-1", sc_pull_far, 1},
     {"push-announced", "a PUSH header announcing 32 MiB for one chunk", sc_push_announced, 1},
@@ -1002,6 +1016,7 @@ static int parse_options(const hc_opt *opts, int n, int argc, char **argv)
 int main(int argc, char **argv)
 {
     const char *server = NULL, *hidden = "256,128";
+    char addr_err[256];
     double input = 784, classes = 10, seed = 1, num_servers = 1, server_index = 0, workers = 1;
     double rank = 0, chunk_bytes = PS_DEFAULT_CHUNK_BYTES, timeout = 10, stall_ms = 1000;
     double server_pid = 0, max_growth = 400, report_only = 0, silent_wait = 60;
@@ -1052,7 +1067,8 @@ int main(int argc, char **argv)
     if (nh >= 0)
         sizes[nh + 1] = (int)classes;
     if (nh < 0 || ps_model_spec_init_mlp(&ctx.spec, sizes, nh + 2, (uint64_t)seed) < 0 ||
-        ps_parse_hostport(server, &ctx.addr, 0) < 0 || load_keys(&ctx) < 0) {
+        ps_parse_hostport(server, &ctx.addr, 0, addr_err, sizeof(addr_err)) < 0 ||
+        load_keys(&ctx) < 0) {
         fprintf(stderr, "ps-hostile-client: bad --server, model or partition options\n");
         free(ctx.keys);
         return 2;

@@ -243,10 +243,20 @@ Test(validate, only_a_push_carries_a_payload_of_exactly_its_keys)
     cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_F16, 40, 40,
                                      why, sizeof(why)),
                  -PS_EPROTO);
+    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_BF16, 40, 20,
+                                     why, sizeof(why)),
+                 0);
+    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_BF16, 40, 40,
+                                     why, sizeof(why)),
+                 -PS_EPROTO);
+    cr_assert(strstr(why, "bfloat16 push payload is 40 bytes") != NULL, "%s", why);
     cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_UNKNOWN, 40, 40,
                                      why, sizeof(why)),
                  -PS_EPROTO);
     cr_assert(strstr(why, "dtype") != NULL);
+    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_BF16 + 1, 40,
+                                     20, why, sizeof(why)),
+                 -PS_EPROTO);
 }
 
 Test(validate, grad_norm)

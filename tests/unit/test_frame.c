@@ -943,16 +943,22 @@ static int decode_scanned(const uint8_t *stream, size_t len, size_t step, int sc
 
 /* The scan must see a bad value wherever it sits: first, last, or cut in
  * two by a read or a piece boundary (odd step sizes, pieces at len/3), in
- * float32 and float16, and must not report one that is not there. Values
- * whose exponent is all ones only in the other half of a float32 (the bytes
- * 0x7f80 in its low 16 bits) must not count: the scan reads whole values. */
+ * float32, float16 and bfloat16, and must not report one that is not there.
+ * Values whose exponent is all ones only in the other half of a float32 (the
+ * bytes 0x7f80 in its low 16 bits) must not count: the scan reads whole
+ * values. The bfloat16 values are finite but have float16's exponent bits all
+ * set (0x7c12, 0xff7f: about 3e36 and the most negative bfloat16), so a scan
+ * that picked its rule by value size, not dtype, fails here; float16's Inf
+ * and NaN lack bfloat16's exponent bits, so the opposite mistake fails too. */
 Test(frame, nonfinite_scan_finds_inf_and_nan_at_every_position, .timeout = 60)
 {
     const size_t n_vals = 3001, steps[] = {SIZE_MAX, 1, 3, 7, 4096};
     const size_t where[] = {0, 1, 1000, 1500, 3000};
-    const Shardps__DType types[] = {SHARDPS__DTYPE__DTYPE_F32, SHARDPS__DTYPE__DTYPE_F16};
+    const Shardps__DType types[] = {SHARDPS__DTYPE__DTYPE_F32, SHARDPS__DTYPE__DTYPE_F16,
+                                    SHARDPS__DTYPE__DTYPE_BF16};
 
-    for (int t = 0; t < 2; t++) {
+    for (int t = 0; t < 3; t++) {
+        int bf16 = types[t] == SHARDPS__DTYPE__DTYPE_BF16;
         size_t elem = types[t] == SHARDPS__DTYPE__DTYPE_F32 ? 4 : 2;
         size_t bytes = n_vals * elem;
         uint8_t *clean = malloc(bytes), *bad = malloc(bytes), *dest = malloc(bytes);
@@ -961,7 +967,7 @@ Test(frame, nonfinite_scan_finds_inf_and_nan_at_every_position, .timeout = 60)
             /* finite values: 1.0 (0x3f800000) and 1.0 half (0x3c00), with
              * 0x7f80 in the low bytes of every float32 */
             uint32_t w = 0x3f807f80u;
-            uint16_t h = 0x3c00u;
+            uint16_t h = bf16 ? (i % 2 ? 0xff7fu : 0x7c12u) : 0x3c00u;
             if (elem == 4)
                 memcpy(clean + 4 * i, &w, 4);
             else
@@ -988,7 +994,7 @@ Test(frame, nonfinite_scan_finds_inf_and_nan_at_every_position, .timeout = 60)
             uint8_t *stream = NULL;
             size_t len = 0;
             uint32_t nan32 = 0x7fc00001u, inf32 = 0xff800000u;
-            uint16_t nan16 = 0x7e00u, inf16 = 0xfc00u;
+            uint16_t nan16 = bf16 ? 0x7fc1u : 0x7e00u, inf16 = bf16 ? 0xff80u : 0xfc00u;
 
             memcpy(bad, clean, bytes);
             if (elem == 4)

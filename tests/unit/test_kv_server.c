@@ -15,6 +15,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -489,6 +490,27 @@ Test(kv_server, worker_of_another_world_is_refused, .timeout = 30)
  * applied, the model stays finite, the worker is told chunks were dropped,
  * the step still completes (nobody waits for a usable push that will never
  * come), and the next good push is applied as usual. */
+/* A 16-bit push encoding: the conversions the worker uses and their plain
+ * references (the tests' independent account of what the server sees). */
+typedef struct {
+    const char *name;
+    void (*narrow)(uint16_t *, const float *, size_t);
+    void (*widen)(float *, const uint16_t *, size_t);
+    void (*narrow_ref)(uint16_t *, const float *, size_t);
+    void (*widen_ref)(float *, const uint16_t *, size_t);
+} narrowing;
+
+static const narrowing *narrowing_of(ps_compress compress)
+{
+    static const narrowing fp16 = {"fp16", ps_f32_to_f16, ps_f16_to_f32, ps_f32_to_f16_ref,
+                                   ps_f16_to_f32_ref};
+    static const narrowing bf16 = {"bf16", ps_f32_to_bf16, ps_bf16_to_f32, ps_f32_to_bf16_ref,
+                                   ps_bf16_to_f32_ref};
+
+    cr_assert(compress == PS_COMPRESS_FP16 || compress == PS_COMPRESS_BF16);
+    return compress == PS_COMPRESS_FP16 ? &fp16 : &bf16;
+}
+
 static void check_nonfinite_rejected(ps_compress compress, float bad0, float bad1)
 {
     ps_kv_client *c = worker_connect_as(0, compress);
@@ -512,12 +534,13 @@ static void check_nonfinite_rejected(ps_compress compress, float bad0, float bad
         const ps_chunk *ch = ps_partition_chunk(part, k);
         float gc[CHUNK_BYTES / sizeof(float)];
         int finite = 1;
-        /* What the server sees: the gradient, or its rounding to half. */
+        /* What the server sees: the gradient, or its rounding to 16 bits. */
         memcpy(gc, g.t[ch->tensor_id] + ch->offset, ch->numel * sizeof(float));
-        if (compress == PS_COMPRESS_FP16) {
+        if (compress != PS_COMPRESS_NONE) {
             uint16_t h[CHUNK_BYTES / sizeof(float)];
-            ps_f32_to_f16(h, gc, ch->numel);
-            ps_f16_to_f32(gc, h, ch->numel);
+            const narrowing *nw = narrowing_of(compress);
+            nw->narrow(h, gc, ch->numel);
+            nw->widen(gc, h, ch->numel);
         }
         for (size_t j = 0; j < ch->numel; j++)
             finite &= isfinite(gc[j]) != 0;
@@ -558,15 +581,25 @@ Test(kv_server, nonfinite_fp16_push_is_rejected_and_the_model_stays_finite, .tim
     check_nonfinite_rejected(PS_COMPRESS_FP16, 1e5f, NAN);
 }
 
-/* --compress fp16: the server applies the gradient the worker rounded to
- * half, exactly (SGD on w - LR * g16), and the worker counts half the bytes
- * of a float32 push. The gradient's values are not halves: rounding moves a
- * weight by up to LR * |g| * 2^-11, and the test makes sure that is over
- * ten times TOL for some weights, so a worker that rounded another way (or
- * a server that widened wrongly) fails here. */
-Test(kv_server, fp16_push_applies_the_rounded_gradient, .timeout = 30)
+/* In bfloat16 1e5 is finite, but FLT_MAX rounds up to Inf (its dropped bits
+ * are over half a step), and the server's scan must know bfloat16's
+ * exponent field to see it and the NaN. */
+Test(kv_server, nonfinite_bf16_push_is_rejected_and_the_model_stays_finite, .timeout = 30)
 {
-    ps_kv_client *c = worker_connect_as(0, PS_COMPRESS_FP16);
+    check_nonfinite_rejected(PS_COMPRESS_BF16, FLT_MAX, NAN);
+}
+
+/* --compress fp16 or bf16: the server applies the gradient the worker
+ * rounded to 16 bits, exactly (SGD on w - LR * g16), and the worker counts
+ * half the bytes of a float32 push. The gradient's values are not 16-bit
+ * ones: rounding moves a weight by up to LR * |g| * 2^-11 (2^-8 in
+ * bfloat16), and the test makes sure that is over ten times TOL for some
+ * weights, so a worker that rounded another way (or a server that widened
+ * wrongly) fails here. */
+static void check_rounded_push(ps_compress compress)
+{
+    const narrowing *nw = narrowing_of(compress);
+    ps_kv_client *c = worker_connect_as(0, compress);
     ps_kv_client_stats st;
     model_bufs w, g, want, exact;
     size_t numel = 0;
@@ -588,8 +621,8 @@ Test(kv_server, fp16_push_applies_the_rounded_gradient, .timeout = 30)
             cr_assert(h && rounded);
             for (size_t j = 0; j < n; j++)
                 g.t[i][j] = g.t[i][j] / 3.0f + 1e-3f * (float)j;
-            ps_f32_to_f16_ref(h, g.t[i], n);
-            ps_f16_to_f32_ref(rounded, h, n);
+            nw->narrow_ref(h, g.t[i], n);
+            nw->widen_ref(rounded, h, n);
             for (size_t j = 0; j < n; j++) {
                 want.t[i][j] = w.t[i][j] - LR * rounded[j];
                 exact.t[i][j] = w.t[i][j] - LR * g.t[i][j];
@@ -598,11 +631,11 @@ Test(kv_server, fp16_push_applies_the_rounded_gradient, .timeout = 30)
             free(h);
             free(rounded);
         }
-        cr_assert_gt(differs, 0, "the gradient is too round to tell fp16 from fp32");
+        cr_assert_gt(differs, 0, "the gradient is too round to tell %s from fp32", nw->name);
         cr_assert_eq(ps_kv_client_push(c, (const float *const *)g.t), 0);
         cr_assert_eq(ps_kv_client_pull(c, (uint64_t)step + 1, w.t), 0);
         cr_assert_eq(ps_kv_client_wait(c), 0);
-        check_weights(&w, &want, step ? "after fp16 step 1" : "after fp16 step 0");
+        check_weights(&w, &want, step ? "after step 1" : "after step 0");
     }
     cr_assert_eq(ps__dropped(c), 0);
     for (int i = 0; i < fx.spec.n_tensors; i++)
@@ -616,4 +649,14 @@ Test(kv_server, fp16_push_applies_the_rounded_gradient, .timeout = 30)
     bufs_free(&g);
     bufs_free(&want);
     bufs_free(&exact);
+}
+
+Test(kv_server, fp16_push_applies_the_rounded_gradient, .timeout = 30)
+{
+    check_rounded_push(PS_COMPRESS_FP16);
+}
+
+Test(kv_server, bf16_push_applies_the_rounded_gradient, .timeout = 30)
+{
+    check_rounded_push(PS_COMPRESS_BF16);
 }

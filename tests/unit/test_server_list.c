@@ -49,6 +49,22 @@ Test(server_list, says_what_is_wrong)
     refused("a:-5", 8, "is not a number");
     refused("a:7000x", 8, "is not a number");
     refused("a:1,b:2,c:3", 2, "3 entries, more than the 2 allowed");
+    /* How people write lists in INI files: refused where it is read. */
+    refused("a:1 b:2", 8, "entry 0 'a:1 b:2' contains a space; separate addresses with commas");
+}
+
+/* One address (--listen, a metrics endpoint) gets the same checks, without
+ * an entry number. */
+Test(server_list, one_address)
+{
+    char err[256];
+
+    cr_assert_eq(ps_hostport_check("[::1]:0", 1, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(ps_hostport_check("127.0.0.1", 0, err, sizeof(err)), -EINVAL);
+    cr_assert_str_eq(err, "address '127.0.0.1' has no port (HOST:PORT, e.g. 10.0.0.1:7000)");
+    cr_assert_eq(ps_hostport_check("h:99999", 0, err, sizeof(err)), -EINVAL);
+    cr_assert_str_eq(err, "address 'h:99999': port 99999 is out of range 1..65535");
+    cr_assert_eq(ps_hostport_check("h:0", 0, err, sizeof(err)), -EINVAL);
 }
 
 Test(server_list, port_zero_only_where_allowed)

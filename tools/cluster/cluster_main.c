@@ -4,7 +4,10 @@
  * port on a pipe, so nothing polls), then W workers pointed at them; turns the
  * workers' reports (report.h) into one progress line per interval and a
  * summary, carries out the fault drills (drills.h), and stops everything on
- * exit, on Ctrl-C, or as soon as any process fails. */
+ * exit, on Ctrl-C, or as soon as any process fails. The children's stdout
+ * and stderr come through pipes and go out, with the launcher's own log and
+ * progress, through one writer (console.h), so nothing breaks the progress
+ * line. The children die with the launcher (--parent-pid, parent_watch.h). */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -20,9 +23,11 @@
 
 #include "child_env.h"
 #include "clock.h"
+#include "console.h"
 #include "drills.h"
 #include "flags.h"
 #include "job_options.h"
+#include "model_spec.h"
 #include "ps_log.h"
 #include "report.h"
 
@@ -31,17 +36,28 @@
 typedef enum { PS__SERVER, PS__WORKER } ps__role;
 
 typedef struct ps__cluster ps__cluster;
+typedef struct ps__child ps__child;
+
+/* What comes out of a child, line by line: its stdout, its stderr, and the
+ * pipe at fd 3 (a server's port, a worker's reports). */
+enum { PS__OUT, PS__ERR, PS__REPORTS, PS__N_STREAMS };
 
 typedef struct {
+    ps__child *child;
+    int kind; /* PS__OUT, PS__ERR, PS__REPORTS */
+    uv_pipe_t pipe;
+    char buf[4096];
+    size_t len;
+} ps__stream;
+
+struct ps__child {
     ps__cluster *cl;
     ps__role role;
     int index;
     uv_process_t proc;
-    uv_pipe_t pipe;
-    int running, pipe_open;
+    ps__stream streams[PS__N_STREAMS];
+    int running;
     int killed_on_purpose;
-    char buf[4096];
-    size_t len;
     /* Latest figures reported by a worker. */
     double samples_per_second;
     uint64_t step;
@@ -49,7 +65,7 @@ typedef struct {
     double samples, seconds;
     double bytes_pushed;                  /* gradient payload bytes, from its "done" report */
     double staleness_mean, staleness_max; /* of its pushes, from its last report */
-} ps__child;
+};
 
 struct ps__cluster {
     uv_loop_t loop;
@@ -67,10 +83,10 @@ struct ps__cluster {
     double t_start;
     double last_accuracy;
     /* Observability: --metrics-dir (per-process JSON lines), --metrics-port
-     * (servers' /metrics), --eval-every; tty: stdout is a terminal, so
-     * progress is one line redrawn in place. */
+     * (servers' /metrics), --eval-every; con: everything shown (owned). */
     const char *metrics_dir;
-    int metrics_port, tty, progress_shown;
+    int metrics_port;
+    ps_console *con;
     int steps_per_epoch;
     double t_train; /* when worker 0 started training */
     uint64_t total_steps;
@@ -96,6 +112,7 @@ static void ps__shutdown(ps__cluster *cl)
             uv_process_kill(&cl->children[i].proc, SIGTERM);
     uv_close((uv_handle_t *)&cl->sigint, NULL);
     uv_close((uv_handle_t *)&cl->sigterm, NULL);
+    ps_console_close(cl->con);
     if (!uv_is_closing((uv_handle_t *)&cl->grace))
         uv_close((uv_handle_t *)&cl->grace, NULL);
 }
@@ -108,45 +125,51 @@ static void ps__fail(ps__cluster *cl, const char *why)
     ps__shutdown(cl);
 }
 
-/* On a terminal: one line redrawn in place with a bar through the current
- * epoch, throughput, staleness and the time left; elsewhere (logs, tests that
- * grep) one plain line per report. */
+/* The time left as "ETA 1:05" or "ETA 2:03:04"; "ETA --" before the first
+ * step says how fast the job goes. */
+static void ps__format_eta(const ps__cluster *cl, uint64_t step, char *buf, size_t len)
+{
+    double t = ps_clock_now() - cl->t_train;
+    long eta;
+
+    if (step == 0 || cl->total_steps <= step) {
+        snprintf(buf, len, "ETA %s", step == 0 ? "--" : "0:00");
+        return;
+    }
+    eta = (long)(t / (double)step * (double)(cl->total_steps - step));
+    if (eta >= 3600)
+        snprintf(buf, len, "ETA %ld:%02ld:%02ld", eta / 3600, eta / 60 % 60, eta % 60);
+    else
+        snprintf(buf, len, "ETA %ld:%02ld", eta / 60, eta % 60);
+}
+
+/* On a terminal: one line redrawn in place, the time left first, then the
+ * epoch, step, loss, a bar through the epoch, throughput and staleness, as
+ * many as fit; elsewhere (logs, tests that grep) one plain line per report. */
 static void ps__print_progress(ps__cluster *cl, const ps_report_progress *p)
 {
+    char eta[32], epoch[32], bar[24], step[48], loss[32], sps_text[40], stale[32], plain[160];
+    const char *fields[] = {eta, epoch, step, loss, bar, sps_text, stale};
+    int spe = cl->steps_per_epoch > 0 ? cl->steps_per_epoch : 1;
+    int fill = (int)(20 * (double)(p->step - (uint64_t)(p->epoch - 1) * (uint64_t)spe) / spe);
     double sps = 0;
-    int epoch = p->epoch;
-    uint64_t step = p->step;
 
     for (int r = 0; r < cl->job.workers; r++)
         sps += cl->children[cl->n_servers + r].samples_per_second;
-    if (!cl->tty) {
-        printf("epoch %d/%d  step %" PRIu64 "/%" PRIu64 "  loss %.4f  %.0f samples/s\n", epoch,
-               cl->job.epochs, step, cl->total_steps, p->loss, sps);
-    } else {
-        char bar[21];
-        int spe = cl->steps_per_epoch > 0 ? cl->steps_per_epoch : 1;
-        int fill = (int)(20 * (double)(step - (uint64_t)(epoch - 1) * (uint64_t)spe) / spe);
-        double t = ps_clock_now() - cl->t_train, eta = 0;
-        for (int i = 0; i < 20; i++)
-            bar[i] = i < fill ? '#' : '.';
-        bar[20] = '\0';
-        if (step > 0 && cl->total_steps > step)
-            eta = t / (double)step * (double)(cl->total_steps - step);
-        printf("\r\033[Kepoch %d/%d [%s] step %" PRIu64 "/%" PRIu64
-               "  loss %.4f  %.0f samples/s  staleness %.2f  ETA %d:%02d",
-               epoch, cl->job.epochs, bar, step, cl->total_steps, p->loss, sps, p->staleness_mean,
-               (int)eta / 60, (int)eta % 60);
-        cl->progress_shown = 1;
-    }
-    fflush(stdout);
-}
-
-/* Ends the redrawn progress line before anything else is printed. */
-static void ps__end_progress(ps__cluster *cl)
-{
-    if (cl->progress_shown)
-        printf("\r\033[K");
-    cl->progress_shown = 0;
+    ps__format_eta(cl, p->step, eta, sizeof(eta));
+    snprintf(epoch, sizeof(epoch), "epoch %d/%d", p->epoch, cl->job.epochs);
+    bar[0] = '[';
+    for (int i = 0; i < 20; i++)
+        bar[1 + i] = i < fill ? '#' : '.';
+    snprintf(bar + 21, sizeof(bar) - 21, "]");
+    snprintf(step, sizeof(step), "step %" PRIu64 "/%" PRIu64, p->step, cl->total_steps);
+    snprintf(loss, sizeof(loss), "loss %.4f", p->loss);
+    snprintf(sps_text, sizeof(sps_text), "%.0f samples/s", sps);
+    snprintf(stale, sizeof(stale), "staleness %.2f", p->staleness_mean);
+    snprintf(plain, sizeof(plain),
+             "epoch %d/%d  step %" PRIu64 "/%" PRIu64 "  loss %.4f  %.0f samples/s  %s", p->epoch,
+             cl->job.epochs, p->step, cl->total_steps, p->loss, sps, eta);
+    ps_console_progress(cl->con, fields, (int)(sizeof(fields) / sizeof(fields[0])), plain);
 }
 
 static int ps__running(void *arg, int is_server, int index)
@@ -220,14 +243,14 @@ static void ps__worker_line(ps__cluster *cl, ps__child *c, const char *line)
         break;
     case PS_REPORT_EVAL:
         cl->last_accuracy = r.u.eval.test_accuracy;
-        ps__end_progress(cl);
         if (r.u.eval.epoch_end)
-            printf("epoch %d done: test accuracy %.4f\n", r.u.eval.epoch, cl->last_accuracy);
+            ps_console_printf(cl->con, "epoch %d done: test accuracy %.4f", r.u.eval.epoch,
+                              cl->last_accuracy);
         else
             /* --steps stopped the run inside an epoch: say how far it got. */
-            printf("step %" PRIu64 " (epoch %d, %d%%): test accuracy %.4f\n", r.u.eval.step,
-                   r.u.eval.epoch, ps__epoch_percent(cl, r.u.eval.step), cl->last_accuracy);
-        fflush(stdout);
+            ps_console_printf(cl->con, "step %" PRIu64 " (epoch %d, %d%%): test accuracy %.4f",
+                              r.u.eval.step, r.u.eval.epoch, ps__epoch_percent(cl, r.u.eval.step),
+                              cl->last_accuracy);
         break;
     case PS_REPORT_DONE:
         c->done = 1;
@@ -261,36 +284,53 @@ static void ps__server_line(ps__cluster *cl, ps__child *c, const char *line)
 
 static void ps__on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
-    ps__child *c = h->data;
+    ps__stream *st = h->data;
 
     (void)suggested;
-    *buf = uv_buf_init(c->buf + c->len, (unsigned int)(sizeof(c->buf) - 1 - c->len));
+    *buf = uv_buf_init(st->buf + st->len, (unsigned int)(sizeof(st->buf) - 1 - st->len));
+}
+
+/* One whole line of a child's: its reports are acted on, its output shown. */
+static void ps__stream_line(ps__stream *st, char *line, size_t len)
+{
+    ps__child *c = st->child;
+
+    if (st->kind != PS__REPORTS)
+        ps_console_line(c->cl->con, st->kind == PS__OUT, line, len);
+    else if (c->role == PS__SERVER)
+        ps__server_line(c->cl, c, line);
+    else
+        ps__worker_line(c->cl, c, line);
 }
 
 static void ps__on_pipe_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
-    ps__child *c = s->data;
+    ps__stream *st = s->data;
     char *nl;
 
     (void)buf;
     if (nread < 0) {
-        c->pipe_open = 0;
+        /* A last line without its newline is still shown. */
+        if (st->len > 0 && st->kind != PS__REPORTS)
+            ps__stream_line(st, st->buf, st->len);
         uv_close((uv_handle_t *)s, NULL);
         return;
     }
-    c->len += (size_t)nread;
-    c->buf[c->len] = '\0';
-    while ((nl = strchr(c->buf, '\n')) != NULL) {
+    st->len += (size_t)nread;
+    st->buf[st->len] = '\0';
+    while ((nl = strchr(st->buf, '\n')) != NULL) {
         *nl = '\0';
-        if (c->role == PS__SERVER)
-            ps__server_line(c->cl, c, c->buf);
-        else
-            ps__worker_line(c->cl, c, c->buf);
-        c->len -= (size_t)(nl + 1 - c->buf);
-        memmove(c->buf, nl + 1, c->len + 1);
+        ps__stream_line(st, st->buf, (size_t)(nl - st->buf));
+        st->len -= (size_t)(nl + 1 - st->buf);
+        memmove(st->buf, nl + 1, st->len + 1);
     }
-    if (c->len == sizeof(c->buf) - 1)
-        c->len = 0; /* an overlong line: drop it rather than stall */
+    if (st->len == sizeof(st->buf) - 1) {
+        /* An overlong line: shown in pieces, or, as a report, dropped
+         * rather than stall. */
+        if (st->kind != PS__REPORTS)
+            ps__stream_line(st, st->buf, st->len);
+        st->len = 0;
+    }
 }
 
 static void ps__on_grace(uv_timer_t *t)
@@ -406,16 +446,17 @@ static int ps__spawn(ps__cluster *cl, ps__role role, int index, ps__child_args *
     }
     a->argv[0] = path;
     a->argv[a->n + 1] = NULL;
-    uv_pipe_init(&cl->loop, &c->pipe, 0);
-    c->pipe.data = c;
     c->proc.data = c;
     stdio[0].flags = UV_IGNORE;
-    stdio[1].flags = UV_INHERIT_FD;
-    stdio[1].data.fd = 1;
-    stdio[2].flags = UV_INHERIT_FD;
-    stdio[2].data.fd = 2;
-    stdio[3].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-    stdio[3].data.stream = (uv_stream_t *)&c->pipe;
+    for (int k = 0; k < PS__N_STREAMS; k++) {
+        ps__stream *st = &c->streams[k];
+        st->child = c;
+        st->kind = k;
+        uv_pipe_init(&cl->loop, &st->pipe, 0);
+        st->pipe.data = st;
+        stdio[1 + k].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+        stdio[1 + k].data.stream = (uv_stream_t *)&st->pipe;
+    }
     memset(&opt, 0, sizeof(opt));
     opt.file = path;
     opt.args = a->argv;
@@ -427,13 +468,14 @@ static int ps__spawn(ps__cluster *cl, ps__role role, int index, ps__child_args *
     if (rc < 0) {
         ps_error("cannot start %s (%s): %s", ps__child_name(c, name, sizeof(name)), path,
                  uv_strerror(rc));
-        uv_close((uv_handle_t *)&c->pipe, NULL);
+        for (int k = 0; k < PS__N_STREAMS; k++)
+            uv_close((uv_handle_t *)&c->streams[k].pipe, NULL);
         return rc;
     }
     cl->n_children++;
     c->running = 1;
-    c->pipe_open = 1;
-    uv_read_start((uv_stream_t *)&c->pipe, ps__on_alloc, ps__on_pipe_read);
+    for (int k = 0; k < PS__N_STREAMS; k++)
+        uv_read_start((uv_stream_t *)&c->streams[k].pipe, ps__on_alloc, ps__on_pipe_read);
     return 0;
 }
 
@@ -490,6 +532,7 @@ static void ps__spawn_server(ps__cluster *cl, int i, int restore)
     ps__opt(&a, "--server-index", "%d", i);
     ps__opt(&a, "--num-servers", "%d", cl->n_servers);
     ps__opt(&a, "--ready-fd", "%d", 3);
+    ps__opt(&a, "--parent-pid", "%ld", (long)getpid());
     if (cl->metrics_port >= 0)
         ps__opt(&a, "--metrics-port", "%d", cl->metrics_port ? cl->metrics_port + i : 0);
     if (cl->metrics_dir)
@@ -530,6 +573,7 @@ static void ps__start_workers(ps__cluster *cl)
         ps__opt(&a, "--rank", "%d", r);
         ps__opt(&a, "--threads", "%d", cl->threads);
         ps__opt(&a, "--report-fd", "%d", 3);
+        ps__opt(&a, "--parent-pid", "%ld", (long)getpid());
         if (cl->metrics_dir)
             ps__opt(&a, "--metrics-file", "%s/worker-%d.jsonl", cl->metrics_dir, r);
         if (r == 0 && cl->dump_weights)
@@ -590,9 +634,9 @@ static void ps__summary(const ps__cluster *cl, double wall)
             snprintf(acc, sizeof(acc), "%.6f", cl->last_accuracy);
         printf("{\"test_accuracy\":%s,\"wall_seconds\":%.3f,\"samples_per_second\":%.1f,"
                "\"mode\":\"%s\",\"servers\":%d,\"workers\":%d,\"bytes_pushed\":%.0f,"
-               "\"compress\":\"%s\"}\n",
+               "\"compress\":\"%s\",\"steps_per_epoch\":%d}\n",
                acc, wall, sps, cl->job.mode, cl->n_servers, cl->job.workers, pushed,
-               cl->job.compress);
+               cl->job.compress, cl->steps_per_epoch);
     }
     fflush(stdout);
 }
@@ -622,7 +666,7 @@ int main(int argc, char **argv)
      * the stack, and the context must outlive every use of the strings. */
     static ps_flag flags[96];
     static ps_flags_ctx ctx;
-    int print_config = 0, nflags;
+    int print_config = 0, check = 0, nflags;
     const ps_flag own[] = {
         {"servers", PS_FLAG_INT, &cl.n_servers, "S", "parameter servers to start", 1, 64, NULL,
          NULL, NULL},
@@ -654,6 +698,10 @@ int main(int argc, char **argv)
         {"print-config", PS_FLAG_BOOL, &print_config, NULL,
          "print the effective settings and where each came from, then exit", 0, 0, NULL, NULL,
          NULL},
+        {"check", PS_FLAG_BOOL, &check, NULL,
+         "check every option as a run would, start nothing, exit 0 if the job would start (2 "
+         "and the reason if not)",
+         0, 0, NULL, NULL, NULL},
     };
     int n_own = (int)(sizeof(own) / sizeof(own[0])), max = (int)(sizeof(flags) / sizeof(flags[0]));
     double wall;
@@ -722,10 +770,26 @@ int main(int argc, char **argv)
             return rc == -ENOMEM ? 1 : 2;
         }
     }
+    {
+        int sizes[PS_MAX_LAYERS + 1];
+        if (ps_model_spec_parse_sizes(cl.job.hidden, sizes, PS_MAX_LAYERS - 1) < 0) {
+            fprintf(stderr,
+                    "shardps-cluster: --hidden '%s' is not a list of positive sizes like "
+                    "256,128\n",
+                    cl.job.hidden);
+            rc = 2;
+            goto out;
+        }
+    }
     if (cl.bin_dir == NULL) {
         fprintf(stderr,
                 "shardps-cluster: cannot tell where the shardps binaries are; pass --bin-dir\n");
         rc = 2;
+        goto out;
+    }
+    if (check) {
+        printf("shardps-cluster: the options are valid\n");
+        rc = 0;
         goto out;
     }
     ncpu = (int)uv_available_parallelism();
@@ -748,7 +812,6 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    cl.tty = isatty(STDOUT_FILENO);
     ps_log_set_role("cluster");
     if (cl.job.verbose)
         ps_log_set_level(PS_LOG_DEBUG);
@@ -761,6 +824,12 @@ int main(int argc, char **argv)
         goto out;
     }
     uv_loop_init(&cl.loop);
+    if (ps_console_init(&cl.con, &cl.loop) < 0) {
+        fprintf(stderr, "shardps-cluster: out of memory\n");
+        rc = 1;
+        goto out;
+    }
+    ps_log_set_sink(ps_console_log_sink, cl.con);
     uv_signal_init(&cl.loop, &cl.sigint);
     uv_signal_init(&cl.loop, &cl.sigterm);
     uv_timer_init(&cl.loop, &cl.grace);
@@ -775,12 +844,14 @@ int main(int argc, char **argv)
     ps__start_servers(&cl);
     uv_run(&cl.loop, UV_RUN_DEFAULT);
     wall = ps_clock_now() - cl.t_start;
-    ps__end_progress(&cl);
+    ps_console_end_progress(cl.con);
     uv_loop_close(&cl.loop);
     rc = cl.interrupted ? 130 : cl.failed ? 1 : 0;
     if (rc == 0)
         ps__summary(&cl, wall);
 out:
+    ps_log_set_sink(NULL, NULL);
+    ps_console_free(cl.con);
     free(cl.child_env);
     ps_drills_free(cl.drills);
     return rc;

@@ -83,11 +83,9 @@ static int ps__http_get(const char *hostport, double timeout_s, char **body, cha
     socklen_t sl = sizeof(soerr);
 
     *body = NULL;
-    rc = ps_parse_hostport(hostport, &addr, 0);
-    if (rc < 0) {
-        snprintf(err, errlen, "not HOST:PORT");
+    rc = ps_parse_hostport(hostport, &addr, 0, err, errlen);
+    if (rc < 0)
         return rc;
-    }
     fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         goto fail_errno;
