@@ -13,6 +13,7 @@
 #include "kv_internal.h"
 #include "ps_error.h"
 #include "ps_log.h"
+#include "tensor_table.h"
 
 /* The job settings a worker sent (older workers send none) against ours. */
 static int ps__check_job_settings(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
@@ -92,6 +93,7 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
     Shardps__Welcome w = SHARDPS__WELCOME__INIT;
+    ps_tensor_table_wire table;
     ps_consistency_view v;
     int rc;
 
@@ -130,6 +132,8 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
     w.mode = (char *)s->cfg.mode;
     w.staleness = s->cfg.staleness;
     w.heartbeat_ms = s->cfg.heartbeat_timeout_ms / 4;
+    ps_tensor_table_to_wire(&s->table, &table);
+    w.table = &table.msg;
     h.welcome = &w;
     rc = ps_conn_send(p->conn, &h, NULL, 0, NULL, NULL);
     if (rc < 0) {

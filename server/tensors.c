@@ -3,7 +3,8 @@
  * adopting it builds everything sized by the model: the partition, the shard
  * with its initial values, the per-chunk clocks and the apply queue. Every
  * later HELLO must declare the same table, or it is refused with the first
- * difference named. */
+ * difference named, or declare none and join the job as it is (the WELCOME
+ * tells it the tensors). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -80,9 +81,19 @@ int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
 {
     ps_model_spec spec;
     char why[256];
-    int rc =
-        ps_tensor_table_from_wire(hello->table, s->cfg.max_model_bytes, &spec, why, sizeof(why));
+    int rc;
 
+    /* No table: the client joins the job as declared (and learns the
+     * tensors from the WELCOME), which needs a table to join. */
+    if (hello->table == NULL || hello->table->n_tensors == 0) {
+        if (s->has_table)
+            return 0;
+        ps__peer_fail(p, -PS_EPROTO,
+                      "no tensor table: this server holds none yet, so the first worker must "
+                      "declare the tensors");
+        return -1;
+    }
+    rc = ps_tensor_table_from_wire(hello->table, s->cfg.max_model_bytes, &spec, why, sizeof(why));
     if (rc < 0) {
         ps__peer_fail(p, rc == -E2BIG ? -PS_ETOOBIG : -PS_EPROTO, "tensor table refused: %s", why);
         return -1;

@@ -37,10 +37,3 @@ wait_gone() {
 at_least() {
     awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 >= b + 0) }'
 }
-
-# wait_for_line FILE REGEX SECONDS: returns once a line of FILE (a log still
-# being written) matches REGEX, or fails after SECONDS. tail -f wakes on each
-# write, so this follows the event rather than polling on a delay.
-wait_for_line() {
-    timeout "$3" grep -q -m1 -E "$2" <(tail -n +1 -f --pid=$$ "$1" 2>/dev/null)
-}

@@ -4,13 +4,15 @@
  * table over --max-model-bytes, a malformed one, or one sent with a HELLO
  * that fails another check. Raw peers over loopback against the server in a
  * thread (kv_fixture); the WELCOME or REJECT each gets is the evidence, and
- * the stats the server ended with. */
+ * the stats the server ended with. A HELLO that declares nothing joins the
+ * job as declared, and its WELCOME carries the tensors. */
 #include <criterion/criterion.h>
 
 #include <string.h>
 
 #include "kv_fixture.h"
 #include "ps_error.h"
+#include "tensor_table.h"
 
 static ps_frame_decoder *dec;
 
@@ -126,4 +128,31 @@ Test(kv_tensors, a_refused_hello_declares_nothing, .timeout = 30)
     close(w0);
     stop();
     cr_assert_eq(fx.stats.weight_bytes, small.total_numel * sizeof(float));
+}
+
+Test(kv_tensors, a_hello_without_a_table_joins_and_is_told_the_tensors, .timeout = 30)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+    ps_model_spec told;
+    ps_frame f;
+    char reason[512], why[256];
+    int w0 = -1, fd;
+
+    start(0);
+    cr_assert_eq(hello_as(&fx.spec, 0, 2, reason, &w0), SHARDPS__MSG_TYPE__WELCOME, "%s", reason);
+    fd = raw_connect();
+    make_hello_as(&h, &hello, &fx.spec, 1, 2);
+    hello.table = NULL;
+    raw_send_frame(fd, &h);
+    raw_read_frame(fd, dec, &f, "join without a table");
+    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__WELCOME, "%s", f.hdr->reason ? f.hdr->reason : "");
+    cr_assert_not_null(f.hdr->welcome->table);
+    cr_assert_eq(ps_tensor_table_from_wire(f.hdr->welcome->table, 0, &told, why, sizeof(why)), 0,
+                 "%s", why);
+    cr_assert_eq(ps_tensor_table_diff(&told, &fx.spec, "told", "declared", why, sizeof(why)), 0,
+                 "%s", why);
+    close(fd);
+    close(w0);
+    stop();
 }
