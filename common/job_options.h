@@ -44,8 +44,10 @@ typedef struct {
     int staleness;
     const char *auth_token_file;
     /* [model] */
+    const char *model;      /* worker and launcher: the model file (NULL: the MLP of --hidden) */
+    const char *save_model; /* worker rank 0: write the trained model here */
     const char *hidden;
-    int input, classes, seed;
+    int seed;
     double chunk_bytes;
     /* [optimizer] */
     const char *optimizer;

@@ -16,6 +16,7 @@
 #include "backend.h"
 #include "clock.h"
 #include "dataset.h"
+#include "model_file.h"
 #include "ps_error.h"
 #include "ps_log.h"
 #include "report.h"
@@ -24,6 +25,7 @@
 
 struct ps_trainer {
     ps_trainer_config cfg;
+    ps_model_spec spec; /* the tensor table cfg.desc resolves to on this data */
     ps_backend *be;
     shardps *ps; /* the job's client, include/shardps.h */
     ps_dataset train, test;
@@ -90,7 +92,7 @@ static int ps__evaluate(ps_trainer *t, uint64_t step, double *acc_out, int repor
 static int ps__dump_weights(ps_trainer *t)
 {
     const char *path = t->cfg.dump_weights;
-    const ps_model_spec *spec = &t->cfg.spec;
+    const ps_model_spec *spec = &t->spec;
     FILE *f = fopen(path, "wb");
     int rc = 0;
 
@@ -142,7 +144,7 @@ static uint64_t ps__weights_clock(const ps_trainer *t)
 /* Pulls the weights of clock into the backend and waits for them. */
 static int ps__pull(ps_trainer *t, uint64_t clock)
 {
-    int rc = shardps_pull(t->ps, clock, t->params, t->cfg.spec.n_tensors);
+    int rc = shardps_pull(t->ps, clock, t->params, t->spec.n_tensors);
 
     if (rc == 0)
         rc = shardps_wait(t->ps);
@@ -166,17 +168,34 @@ static void ps__clip_tensor(float *g, size_t n, float max_norm)
     }
 }
 
+static int ps__save_model(ps_trainer *t)
+{
+    const float *tensors[PS_MAX_TENSORS];
+    char err[512];
+    int rc;
+
+    for (int i = 0; i < t->spec.n_tensors; i++)
+        tensors[i] = ps_backend_params(t->be, i);
+    rc = ps_model_file_write(t->cfg.save_model, &t->cfg.desc, &t->spec, tensors, err, sizeof(err));
+    if (rc < 0)
+        ps_error("cannot write --save-model: %s", err);
+    else
+        ps_info("saved the trained model to %s", t->cfg.save_model);
+    return rc;
+}
+
 /* Pushes each layer's gradients the moment backward has them, so they travel
- * while the layers below are computed (ps_backend_on_layer_grads). */
-static void ps__push_layer(void *arg, int layer)
+ * while the layers below are computed (ps_backend_on_layer_grads); the last
+ * tensor first, as the servers have always seen them. */
+static void ps__push_layer(void *arg, int first, int count)
 {
     ps_trainer *t = arg;
 
-    for (int i = 2 * layer + 1; i >= 2 * layer && t->push_rc == 0; i--) {
+    for (int i = first + count - 1; i >= first && t->push_rc == 0; i--) {
         float *g = ps_backend_grads(t->be, i);
         if (t->cfg.clip_norm > 0)
-            ps__clip_tensor(g, t->cfg.spec.tensors[i].numel, (float)t->cfg.clip_norm);
-        t->push_rc = shardps_push(t->ps, i, g, t->cfg.spec.tensors[i].numel);
+            ps__clip_tensor(g, t->spec.tensors[i].numel, (float)t->cfg.clip_norm);
+        t->push_rc = shardps_push(t->ps, i, g, t->spec.tensors[i].numel);
     }
     if (t->push_rc == 0)
         t->push_rc = shardps_progress(t->ps);
@@ -228,6 +247,9 @@ static int ps__load_test_set(ps_trainer *t, int features)
     return 0;
 }
 
+/* Loads both splits (the class count is the larger of theirs, the same on
+ * every worker whether it evaluates or not) and resolves the model against
+ * the data's sample shape and class count. */
 static int ps__load_data(ps_trainer *t)
 {
     const ps_trainer_config *o = &t->cfg;
@@ -235,30 +257,18 @@ static int ps__load_data(ps_trainer *t)
     int features, rc;
 
     rc = ps_dataset_load_dir(&t->train, o->data_dir, 1, err, sizeof(err));
-    if (rc == 0 && o->eval)
+    if (rc == 0)
         rc = ps_dataset_load_dir(&t->test, o->data_dir, 0, err, sizeof(err));
+    if (rc == 0)
+        rc = ps_dataset_match(&t->train, &t->test, err, sizeof(err));
+    if (rc == 0)
+        rc = ps_model_desc_resolve(&t->cfg.desc, &t->train.shape, t->train.classes,
+                                   (uint64_t)o->seed, &t->spec, err, sizeof(err));
     if (rc < 0) {
         ps_error("%s", err);
         return rc;
     }
-    if (o->eval && ps_dataset_match(&t->train, &t->test, err, sizeof(err)) < 0) {
-        ps_error("%s", err);
-        return -PS_EFORMAT;
-    }
     features = t->train.features;
-    if (features != o->spec.sizes[0] || t->train.classes > o->spec.sizes[o->spec.n_layers]) {
-        ps_error("the data has %d features per sample and %d classes but the model's input is %d "
-                 "and it has %d outputs",
-                 features, t->train.classes, o->spec.sizes[0], o->spec.sizes[o->spec.n_layers]);
-        return -PS_EMISMATCH;
-    }
-    for (int i = 0; i < t->train.n; i++)
-        if (t->train.labels[i] >= o->spec.sizes[o->spec.n_layers]) {
-            ps_error("sample %d of the data has label %d but the model has %d classes "
-                     "(--classes)",
-                     i, t->train.labels[i], o->spec.sizes[o->spec.n_layers]);
-            return -PS_EMISMATCH;
-        }
     t->steps_per_epoch = t->train.n / (o->batch * o->workers);
     if (t->steps_per_epoch == 0) {
         ps_error("--batch %d x %d workers exceeds the %d training samples; use a smaller batch",
@@ -295,7 +305,7 @@ static int ps__setup_client(ps_trainer *t)
     int rc = shardps_new(&t->ps, o->servers, o->n_servers, o->rank, o->workers);
 
     if (rc == 0)
-        rc = ps__option(t, "seed", "%" PRIu64, o->spec.seed);
+        rc = ps__option(t, "seed", "%" PRIu64, t->spec.seed);
     if (rc == 0)
         rc = ps__option(t, "chunk-bytes", "%zu", o->chunk_bytes);
     if (rc == 0)
@@ -312,8 +322,8 @@ static int ps__setup_client(ps_trainer *t)
         rc = shardps_set_option(t->ps, "job-settings", o->job_settings);
     if (rc == 0 && o->auth_token_file)
         rc = shardps_set_option(t->ps, "auth-token-file", o->auth_token_file);
-    for (int i = 0; rc == 0 && i < o->spec.n_tensors; i++) {
-        const ps_tensor_spec *ts = &o->spec.tensors[i];
+    for (int i = 0; rc == 0 && i < t->spec.n_tensors; i++) {
+        const ps_tensor_spec *ts = &t->spec.tensors[i];
         int64_t shape[PS_MAX_DIMS];
         for (int d = 0; d < ts->ndim; d++)
             shape[d] = ts->shape[d];
@@ -342,24 +352,25 @@ int ps_trainer_init(ps_trainer **out, const ps_trainer_config *cfg)
     if (t == NULL)
         return -ENOMEM;
     t->cfg = *cfg;
-    /* The device first, so the first log line says what computes and a
-     * missing GPU fails before anything is loaded or connected. */
     memset(&bc, 0, sizeof(bc));
     rc = ps_backend_parse_device(cfg->device, &bc.device);
+    if (rc < 0)
+        goto fail;
+    /* The data first: the model's shape follows from it. */
+    rc = ps__load_data(t);
     if (rc < 0)
         goto fail;
     bc.max_batch = cfg->batch > 256 ? cfg->batch : 256;
     bc.tf32 = cfg->tf32;
     bc.threads = cfg->threads;
     bc.device_index = cfg->rank;
-    rc = ps_backend_init(&t->be, &t->cfg.spec, &bc);
+    /* Each worker its own dropout masks, repeatable from the job's seed. */
+    bc.dropout_seed = ((uint64_t)cfg->seed << 32) ^ ((uint64_t)cfg->rank * 0x9E3779B97F4A7C15ull);
+    rc = ps_backend_init(&t->be, &t->cfg.desc, &t->spec, &bc);
     if (rc < 0)
         goto fail;
     ps_info("compute on %s", ps_backend_describe(t->be));
-    rc = ps__load_data(t);
-    if (rc < 0)
-        goto fail;
-    for (int i = 0; i < cfg->spec.n_tensors; i++) {
+    for (int i = 0; i < t->spec.n_tensors; i++) {
         t->params[i] = ps_backend_params(t->be, i);
         t->grads[i] = ps_backend_grads(t->be, i);
     }
@@ -547,16 +558,16 @@ int ps_trainer_run(ps_trainer *t)
         ps_dataset_gather(&t->train, t->order + ps__first_sample(t, clock), o->batch, t->batch_x,
                           t->batch_y);
         t->push_rc = 0;
-        rc = ps_backend_train_step(t->be, t->batch_x, t->batch_y, o->batch, &loss, &correct);
+        rc = ps_backend_train_step(t->be, t->batch_x, t->batch_y, o->batch, clock, &loss, &correct);
         if (rc < 0)
             break;
         if (o->slow_ms > 0) {
-            for (int i = 0; o->clip_norm > 0 && i < o->spec.n_tensors; i++)
-                ps__clip_tensor(ps_backend_grads(t->be, i), o->spec.tensors[i].numel,
+            for (int i = 0; o->clip_norm > 0 && i < t->spec.n_tensors; i++)
+                ps__clip_tensor(ps_backend_grads(t->be, i), t->spec.tensors[i].numel,
                                 (float)o->clip_norm);
             ps__slow_down(o->slow_ms);
-            for (int i = o->spec.n_tensors - 1; i >= 0 && t->push_rc == 0; i--)
-                t->push_rc = shardps_push(t->ps, i, t->grads[i], o->spec.tensors[i].numel);
+            for (int i = t->spec.n_tensors - 1; i >= 0 && t->push_rc == 0; i--)
+                t->push_rc = shardps_push(t->ps, i, t->grads[i], t->spec.tensors[i].numel);
         }
         t_exchange = ps_clock_now();
         iv.loss_sum += loss;
@@ -591,6 +602,8 @@ int ps_trainer_run(ps_trainer *t)
     if (o->eval && (rc = ps__evaluate(t, t->total, &acc, 1)) < 0)
         return rc;
     if (o->dump_weights && (rc = ps__dump_weights(t)) < 0)
+        return rc;
+    if (o->save_model && o->rank == 0 && (rc = ps__save_model(t)) < 0)
         return rc;
     t->finished = 1;
     ps__done(t, &iv, t0, acc);

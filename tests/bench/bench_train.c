@@ -47,6 +47,7 @@
 #include "job_options.h"
 #include "flags.h"
 #include "kv_client.h"
+#include "model_desc.h"
 #include "model_spec.h"
 #include "partition.h"
 #include "ps_error.h"
@@ -86,6 +87,7 @@ static const ps__model ps__models[] = {
 /* One model's measurements, in seconds per step (samples_per_s aside). */
 typedef struct {
     const ps__model *model;
+    ps_model_desc desc; /* the MLP of --hidden, resolved */
     ps_model_spec spec;
     int steps, warmup;
     double step_s, compute_s, comm_s, wait_s, samples_per_s;
@@ -246,7 +248,7 @@ static int ps__compute_only(const ps__opts *o, ps__result *r, const ps_dataset *
     /* Sized as the worker sizes it, so the two run the same code. */
     bc.max_batch = o->batch > 256 ? o->batch : 256;
     bc.tf32 = o->tf32;
-    rc = ps_backend_init(&be, &r->spec, &bc);
+    rc = ps_backend_init(&be, &r->desc, &r->spec, &bc);
     if (rc < 0)
         goto out;
     rc = -ENOMEM;
@@ -261,7 +263,7 @@ static int ps__compute_only(const ps__opts *o, ps__result *r, const ps_dataset *
         if (i == r->warmup)
             t0 = ps_clock_now();
         ps_dataset_gather(ds, order + first, o->batch, x, y);
-        rc = ps_backend_train_step(be, x, y, o->batch, &loss, &correct);
+        rc = ps_backend_train_step(be, x, y, o->batch, 0, &loss, &correct);
     }
     r->compute_only_s = (ps_clock_now() - t0) / r->steps;
 out:
@@ -634,7 +636,8 @@ static int ps__parse_models(const char *text, int *out)
 static int ps__run_model(const ps__opts *o, const ps__model *m, const ps_dataset *ds,
                          const uint32_t *order, const char *dir, char *json, size_t len)
 {
-    int sizes[PS_MAX_LAYERS + 1], nh, rc;
+    int sizes[PS_MAX_LAYERS], nh, rc;
+    char err[256] = "";
     double busy0 = 0, busy1 = 0, own0 = ps_bench_own_cpu(), t0 = ps_clock_now();
     ps__result r;
 
@@ -644,10 +647,12 @@ static int ps__run_model(const ps__opts *o, const ps__model *m, const ps_dataset
     r.model = m;
     r.steps = o->steps > 0 ? o->steps : m->default_steps;
     r.warmup = ps__warmup_steps(r.steps);
-    nh = ps_model_spec_parse_sizes(m->hidden, sizes + 1, PS_MAX_LAYERS - 1);
-    sizes[0] = ds->features;
-    sizes[nh + 1] = 10;
-    rc = ps_model_spec_init_mlp(&r.spec, sizes, nh + 2, 1);
+    nh = ps_model_spec_parse_sizes(m->hidden, sizes, PS_MAX_LAYERS - 1);
+    rc = nh < 0 ? nh : ps_model_desc_mlp(&r.desc, sizes, nh, m->hidden, err, sizeof(err));
+    if (rc == 0)
+        rc = ps_model_desc_resolve(&r.desc, &ds->shape, 10, 1, &r.spec, err, sizeof(err));
+    if (rc < 0)
+        fprintf(stderr, "bench-train: %s\n", err);
     if (rc == 0)
         rc = ps__compute_only(o, &r, ds, order);
     if (rc == 0)
