@@ -11,7 +11,7 @@ EXPERIMENT ?= runs/experiment
 BENCH_ARGS ?=
 BENCH_TRAIN_ARGS ?=
 
-.PHONY: all deps build build-san build-tsan demo test bench experiment clean format
+.PHONY: all deps build build-san build-tsan demo test bench experiment clean format install
 
 all: build
 
@@ -21,6 +21,12 @@ deps:
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
+
+# libshardps (shared library, include/shardps.h, shardps.pc) and the programs
+# under PREFIX; the Python package stays in python/ (PYTHONPATH).
+PREFIX ?= /usr/local
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 build-san: deps
 	@cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DPS_SANITIZE=ON >/dev/null

@@ -385,6 +385,8 @@ static int ps__apply_entry(ps_flags_ctx *ctx, ps__entry *e, const ps__entry *ear
                               e->key, shared);
     }
     i = ps__find(ctx, e->key);
+    if (is_shared_section && shared == NULL && i < 0 && ps__in_list(ctx->others, e->key))
+        return 0; /* another program's key: it checks it */
     if (is_shared_section && shared == NULL) {
         ps__section_keys(ctx->flags, ctx->n, e->section, known, sizeof(known));
         if (i >= 0 && !ps__is_per_process(ctx, e->key))
@@ -709,7 +711,7 @@ void ps_flags_print_config(const ps_flags_ctx *ctx, FILE *out)
 int ps_flags_parse(const ps_flag *flags, int n, int argc, char **argv, const char *prog,
                    const char *summary)
 {
-    ps_flags_ctx ctx = {flags, n, prog, summary, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
+    ps_flags_ctx ctx = {.flags = flags, .n = n, .prog = prog, .summary = summary};
     int rc = ps_flags_load(&ctx, argc, argv);
 
     ps_flags_release(&ctx);

@@ -72,6 +72,10 @@ typedef struct {
     /* '|'-separated options that are never read from the cluster file
      * because they differ between the processes sharing it ("rank"). */
     const char *per_process;
+    /* '|'-separated keys of the shared sections that only other programs
+     * of the job take ("hidden" for a server): skipped, not refused, so one
+     * cluster file serves every program. */
+    const char *others;
 
     const char *file;       /* the cluster file read, or NULL */
     ps_flag_origin *origin; /* n entries */

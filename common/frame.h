@@ -15,7 +15,7 @@
 
 #include "shardps.pb-c.h"
 
-#define PS_PROTOCOL_VERSION    1
+#define PS_PROTOCOL_VERSION    2
 #define PS_MAX_HEADER_BYTES    (64u * 1024u)
 #define PS_DEFAULT_MAX_PAYLOAD ((size_t)1 << 30)
 #define PS_FRAME_PREFIX_BYTES  4

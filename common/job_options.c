@@ -44,13 +44,17 @@ static const ps__job_option ps__table[] = {
      "servers and workers prove to each other that they hold this shared secret", 0, 0, NULL, NULL,
      "cluster", 0, NULL, PS__S | PS__W | PS__L, 0},
     /* [model] */
-    {"hidden", PS_FLAG_STRING, PS__AT(hidden), "N,N,...", "hidden layer sizes of the MLP", 0, 0,
-     NULL, NULL, "model", 0, "256,128", PS__S | PS__W | PS__L, 1},
-    {"input", PS_FLAG_INT, PS__AT(input), "N", "input features (a worker checks its data has them)",
-     1, 1 << 20, NULL, NULL, "model", 784, NULL, PS__S | PS__W | PS__L, 1},
-    {"classes", PS_FLAG_INT, PS__AT(classes), "N",
-     "output classes (a worker checks its labels are below it)", 1, 1 << 20, NULL, NULL, "model",
-     10, NULL, PS__S | PS__W | PS__L, 1},
+    {"model", PS_FLAG_STRING, PS__AT(model), "FILE",
+     "the model file (docs/model.md, e.g. models/cnn.model); input shape and classes come from "
+     "the data; without it, the MLP of --hidden",
+     0, 0, NULL, NULL, "model", 0, NULL, PS__W | PS__L, 0},
+    {"save-model", PS_FLAG_STRING, PS__AT(save_model), "FILE",
+     "worker 0 writes the trained model here at the end (read by shardps-eval)", 0, 0, NULL, NULL,
+     "model", 0, NULL, PS__W | PS__L, 0},
+    {"hidden", PS_FLAG_STRING, PS__AT(hidden), "N,N,...",
+     "hidden layer sizes of the MLP (flatten, dense + ReLU each, dense classes); not used with "
+     "--model",
+     0, 0, NULL, NULL, "model", 0, "256,128", PS__W | PS__L, 0},
     {"seed", PS_FLAG_INT, PS__AT(seed), "N", "seed for the initial weights and the data order", 0,
      2147483647, NULL, NULL, "model", 1, NULL, PS__S | PS__W | PS__L, 1},
     {"chunk-bytes", PS_FLAG_DOUBLE, PS__AT(chunk_bytes), "BYTES",
@@ -173,6 +177,9 @@ static const ps__job_option ps__table[] = {
     {"max-payload", PS_FLAG_DOUBLE, PS__AT(max_payload), "BYTES", "largest frame payload accepted",
      1024, 1ull << 40, NULL, NULL, NULL, (double)PS_DEFAULT_MAX_PAYLOAD, NULL,
      PS__S | PS__W | PS__L, 0},
+    {"max-model-bytes", PS_FLAG_DOUBLE, PS__AT(max_model_bytes), "BYTES",
+     "a server refuses a declared tensor table of more float32 bytes in all", 4, 1ull << 50, NULL,
+     NULL, NULL, (double)(4ull << 30), NULL, PS__S | PS__L, 0},
     {"max-connections", PS_FLAG_INT, PS__AT(max_connections), "N",
      "a server keeps at most N connections open; more are refused and logged (0: 2 x --workers "
      "+ 16)",
@@ -233,6 +240,26 @@ int ps_job_options_flags(ps_job_options *o, unsigned program, ps_flag *out, int 
                              d->min,  d->max,  d->choices,       d->words,   d->section};
     }
     return n;
+}
+
+int ps_job_options_others(unsigned program, char *buf, size_t len)
+{
+    size_t used = 0;
+
+    if (len == 0)
+        return -ENOSPC;
+    buf[0] = '\0';
+    for (int i = 0; i < PS__N; i++) {
+        const ps__job_option *d = &ps__table[i];
+        int w;
+        if (d->section == NULL || (d->programs & program))
+            continue;
+        w = snprintf(buf + used, len - used, "%s%s", used ? "|" : "", d->name);
+        if (w < 0 || (size_t)w >= len - used)
+            return -ENOSPC;
+        used += (size_t)w;
+    }
+    return 0;
 }
 
 /* The value of d in o as text, the way the flag parser reads it back, a

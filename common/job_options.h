@@ -6,12 +6,14 @@
  * each child every job option the child takes by walking the same table
  * (ps_job_options_argv), so none can be dropped on the way.
  *
- * The options that every process of a job must agree on (model, seed,
+ * The options that every process of a job must agree on (seed,
  * chunking, mode, staleness, optimizer and schedule, worker and server
  * counts) also form the job's settings: a canonical "name=value" list
  * (ps_job_settings_format) that a worker sends in its HELLO and a server
  * compares with its own (ps_job_settings_diff), refusing a worker that
- * differs with every differing setting and both values named. */
+ * differs with every differing setting and both values named. The model is
+ * not among them: a server compares the tensor table itself (tensor_table.h),
+ * which every HELLO carries. */
 #ifndef PS_JOB_OPTIONS_H
 #define PS_JOB_OPTIONS_H
 
@@ -42,8 +44,10 @@ typedef struct {
     int staleness;
     const char *auth_token_file;
     /* [model] */
+    const char *model;      /* worker and launcher: the model file (NULL: the MLP of --hidden) */
+    const char *save_model; /* worker rank 0: write the trained model here */
     const char *hidden;
-    int input, classes, seed;
+    int seed;
     double chunk_bytes;
     /* [optimizer] */
     const char *optimizer;
@@ -64,7 +68,8 @@ typedef struct {
     int restore; /* 0, 1 (must restore) or PS_RESTORE_AUTO */
     double checkpoint_seconds, restore_clock;
     /* Deadlines and limits. */
-    double heartbeat_timeout, rejoin_timeout, connect_timeout, request_timeout, max_payload;
+    double heartbeat_timeout, rejoin_timeout, connect_timeout, request_timeout, max_payload,
+        max_model_bytes;
     int max_rejected_steps;
     int max_reconnects;
     /* Hostile peers (docs/reliability.md). */
@@ -80,6 +85,12 @@ void ps_job_options_defaults(ps_job_options *o);
  * into out, in table order, each pointing at its member of o (which must
  * outlive them). Returns how many, or -ENOSPC when max is too small. */
 int ps_job_options_flags(ps_job_options *o, unsigned program, ps_flag *out, int max);
+
+/* Writes the '|'-separated names of the job options that live in a shared
+ * cluster-file section but that program does not take (ps_flags_ctx's
+ * others), so it skips them in a file every program reads. Returns 0 or
+ * -ENOSPC. */
+int ps_job_options_others(unsigned program, char *buf, size_t len);
 
 /* Formats "--name" "value" pairs (a switch as "--name=1" or "--name=0") for
  * every job option that both from and to take, for the launcher to start a

@@ -245,6 +245,24 @@ int ps_model_desc_parse(ps_model_desc *desc, const char *text, const char *sourc
     return 0;
 }
 
+int ps_model_desc_mlp(ps_model_desc *desc, const int *hidden, int n_hidden, const char *source,
+                      char *err, size_t errlen)
+{
+    /* "dense out=1048576\nrelu\n" is 23 bytes; a larger size is refused by
+     * the parser all the same. */
+    char text[16 + PS_MAX_LAYERS * 32];
+    size_t len = (size_t)snprintf(text, sizeof(text), "flatten\n");
+
+    if (n_hidden < 0 || n_hidden > PS_MAX_LAYERS - 1)
+        return ps__fail(err, errlen, source, 0, "%d hidden layers (at most %d)", n_hidden,
+                        PS_MAX_LAYERS - 1);
+    for (int i = 0; i < n_hidden; i++)
+        len += (size_t)snprintf(text + len, sizeof(text) - len, "dense out=%d\nrelu\n",
+                                hidden[i] > 0 && hidden[i] <= PS__MAX_OUT ? hidden[i] : 0);
+    snprintf(text + len, sizeof(text) - len, "dense out=classes\n");
+    return ps_model_desc_parse(desc, text, source, err, errlen);
+}
+
 int ps_model_desc_load(ps_model_desc *desc, const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");

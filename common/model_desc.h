@@ -82,6 +82,13 @@ int ps_model_desc_parse(ps_model_desc *desc, const char *text, const char *sourc
  * messages. Also returns -errno when it cannot be read. */
 int ps_model_desc_load(ps_model_desc *desc, const char *path, char *err, size_t errlen);
 
+/* The MLP of hidden[0..n_hidden) as a description: flatten, then dense out=h
+ * and relu for each hidden size, then dense out=classes; "256,128" is
+ * models/mlp.model. source names it in messages. Returns 0, or -PS_EFORMAT
+ * with a message (a size out of range, too many layers). */
+int ps_model_desc_mlp(ps_model_desc *desc, const int *hidden, int n_hidden, const char *source,
+                      char *err, size_t errlen);
+
 /* Infers each layer's shapes from input (ndim 1 or 3, each dimension >= 1) and
  * classes (2..256, the most the data path's uint8 labels hold), and writes the
  * tensor table with the given seed into *table. Weights of every layer but the

@@ -8,7 +8,9 @@
 
 #include <stddef.h>
 
-typedef enum { PS_LOG_DEBUG, PS_LOG_INFO, PS_LOG_WARN, PS_LOG_ERROR } ps_log_level;
+/* PS_LOG_OFF, as a minimum level only: nothing is logged (a library user's
+ * choice). */
+typedef enum { PS_LOG_DEBUG, PS_LOG_INFO, PS_LOG_WARN, PS_LOG_ERROR, PS_LOG_OFF } ps_log_level;
 
 /* Where a program that shares the terminal with a line it redraws (the
  * launcher's console) wants its log lines: each whole line, newline

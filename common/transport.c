@@ -534,6 +534,12 @@ void ps_conn_set_max_payload(ps_conn *c, size_t max_payload)
     ps_frame_decoder_set_max_payload(c->dec, max_payload);
 }
 
+void ps_conn_set_max_write_queue(ps_conn *c, size_t max_write_queue)
+{
+    c->cfg.max_write_queue = max_write_queue;
+    ps__update_reading(c);
+}
+
 void *ps_conn_data(const ps_conn *c)
 {
     return c->data;

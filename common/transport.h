@@ -99,6 +99,9 @@ void ps_conn_close(ps_conn *c, int err);
  * accepts none before a peer has been admitted, so an unauthenticated peer
  * cannot make it allocate. */
 void ps_conn_set_max_payload(ps_conn *c, size_t max_payload);
+/* Sets the queued bytes above which reading pauses from now on: a server
+ * learns how large its replies are only once it holds its tensors. */
+void ps_conn_set_max_write_queue(ps_conn *c, size_t max_write_queue);
 
 void *ps_conn_data(const ps_conn *c);
 void ps_conn_set_data(ps_conn *c, void *data);

@@ -1,6 +1,7 @@
 /* Checkpoint files (see checkpoint.h). Writing streams through stdio while
- * the CRC accumulates; reading loads the whole file, checks its size against
- * what this shard needs, then the CRC, then the header, and only then copies. */
+ * the CRC accumulates; reading checks the header and the tensor table first,
+ * then loads the whole file and checks its size against what the shard of
+ * that table needs, then the CRC and the chunk layout, and only then copies. */
 #include "checkpoint.h"
 
 #include <dirent.h>
@@ -16,12 +17,16 @@
 
 #include "crc32c.h"
 #include "ps_error.h"
+#include "tensor_table.h"
 
 static const char ps__magic[8] = {'S', 'H', 'P', 'S', 'C', 'K', 'P', 'T'};
 
 #define PS__HEADER_BYTES       (8 + 4 * 4 + 6 * 8)
 #define PS__JOB_OFFSET         64
 #define PS__CHUNK_HEADER_BYTES (6 * 8)
+/* The packed tensor table's bytes at most: PS_MAX_TENSORS declarations fit
+ * many times over. */
+#define PS__MAX_TABLE_BYTES (64u * 1024u)
 
 typedef struct {
     FILE *f;
@@ -53,8 +58,9 @@ static void ps__file_name(char *buf, size_t len, const char *dir, uint32_t serve
     snprintf(buf, len, "%s/server-%" PRIu32 "-clock-%012" PRIu64 ".ckpt", dir, server, clock);
 }
 
-/* The job a checkpoint file belongs to, from its header; 0 when it is not
- * a checkpoint of this format (its job cannot be told). */
+/* The job a checkpoint file belongs to, from its header: 1 with *job set;
+ * 2 for a checkpoint of an older format (its job cannot be told); 0 when it
+ * is not a checkpoint at all. */
 static int ps__file_job(const char *path, uint64_t *job)
 {
     uint8_t h[PS__HEADER_BYTES];
@@ -70,6 +76,8 @@ static int ps__file_job(const char *path, uint64_t *job)
     {
         uint32_t version;
         memcpy(&version, h + 8, sizeof(version));
+        if (version < PS_CHECKPOINT_FORMAT)
+            return 2;
         if (version != PS_CHECKPOINT_FORMAT)
             return 0;
     }
@@ -89,9 +97,11 @@ static void ps__name_append(char *list, size_t len, const char *name)
 /* Checkpoint clocks of this server and job found in dir, newest first; the
  * caller frees *out. The files of this server that belong to another job
  * (or to none this build can tell) are counted in *foreign and named in
- * foreign_names (may be NULL). Returns the count or a negative errno. */
-static int ps__list(const char *dir, uint32_t server, uint64_t job, uint64_t **out, int *foreign,
-                    char *foreign_names, size_t names_len)
+ * foreign_names (may be NULL). With with_old, files of an older format are
+ * listed too, so that a restore refuses them with their reason; pruning
+ * leaves them alone. Returns the count or a negative errno. */
+static int ps__list(const char *dir, uint32_t server, uint64_t job, int with_old, uint64_t **out,
+                    int *foreign, char *foreign_names, size_t names_len)
 {
     char prefix[48], path[4096];
     size_t plen;
@@ -108,14 +118,16 @@ static int ps__list(const char *dir, uint32_t server, uint64_t job, uint64_t **o
     plen = (size_t)snprintf(prefix, sizeof(prefix), "server-%" PRIu32 "-clock-", server);
     while ((e = readdir(d)) != NULL) {
         char *end;
-        uint64_t clock, file_job;
+        uint64_t clock, file_job = 0;
+        int kind;
         if (strncmp(e->d_name, prefix, plen) != 0)
             continue;
         clock = strtoull(e->d_name + plen, &end, 10);
         if (end == e->d_name + plen || strcmp(end, ".ckpt") != 0)
             continue;
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        if (!ps__file_job(path, &file_job) || file_job != job) {
+        kind = ps__file_job(path, &file_job);
+        if (!(kind == 2 && with_old) && (kind != 1 || file_job != job)) {
             (*foreign)++;
             if (foreign_names)
                 ps__name_append(foreign_names, names_len, e->d_name);
@@ -149,7 +161,7 @@ int ps_checkpoint_foreign(const char *dir, const ps_checkpoint_meta *meta, char 
 {
     uint64_t *mine = NULL;
     int foreign = 0,
-        n = ps__list(dir, meta->server_index, meta->job, &mine, &foreign, names, names_len);
+        n = ps__list(dir, meta->server_index, meta->job, 0, &mine, &foreign, names, names_len);
 
     free(mine);
     return n < 0 ? n : foreign;
@@ -169,13 +181,22 @@ static int ps__fsync_dir(const char *dir)
 }
 
 int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *meta,
-                        const ps_shard *shard, const ps_checkpoint_clocks *clocks, char *path,
-                        size_t path_len)
+                        const ps_model_spec *table, const ps_shard *shard,
+                        const ps_checkpoint_clocks *clocks, char *path, size_t path_len)
 {
     char final[4096], tmp[4200];
     ps__writer w = {NULL, 0, 0};
     uint64_t *old = NULL;
     int n = ps_shard_chunk_count(shard), rc, n_old, foreign;
+    ps_tensor_table_wire tw;
+    uint8_t packed[PS__MAX_TABLE_BYTES];
+    size_t packed_len;
+
+    ps_tensor_table_to_wire(table, &tw);
+    packed_len = shardps__tensor_table__get_packed_size(&tw.msg);
+    if (packed_len > sizeof(packed))
+        return -E2BIG;
+    shardps__tensor_table__pack(&tw.msg, packed);
 
     if (mkdir(dir, 0755) < 0 && errno != EEXIST)
         return -errno;
@@ -195,6 +216,8 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
     ps__put64(&w, meta->total_steps);
     ps__put64(&w, (uint64_t)n);
     ps__put64(&w, meta->job);
+    ps__put32(&w, (uint32_t)packed_len);
+    ps__put(&w, packed, packed_len);
     for (int i = 0; i < n; i++) {
         const ps_chunk *c = ps_shard_chunk(shard, i);
         size_t state_n = ps_shard_state_floats(shard, i);
@@ -229,7 +252,7 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
         snprintf(path, path_len, "%s", final);
     /* Only this job's files count against keep: another job's are left
      * alone, however new. */
-    n_old = ps__list(dir, meta->server_index, meta->job, &old, &foreign, NULL, 0);
+    n_old = ps__list(dir, meta->server_index, meta->job, 0, &old, &foreign, NULL, 0);
     for (int i = keep > 0 ? keep : 1; i < n_old; i++) {
         ps__file_name(final, sizeof(final), dir, meta->server_index, old[i]);
         unlink(final);
@@ -270,10 +293,11 @@ static uint64_t ps__get64(const uint8_t *p)
     return v;
 }
 
-/* Bytes a checkpoint of this shard must have, exactly. */
-static size_t ps__expected_size(const ps_shard *shard)
+/* Bytes a checkpoint of this shard must have, exactly, with a packed table
+ * of table_len bytes. */
+static size_t ps__expected_size(const ps_shard *shard, size_t table_len)
 {
-    size_t bytes = PS__HEADER_BYTES + sizeof(uint32_t);
+    size_t bytes = PS__HEADER_BYTES + 4 + table_len + sizeof(uint32_t);
 
     for (int i = 0; i < ps_shard_chunk_count(shard); i++)
         bytes +=
@@ -282,14 +306,101 @@ static size_t ps__expected_size(const ps_shard *shard)
     return bytes;
 }
 
-/* Reads and checks one file completely; copies into the shard only when every
- * check has passed. Returns 0 or a negative code with the reason in why. */
-static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_shard *shard,
-                        ps_checkpoint_clocks *clocks, char *why, size_t why_len)
+/* Reads the fixed header and the tensor table of an open file into head
+ * (PS__HEADER_BYTES + 4 + PS__MAX_TABLE_BYTES bytes) and checks that they
+ * belong to this server and agree with each other. Writes the table into
+ * spec and its packed length into table_len. Returns 0 or a negative code
+ * with the reason in why. */
+static int ps__read_identity(FILE *f, const ps_checkpoint_meta *meta, uint8_t *head,
+                             ps_model_spec *spec, uint32_t *table_len, char *why, size_t why_len)
 {
-    size_t want = ps__expected_size(shard), got;
-    int n = ps_shard_chunk_count(shard), rc = -PS_EFORMAT;
-    uint8_t *buf = NULL, *p;
+    Shardps__TensorTable *t;
+    char reason[200];
+    int rc;
+
+    if (fread(head, 1, PS__HEADER_BYTES, f) != PS__HEADER_BYTES) {
+        snprintf(why, why_len, "too short to be a checkpoint (truncated)");
+        return -PS_EFORMAT;
+    }
+    if (memcmp(head, ps__magic, sizeof(ps__magic)) != 0) {
+        snprintf(why, why_len, "not a shardps checkpoint (bad magic)");
+        return -PS_EFORMAT;
+    }
+    if (ps__get32(head + 8) < PS_CHECKPOINT_FORMAT) {
+        snprintf(why, why_len,
+                 "format version %" PRIu32 " holds no tensor table or no job fingerprint (written "
+                 "before servers learned the tensors from the workers); this build reads "
+                 "version %d: restore it with the build that wrote it, or start the job afresh",
+                 ps__get32(head + 8), PS_CHECKPOINT_FORMAT);
+        return -PS_EFORMAT;
+    }
+    if (ps__get32(head + 8) != PS_CHECKPOINT_FORMAT) {
+        snprintf(why, why_len, "format version %" PRIu32 ", this build reads %d",
+                 ps__get32(head + 8), PS_CHECKPOINT_FORMAT);
+        return -PS_EFORMAT;
+    }
+    /* The job first: another job's file is that job's, whatever else differs. */
+    if (ps__get64(head + PS__JOB_OFFSET) != meta->job) {
+        snprintf(why, why_len,
+                 "belongs to another job (other job settings); start with the same options");
+        return -PS_EMISMATCH;
+    }
+    if (ps__get32(head + 12) != meta->server_index || ps__get32(head + 16) != meta->num_servers) {
+        snprintf(why, why_len,
+                 "belongs to server %" PRIu32 " of %" PRIu32 ", this is %" PRIu32 " of %" PRIu32,
+                 ps__get32(head + 12), ps__get32(head + 16), meta->server_index, meta->num_servers);
+        return -PS_EMISMATCH;
+    }
+    if (ps__get32(head + 20) != meta->optimizer) {
+        snprintf(why, why_len, "saved with another optimizer; restore with the same --optimizer");
+        return -PS_EMISMATCH;
+    }
+    if (ps__get64(head + 32) != meta->chunk_bytes) {
+        snprintf(why, why_len,
+                 "saved with %" PRIu64 "-byte chunks; restore with the same "
+                 "--chunk-bytes",
+                 ps__get64(head + 32));
+        return -PS_EMISMATCH;
+    }
+    if (fread(head + PS__HEADER_BYTES, 1, 4, f) != 4 ||
+        (*table_len = ps__get32(head + PS__HEADER_BYTES)) > PS__MAX_TABLE_BYTES ||
+        fread(head + PS__HEADER_BYTES + 4, 1, *table_len, f) != *table_len) {
+        snprintf(why, why_len, "its tensor table is truncated or over %u bytes",
+                 PS__MAX_TABLE_BYTES);
+        return -PS_EFORMAT;
+    }
+    t = shardps__tensor_table__unpack(NULL, *table_len, head + PS__HEADER_BYTES + 4);
+    if (t == NULL) {
+        snprintf(why, why_len, "its tensor table does not decode (corrupt)");
+        return -PS_EFORMAT;
+    }
+    rc = ps_tensor_table_from_wire(t, 0, spec, reason, sizeof(reason));
+    shardps__tensor_table__free_unpacked(t, NULL);
+    if (rc < 0) {
+        snprintf(why, why_len, "its tensor table is refused: %s", reason);
+        return -PS_EFORMAT;
+    }
+    /* The header's fingerprint doubles as the table's checksum, so a table is
+     * trusted before the CRC over the whole file has been read. */
+    if (ps_model_spec_fingerprint(spec) != ps__get64(head + 24)) {
+        snprintf(why, why_len, "its tensor table does not match its fingerprint (corrupt)");
+        return -PS_EFORMAT;
+    }
+    return 0;
+}
+
+/* Reads and checks one file completely; copies into the shard that table_fn
+ * gives for the file's table only when every check has passed. Returns 0 or
+ * a negative code with the reason in why. */
+static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_checkpoint_table_fn table_fn,
+                        void *arg, ps_checkpoint_clocks *clocks, char *why, size_t why_len)
+{
+    size_t want = 0, got, head_len;
+    int n = 0, rc;
+    uint8_t *buf = NULL, *head = NULL, *p;
+    uint32_t table_len = 0;
+    ps_model_spec spec;
+    ps_shard *shard;
     struct stat st;
     FILE *f = fopen(file, "rb");
 
@@ -297,61 +408,43 @@ static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_shard *sh
         snprintf(why, why_len, "cannot open: %s", strerror(errno));
         return -errno;
     }
-    /* Identity first, from the header alone, so a file of another job is
-     * reported as such rather than as the wrong size. */
-    if (fstat(fileno(f), &st) < 0 || st.st_size < PS__HEADER_BYTES + 4) {
-        snprintf(why, why_len, "too short to be a checkpoint (truncated)");
+    head = malloc(PS__HEADER_BYTES + 4 + PS__MAX_TABLE_BYTES);
+    if (head == NULL) {
+        rc = -ENOMEM;
+        snprintf(why, why_len, "out of memory");
         goto out;
     }
-    buf = malloc(want > PS__HEADER_BYTES ? want : PS__HEADER_BYTES);
+    /* Identity first, from the header and table alone, so a file of another
+     * job is reported as such rather than as the wrong size. */
+    rc = ps__read_identity(f, meta, head, &spec, &table_len, why, why_len);
+    if (rc < 0)
+        goto out;
+    rc = -PS_EMISMATCH;
+    shard = table_fn(arg, &spec, clocks, why, why_len);
+    if (shard == NULL)
+        goto out;
+    n = ps_shard_chunk_count(shard);
+    if (ps__get64(head + 56) != (uint64_t)n) {
+        snprintf(why, why_len, "holds %" PRIu64 " chunks where this shard has %d",
+                 ps__get64(head + 56), n);
+        goto out;
+    }
+    rc = -PS_EFORMAT;
+    head_len = PS__HEADER_BYTES + 4 + table_len;
+    want = ps__expected_size(shard, table_len);
+    if (fstat(fileno(f), &st) < 0 || (size_t)st.st_size != want) {
+        snprintf(why, why_len, "%lld bytes where this shard's checkpoint has %zu (truncated)",
+                 (long long)st.st_size, want);
+        goto out;
+    }
+    buf = malloc(want);
     if (buf == NULL) {
         rc = -ENOMEM;
         snprintf(why, why_len, "no memory for %zu bytes", want);
         goto out;
     }
-    if (fread(buf, 1, PS__HEADER_BYTES, f) != PS__HEADER_BYTES) {
-        snprintf(why, why_len, "cannot read its header");
-        goto out;
-    }
-    if (memcmp(buf, ps__magic, sizeof(ps__magic)) != 0) {
-        snprintf(why, why_len, "not a shardps checkpoint (bad magic)");
-        goto out;
-    }
-    if (ps__get32(buf + 8) != PS_CHECKPOINT_FORMAT) {
-        snprintf(why, why_len, "format version %" PRIu32 ", this build reads %d",
-                 ps__get32(buf + 8), PS_CHECKPOINT_FORMAT);
-        goto out;
-    }
-    rc = -PS_EMISMATCH;
-    if (ps__get32(buf + 12) != meta->server_index || ps__get32(buf + 16) != meta->num_servers) {
-        snprintf(why, why_len,
-                 "belongs to server %" PRIu32 " of %" PRIu32 ", this is %" PRIu32 " of %" PRIu32,
-                 ps__get32(buf + 12), ps__get32(buf + 16), meta->server_index, meta->num_servers);
-        goto out;
-    }
-    if (ps__get32(buf + 20) != meta->optimizer) {
-        snprintf(why, why_len, "saved with another optimizer; restore with the same --optimizer");
-        goto out;
-    }
-    if (ps__get64(buf + PS__JOB_OFFSET) != meta->job) {
-        snprintf(why, why_len,
-                 "belongs to another job (other job settings); start with the same options");
-        goto out;
-    }
-    if (ps__get64(buf + 24) != meta->fingerprint || ps__get64(buf + 32) != meta->chunk_bytes ||
-        ps__get64(buf + 56) != (uint64_t)n) {
-        snprintf(why, why_len,
-                 "saved for another model or chunk size; restore with the same "
-                 "--hidden, --seed and --chunk-bytes");
-        goto out;
-    }
-    rc = -PS_EFORMAT;
-    if ((size_t)st.st_size != want) {
-        snprintf(why, why_len, "%lld bytes where this shard's checkpoint has %zu (truncated)",
-                 (long long)st.st_size, want);
-        goto out;
-    }
-    got = PS__HEADER_BYTES + fread(buf + PS__HEADER_BYTES, 1, want - PS__HEADER_BYTES, f);
+    memcpy(buf, head, head_len);
+    got = head_len + fread(buf + head_len, 1, want - head_len, f);
     if (got != want) {
         snprintf(why, why_len, "short read (%zu of %zu bytes)", got, want);
         goto out;
@@ -361,7 +454,7 @@ static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_shard *sh
         goto out;
     }
     rc = -PS_EMISMATCH;
-    p = buf + PS__HEADER_BYTES;
+    p = buf + head_len;
     for (int i = 0; i < n; i++, p += PS__CHUNK_HEADER_BYTES) {
         const ps_chunk *c = ps_shard_chunk(shard, i);
         if (ps__get64(p) != c->key || ps__get64(p + 8) != c->numel ||
@@ -375,7 +468,7 @@ static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_shard *sh
     meta->clock = ps__get64(buf + 40);
     if (ps__get64(buf + 48) > meta->total_steps)
         meta->total_steps = ps__get64(buf + 48);
-    p = buf + PS__HEADER_BYTES;
+    p = buf + head_len;
     for (int i = 0; i < n; i++) {
         const ps_chunk *c = ps_shard_chunk(shard, i);
         size_t state_n = ps_shard_state_floats(shard, i);
@@ -392,16 +485,17 @@ static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_shard *sh
     rc = 0;
 out:
     free(buf);
+    free(head);
     fclose(f);
     return rc;
 }
 
 int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_meta *meta,
-                          ps_shard *shard, ps_checkpoint_clocks *clocks, char *path,
-                          size_t path_len, char *err, size_t err_len)
+                          ps_checkpoint_table_fn table_fn, void *arg, ps_checkpoint_clocks *clocks,
+                          char *path, size_t path_len, char *err, size_t err_len)
 {
     uint64_t *found = NULL;
-    int foreign, n = ps__list(dir, meta->server_index, meta->job, &found, &foreign, NULL, 0),
+    int foreign, n = ps__list(dir, meta->server_index, meta->job, 1, &found, &foreign, NULL, 0),
                  rc = -ENOENT;
 
     err[0] = '\0';
@@ -414,7 +508,7 @@ int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_met
         if (found[i] > max_clock)
             continue;
         ps__file_name(file, sizeof(file), dir, meta->server_index, found[i]);
-        rc = ps__load_one(file, meta, shard, clocks, why, sizeof(why));
+        rc = ps__load_one(file, meta, table_fn, arg, clocks, why, sizeof(why));
         if (rc == 0) {
             snprintf(path, path_len, "%s", file);
             break;

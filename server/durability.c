@@ -10,6 +10,7 @@
 #include "kv_internal.h"
 #include "ps_error.h"
 #include "ps_log.h"
+#include "tensor_table.h"
 
 /* What a checkpoint of this server must say about itself, and where its
  * per-chunk clocks are: the server's own ckpt_clocks/ckpt_newest, which a
@@ -21,10 +22,13 @@ static void ps__checkpoint_identity(const ps_kv_server *s, ps_checkpoint_meta *m
     meta->server_index = (uint32_t)s->cfg.server_index;
     meta->num_servers = (uint32_t)s->cfg.num_servers;
     meta->optimizer = (uint32_t)s->cfg.opt.kind;
-    meta->fingerprint = ps_model_spec_fingerprint(&s->cfg.spec);
+    meta->fingerprint = s->has_table ? ps_model_spec_fingerprint(&s->table) : 0;
     meta->chunk_bytes = s->cfg.chunk_bytes;
     meta->total_steps = s->total_steps;
-    meta->job = ps_job_fingerprint(s->cfg.job_settings, meta->fingerprint);
+    /* The settings alone: a server restores before any worker has declared
+     * the tensors, so the table is not known then; the table callback of the
+     * restore checks the model. */
+    meta->job = ps_job_fingerprint(s->cfg.job_settings, 0);
     clocks->clock = s->ckpt_clocks;
     clocks->newest = s->ckpt_newest;
 }
@@ -42,8 +46,8 @@ static int ps__write_checkpoint(ps_kv_server *s)
 
     ps__checkpoint_identity(s, &meta, &clocks);
     meta.clock = s->ckpt_due_clock;
-    rc = ps_checkpoint_write(s->cfg.checkpoint_dir, s->cfg.keep_checkpoints, &meta, s->shard,
-                             &clocks, path, sizeof(path));
+    rc = ps_checkpoint_write(s->cfg.checkpoint_dir, s->cfg.keep_checkpoints, &meta, &s->table,
+                             s->shard, &clocks, path, sizeof(path));
     if (rc < 0) {
         ps_error("checkpoint at clock %" PRIu64 " into %s failed: %s; the previous ones are kept",
                  meta.clock, s->cfg.checkpoint_dir, ps_strerror(rc));
@@ -89,7 +93,8 @@ int ps__try_checkpoint(ps_kv_server *s)
 
 int ps_kv_server_checkpoint(ps_kv_server *s, const char *why)
 {
-    if (s->cfg.checkpoint_dir == NULL)
+    /* Before the tensors are declared there is nothing to keep. */
+    if (s->cfg.checkpoint_dir == NULL || !s->has_table)
         return 0;
     if (s->ckpt_due) {
         s->ckpt_again = 1;
@@ -125,6 +130,30 @@ static void ps__on_checkpoint_timer(uv_timer_t *t)
 
 static void ps__log_foreign(ps_kv_server *s);
 
+/* A checkpoint's table: the first usable file's is adopted (the server
+ * starts without one); any later file must hold the same. */
+static ps_shard *ps__restore_table(void *arg, const ps_model_spec *table,
+                                   ps_checkpoint_clocks *clocks, char *why, size_t why_len)
+{
+    ps_kv_server *s = arg;
+    char diff[256];
+    int rc;
+
+    if (s->has_table) {
+        if (ps_tensor_table_diff(table, &s->table, "in the file", "on this server", diff,
+                                 sizeof(diff)) != 0) {
+            snprintf(why, why_len, "saved for another model: %s", diff);
+            return NULL;
+        }
+    } else if ((rc = ps__adopt_table(s, table)) < 0) {
+        snprintf(why, why_len, "cannot hold its tensors: %s", ps_strerror(rc));
+        return NULL;
+    }
+    clocks->clock = s->ckpt_clocks;
+    clocks->newest = s->ckpt_newest;
+    return s->shard;
+}
+
 int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t err_len)
 {
     ps_checkpoint_meta meta;
@@ -139,8 +168,8 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
     ps__log_foreign(s);
     ps__checkpoint_identity(s, &meta, &clocks);
     err[0] = '\0';
-    rc = ps_checkpoint_restore(s->cfg.checkpoint_dir, max_clock, &meta, s->shard, &clocks, path,
-                               sizeof(path), err, err_len);
+    rc = ps_checkpoint_restore(s->cfg.checkpoint_dir, max_clock, &meta, ps__restore_table, s,
+                               &clocks, path, sizeof(path), err, err_len);
     if (rc == 0) {
         for (int i = 0; i < s->n_local; i++) {
             s->sync[i].clock = clocks.clock[i];

@@ -1,5 +1,6 @@
-/* The handshake: a HELLO is checked against this server's model and
- * cluster (and, with --auth-token-file, proven by a challenge and response
+/* The handshake: a HELLO is checked against this server's job settings,
+ * cluster and tensor table (the first one it is sent is adopted: tensors.c)
+ * (and, with --auth-token-file, proven by a challenge and response
  * before anything it says is looked at); the worker is then admitted at the
  * job's current clock with a WELCOME, or refused with a REJECT naming why. */
 #include <errno.h>
@@ -12,15 +13,7 @@
 #include "kv_internal.h"
 #include "ps_error.h"
 #include "ps_log.h"
-
-static const char *ps__model_text(const ps_model_spec *m, char *buf, size_t len)
-{
-    size_t off = 0;
-
-    for (int i = 0; i <= m->n_layers && off < len; i++)
-        off += (size_t)snprintf(buf + off, len - off, "%s%d", i ? "-" : "", m->sizes[i]);
-    return buf;
-}
+#include "tensor_table.h"
 
 /* The job settings a worker sent (older workers send none) against ours. */
 static int ps__check_job_settings(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
@@ -47,21 +40,15 @@ static int ps__check_job_settings(ps_kv_server *s, ps__peer *p, const Shardps__H
 
 static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
 {
-    char model[128];
-
     if (hello == NULL || hello->role != SHARDPS__ROLE__ROLE_WORKER) {
         ps__peer_fail(p, -PS_EPROTO, "first message must be a worker HELLO");
         return -1;
     }
     if (ps__check_job_settings(s, p, hello) < 0)
         return -1;
-    if (hello->model_fingerprint != ps_model_spec_fingerprint(&s->cfg.spec)) {
-        ps__peer_fail(p, -PS_EMISMATCH,
-                      "model mismatch: this server trains an MLP %s with seed %" PRIu64
-                      "; start the worker with the same --hidden and --seed",
-                      ps__model_text(&s->cfg.spec, model, sizeof(model)), s->cfg.spec.seed);
+    /* A table held already is compared at once, like the settings... */
+    if (s->has_table && ps__check_table(s, p, hello) < 0)
         return -1;
-    }
     if (hello->num_servers != (uint32_t)s->cfg.num_servers ||
         hello->chunk_bytes != s->cfg.chunk_bytes) {
         ps__peer_fail(p, -PS_EMISMATCH,
@@ -95,7 +82,8 @@ static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *h
         ps__peer_fail(p, -EADDRINUSE, "rank %u is already connected", hello->rank);
         return -1;
     }
-    return 0;
+    /* ...while a first one is adopted last, once all else agrees. */
+    return s->has_table ? 0 : ps__check_table(s, p, hello);
 }
 
 /* Admits a worker whose HELLO has passed authentication (if any): model and
@@ -105,6 +93,7 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
     Shardps__Welcome w = SHARDPS__WELCOME__INIT;
+    ps_tensor_table_wire table;
     ps_consistency_view v;
     int rc;
 
@@ -132,6 +121,7 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
             s->sync[i].live_pushes++;
     p->state = PS__PEER_WORKER;
     ps_conn_set_max_payload(p->conn, s->cfg.max_payload);
+    ps_conn_set_max_write_queue(p->conn, s->max_write_queue);
     s->workers[p->rank] = p;
     s->live++;
     s->left_at[p->rank] = 0;
@@ -148,6 +138,8 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
     w.mode = (char *)s->cfg.mode;
     w.staleness = s->cfg.staleness;
     w.heartbeat_ms = s->cfg.heartbeat_timeout_ms / 4;
+    ps_tensor_table_to_wire(&s->table, &table);
+    w.table = &table.msg;
     h.welcome = &w;
     rc = ps_conn_send(p->conn, &h, NULL, 0, NULL, NULL);
     if (rc < 0) {
@@ -174,6 +166,22 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
     ps__release_pulls(s);
 }
 
+/* Keeps a deep copy of the HELLO while its sender is challenged: packed and
+ * unpacked again, as protobuf-c has no copy. Its size was bounded by the
+ * frame decoder. */
+static int ps__copy_hello(ps__peer *p, const Shardps__Hello *hello)
+{
+    size_t len = shardps__hello__get_packed_size(hello);
+    uint8_t *buf = malloc(len ? len : 1);
+
+    if (buf == NULL)
+        return -ENOMEM;
+    shardps__hello__pack(hello, buf);
+    p->hello = shardps__hello__unpack(NULL, len, buf);
+    free(buf);
+    return p->hello ? 0 : -ENOMEM;
+}
+
 /* First frame: a HELLO. Without authentication it is judged at once; with
  * it, the server proves itself and waits for the worker's proof before
  * looking at anything else the HELLO says. */
@@ -198,15 +206,10 @@ void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f)
                       "--auth-token-file");
         return;
     }
-    p->hello = *hello;
-    p->hello.client_nonce.len = 0;
-    p->hello.client_nonce.data = NULL;
-    p->hello.job_settings = NULL;
-    if (hello->job_settings && (p->hello_settings = strdup(hello->job_settings)) == NULL) {
+    if (ps__copy_hello(p, hello) < 0) {
         ps__peer_fail(p, -ENOMEM, "out of memory");
         return;
     }
-    p->hello.job_settings = p->hello_settings;
     p->hello_id = f->hdr->request_id;
     memcpy(p->client_nonce, hello->client_nonce.data, PS_AUTH_NONCE_BYTES);
     ps_auth_nonce(p->server_nonce);
@@ -236,5 +239,5 @@ void ps__handle_auth(ps_kv_server *s, ps__peer *p, const ps_frame *f)
         return;
     }
     p->state = PS__PEER_HANDSHAKE;
-    ps__admit(s, p, &p->hello, p->hello_id);
+    ps__admit(s, p, p->hello, p->hello_id);
 }

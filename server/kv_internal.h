@@ -15,6 +15,12 @@
 #include "shard.h"
 #include "transport.h"
 
+/* Queued reply bytes past which a peer's requests are no longer read: two
+ * full pulls of this shard plus this headroom (tensors.c), so a well-behaved
+ * worker (one pull in flight) never waits on it and a peer that never reads
+ * costs little; before admission, the headroom alone. */
+#define PS__WRITE_QUEUE_HEADROOM ((size_t)16 << 20)
+
 typedef enum {
     PS__PEER_HANDSHAKE, /* waiting for HELLO */
     PS__PEER_AUTH,      /* challenged; waiting for AUTH_RESPONSE */
@@ -38,10 +44,10 @@ typedef struct ps__peer {
     uint64_t n_pushes, n_pulls, bytes_in, bytes_out;
     uint64_t last_seen; /* loop time (ms) of its last frame */
     char name[96];      /* "worker 1 (127.0.0.1:40000)" for logs */
-    /* Authentication in progress: the HELLO waits here until it is proven;
-     * its job settings are copied (owned), as the frame goes away. */
-    Shardps__Hello hello;
-    char *hello_settings;
+    /* Authentication in progress: the HELLO waits here until it is proven,
+     * a deep copy (owned: shardps__hello__free_unpacked), as the frame goes
+     * away. */
+    Shardps__Hello *hello;
     uint64_t hello_id;
     uint8_t client_nonce[PS_AUTH_NONCE_BYTES], server_nonce[PS_AUTH_NONCE_BYTES];
     /* Where the push frame being read lands: a buffer from the server's
@@ -93,6 +99,10 @@ typedef struct {
 struct ps_kv_server {
     uv_loop_t *loop;
     ps_kv_server_config cfg;
+    /* The job's tensors, once declared (tensors.c); until then there is no
+     * partition or shard, n_local is 0 and no worker is admitted. */
+    int has_table;
+    ps_model_spec table;
     ps_partition *part;
     ps_shard *shard;
     int n_local;
@@ -172,6 +182,18 @@ uint64_t ps__progress_clock(const ps_kv_server *s);
  * appear once. Fills locals; returns the payload bytes they span, or -1
  * after failing the peer. */
 long long ps__resolve_keys(ps_kv_server *s, ps__peer *p, const Shardps__Header *h, int *locals);
+
+/* tensors.c: the table this server holds. */
+/* Builds the partition, shard and per-chunk state of spec (copied). Returns
+ * 0, -EEXIST when a table is held already, or a negative code with nothing
+ * built. */
+int ps__adopt_table(ps_kv_server *s, const ps_model_spec *spec);
+/* Frees what ps__adopt_table built; the server holds no table after. */
+void ps__free_table(ps_kv_server *s);
+/* The HELLO's table: checked against the limits, then compared with the one
+ * held (refused with the first difference) or adopted. Returns 0, or -1
+ * after failing the peer. */
+int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello);
 
 /* handshake.c: the first frames of a connection. */
 void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f);

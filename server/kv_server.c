@@ -17,10 +17,6 @@
 #include "ps_error.h"
 #include "ps_log.h"
 
-/* Queued reply bytes past which a peer's requests are no longer read: two
- * full pulls of this shard plus headroom, so a well-behaved worker (one pull
- * in flight) never waits on it and a peer that never reads costs little. */
-#define PS__WRITE_QUEUE_HEADROOM ((size_t)16 << 20)
 /* Default deadline for a connection to say HELLO and finish its handshake,
  * and for a refused peer to take its reason and go. */
 #define PS__HANDSHAKE_TIMEOUT_MS 10000
@@ -286,7 +282,8 @@ static void ps__on_conn_close(ps_conn *c, int err)
     if (p->next)
         p->next->prev = p->prev;
     ps_buf_pool_put(p->push_piece.base);
-    free(p->hello_settings);
+    if (p->hello)
+        shardps__hello__free_unpacked(p->hello, NULL);
     free(p);
 }
 
@@ -336,7 +333,10 @@ static void ps__on_connection(uv_stream_t *listener, int status)
                          .on_close = ps__on_conn_close,
                          .place = ps__place_push,
                          .on_decode_error = ps__on_decode_error,
-                         .max_write_queue = s->max_write_queue,
+                         /* Nothing large is sent before admission,
+                          * which sets the limit for this server's
+                          * share (ps__admit). */
+                         .max_write_queue = PS__WRITE_QUEUE_HEADROOM,
                          .scan_nonfinite = s->cfg.reject_nonfinite};
     ps__peer *p;
     ps_conn *c;
@@ -406,26 +406,8 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
      * steps behind the others. */
     s->clock_lead = cfg->max_clock_lead > 0 ? cfg->max_clock_lead
                                             : 1 + (cfg->checkpoint_dir ? cfg->checkpoint_every : 0);
-    rc = ps_partition_init(&s->part, &cfg->spec, cfg->num_servers, cfg->chunk_bytes);
-    if (rc < 0)
-        goto fail;
-    rc = ps_shard_init(&s->shard, s->part, cfg->server_index, &cfg->spec, &cfg->opt,
-                       cfg->staleness == 0);
-    if (rc < 0)
-        goto fail;
     rc = -ENOMEM;
-    s->n_local = ps_shard_chunk_count(s->shard);
-    s->max_write_queue = 2 * ps_partition_server_numel(s->part, cfg->server_index) * sizeof(float) +
-                         PS__WRITE_QUEUE_HEADROOM;
-    /* In sync mode every worker's push of a step and every worker's reply
-     * can be in flight at once: keep that many shard-sized buffers warm. */
-    if (ps_buf_pool_init(&s->bufs, 2 * (size_t)cfg->world *
-                                       ps_partition_server_numel(s->part, cfg->server_index) *
-                                       sizeof(float)) < 0 ||
-        ps_apply_queue_init(&s->updates, loop, s->n_local, ps__on_updates_settled, s) < 0)
-        goto fail;
-    s->sync = calloc((size_t)s->n_local + 1, sizeof(*s->sync));
-    s->seen = calloc((size_t)s->n_local + 1, sizeof(*s->seen));
+    s->cfg.table = NULL;
     s->workers = calloc((size_t)cfg->world, sizeof(*s->workers));
     s->live_clocks = calloc((size_t)cfg->world, sizeof(*s->live_clocks));
     s->rank_pushed = calloc((size_t)cfg->world, sizeof(*s->rank_pushed));
@@ -433,11 +415,10 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
     s->has_joined = calloc((size_t)cfg->world, 1);
     s->left_at = calloc((size_t)cfg->world, sizeof(*s->left_at));
     s->lost = calloc((size_t)cfg->world, 1);
-    s->ckpt_clocks = calloc((size_t)s->n_local + 1, sizeof(uint64_t));
-    s->ckpt_newest = calloc((size_t)s->n_local + 1, sizeof(uint64_t));
-    if (s->sync == NULL || s->seen == NULL || s->workers == NULL || s->live_clocks == NULL ||
-        s->rank_pushed == NULL || s->finished == NULL || s->has_joined == NULL ||
-        s->left_at == NULL || s->lost == NULL || s->ckpt_clocks == NULL || s->ckpt_newest == NULL)
+    if (s->workers == NULL || s->live_clocks == NULL || s->rank_pushed == NULL ||
+        s->finished == NULL || s->has_joined == NULL || s->left_at == NULL || s->lost == NULL)
+        goto fail;
+    if (cfg->table && (rc = ps__adopt_table(s, cfg->table)) < 0)
         goto fail;
     *out = s;
     return 0;
@@ -477,9 +458,9 @@ int ps_kv_server_start(ps_kv_server *s, const struct sockaddr *addr, int *bound_
     ps__durability_start(s);
     *bound_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                  : ((struct sockaddr_in *)&ss)->sin_port);
-    ps_info("server %d of %d holds %d chunks (%.1f MiB with optimizer state), mode %s",
-            s->cfg.server_index, s->cfg.num_servers, s->n_local,
-            (double)ps_shard_memory_bytes(s->shard) / (1 << 20), s->cfg.mode);
+    if (!s->has_table)
+        ps_info("server %d of %d (mode %s) waits for the first worker to declare the tensors",
+                s->cfg.server_index, s->cfg.num_servers, s->cfg.mode);
     return 0;
 }
 
@@ -502,14 +483,7 @@ void ps_kv_server_close(ps_kv_server *s)
     if (s == NULL)
         return;
     ps__drop_pulls(s, NULL);
-    ps_apply_queue_close(s->updates);
-    ps_buf_pool_close(s->bufs);
-    free(s->ckpt_clocks);
-    free(s->ckpt_newest);
-    ps_shard_free(s->shard);
-    ps_partition_free(s->part);
-    free(s->sync);
-    free(s->seen);
+    ps__free_table(s);
     for (int r = 0; s->rank_pushed && r < s->cfg.world; r++)
         free(s->rank_pushed[r]);
     free(s->rank_pushed);
@@ -540,6 +514,10 @@ void ps_kv_server_stats_get(const ps_kv_server *s, ps_kv_server_stats *out)
     out->live_workers = s->live;
     out->lost_workers = s->n_lost;
     out->clock = ps__progress_clock(s);
+    out->chunks = s->n_local;
+    out->weight_bytes =
+        s->has_table ? ps_partition_server_numel(s->part, s->cfg.server_index) * sizeof(float) : 0;
+    out->memory_bytes = s->has_table ? ps_shard_memory_bytes(s->shard) : 0;
     for (int b = 0; b < PS__STALE_BINS; b++)
         n += s->stale_hist[b];
     out->staleness_count = n;
@@ -590,8 +568,10 @@ void ps_kv_server_log_summary(const ps_kv_server *s)
             " late pushes dropped, %" PRIu64 " non-finite pushes rejected, %" PRIu64
             " updates refused as non-finite, %" PRIu64 " chunks over --max-grad-norm, %" PRIu64
             " connections refused, %d of %d workers lost (left unfinished, not back within "
-            "--rejoin-timeout); staleness mean %.2f, p99 %.0f, max %" PRIu64,
+            "--rejoin-timeout), %" PRIu64 " bytes of weights in %d chunks (%" PRIu64
+            " with optimizer state); staleness mean %.2f, p99 %.0f, max %" PRIu64,
             st.clock, st.pushes, (double)st.bytes_in / 1e6, st.pulls, (double)st.bytes_out / 1e6,
             st.updates, st.dropped, st.nonfinite, st.unstable, st.too_large, st.refused,
-            st.lost_workers, s->cfg.world, st.staleness_mean, st.staleness_p99, st.staleness_max);
+            st.lost_workers, s->cfg.world, st.weight_bytes, st.chunks, st.memory_bytes,
+            st.staleness_mean, st.staleness_p99, st.staleness_max);
 }

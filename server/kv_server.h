@@ -33,7 +33,10 @@
 #include "optimizer.h"
 
 typedef struct {
-    ps_model_spec spec;
+    /* The job's tensors when the embedding program declares them (read
+     * during init only); NULL: the first worker's HELLO declares them. */
+    const ps_model_spec *table;
+    size_t max_model_bytes; /* a declared table's float32 bytes at most; 0: no limit */
     ps_optimizer_config opt;
     int server_index;
     int num_servers;
@@ -79,6 +82,10 @@ typedef struct {
     double staleness_mean, staleness_p99;
     int live_workers;
     int lost_workers; /* ranks that left unfinished and did not rejoin in time */
+    /* What this server holds: 0 until the tensors are declared. */
+    int chunks;
+    uint64_t weight_bytes; /* float32 weights of its chunks */
+    uint64_t memory_bytes; /* weights, optimizer state and sync accumulators */
 } ps_kv_server_stats;
 
 typedef struct ps_kv_server ps_kv_server;

@@ -1,6 +1,6 @@
-/* shardps-server: one parameter-server daemon. Parses its options, builds the
- * model spec and its shard, listens, and runs the event loop until every
- * worker has finished (or SIGINT/SIGTERM). */
+/* shardps-server: one parameter-server daemon. Parses its options, listens,
+ * and runs the event loop until every worker has finished (or
+ * SIGINT/SIGTERM); the tensors it holds are declared by the first worker. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -217,8 +217,8 @@ int main(int argc, char **argv)
     ps_kv_server_config cfg;
     ps_optimizer_kind kind;
     struct sockaddr_storage addr;
-    int sizes[PS_MAX_LAYERS + 1], nh, port, rc;
-    char role[32];
+    int port, rc;
+    char role[32], others[256];
 
     /* A peer that resets while we write must cost a connection, not the
      * process: take write errors as EPIPE instead of the signal. */
@@ -236,6 +236,9 @@ int main(int argc, char **argv)
     ctx.summary = "Holds a shard of the model's weights and applies workers' gradients.";
     ctx.section = "server";
     ctx.per_process = "listen|server-index|ready-fd|parent-pid";
+    if (ps_job_options_others(PS_JOB_SERVER, others, sizeof(others)) < 0)
+        return 1;
+    ctx.others = others;
     rc = ps_flags_load(&ctx, argc, argv);
     if (rc == 0)
         rc = ps__apply_servers(
@@ -264,13 +267,6 @@ int main(int argc, char **argv)
                 server_index, num_servers);
         return 2;
     }
-    nh = ps_model_spec_parse_sizes(jo.hidden, sizes + 1, PS_MAX_LAYERS - 1);
-    if (nh < 0) {
-        fprintf(stderr,
-                "shardps-server: --hidden '%s' is not a list of positive sizes like 256,128\n",
-                jo.hidden);
-        return 2;
-    }
     /* A host name is resolved once, here; the log names the address bound. */
     rc = ps_parse_hostport(listen, &addr, 1, err, sizeof(err));
     if (rc < 0) {
@@ -279,15 +275,15 @@ int main(int argc, char **argv)
                 ps_flags_describe_origin(&ctx, "listen", from, sizeof(from)), err);
         return 2;
     }
-    sizes[0] = jo.input;
-    sizes[nh + 1] = jo.classes;
     memset(&cfg, 0, sizeof(cfg));
-    if (ps_model_spec_init_mlp(&cfg.spec, sizes, nh + 2, (uint64_t)jo.seed) < 0 ||
-        ps_optimizer_parse(jo.optimizer, &kind) < 0) {
-        fprintf(stderr, "shardps-server: the model or optimizer options are inconsistent; see "
-                        "shardps-server --help\n");
+    if (ps_optimizer_parse(jo.optimizer, &kind) < 0) {
+        fprintf(stderr, "shardps-server: unknown --optimizer '%s'; see shardps-server --help\n",
+                jo.optimizer);
         return 2;
     }
+    /* The tensors come from the first worker's HELLO (or the checkpoint
+     * restored), so this server serves any model its workers declare. */
+    cfg.max_model_bytes = (size_t)jo.max_model_bytes;
     ps_optimizer_defaults(&cfg.opt, kind);
     cfg.opt.lr = (float)jo.lr;
     cfg.opt.momentum = (float)jo.momentum;

@@ -42,7 +42,8 @@ static void ps__append(char *buf, size_t size, const char *fmt, ...)
     va_end(ap);
 }
 
-int ps_backend_init(ps_backend **out, const ps_model_spec *spec, const ps_backend_config *cfg)
+int ps_backend_init(ps_backend **out, const ps_model_desc *desc, const ps_model_spec *spec,
+                    const ps_backend_config *cfg)
 {
     char why[200] = "";
     int rc;
@@ -61,7 +62,7 @@ int ps_backend_init(ps_backend **out, const ps_model_spec *spec, const ps_backen
             return rc;
         }
     }
-    rc = ps__backend_cpu_init(out, spec, cfg);
+    rc = ps__backend_cpu_init(out, desc, spec, cfg);
     if (rc < 0) {
         ps_error("cannot set up the model on the CPU: %s", strerror(-rc));
         return rc;
@@ -106,12 +107,12 @@ int ps_backend_load_params(ps_backend *b)
     return b->ops->load_params(b);
 }
 
-int ps_backend_train_step(ps_backend *b, const float *x, const uint8_t *y, int B, float *loss,
-                          int *correct)
+int ps_backend_train_step(ps_backend *b, const float *x, const uint8_t *y, int B, uint64_t step,
+                          float *loss, int *correct)
 {
     if (B < 1 || B > b->max_batch)
         return -EINVAL;
-    return b->ops->train_step(b, x, y, B, loss, correct);
+    return b->ops->train_step(b, x, y, B, step, loss, correct);
 }
 
 void ps_backend_on_layer_grads(ps_backend *b, ps_backend_layer_cb cb, void *arg)

@@ -1,9 +1,12 @@
-/* The worker's compute backend: where the MLP's forward and backward passes
- * run. Two implementations sit behind this one interface: "cpu" (the ps_mlp
- * of mlp.c on OpenBLAS, which is also the reference the other is tested
- * against) and "cuda" (cuBLAS and the kernels of kernels/cuda_kernels.cu,
- * weights, activations and gradients kept on the GPU). --device auto picks
- * CUDA when a usable GPU is present and the CPU otherwise.
+/* The worker's compute backend: where the model's forward and backward
+ * passes run. Two implementations sit behind this one interface: "cpu" (the
+ * generic executor of model.c over the layer library on OpenBLAS, any model
+ * a model file describes, and the reference the other is tested against) and
+ * "cuda" (cuBLAS and the kernels of kernels/cuda_kernels.cu, weights,
+ * activations and gradients kept on the GPU; for now only models that are
+ * dense layers with ReLU between them, the table's MLP view). --device auto
+ * picks CUDA when a usable GPU is present and runs the model, and the CPU
+ * otherwise.
  *
  * The key-value client moves weights and gradients between the servers and
  * host memory, so the backend hands out host buffers indexed by tensor id: the
@@ -16,6 +19,7 @@
 
 #include <stdint.h>
 
+#include "model_desc.h"
 #include "model_spec.h"
 
 typedef enum {
@@ -32,6 +36,8 @@ typedef struct {
     /* CPU: BLAS threads, a setting of the whole process (0: the library's
      * default, e.g. OPENBLAS_NUM_THREADS); ignored on CUDA. */
     int threads;
+    /* Dropout masks: a seed particular to this worker (model.h). */
+    uint64_t dropout_seed;
 } ps_backend_config;
 
 typedef struct ps_backend ps_backend;
@@ -39,12 +45,15 @@ typedef struct ps_backend ps_backend;
 /* "auto", "cpu" or "cuda" to a ps_device. Returns 0 or -EINVAL. */
 int ps_backend_parse_device(const char *name, ps_device *out);
 
-/* Creates the model on the configured device, parameters at the spec's
- * initial values; the spec is copied. Returns 0 or a negative code, having
- * logged one line that says why: -ENODEV when --device cuda finds no usable
- * GPU (or the build has no CUDA), -EINVAL for a bad spec or max_batch,
- * -ENOMEM, -EIO for any other CUDA or cuBLAS failure. */
-int ps_backend_init(ps_backend **out, const ps_model_spec *spec, const ps_backend_config *cfg);
+/* Creates the model desc describes (resolved; copied) with the tensor table
+ * it resolved to (copied) on the configured device, parameters at the
+ * table's initial values. Returns 0 or a negative code, having logged one
+ * line that says why: -ENODEV when --device cuda finds no usable GPU (or the
+ * build has no CUDA, or the model has layers the CUDA backend does not run
+ * yet), -EINVAL for a bad description or max_batch, -ENOMEM, -EIO for any
+ * other CUDA or cuBLAS failure. */
+int ps_backend_init(ps_backend **out, const ps_model_desc *desc, const ps_model_spec *spec,
+                    const ps_backend_config *cfg);
 /* Frees everything the backend allocated, host and device. NULL is allowed. */
 void ps_backend_free(ps_backend *b);
 
@@ -68,20 +77,20 @@ float *ps_backend_grads(ps_backend *b, int tensor_id);
  * negative code. */
 int ps_backend_load_params(ps_backend *b);
 
-/* Forward and backward on x[B, input] and labels y[B] (host memory, read
- * only); leaves the gradient of the mean loss in the grad buffers and writes
- * the mean loss and the count of correct predictions. Returns 0, -EINVAL if B
- * is outside [1, max_batch], or a device error (after which the backend is
- * only good for ps_backend_free). */
-int ps_backend_train_step(ps_backend *b, const float *x, const uint8_t *y, int B, float *loss,
-                          int *correct);
+/* Forward and backward of training step `step` (dropout's masks depend on
+ * it) on x[B, input] and labels y[B] (host memory, read only); leaves the gradient of the mean loss
+ * in the grad buffers and writes the mean loss and the count of correct predictions. Returns 0,
+ * -EINVAL if B is outside [1, max_batch], or a device error (after which the backend is only good
+ * for ps_backend_free). */
+int ps_backend_train_step(ps_backend *b, const float *x, const uint8_t *y, int B, uint64_t step,
+                          float *loss, int *correct);
 
-/* Called during ps_backend_train_step once layer l's gradients (tensors 2l
- * and 2l+1) are final in the host grad buffers, last layer first, so the
- * worker can push them while the layers below are computed. On the CPU it
- * runs as backward reaches each layer; on CUDA, for every layer once the step
- * has finished (the per-layer downloads are not exposed yet). */
-typedef void (*ps_backend_layer_cb)(void *arg, int layer);
+/* Called during ps_backend_train_step once a layer's gradients (tensors
+ * first .. first + count - 1) are final in the host grad buffers, last layer
+ * first, so the worker can push them while the layers below are computed. On
+ * the CPU it runs as backward reaches each layer; on CUDA, for every layer
+ * once the step has finished (the per-layer downloads are not exposed yet). */
+typedef void (*ps_backend_layer_cb)(void *arg, int first, int count);
 /* Installs (NULL removes) the callback; arg is the caller's. */
 void ps_backend_on_layer_grads(ps_backend *b, ps_backend_layer_cb cb, void *arg);
 

@@ -1,27 +1,27 @@
-/* The CPU compute backend: a thin wrapper over ps_mlp (mlp.c), whose
+/* The CPU compute backend: a thin wrapper over ps_model (model.c), whose
  * parameter and gradient arrays are themselves the host buffers the
  * key-value client pulls into and pushes from, so nothing is copied and
- * loading parameters is a no-op. Being ps_mlp, it is by construction the same
- * computation the MLP's own tests check, and the reference the CUDA backend is
- * compared with. */
+ * loading parameters is a no-op. Being ps_model, it is by construction the
+ * computation the executor's own tests check, and the reference the CUDA
+ * backend is compared with. */
 #include <cblas.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "backend_impl.h"
-#include "mlp.h"
+#include "model.h"
 
 typedef struct {
     ps_backend base; /* first, so a ps_backend * is a ps__cpu * */
-    ps_mlp *mlp;     /* owned */
+    ps_model *model; /* owned */
 } ps__cpu;
 
 static void ps__cpu_free(ps_backend *b)
 {
     ps__cpu *c = (ps__cpu *)b;
 
-    ps_mlp_free(c->mlp);
+    ps_model_free(c->model);
     free(c);
 }
 
@@ -31,25 +31,25 @@ static int ps__cpu_load_params(ps_backend *b)
     return 0;
 }
 
-/* ps_mlp's per-layer callback, passed on to whoever the backend's is. */
-static void ps__cpu_layer_done(void *arg, int layer)
+/* ps_model's per-layer callback, passed on to whoever the backend's is. */
+static void ps__cpu_grads_done(void *arg, int first, int count)
 {
     ps_backend *b = arg;
 
     if (b->on_layer)
-        b->on_layer(b->on_layer_arg, layer);
+        b->on_layer(b->on_layer_arg, first, count);
 }
 
-static int ps__cpu_train_step(ps_backend *b, const float *x, const uint8_t *y, int B, float *loss,
-                              int *correct)
+static int ps__cpu_train_step(ps_backend *b, const float *x, const uint8_t *y, int B, uint64_t step,
+                              float *loss, int *correct)
 {
-    return ps_mlp_train_step(((ps__cpu *)b)->mlp, x, y, B, loss, correct);
+    return ps_model_train_step(((ps__cpu *)b)->model, x, y, B, step, loss, correct);
 }
 
 static int ps__cpu_evaluate(ps_backend *b, const float *x, const uint8_t *y, int n, float *loss,
                             int *correct)
 {
-    return ps_mlp_evaluate(((ps__cpu *)b)->mlp, x, y, n, loss, correct);
+    return ps_model_evaluate(((ps__cpu *)b)->model, x, y, n, loss, correct, NULL);
 }
 
 static const ps__backend_ops ps__cpu_ops = {
@@ -59,7 +59,8 @@ static const ps__backend_ops ps__cpu_ops = {
     .evaluate = ps__cpu_evaluate,
 };
 
-int ps__backend_cpu_init(ps_backend **out, const ps_model_spec *spec, const ps_backend_config *cfg)
+int ps__backend_cpu_init(ps_backend **out, const ps_model_desc *desc, const ps_model_spec *spec,
+                         const ps_backend_config *cfg)
 {
     ps__cpu *c = calloc(1, sizeof(*c));
     int rc, threads;
@@ -67,16 +68,16 @@ int ps__backend_cpu_init(ps_backend **out, const ps_model_spec *spec, const ps_b
     *out = NULL;
     if (c == NULL)
         return -ENOMEM;
-    rc = ps_mlp_init(&c->mlp, spec, cfg->max_batch);
+    rc = ps_model_init(&c->model, desc, spec, cfg->max_batch, cfg->dropout_seed);
     if (rc < 0)
         goto fail;
     c->base.ops = &ps__cpu_ops;
-    ps_mlp_on_layer_grads(c->mlp, ps__cpu_layer_done, &c->base);
+    ps_model_on_grads(c->model, ps__cpu_grads_done, &c->base);
     c->base.device = PS_DEVICE_CPU;
     c->base.max_batch = cfg->max_batch;
     for (int t = 0; t < spec->n_tensors; t++) {
-        c->base.params[t] = ps_mlp_param(c->mlp, t);
-        c->base.grads[t] = ps_mlp_grad(c->mlp, t);
+        c->base.params[t] = ps_model_param(c->model, t);
+        c->base.grads[t] = ps_model_grad(c->model, t);
     }
     if (cfg->threads > 0)
         openblas_set_num_threads(cfg->threads);

@@ -262,8 +262,9 @@ static int ps__finish(ps__cuda *c)
     return rc;
 }
 
-static int ps__cuda_train_step(ps_backend *b, const float *x, const uint8_t *y, int B, float *loss,
-                               int *correct)
+/* The MLP has no dropout, so the step changes nothing. */
+static int ps__cuda_train_step(ps_backend *b, const float *x, const uint8_t *y, int B,
+                               uint64_t step, float *loss, int *correct)
 {
     ps__cuda *c = (ps__cuda *)b;
     const int *sz = c->spec.sizes;
@@ -271,6 +272,7 @@ static int ps__cuda_train_step(ps_backend *b, const float *x, const uint8_t *y, 
     float *dy = c->d_delta[0], *dx = c->d_delta[1];
     const float *logits;
 
+    (void)step;
     rc = ps__put_batch(c, x, y, B);
     if (rc == 0)
         rc = ps__forward(c, B, &logits);
@@ -314,7 +316,7 @@ static int ps__cuda_train_step(ps_backend *b, const float *x, const uint8_t *y, 
     if (rc < 0)
         return rc;
     for (int l = L - 1; l >= 0 && b->on_layer; l--)
-        b->on_layer(b->on_layer_arg, l);
+        b->on_layer(b->on_layer_arg, 2 * l, 2);
     *loss = (float)(c->h_stats->loss_sum / B);
     *correct = c->h_stats->correct;
     return 0;
@@ -394,7 +396,13 @@ int ps__backend_cuda_init(ps_backend **out, const ps_model_spec *spec, const ps_
     rc = ps__pick_gpu(cfg, &devno, &count, why, why_len);
     if (rc < 0)
         return rc;
-    if (L < 1 || L > PS_MAX_LAYERS || spec->n_tensors != 2 * L || cfg->max_batch < 1)
+    /* This backend runs the table's MLP view only (dense layers with ReLU
+     * between them); any other model computes on the CPU. */
+    if (L < 1) {
+        snprintf(why, why_len, "the CUDA backend runs only dense layers with ReLU between them");
+        return -ENODEV;
+    }
+    if (L > PS_MAX_LAYERS || spec->n_tensors != 2 * L || cfg->max_batch < 1)
         return -EINVAL;
     for (int l = 0; l <= L; l++)
         if (spec->sizes[l] < 1)

@@ -13,8 +13,8 @@
 typedef struct {
     void (*free)(ps_backend *b);
     int (*load_params)(ps_backend *b);
-    int (*train_step)(ps_backend *b, const float *x, const uint8_t *y, int B, float *loss,
-                      int *correct);
+    int (*train_step)(ps_backend *b, const float *x, const uint8_t *y, int B, uint64_t step,
+                      float *loss, int *correct);
     int (*evaluate)(ps_backend *b, const float *x, const uint8_t *y, int n, float *loss,
                     int *correct);
 } ps__backend_ops;
@@ -31,8 +31,9 @@ struct ps_backend {
     void *on_layer_arg;
 };
 
-/* The CPU backend: ps_mlp. Returns 0, -EINVAL or -ENOMEM. */
-int ps__backend_cpu_init(ps_backend **out, const ps_model_spec *spec, const ps_backend_config *cfg);
+/* The CPU backend: ps_model. Returns 0, -EINVAL or -ENOMEM. */
+int ps__backend_cpu_init(ps_backend **out, const ps_model_desc *desc, const ps_model_spec *spec,
+                         const ps_backend_config *cfg);
 
 /* The CUDA backend. Returns -ENODEV, with the reason in why (always
  * NUL-terminated) and nothing logged, when there is no usable GPU or the

@@ -13,7 +13,6 @@
 
 #include "model_desc.h"
 
-#define PS_DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
 /* Labels are kept as uint8, as the training kernels take them. */
 #define PS_DATASET_MAX_CLASSES 256
 

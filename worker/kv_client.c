@@ -4,6 +4,8 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
@@ -15,6 +17,7 @@
 #include "ps_error.h"
 #include "ps_log.h"
 #include "server_reply.h"
+#include "tensor_table.h"
 #include "transport.h"
 
 #define PS__WRITE_QUEUE_LIMIT ((size_t)1 << 30)
@@ -94,21 +97,31 @@ struct ps_kv_client {
     int auth;
     uint8_t auth_key[PS_AUTH_KEY_BYTES];
     ps_kv_client_stats stats;
+    char last_error[512]; /* the sentence behind error */
 };
 
-static void ps__fail(ps_kv_client *c, int err)
+/* The client's first error, logged and kept for ps_kv_client_last_error (a
+ * library user may not read our stderr); later ones only follow from it. */
+__attribute__((format(printf, 3, 4))) static void ps__failf(ps_kv_client *c, int err,
+                                                            const char *fmt, ...)
 {
-    if (c->error == 0)
-        c->error = err;
+    va_list ap;
+
+    if (c->error != 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(c->last_error, sizeof(c->last_error), fmt, ap);
+    va_end(ap);
+    ps_error("%s", c->last_error);
+    c->error = err;
 }
 
 /* A server broke the protocol or lied: one line naming it, and the client
  * fails with -PS_EPROTO, which is never retried by reconnecting. */
 static void ps__distrust(ps__server *sv, const char *why)
 {
-    if (sv->cl->error == 0)
-        ps_error("server %d (%s) %s; not trusting it", sv->index, sv->addr_text, why);
-    ps__fail(sv->cl, -PS_EPROTO);
+    ps__failf(sv->cl, -PS_EPROTO, "server %d (%s) %s; not trusting it", sv->index, sv->addr_text,
+              why);
 }
 
 /* The server proves it holds the token; we answer with our own proof. */
@@ -125,19 +138,19 @@ static void ps__handle_challenge(ps__server *sv, const ps_frame *f)
         return;
     }
     if (!c->auth) {
-        ps_error("server %d (%s) requires authentication; start the worker with "
-                 "--auth-token-file",
-                 sv->index, sv->addr_text);
-        ps__fail(c, -PS_EREJECTED);
+        ps__failf(c, -PS_EREJECTED,
+                  "server %d (%s) requires authentication; start the worker with "
+                  "--auth-token-file",
+                  sv->index, sv->addr_text);
         return;
     }
     if (h->auth_nonce.len != PS_AUTH_NONCE_BYTES ||
         !ps_auth_check(c->auth_key, "server", sv->client_nonce, h->auth_nonce.data,
                        h->auth_mac.data, h->auth_mac.len)) {
-        ps_error("server %d (%s) could not prove it holds our auth token; refusing it (a "
-                 "different token, or not this job's server)",
-                 sv->index, sv->addr_text);
-        ps__fail(c, -PS_EREJECTED);
+        ps__failf(c, -PS_EREJECTED,
+                  "server %d (%s) could not prove it holds our auth token; refusing it (a "
+                  "different token, or not this job's server)",
+                  sv->index, sv->addr_text);
         return;
     }
     sv->server_proved = 1;
@@ -148,7 +161,8 @@ static void ps__handle_challenge(ps__server *sv, const ps_frame *f)
     r.auth_mac.data = mac;
     rc = ps_conn_send(sv->conn, &r, NULL, 0, NULL, NULL);
     if (rc < 0)
-        ps__fail(c, rc);
+        ps__failf(c, rc, "cannot send our proof to server %d (%s): %s", sv->index, sv->addr_text,
+                  ps_strerror(rc));
 }
 
 static void ps__handle_welcome(ps__server *sv, const ps_frame *f)
@@ -162,10 +176,10 @@ static void ps__handle_welcome(ps__server *sv, const ps_frame *f)
         return;
     }
     if (c->auth && !sv->server_proved) {
-        ps_error("server %d (%s) does not authenticate; refusing to train against it (start it "
-                 "with --auth-token-file)",
-                 sv->index, sv->addr_text);
-        ps__fail(c, -PS_EREJECTED);
+        ps__failf(c, -PS_EREJECTED,
+                  "server %d (%s) does not authenticate; refusing to train against it (start it "
+                  "with --auth-token-file)",
+                  sv->index, sv->addr_text);
         return;
     }
     if (ps_reply_check_welcome(f, sv->hello_id, c->max_clock, &w, why, sizeof(why)) < 0) {
@@ -292,9 +306,7 @@ static void ps__handle_refusal(ps__server *sv, const ps_frame *f)
         if (h->status == -EADDRINUSE && !sv->cl->cfg.rejoining && sv->cl->error == 0)
             ps_error("another worker already holds rank %d (is --rank right?)", sv->cl->cfg.rank);
     }
-    if (sv->cl->error == 0)
-        ps_error("server %d (%s) refused us: %s", sv->index, sv->addr_text, reason);
-    ps__fail(sv->cl, rc);
+    ps__failf(sv->cl, rc, "server %d (%s) refused us: %s", sv->index, sv->addr_text, reason);
 }
 
 static void ps__on_frame(ps_conn *conn, const ps_frame *f)
@@ -352,10 +364,8 @@ static void ps__on_close(ps_conn *conn, int err)
         ps__distrust(sv, why);
         return;
     }
-    if (c->error == 0)
-        ps_error("lost connection to server %d (%s): %s%s%s", sv->index, sv->addr_text,
-                 ps_strerror(err), *detail ? ": " : "", detail);
-    ps__fail(c, err == -PS_ECLOSED ? -PS_ECLOSED : err);
+    ps__failf(c, err, "lost connection to server %d (%s): %s%s%s", sv->index, sv->addr_text,
+              ps_strerror(err), *detail ? ": " : "", detail);
 }
 
 static void ps__start_connect(ps__server *sv);
@@ -374,14 +384,15 @@ static void ps__on_connect(ps_conn *conn, int status, void *data)
     ps_kv_client *c = sv->cl;
     Shardps__Header h = SHARDPS__HEADER__INIT;
     Shardps__Hello hello = SHARDPS__HELLO__INIT;
+    ps_tensor_table_wire table;
     int rc;
 
     if (status < 0) {
         if (uv_now(&c->loop) + sv->retry_ms > c->deadline_ms) {
-            ps_error("cannot reach server %d at %s: %s (gave up after the connect timeout; is "
-                     "it running, and is the address right?)",
-                     sv->index, sv->addr_text, uv_strerror(status));
-            ps__fail(c, -PS_ETIMEOUT);
+            ps__failf(c, -PS_ETIMEOUT,
+                      "cannot reach server %d at %s: %s (gave up after the connect timeout; is "
+                      "it running, and is the address right?)",
+                      sv->index, sv->addr_text, uv_strerror(status));
             return;
         }
         if (uv_now(&c->loop) >= sv->next_wait_log_ms) {
@@ -397,7 +408,10 @@ static void ps__on_connect(ps_conn *conn, int status, void *data)
     hello.role = SHARDPS__ROLE__ROLE_WORKER;
     hello.rank = (uint32_t)c->cfg.rank;
     hello.world = (uint32_t)c->cfg.world;
-    hello.model_fingerprint = ps_model_spec_fingerprint(&c->cfg.spec);
+    /* The tensors, declared to every server: the first HELLO a server gets
+     * makes them the job's, and it refuses any other. */
+    ps_tensor_table_to_wire(&c->cfg.spec, &table);
+    hello.table = &table.msg;
     hello.num_servers = (uint32_t)c->n_servers;
     hello.chunk_bytes = c->cfg.chunk_bytes;
     hello.server_index = (uint32_t)sv->index;
@@ -416,7 +430,8 @@ static void ps__on_connect(ps_conn *conn, int status, void *data)
     sv->owed_since_ms = uv_now(&c->loop);
     rc = ps_conn_send(conn, &h, NULL, 0, NULL, NULL);
     if (rc < 0)
-        ps__fail(c, rc);
+        ps__failf(c, rc, "cannot send our HELLO to server %d (%s): %s", sv->index, sv->addr_text,
+                  ps_strerror(rc));
 }
 
 static void ps__start_connect(ps__server *sv)
@@ -434,10 +449,9 @@ static void ps__start_connect(ps__server *sv)
                          .scan_nonfinite = 1};
     int rc = ps_conn_connect(&c->loop, (struct sockaddr *)&sv->addr, &cc, sv, ps__on_connect);
 
-    if (rc < 0) {
-        ps_error("cannot connect to server %d (%s): %s", sv->index, sv->addr_text, uv_strerror(rc));
-        ps__fail(c, rc);
-    }
+    if (rc < 0)
+        ps__failf(c, rc, "cannot connect to server %d (%s): %s", sv->index, sv->addr_text,
+                  uv_strerror(rc));
 }
 
 int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
@@ -529,7 +543,8 @@ static void ps__on_heartbeat(uv_timer_t *t)
             continue;
         h.type = SHARDPS__MSG_TYPE__HEARTBEAT;
         if (ps_conn_send(sv->conn, &h, NULL, 0, NULL, NULL) < 0)
-            ps__fail(c, -PS_ECLOSED);
+            ps__failf(c, -PS_ECLOSED, "cannot send a heartbeat to server %d (%s)", sv->index,
+                      sv->addr_text);
     }
 }
 
@@ -590,11 +605,11 @@ static void ps__check_overdue(ps_kv_client *c)
         uint64_t due = ps__owed_until(sv, &what);
         if (due > uv_now(&c->loop))
             continue;
-        ps_error("server %d (%s) sent nothing for %.1f s while we waited for %s (request timeout "
-                 "%.1f s, --request-timeout); giving up on it",
-                 sv->index, sv->addr_text, (double)(uv_now(&c->loop) - sv->owed_since_ms) / 1000,
-                 what, (double)c->request_ms / 1000);
-        ps__fail(c, -PS_ETIMEOUT);
+        ps__failf(c, -PS_ETIMEOUT,
+                  "server %d (%s) sent nothing for %.1f s while we waited for %s (request timeout "
+                  "%.1f s, --request-timeout); giving up on it",
+                  sv->index, sv->addr_text, (double)(uv_now(&c->loop) - sv->owed_since_ms) / 1000,
+                  what, (double)c->request_ms / 1000);
     }
 }
 
@@ -826,6 +841,13 @@ int ps_kv_client_wait(ps_kv_client *c)
     return ps__run_until_done(c);
 }
 
+const char *ps_kv_client_last_error(const ps_kv_client *c)
+{
+    if (c->error == 0)
+        return "";
+    return c->last_error[0] ? c->last_error : ps_strerror(c->error);
+}
+
 uint64_t ps_kv_client_weights_clock(const ps_kv_client *c)
 {
     uint64_t m = UINT64_MAX;
@@ -878,6 +900,8 @@ static void ps__client_free(ps_kv_client *c, int goodbye)
         uv_close((uv_handle_t *)&sv->retry, NULL);
         if (sv->conn == NULL)
             continue;
+        /* Requests started and never waited for leave before the goodbye,
+         * which would otherwise wait behind them for ever. */
         ps__uncork(sv);
         h.type = goodbye ? SHARDPS__MSG_TYPE__BYE : SHARDPS__MSG_TYPE__HEARTBEAT;
         if (!sv->welcomed || ps_conn_send(sv->conn, &h, NULL, 0, ps__on_bye_sent, NULL) < 0)

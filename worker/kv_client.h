@@ -112,6 +112,10 @@ int ps_kv_client_progress(ps_kv_client *c);
  * with the server's index and address. */
 int ps_kv_client_wait(ps_kv_client *c);
 
+/* The sentence behind the client's first error (it was also logged): ""
+ * while there is none. Owned by the client, valid until it is freed. */
+const char *ps_kv_client_last_error(const ps_kv_client *c);
+
 /* The oldest clock among the weights of the last pull. In sync mode a worker
  * that fell behind (backup workers, a rejoin) receives newer weights than it
  * asked for, and continues from this clock. */

@@ -40,7 +40,7 @@ static void ps__head(ps_train_metrics *m, const char *event, uint64_t step)
     fprintf(m->f, ",\"elapsed\":%.3f,\"train_seconds\":%.3f", elapsed, elapsed - m->eval_s);
 }
 
-static void ps__traffic(ps_train_metrics *m, const ps_kv_client_stats *ks)
+static void ps__traffic(ps_train_metrics *m, const shardps_stats *ks)
 {
     fprintf(m->f, ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64, ks->bytes_received,
             ks->bytes_sent);
@@ -95,7 +95,7 @@ void ps_train_metrics_step(ps_train_metrics *m, double compute_s, double exchang
 }
 
 void ps_train_metrics_interval(ps_train_metrics *m, uint64_t step, uint64_t clock,
-                               const ps_kv_client_stats *ks)
+                               const shardps_stats *ks)
 {
     double now = ps_clock_now(), dt;
 
@@ -138,7 +138,7 @@ void ps_train_metrics_eval(ps_train_metrics *m, uint64_t step, double accuracy, 
     ps__end_line(m);
 }
 
-void ps_train_metrics_close(ps_train_metrics *m, uint64_t step, const ps_kv_client_stats *ks)
+void ps_train_metrics_close(ps_train_metrics *m, uint64_t step, const shardps_stats *ks)
 {
     if (m->f == NULL)
         return;

@@ -23,7 +23,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "kv_client.h"
+#include "shardps.h"
 
 typedef struct {
     FILE *f; /* owned; NULL when off */
@@ -46,11 +46,11 @@ void ps_train_metrics_step(ps_train_metrics *m, double compute_s, double exchang
 /* Ends an interval: writes its line and starts the next. step counts steps
  * done by the job as this worker knows it; clock is the weights' clock. */
 void ps_train_metrics_interval(ps_train_metrics *m, uint64_t step, uint64_t clock,
-                               const ps_kv_client_stats *ks);
+                               const shardps_stats *ks);
 /* A test-set evaluation that took seconds; not counted as training time. */
 void ps_train_metrics_eval(ps_train_metrics *m, uint64_t step, double accuracy, double loss,
                            double seconds);
 /* Writes the closing line (when ks is not NULL) and closes the file. */
-void ps_train_metrics_close(ps_train_metrics *m, uint64_t step, const ps_kv_client_stats *ks);
+void ps_train_metrics_close(ps_train_metrics *m, uint64_t step, const shardps_stats *ks);
 
 #endif

@@ -6,27 +6,28 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "auth.h"
 #include "backend.h"
 #include "clock.h"
 #include "dataset.h"
+#include "model_file.h"
 #include "ps_error.h"
 #include "ps_log.h"
 #include "report.h"
+#include "shardps.h"
 #include "train_metrics.h"
 
 struct ps_trainer {
     ps_trainer_config cfg;
+    ps_model_spec spec; /* the tensor table cfg.desc resolves to on this data */
     ps_backend *be;
-    ps_kv_client *kv;
-    ps_kv_client_config kc;
-    uint8_t auth_key[PS_AUTH_KEY_BYTES];
+    shardps *ps; /* the job's client, include/shardps.h */
     ps_dataset train, test;
     float *test_x, *batch_x; /* the whole test set, and this step's batch */
     uint8_t *batch_y;
@@ -91,7 +92,7 @@ static int ps__evaluate(ps_trainer *t, uint64_t step, double *acc_out, int repor
 static int ps__dump_weights(ps_trainer *t)
 {
     const char *path = t->cfg.dump_weights;
-    const ps_model_spec *spec = &t->cfg.spec;
+    const ps_model_spec *spec = &t->spec;
     FILE *f = fopen(path, "wb");
     int rc = 0;
 
@@ -118,28 +119,35 @@ static int ps__is_connection_loss(int rc)
            rc != -EINVAL && rc != -PS_ETIMEOUT;
 }
 
-/* (Re)creates the client and joins the job; writes the clock to start at. */
-static int ps__connect(ps_trainer *t, uint64_t *start)
+/* Joins the job again after a lost connection; writes the clock to start at.
+ * The library logged why it failed. */
+static int ps__reconnect(ps_trainer *t, uint64_t *start)
 {
-    int rc;
+    int rc = shardps_reconnect(t->ps);
 
-    ps_kv_client_abandon(t->kv);
-    t->kv = NULL;
     /* A new client counts from zero. */
     t->acked_before = t->rejected_before = 0;
-    rc = ps_kv_client_init(&t->kv, &t->kc);
     if (rc == 0)
-        rc = ps_kv_client_connect(t->kv, start);
+        rc = shardps_start_clock(t->ps, start);
     return rc;
+}
+
+/* The clock of the weights of the last pull. */
+static uint64_t ps__weights_clock(const ps_trainer *t)
+{
+    uint64_t c = 0;
+
+    shardps_weights_clock(t->ps, &c);
+    return c;
 }
 
 /* Pulls the weights of clock into the backend and waits for them. */
 static int ps__pull(ps_trainer *t, uint64_t clock)
 {
-    int rc = ps_kv_client_pull(t->kv, clock, t->params);
+    int rc = shardps_pull(t->ps, clock, t->params, t->spec.n_tensors);
 
     if (rc == 0)
-        rc = ps_kv_client_wait(t->kv);
+        rc = shardps_wait(t->ps);
     if (rc == 0)
         rc = ps_backend_load_params(t->be);
     return rc;
@@ -160,20 +168,37 @@ static void ps__clip_tensor(float *g, size_t n, float max_norm)
     }
 }
 
+static int ps__save_model(ps_trainer *t)
+{
+    const float *tensors[PS_MAX_TENSORS];
+    char err[512];
+    int rc;
+
+    for (int i = 0; i < t->spec.n_tensors; i++)
+        tensors[i] = ps_backend_params(t->be, i);
+    rc = ps_model_file_write(t->cfg.save_model, &t->cfg.desc, &t->spec, tensors, err, sizeof(err));
+    if (rc < 0)
+        ps_error("cannot write --save-model: %s", err);
+    else
+        ps_info("saved the trained model to %s", t->cfg.save_model);
+    return rc;
+}
+
 /* Pushes each layer's gradients the moment backward has them, so they travel
- * while the layers below are computed (ps_backend_on_layer_grads). */
-static void ps__push_layer(void *arg, int layer)
+ * while the layers below are computed (ps_backend_on_layer_grads); the last
+ * tensor first, as the servers have always seen them. */
+static void ps__push_layer(void *arg, int first, int count)
 {
     ps_trainer *t = arg;
 
-    for (int i = 2 * layer + 1; i >= 2 * layer && t->push_rc == 0; i--) {
+    for (int i = first + count - 1; i >= first && t->push_rc == 0; i--) {
         float *g = ps_backend_grads(t->be, i);
         if (t->cfg.clip_norm > 0)
-            ps__clip_tensor(g, t->cfg.spec.tensors[i].numel, (float)t->cfg.clip_norm);
-        t->push_rc = ps_kv_client_push_tensor(t->kv, i, g);
+            ps__clip_tensor(g, t->spec.tensors[i].numel, (float)t->cfg.clip_norm);
+        t->push_rc = shardps_push(t->ps, i, g, t->spec.tensors[i].numel);
     }
     if (t->push_rc == 0)
-        t->push_rc = ps_kv_client_progress(t->kv);
+        t->push_rc = shardps_progress(t->ps);
 }
 
 /* --slow-ms: an artificial straggler for experiments (backup workers, ssp). */
@@ -191,9 +216,9 @@ void ps_trainer_free(ps_trainer *t)
     /* Only a worker that finished says goodbye; one that failed may be
      * restarted, and the servers keep its place. */
     if (t->finished)
-        ps_kv_client_close(t->kv);
+        shardps_close(t->ps);
     else
-        ps_kv_client_abandon(t->kv);
+        shardps_abandon(t->ps);
     ps_train_metrics_close(&t->tm, 0, NULL);
     ps_backend_free(t->be);
     ps_dataset_free(&t->train);
@@ -222,6 +247,9 @@ static int ps__load_test_set(ps_trainer *t, int features)
     return 0;
 }
 
+/* Loads both splits (the class count is the larger of theirs, the same on
+ * every worker whether it evaluates or not) and resolves the model against
+ * the data's sample shape and class count. */
 static int ps__load_data(ps_trainer *t)
 {
     const ps_trainer_config *o = &t->cfg;
@@ -229,30 +257,18 @@ static int ps__load_data(ps_trainer *t)
     int features, rc;
 
     rc = ps_dataset_load_dir(&t->train, o->data_dir, 1, err, sizeof(err));
-    if (rc == 0 && o->eval)
+    if (rc == 0)
         rc = ps_dataset_load_dir(&t->test, o->data_dir, 0, err, sizeof(err));
+    if (rc == 0)
+        rc = ps_dataset_match(&t->train, &t->test, err, sizeof(err));
+    if (rc == 0)
+        rc = ps_model_desc_resolve(&t->cfg.desc, &t->train.shape, t->train.classes,
+                                   (uint64_t)o->seed, &t->spec, err, sizeof(err));
     if (rc < 0) {
         ps_error("%s", err);
         return rc;
     }
-    if (o->eval && ps_dataset_match(&t->train, &t->test, err, sizeof(err)) < 0) {
-        ps_error("%s", err);
-        return -PS_EFORMAT;
-    }
     features = t->train.features;
-    if (features != o->spec.sizes[0] || t->train.classes > o->spec.sizes[o->spec.n_layers]) {
-        ps_error("the data has %d features per sample and %d classes but the model's input is %d "
-                 "and it has %d outputs",
-                 features, t->train.classes, o->spec.sizes[0], o->spec.sizes[o->spec.n_layers]);
-        return -PS_EMISMATCH;
-    }
-    for (int i = 0; i < t->train.n; i++)
-        if (t->train.labels[i] >= o->spec.sizes[o->spec.n_layers]) {
-            ps_error("sample %d of the data has label %d but the model has %d classes "
-                     "(--classes)",
-                     i, t->train.labels[i], o->spec.sizes[o->spec.n_layers]);
-            return -PS_EMISMATCH;
-        }
     t->steps_per_epoch = t->train.n / (o->batch * o->workers);
     if (t->steps_per_epoch == 0) {
         ps_error("--batch %d x %d workers exceeds the %d training samples; use a smaller batch",
@@ -270,37 +286,60 @@ static int ps__load_data(ps_trainer *t)
     return o->eval ? ps__load_test_set(t, features) : 0;
 }
 
+/* One option of the client, as the text shardps_set_option takes. */
+__attribute__((format(printf, 3, 4))) static int ps__option(ps_trainer *t, const char *name,
+                                                            const char *fmt, ...)
+{
+    char value[64];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(value, sizeof(value), fmt, ap);
+    va_end(ap);
+    return shardps_set_option(t->ps, name, value);
+}
+
 static int ps__setup_client(ps_trainer *t)
 {
     const ps_trainer_config *o = &t->cfg;
-    ps_kv_client_config *kc = &t->kc;
-    char err[512];
-    int rc;
+    int rc = shardps_new(&t->ps, o->servers, o->n_servers, o->rank, o->workers);
 
-    kc->spec = o->spec;
-    kc->rank = o->rank;
-    kc->world = o->workers;
-    kc->servers = o->servers;
-    kc->n_servers = o->n_servers;
-    kc->chunk_bytes = o->chunk_bytes;
-    kc->connect_timeout_s = o->connect_timeout;
-    kc->request_timeout_s = o->request_timeout;
-    kc->max_payload = o->max_payload;
-    kc->total_steps = t->total;
-    kc->compress = o->compress;
-    kc->job_settings = o->job_settings;
-    if (o->auth_token_file) {
-        int loose = 0;
-        rc = ps_auth_load_key(o->auth_token_file, t->auth_key, &loose, err, sizeof(err));
-        if (rc < 0) {
-            ps_error("%s", err);
-            return rc;
-        }
-        if (loose)
-            ps_warn("%s is readable by other users; chmod 600 it", o->auth_token_file);
-        kc->auth_key = t->auth_key;
+    if (rc == 0)
+        rc = ps__option(t, "seed", "%" PRIu64, t->spec.seed);
+    if (rc == 0)
+        rc = ps__option(t, "chunk-bytes", "%zu", o->chunk_bytes);
+    if (rc == 0)
+        rc = ps__option(t, "max-payload", "%zu", o->max_payload);
+    if (rc == 0)
+        rc = ps__option(t, "connect-timeout", "%.17g", o->connect_timeout);
+    if (rc == 0)
+        rc = ps__option(t, "request-timeout", "%.17g", o->request_timeout);
+    if (rc == 0)
+        rc = ps__option(t, "total-steps", "%" PRIu64, t->total);
+    if (rc == 0 && o->compress)
+        rc = shardps_set_option(t->ps, "compress", o->compress);
+    if (rc == 0 && o->job_settings)
+        rc = shardps_set_option(t->ps, "job-settings", o->job_settings);
+    if (rc == 0 && o->auth_token_file)
+        rc = shardps_set_option(t->ps, "auth-token-file", o->auth_token_file);
+    for (int i = 0; rc == 0 && i < t->spec.n_tensors; i++) {
+        const ps_tensor_spec *ts = &t->spec.tensors[i];
+        int64_t shape[PS_MAX_DIMS];
+        for (int d = 0; d < ts->ndim; d++)
+            shape[d] = ts->shape[d];
+        rc = shardps_declare(t->ps, ts->name, ts->ndim, shape, (int)ts->init, ts->fan_in,
+                             ts->fan_out);
     }
-    return ps__connect(t, &t->start);
+    if (rc == 0)
+        rc = shardps_connect(t->ps);
+    if (rc == 0)
+        rc = shardps_start_clock(t->ps, &t->start);
+    /* The client logged what went wrong on the wire; its own checks of our
+     * arguments are for us to say. */
+    if (rc < 0 && rc != -PS_ETIMEOUT && rc != -PS_EREJECTED && rc != -PS_EPROTO &&
+        rc != -PS_ECLOSED)
+        ps_error("%s", shardps_last_error(t->ps));
+    return rc;
 }
 
 int ps_trainer_init(ps_trainer **out, const ps_trainer_config *cfg)
@@ -313,24 +352,25 @@ int ps_trainer_init(ps_trainer **out, const ps_trainer_config *cfg)
     if (t == NULL)
         return -ENOMEM;
     t->cfg = *cfg;
-    /* The device first, so the first log line says what computes and a
-     * missing GPU fails before anything is loaded or connected. */
     memset(&bc, 0, sizeof(bc));
     rc = ps_backend_parse_device(cfg->device, &bc.device);
+    if (rc < 0)
+        goto fail;
+    /* The data first: the model's shape follows from it. */
+    rc = ps__load_data(t);
     if (rc < 0)
         goto fail;
     bc.max_batch = cfg->batch > 256 ? cfg->batch : 256;
     bc.tf32 = cfg->tf32;
     bc.threads = cfg->threads;
     bc.device_index = cfg->rank;
-    rc = ps_backend_init(&t->be, &t->cfg.spec, &bc);
+    /* Each worker its own dropout masks, repeatable from the job's seed. */
+    bc.dropout_seed = ((uint64_t)cfg->seed << 32) ^ ((uint64_t)cfg->rank * 0x9E3779B97F4A7C15ull);
+    rc = ps_backend_init(&t->be, &t->cfg.desc, &t->spec, &bc);
     if (rc < 0)
         goto fail;
     ps_info("compute on %s", ps_backend_describe(t->be));
-    rc = ps__load_data(t);
-    if (rc < 0)
-        goto fail;
-    for (int i = 0; i < cfg->spec.n_tensors; i++) {
+    for (int i = 0; i < t->spec.n_tensors; i++) {
         t->params[i] = ps_backend_params(t->be, i);
         t->grads[i] = ps_backend_grads(t->be, i);
     }
@@ -381,14 +421,14 @@ typedef struct {
 static void ps__progress(ps_trainer *t, ps__interval *iv, int epoch, uint64_t step)
 {
     const ps_trainer_config *o = &t->cfg;
-    ps_kv_client_stats ks;
+    shardps_stats ks;
     double now = ps_clock_now();
     double sps = (double)(iv->steps_done - iv->steps_done_before) * o->batch / (now - iv->last_t);
     double stale;
 
-    ps_kv_client_stats_get(t->kv, &ks);
+    shardps_stats_get(t->ps, &ks);
     stale = ks.staleness_count ? (double)ks.staleness_sum / ks.staleness_count : 0.0;
-    ps_train_metrics_interval(&t->tm, step, ps_kv_client_weights_clock(t->kv), &ks);
+    ps_train_metrics_interval(&t->tm, step, ps__weights_clock(t), &ks);
     if (o->report_fd < 0)
         ps_info("epoch %d/%d step %" PRIu64 "/%" PRIu64 " loss %.4f %.0f samples/s "
                 "staleness mean %.2f max %" PRIu64,
@@ -412,7 +452,7 @@ static void ps__progress(ps_trainer *t, ps__interval *iv, int epoch, uint64_t st
 static int ps__check_divergence(ps_trainer *t, uint64_t step, float loss)
 {
     const ps_trainer_config *o = &t->cfg;
-    ps_kv_client_stats ks;
+    shardps_stats ks;
     uint64_t acked, rejected;
 
     if (!isfinite(loss)) {
@@ -421,7 +461,7 @@ static int ps__check_divergence(ps_trainer *t, uint64_t step, float loss)
                  isnan(loss) ? "NaN" : "infinite", step);
         return -ERANGE;
     }
-    ps_kv_client_stats_get(t->kv, &ks);
+    shardps_stats_get(t->ps, &ks);
     acked = ks.acked - t->acked_before;
     rejected = ks.rejected - t->rejected_before;
     t->acked_before = ks.acked;
@@ -459,11 +499,11 @@ static void ps__report_step(ps_trainer *t, uint64_t step)
 static void ps__done(ps_trainer *t, const ps__interval *iv, double t0, double acc)
 {
     const ps_trainer_config *o = &t->cfg;
-    ps_kv_client_stats ks;
+    shardps_stats ks;
     double secs = ps_clock_now() - t0;
     double samples = (double)iv->steps_done * o->batch;
 
-    ps_kv_client_stats_get(t->kv, &ks);
+    shardps_stats_get(t->ps, &ks);
     ps_train_metrics_close(&t->tm, t->total, &ks);
     ps_info("done: %" PRIu64 " steps in %.1f s, %.0f samples/s, %.1f MB pushed, %.1f MB "
             "pulled, %" PRIu64 " late chunks dropped, %" PRIu64 " chunks rejected",
@@ -496,8 +536,7 @@ int ps_trainer_run(ps_trainer *t)
                 break;
             ps_warn("reconnecting to the servers (attempt %d of %d)", reconnects,
                     o->max_reconnects);
-            t->kc.rejoining = 1;
-            rc = ps__connect(t, &clock);
+            rc = ps__reconnect(t, &clock);
             if (rc == 0)
                 rc = ps__pull(t, clock);
             if (rc < 0 || clock >= t->total)
@@ -519,15 +558,16 @@ int ps_trainer_run(ps_trainer *t)
         ps_dataset_gather(&t->train, t->order + ps__first_sample(t, clock), o->batch, t->batch_x,
                           t->batch_y);
         t->push_rc = 0;
-        rc = ps_backend_train_step(t->be, t->batch_x, t->batch_y, o->batch, &loss, &correct);
+        rc = ps_backend_train_step(t->be, t->batch_x, t->batch_y, o->batch, clock, &loss, &correct);
         if (rc < 0)
             break;
         if (o->slow_ms > 0) {
-            for (int i = 0; o->clip_norm > 0 && i < o->spec.n_tensors; i++)
-                ps__clip_tensor(ps_backend_grads(t->be, i), o->spec.tensors[i].numel,
+            for (int i = 0; o->clip_norm > 0 && i < t->spec.n_tensors; i++)
+                ps__clip_tensor(ps_backend_grads(t->be, i), t->spec.tensors[i].numel,
                                 (float)o->clip_norm);
             ps__slow_down(o->slow_ms);
-            t->push_rc = ps_kv_client_push(t->kv, t->grads);
+            for (int i = t->spec.n_tensors - 1; i >= 0 && t->push_rc == 0; i--)
+                t->push_rc = shardps_push(t->ps, i, t->grads[i], t->spec.tensors[i].numel);
         }
         t_exchange = ps_clock_now();
         iv.loss_sum += loss;
@@ -545,8 +585,8 @@ int ps_trainer_run(ps_trainer *t)
                               correct, o->batch);
         /* Sync with backup workers: the step may have been applied without
          * us; the pull brought newer weights, so skip to where they are. */
-        if (ps_kv_client_weights_clock(t->kv) > clock + 1)
-            clock = ps_kv_client_weights_clock(t->kv) - 1;
+        if (ps__weights_clock(t) > clock + 1)
+            clock = ps__weights_clock(t) - 1;
         if ((clock + 1) % (uint64_t)o->progress_every == 0 || clock + 1 >= t->total)
             ps__progress(t, &iv, epoch, clock + 1);
         ps__report_step(t, clock + 1);
@@ -562,6 +602,8 @@ int ps_trainer_run(ps_trainer *t)
     if (o->eval && (rc = ps__evaluate(t, t->total, &acc, 1)) < 0)
         return rc;
     if (o->dump_weights && (rc = ps__dump_weights(t)) < 0)
+        return rc;
+    if (o->save_model && o->rank == 0 && (rc = ps__save_model(t)) < 0)
         return rc;
     t->finished = 1;
     ps__done(t, &iv, t0, acc);

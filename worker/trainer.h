@@ -21,11 +21,13 @@
 #include <signal.h>
 #include <stddef.h>
 
-#include "kv_client.h"
-#include "model_spec.h"
+#include "model_desc.h"
 
 typedef struct {
-    ps_model_spec spec; /* copied */
+    /* The model, parsed but not resolved (copied): the trainer resolves it
+     * against the data's sample shape and class count, which gives the
+     * tensor table the servers are told in the handshake. */
+    ps_model_desc desc;
     /* "host:port" in server-index order; the array and strings are borrowed
      * until ps_trainer_free. */
     const char *const *servers;
@@ -35,9 +37,10 @@ typedef struct {
     int epochs; /* passes over the data */
     int steps;  /* stop after this many steps in all (0: every epoch) */
     /* The strings below are borrowed until ps_trainer_free; NULL: not used. */
-    const char *data_dir;        /* the Fashion-MNIST IDX files */
+    const char *data_dir;        /* the data (dataset.h) */
     const char *device;          /* "auto", "cpu" or "cuda" */
     const char *dump_weights;    /* write the final weights here */
+    const char *save_model;      /* rank 0: write the trained model here (model_file.h) */
     const char *metrics_file;    /* JSON lines, see train_metrics.h */
     const char *auth_token_file; /* shared secret with the servers */
     int tf32;                    /* CUDA: TF32 matrix products */
@@ -64,7 +67,7 @@ typedef struct {
     size_t chunk_bytes, max_payload;
     double connect_timeout; /* seconds to keep trying to reach the servers */
     double request_timeout; /* seconds a server may owe an answer (0: from its heartbeats) */
-    ps_compress compress;
+    const char *compress;   /* "none", "fp16" or "bf16" (borrowed) */
     /* The job's settings for the servers to compare (ps_job_settings_format);
      * borrowed until ps_trainer_free; NULL: none sent. */
     const char *job_settings;
@@ -72,14 +75,15 @@ typedef struct {
 
 typedef struct ps_trainer ps_trainer;
 
-/* Sets up the backend (so a missing GPU fails first), loads the data, and
- * joins the job. Returns 0 or a negative code, having logged why;
+/* Loads the data (every split: the class count is the largest label of
+ * both), resolves the model against it, sets up the backend and joins the
+ * job. Returns 0 or a negative code, having logged why;
  * -PS_EREJECTED when a server refused us (the caller may log its own side). */
 int ps_trainer_init(ps_trainer **out, const ps_trainer_config *cfg);
 
-/* Trains to the planned step, evaluates, writes --dump-weights and the final
- * report. Returns 0, -EINTR when cfg.stop ended it at a step boundary, or
- * another negative code, having logged why. Call once. */
+/* Trains to the planned step, evaluates, writes --dump-weights, --save-model
+ * (rank 0) and the final report. Returns 0, -EINTR when cfg.stop ended it at
+ * a step boundary, or another negative code, having logged why. Call once. */
 int ps_trainer_run(ps_trainer *t);
 
 /* NULL is allowed. */

@@ -10,6 +10,7 @@
 
 #include "flags.h"
 #include "job_options.h"
+#include "model_desc.h"
 #include "ps_error.h"
 #include "ps_log.h"
 #include "parent_watch.h"
@@ -85,10 +86,13 @@ static int ps__parse_steps(const char *text, uint64_t *out, int max)
 static void ps__log_own_side(const ps_flags_ctx *ctx, const ps_job_options *o, int n_servers)
 {
     char from[5][256];
+    /* The model is the file's when there is one, else --hidden's MLP. */
+    const char *model = o->model ? "model" : "hidden";
 
-    ps_error("this worker has --hidden %s (from %s), --seed %d (from %s), --workers %d (from "
+    ps_error("this worker has --%s %s (from %s), --seed %d (from %s), --workers %d (from "
              "%s), %d server%s (from %s) and --chunk-bytes %.0f (from %s)",
-             o->hidden, ps_flags_describe_origin(ctx, "hidden", from[0], sizeof(from[0])), o->seed,
+             model, o->model ? o->model : o->hidden,
+             ps_flags_describe_origin(ctx, model, from[0], sizeof(from[0])), o->seed,
              ps_flags_describe_origin(ctx, "seed", from[1], sizeof(from[1])), o->workers,
              ps_flags_describe_origin(ctx, "workers", from[2], sizeof(from[2])), n_servers,
              n_servers == 1 ? "" : "s",
@@ -96,11 +100,26 @@ static void ps__log_own_side(const ps_flags_ctx *ctx, const ps_job_options *o, i
              ps_flags_describe_origin(ctx, "chunk-bytes", from[4], sizeof(from[4])));
 }
 
-static int ps__train(const ps_job_options *j, const ps__worker_opts *o, const ps_model_spec *spec,
+/* The model without --model: --hidden's MLP as a model description, so the
+ * worker has one way to build a model. */
+static int ps__hidden_desc(const char *hidden, ps_model_desc *desc, char *err, size_t errlen)
+{
+    int sizes[PS_MAX_LAYERS], nh = ps_model_spec_parse_sizes(hidden, sizes, PS_MAX_LAYERS - 1);
+    char source[sizeof(desc->source)];
+
+    if (nh < 0) {
+        snprintf(err, errlen, "--hidden '%s' is not a list of positive sizes like 256,128", hidden);
+        return -EINVAL;
+    }
+    snprintf(source, sizeof(source), "--hidden %s", hidden);
+    return ps_model_desc_mlp(desc, sizes, nh, source, err, errlen);
+}
+
+static int ps__train(const ps_job_options *j, const ps__worker_opts *o, const ps_model_desc *desc,
                      const ps_server_list *sl, const char *settings)
 {
     ps_trainer_config tc = {
-        .spec = *spec,
+        .desc = *desc,
         .servers = ps_server_list_entries(sl),
         .n_servers = ps_server_list_count(sl),
         .rank = o->rank,
@@ -112,6 +131,7 @@ static int ps__train(const ps_job_options *j, const ps__worker_opts *o, const ps
         .data_dir = j->data_dir,
         .device = j->device,
         .dump_weights = o->dump_weights,
+        .save_model = j->save_model,
         .metrics_file = o->metrics_file,
         .auth_token_file = j->auth_token_file,
         .tf32 = j->tf32,
@@ -131,9 +151,7 @@ static int ps__train(const ps_job_options *j, const ps__worker_opts *o, const ps
         .max_payload = (size_t)j->max_payload,
         .connect_timeout = j->connect_timeout,
         .request_timeout = j->request_timeout,
-        .compress = strcmp(j->compress, "fp16") == 0   ? PS_COMPRESS_FP16
-                    : strcmp(j->compress, "bf16") == 0 ? PS_COMPRESS_BF16
-                                                       : PS_COMPRESS_NONE,
+        .compress = j->compress,
         .job_settings = settings,
     };
     ps_trainer *t;
@@ -190,9 +208,9 @@ int main(int argc, char **argv)
     int n_own = (int)(sizeof(own) / sizeof(own[0])), max = (int)(sizeof(flags) / sizeof(flags[0]));
     char rank_from[PATH_MAX + 64], workers_from[PATH_MAX + 64];
     ps_server_list *sl;
-    ps_model_spec spec;
-    char role[32], err[256];
-    int sizes[PS_MAX_LAYERS + 1], nh, rc;
+    ps_model_desc desc;
+    char role[32], err[512];
+    int rc;
 
     /* A peer that resets while we write must cost a connection, not the
      * process: take write errors as EPIPE instead of the signal. */
@@ -205,7 +223,8 @@ int main(int argc, char **argv)
     ctx.flags = flags;
     ctx.n = nflags + n_own;
     ctx.prog = "shardps-worker";
-    ctx.summary = "Trains an MLP on its shard of Fashion-MNIST against parameter servers.";
+    ctx.summary = "Trains a model (a model file, or --hidden's MLP) on its shard of the data "
+                  "against parameter servers.";
     ctx.section = "worker";
     ctx.per_process = "rank|report-fd|report-steps|parent-pid";
     rc = ps_flags_load(&ctx, argc, argv);
@@ -229,11 +248,12 @@ int main(int argc, char **argv)
                 ps_flags_describe_origin(&ctx, "workers", workers_from, sizeof(workers_from)));
         return 2;
     }
-    nh = ps_model_spec_parse_sizes(jo.hidden, sizes + 1, PS_MAX_LAYERS - 1);
-    if (nh < 0) {
-        fprintf(stderr,
-                "shardps-worker: --hidden '%s' is not a list of positive sizes like 256,128\n",
-                jo.hidden);
+    /* --model decides the model; --hidden only when there is none (the
+     * launcher forwards every job option, --hidden included). */
+    rc = jo.model ? ps_model_desc_load(&desc, jo.model, err, sizeof(err))
+                  : ps__hidden_desc(jo.hidden, &desc, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "shardps-worker: %s\n", err);
         return 2;
     }
     if (o.report_steps) {
@@ -258,13 +278,6 @@ int main(int argc, char **argv)
     ps_log_set_role(role);
     if (jo.verbose)
         ps_log_set_level(PS_LOG_DEBUG);
-    sizes[0] = jo.input;
-    sizes[nh + 1] = jo.classes;
-    if (ps_model_spec_init_mlp(&spec, sizes, nh + 2, (uint64_t)jo.seed) < 0) {
-        fprintf(stderr, "shardps-worker: --hidden '%s' gives an invalid model\n", jo.hidden);
-        ps_server_list_free(sl);
-        return 2;
-    }
     if (ps_job_settings_format(&jo, ps_server_list_count(sl), settings, sizeof(settings)) < 0) {
         fprintf(stderr, "shardps-worker: the job's settings do not fit in %zu bytes\n",
                 sizeof(settings));
@@ -272,7 +285,7 @@ int main(int argc, char **argv)
         return 2;
     }
     ps__catch_stop_signals();
-    rc = ps__train(&jo, &o, &spec, sl, settings);
+    rc = ps__train(&jo, &o, &desc, sl, settings);
     if (rc == -PS_EREJECTED)
         ps__log_own_side(&ctx, &jo, ps_server_list_count(sl));
     ps_server_list_free(sl);

@@ -398,19 +398,16 @@ typedef struct {
     ps__result ps, raw;
 } ps__config;
 
-static int ps__start_servers(const ps__opts *o, const ps__config *cf, int in, int out,
-                             ps_bench_child *kids)
+/* The servers hold whatever tensors the bench's client declares. */
+static int ps__start_servers(const ps__opts *o, const ps__config *cf, ps_bench_child *kids)
 {
-    char a_in[16], a_out[16], a_chunk[32];
+    char a_chunk[32];
     const char *extra[] = {
-        "--workers",     "1",          "--mode",    "async",  "--optimizer",   "sgd",
-        "--momentum",    "0",          "--lr",      "0.0001", "--input",       a_in,
-        "--hidden",      "",           "--classes", a_out,    "--chunk-bytes", a_chunk,
+        "--workers",     "1",          "--mode", "async",  "--optimizer",   "sgd",
+        "--momentum",    "0",          "--lr",   "0.0001", "--chunk-bytes", a_chunk,
         "--max-payload", "2147483648", NULL};
     int rc;
 
-    snprintf(a_in, sizeof(a_in), "%d", in);
-    snprintf(a_out, sizeof(a_out), "%d", out);
     snprintf(a_chunk, sizeof(a_chunk), "%zu", cf->chunk);
     rc = ps_bench_start_servers(o->server_bin, cf->servers, extra, o->server_logs, kids);
     if (rc < 0)
@@ -489,7 +486,7 @@ static int ps__run_config(const ps__opts *o, ps__config *cf)
         goto out;
     memset(rawc.send, 0x5a, cf->payload);
 
-    rc = ps__start_servers(o, cf, in, out, srv);
+    rc = ps__start_servers(o, cf, srv);
     if (rc < 0)
         goto out;
     rc = ps__start_raw(o, cf->servers, raw);

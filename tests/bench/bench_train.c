@@ -47,6 +47,7 @@
 #include "job_options.h"
 #include "flags.h"
 #include "kv_client.h"
+#include "model_desc.h"
 #include "model_spec.h"
 #include "partition.h"
 #include "ps_error.h"
@@ -86,6 +87,7 @@ static const ps__model ps__models[] = {
 /* One model's measurements, in seconds per step (samples_per_s aside). */
 typedef struct {
     const ps__model *model;
+    ps_model_desc desc; /* the MLP of --hidden, resolved */
     ps_model_spec spec;
     int steps, warmup;
     double step_s, compute_s, comm_s, wait_s, samples_per_s;
@@ -148,13 +150,13 @@ static int ps__stop_all(ps_bench_child *kids, int n, ps__servers *sv, int rc)
     return rc;
 }
 
-/* Starts o->servers servers for model r as shardps-cluster would (sync,
- * Adam, the model's layers and seed), each on a port of the OS's choosing. */
-static int ps__servers_start(const ps__opts *o, const ps__result *r, ps__servers *sv)
+/* Starts o->servers servers as shardps-cluster would (sync, Adam, the seed;
+ * the workers declare the model), each on a port of the OS's choosing. */
+static int ps__servers_start(const ps__opts *o, ps__servers *sv)
 {
     char a_workers[16];
-    const char *extra[] = {"--workers", a_workers,        "--mode", "sync",   "--optimizer", "adam",
-                           "--hidden",  r->model->hidden, "--seed", PS__SEED, NULL};
+    const char *extra[] = {"--workers", a_workers, "--mode", "sync", "--optimizer",
+                           "adam",      "--seed",  PS__SEED, NULL};
     size_t off = 0;
     int rc;
 
@@ -246,7 +248,7 @@ static int ps__compute_only(const ps__opts *o, ps__result *r, const ps_dataset *
     /* Sized as the worker sizes it, so the two run the same code. */
     bc.max_batch = o->batch > 256 ? o->batch : 256;
     bc.tf32 = o->tf32;
-    rc = ps_backend_init(&be, &r->spec, &bc);
+    rc = ps_backend_init(&be, &r->desc, &r->spec, &bc);
     if (rc < 0)
         goto out;
     rc = -ENOMEM;
@@ -261,7 +263,7 @@ static int ps__compute_only(const ps__opts *o, ps__result *r, const ps_dataset *
         if (i == r->warmup)
             t0 = ps_clock_now();
         ps_dataset_gather(ds, order + first, o->batch, x, y);
-        rc = ps_backend_train_step(be, x, y, o->batch, &loss, &correct);
+        rc = ps_backend_train_step(be, x, y, o->batch, 0, &loss, &correct);
     }
     r->compute_only_s = (ps_clock_now() - t0) / r->steps;
 out:
@@ -383,7 +385,7 @@ static int ps__comm_only(const ps__opts *o, ps__result *r)
     double sum = 0;
 
     memset(kids, 0, sizeof(kids));
-    rc = ps__servers_start(o, r, &sv);
+    rc = ps__servers_start(o, &sv);
     if (rc < 0)
         return rc;
     for (; rc == 0 && started < o->workers; started += rc == 0) {
@@ -515,7 +517,7 @@ static int ps__train(const ps__opts *o, ps__result *r, const char *dir)
      * itself, the others cover exactly the measured steps. */
     snprintf(a_every, sizeof(a_every), "%d", r->warmup);
     snprintf(a_threads, sizeof(a_threads), "%d", o->threads);
-    rc = ps__servers_start(o, r, &sv);
+    rc = ps__servers_start(o, &sv);
     if (rc < 0)
         return rc;
     for (; rc == 0 && started < o->workers; started++) {
@@ -634,7 +636,8 @@ static int ps__parse_models(const char *text, int *out)
 static int ps__run_model(const ps__opts *o, const ps__model *m, const ps_dataset *ds,
                          const uint32_t *order, const char *dir, char *json, size_t len)
 {
-    int sizes[PS_MAX_LAYERS + 1], nh, rc;
+    int sizes[PS_MAX_LAYERS], nh, rc;
+    char err[256] = "";
     double busy0 = 0, busy1 = 0, own0 = ps_bench_own_cpu(), t0 = ps_clock_now();
     ps__result r;
 
@@ -644,10 +647,12 @@ static int ps__run_model(const ps__opts *o, const ps__model *m, const ps_dataset
     r.model = m;
     r.steps = o->steps > 0 ? o->steps : m->default_steps;
     r.warmup = ps__warmup_steps(r.steps);
-    nh = ps_model_spec_parse_sizes(m->hidden, sizes + 1, PS_MAX_LAYERS - 1);
-    sizes[0] = ds->features;
-    sizes[nh + 1] = 10;
-    rc = ps_model_spec_init_mlp(&r.spec, sizes, nh + 2, 1);
+    nh = ps_model_spec_parse_sizes(m->hidden, sizes, PS_MAX_LAYERS - 1);
+    rc = nh < 0 ? nh : ps_model_desc_mlp(&r.desc, sizes, nh, m->hidden, err, sizeof(err));
+    if (rc == 0)
+        rc = ps_model_desc_resolve(&r.desc, &ds->shape, 10, 1, &r.spec, err, sizeof(err));
+    if (rc < 0)
+        fprintf(stderr, "bench-train: %s\n", err);
     if (rc == 0)
         rc = ps__compute_only(o, &r, ds, order);
     if (rc == 0)

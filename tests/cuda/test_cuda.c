@@ -1,7 +1,8 @@
 /* Tests of the CUDA backend against its CPU references: each kernel of
  * kernels/cuda_kernels.cu against the cpu_kernels.h function it mirrors, on
  * random inputs at sizes on both sides of every block and warp boundary, and
- * the whole model (worker/backend_cuda.c on cuBLAS) against ps_mlp.
+ * the whole model (worker/backend_cuda.c on cuBLAS) against the CPU backend
+ * (the executor of worker/model.c).
  *
  * A plain C program rather than Criterion, because it must be able to say
  * "skipped": with no usable GPU it prints why and exits 77, which ctest
@@ -49,7 +50,7 @@
 #include "cuda_kernels.h"
 #include "cuda_test.h"
 #include "half.h"
-#include "mlp.h"
+#include "model_desc.h"
 #include "../test_rng.h"
 
 /* Distance from zero (pre-activations) and between the top two logits that
@@ -358,7 +359,7 @@ static void test_count_correct(void)
 /* Runs the CPU model's forward pass in double (ps_k_linear_fwd_ref) on
  * x[B]: returns the smallest |pre-activation| of any hidden unit and counts
  * the rows whose top two logits are within MARGIN. */
-static double conditioning(ps_mlp *m, const ps_model_spec *s, const float *x, int B, int *ties)
+static double conditioning(ps_backend *m, const ps_model_spec *s, const float *x, int B, int *ties)
 {
     float *in = NULL, *out = NULL;
     double closest = INFINITY;
@@ -368,8 +369,8 @@ static double conditioning(ps_mlp *m, const ps_model_spec *s, const float *x, in
         out = malloc(n * sizeof(float));
         if (out == NULL)
             abort();
-        ps_k_linear_fwd_ref(in ? in : x, ps_mlp_param(m, 2 * l), ps_mlp_param(m, 2 * l + 1), out, B,
-                            s->sizes[l], s->sizes[l + 1]);
+        ps_k_linear_fwd_ref(in ? in : x, ps_backend_params(m, 2 * l),
+                            ps_backend_params(m, 2 * l + 1), out, B, s->sizes[l], s->sizes[l + 1]);
         if (l < s->n_layers - 1) {
             for (size_t i = 0; i < n; i++)
                 closest = fmin(closest, fabs(out[i]));
@@ -393,7 +394,7 @@ static double conditioning(ps_mlp *m, const ps_model_spec *s, const float *x, in
 }
 
 /* A random batch on which no ReLU is within MARGIN of flipping. */
-static void conditioned_batch(ps_mlp *m, const ps_model_spec *s, float *x, uint8_t *y, int B,
+static void conditioned_batch(ps_backend *m, const ps_model_spec *s, float *x, uint8_t *y, int B,
                               int *ties)
 {
     do {
@@ -406,11 +407,11 @@ static void conditioned_batch(ps_mlp *m, const ps_model_spec *s, float *x, uint8
 
 /* Compares the gradients of the two models, tensor by tensor: in FP32 by
  * max |diff| against max |cpu|, in TF32 by the relative Frobenius norm. */
-static void compare_grads(ps_backend *gpu, ps_mlp *cpu, const ps_model_spec *s, int tf32,
+static void compare_grads(ps_backend *gpu, ps_backend *cpu, const ps_model_spec *s, int tf32,
                           const char *what)
 {
     for (int t = 0; t < s->n_tensors; t++) {
-        const float *g = ps_backend_grads(gpu, t), *r = ps_mlp_grad(cpu, t);
+        const float *g = ps_backend_grads(gpu, t), *r = ps_backend_grads(cpu, t);
         double max_diff = 0, max_ref = 0, sq_diff = 0, sq_ref = 0;
 
         for (size_t i = 0; i < s->tensors[t].numel; i++) {
@@ -429,14 +430,30 @@ static void compare_grads(ps_backend *gpu, ps_mlp *cpu, const ps_model_spec *s, 
     }
 }
 
-/* One model shape: train_step and evaluate on the GPU against ps_mlp, then
+/* The MLP of sizes resolved with seed 42. Returns 0 or a negative code. */
+static int mlp_desc(const int *sizes, int n_sizes, ps_model_desc *d, ps_model_spec *s)
+{
+    char err[256];
+    ps_act_shape in = {1, {sizes[0], 0, 0}};
+    int rc = ps_model_desc_mlp(d, sizes + 1, n_sizes - 2, "test", err, sizeof(err));
+
+    if (rc == 0)
+        rc = ps_model_desc_resolve(d, &in, sizes[n_sizes - 1], 42, s, err, sizeof(err));
+    if (rc < 0)
+        fprintf(stderr, "%s\n", err);
+    return rc;
+}
+
+/* One model shape: train_step and evaluate on the GPU against the CPU, then
  * `steps` SGD steps applied to both, comparing every step. */
 static void check_model(const int *sizes, int n_sizes, int B, int max_batch, int steps, int tf32)
 {
-    ps_backend_config cfg = {PS_DEVICE_CUDA, max_batch, tf32, 0, 0};
+    ps_backend_config cfg = {PS_DEVICE_CUDA, max_batch, tf32, 0, 0, 0};
+    ps_backend_config cpu_cfg = {PS_DEVICE_CPU, max_batch, 0, 0, 0, 0};
+    ps_model_desc d;
     ps_model_spec s;
     ps_backend *gpu = NULL;
-    ps_mlp *cpu = NULL;
+    ps_backend *cpu = NULL;
     int n_eval = 2 * max_batch + 3, ties, cg, cc;
     float *x = random_floats((size_t)n_eval * sizes[0], 1.0), lg, lc;
     uint8_t *y = random_labels(n_eval, sizes[n_sizes - 1]);
@@ -444,8 +461,8 @@ static void check_model(const int *sizes, int n_sizes, int B, int max_batch, int
 
     snprintf(what, sizeof(what), "%d layers, in %d, B=%d%s", n_sizes - 1, sizes[0], B,
              tf32 ? ", TF32" : "");
-    if (ps_model_spec_init_mlp(&s, sizes, n_sizes, 42) < 0 ||
-        ps_mlp_init(&cpu, &s, max_batch) < 0 || ps_backend_init(&gpu, &s, &cfg) < 0) {
+    if (mlp_desc(sizes, n_sizes, &d, &s) < 0 || ps_backend_init(&cpu, &d, &s, &cpu_cfg) < 0 ||
+        ps_backend_init(&gpu, &d, &s, &cfg) < 0) {
         CHECK(0, "%s: could not set up the models", what);
         goto out;
     }
@@ -453,15 +470,16 @@ static void check_model(const int *sizes, int n_sizes, int B, int max_batch, int
     /* Random biases (they start at zero) make the ReLU pattern less special. */
     for (int l = 0; l < s.n_layers; l++) {
         float *b = random_floats(s.tensors[2 * l + 1].numel, 0.3);
-        memcpy(ps_mlp_param(cpu, 2 * l + 1), b, s.tensors[2 * l + 1].numel * sizeof(float));
+        memcpy(ps_backend_params(cpu, 2 * l + 1), b, s.tensors[2 * l + 1].numel * sizeof(float));
         memcpy(ps_backend_params(gpu, 2 * l + 1), b, s.tensors[2 * l + 1].numel * sizeof(float));
         free(b);
     }
     for (int step = 0; step <= steps; step++) {
         CHECK(ps_backend_load_params(gpu) == 0, "%s: load_params failed", what);
         conditioned_batch(cpu, &s, x, y, B, &ties);
-        CHECK(ps_backend_train_step(gpu, x, y, B, &lg, &cg) == 0, "%s: train_step failed", what);
-        CHECK(ps_mlp_train_step(cpu, x, y, B, &lc, &cc) == 0, "%s: ps_mlp failed", what);
+        CHECK(ps_backend_load_params(cpu) == 0, "%s: load_params failed", what);
+        CHECK(ps_backend_train_step(gpu, x, y, B, 0, &lg, &cg) == 0, "%s: train_step failed", what);
+        CHECK(ps_backend_train_step(cpu, x, y, B, 0, &lc, &cc) == 0, "%s: CPU failed", what);
         CHECK(fabs((double)lg - lc) <= (tf32 ? 1e-2 : 1e-5) * (1 + fabs(lc)),
               "%s, step %d: loss %.9g, CPU %.9g", what, step, lg, lc);
         CHECK(abs(cg - cc) <= (tf32 ? B / 16 + 1 : ties), "%s, step %d: %d correct, CPU %d", what,
@@ -470,7 +488,7 @@ static void check_model(const int *sizes, int n_sizes, int B, int max_batch, int
         /* SGD on both, each with its own gradients. */
         for (int t = 0; t < s.n_tensors; t++)
             for (size_t i = 0; i < s.tensors[t].numel; i++) {
-                ps_mlp_param(cpu, t)[i] -= 0.05f * ps_mlp_grad(cpu, t)[i];
+                ps_backend_params(cpu, t)[i] -= 0.05f * ps_backend_grads(cpu, t)[i];
                 ps_backend_params(gpu, t)[i] -= 0.05f * ps_backend_grads(gpu, t)[i];
             }
     }
@@ -479,14 +497,14 @@ static void check_model(const int *sizes, int n_sizes, int B, int max_batch, int
         y[i] = (uint8_t)(rng_uniform() * sizes[n_sizes - 1]);
     conditioning(cpu, &s, x, n_eval, &ties);
     CHECK(ps_backend_evaluate(gpu, x, y, n_eval, &lg, &cg) == 0, "%s: evaluate failed", what);
-    CHECK(ps_mlp_evaluate(cpu, x, y, n_eval, &lc, &cc) == 0, "%s: ps_mlp_evaluate failed", what);
+    CHECK(ps_backend_evaluate(cpu, x, y, n_eval, &lc, &cc) == 0, "%s: CPU evaluate failed", what);
     CHECK(fabs((double)lg - lc) <= (tf32 ? 1e-2 : 1e-5) * (1 + fabs(lc)),
           "%s: evaluate loss %.9g, CPU %.9g", what, lg, lc);
     CHECK(abs(cg - cc) <= (tf32 ? n_eval / 16 + 1 : ties), "%s: evaluate %d correct, CPU %d", what,
           cg, cc);
 out:
     ps_backend_free(gpu);
-    ps_mlp_free(cpu);
+    ps_backend_free(cpu);
     free(x), free(y);
 }
 

@@ -7,6 +7,7 @@
 
 #include "partition.h"
 #include "ps_error.h"
+#include "tensor_table.h"
 
 int psf_buf_put(psf_buf *b, const void *data, size_t n)
 {
@@ -40,6 +41,9 @@ void psf_spec(ps_model_spec *spec)
     ps_model_spec_init_mlp(spec, sizes, 3, 1234);
 }
 
+/* The table of the HELLO made last; the fuzz targets are single-threaded. */
+static ps_tensor_table_wire psf_table;
+
 void psf_hello(Shardps__Header *h, Shardps__Hello *hello, const ps_model_spec *spec)
 {
     shardps__header__init(h);
@@ -47,7 +51,8 @@ void psf_hello(Shardps__Header *h, Shardps__Hello *hello, const ps_model_spec *s
     hello->role = SHARDPS__ROLE__ROLE_WORKER;
     hello->rank = 0;
     hello->world = 1;
-    hello->model_fingerprint = ps_model_spec_fingerprint(spec);
+    ps_tensor_table_to_wire(spec, &psf_table);
+    hello->table = &psf_table.msg;
     hello->num_servers = 1;
     hello->chunk_bytes = PSF_CHUNK_BYTES;
     hello->server_index = 0;

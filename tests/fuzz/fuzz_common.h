@@ -35,7 +35,8 @@ void psf_buf_free(psf_buf *b);
 
 /* The model: an MLP 5-16-3 with seed 1234 (147 floats in 10 chunks). */
 void psf_spec(ps_model_spec *spec);
-/* A HELLO for rank 0 of 1 worker and 1 server of spec; hello must outlive h. */
+/* A HELLO for rank 0 of 1 worker and 1 server declaring spec; hello and spec
+ * must outlive h, which points into storage reused by the next psf_hello. */
 void psf_hello(Shardps__Header *h, Shardps__Hello *hello, const ps_model_spec *spec);
 /* Every key of spec on a single server, in partition order, into keys
  * (room for PS_MAX_TENSORS * 64); returns how many, or a negative code. */

@@ -59,6 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
+    static ps_model_spec spec; /* the server's table; it must outlive init */
     ps_kv_server_config cfg;
     int port;
 
@@ -69,7 +70,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     /* PSF_VERBOSE=1 shows the server's log, for replaying one input. */
     ps_log_set_level(getenv("PSF_VERBOSE") ? PS_LOG_DEBUG : PS_LOG_ERROR);
     memset(&cfg, 0, sizeof(cfg));
-    psf_spec(&cfg.spec);
+    psf_spec(&spec);
+    cfg.table = &spec;
     ps_optimizer_defaults(&cfg.opt, PS_OPT_SGD);
     cfg.opt.lr = 0.01f;
     cfg.server_index = 0;

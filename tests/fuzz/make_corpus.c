@@ -158,7 +158,7 @@ static int mc_handshakes(mc_ctx *m)
     rc |= psf_frame(&b, &h, NULL, 0);
     mc_handshake_seed(m, "raw-hello", 0, &b);
     b.len = 0;
-    hello.model_fingerprint ^= 1;
+    hello.table->seed ^= 1;
     rc |= psf_frame(&b, &h, NULL, 0);
     mc_handshake_seed(m, "raw-wrong-model", 0, &b);
     b.len = 0;

@@ -24,7 +24,9 @@ expect_error "accepted: 1 to" "$BUILD/shardps-server" --workers 0
 expect_error "is not a number" "$BUILD/shardps-server" --lr fast
 expect_error "needs a value" "$BUILD/shardps-worker" --rank
 expect_error "must be below --workers" "$BUILD/shardps-worker" --rank 2 --workers 2
-expect_error "not a list of positive sizes" "$BUILD/shardps-server" --hidden 256,,128
+expect_error "not a list of positive sizes" "$BUILD/shardps-worker" --hidden 256,,128
+# Servers hold whatever tensors the workers declare: no model options.
+expect_error "unknown option '--hidden'" "$BUILD/shardps-server" --hidden 256,128
 expect_error "SHARDPS_MODE" env SHARDPS_MODE=turbo "$BUILD/shardps-server"
 
 # The values the README shows for defaults are accepted, and shown back.

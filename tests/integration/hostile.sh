@@ -31,7 +31,7 @@ model=(--hidden 64,32)
 job=(--mode async --optimizer sgd --lr 0.05) # the real worker runs with the server's settings
 mkfifo "$TMP/port" "$TMP/report" "$TMP/silent"
 "$BUILD/shardps-server" --listen 127.0.0.1:0 --num-servers 1 --workers 2 --mode async \
-    "${model[@]}" "${job[@]}" "${heartbeat[@]}" --ready-fd 3 3>"$TMP/port" 2>"$TMP/server.err" &
+    "${job[@]}" "${heartbeat[@]}" --ready-fd 3 3>"$TMP/port" 2>"$TMP/server.err" &
 server=$!
 read -r -t 30 port <"$TMP/port" || fail "the server did not report its port"
 

@@ -8,8 +8,9 @@
 #    bit-identical, so a difference is the option's doing.
 # 2. A worker reaching two servers that run different --mode values is
 #    refused by the one that differs, the message naming the setting and both
-#    values; a worker whose --input differs from the server's is refused
-#    naming --input (it used to be told to fix --hidden and --seed).
+#    values. Servers take the tensors from the first worker's HELLO: a
+#    second worker whose --hidden differs is refused with the first tensor
+#    that differs and both shapes named.
 source "$(dirname "$0")/lib.sh"
 SERVER="$BUILD/shardps-server"
 WORKER="$BUILD/shardps-worker"
@@ -45,7 +46,7 @@ start_server() {
     local name=$1 port
     shift
     mkfifo "$TMP/$name.ready"
-    timeout --foreground -k 5 120 "$SERVER" --listen 127.0.0.1:0 --ready-fd 3 --hidden 32 "$@" \
+    timeout --foreground -k 5 120 "$SERVER" --listen 127.0.0.1:0 --ready-fd 3 "$@" \
         3>"$TMP/$name.ready" 2>"$TMP/$name.err" &
     servers+=($!)
     read -r -t 60 port <"$TMP/$name.ready" || { cat "$TMP/$name.err" >&2; fail "$name reported no port"; }
@@ -59,7 +60,7 @@ expect_refused() {
     local name=$1 want=$2 rc
     shift 2
     set +e
-    timeout -k 2 30 "$WORKER" --hidden 32 --rank 0 --steps 1 --no-eval --connect-timeout 20 "$@" \
+    timeout -k 2 30 "$WORKER" --hidden "${HIDDEN:-32}" --rank "${RANK:-0}" --steps 1 --no-eval --connect-timeout 20 "$@" \
         >/dev/null 2>"$TMP/$name.err"
     rc=$?
     set -e
@@ -76,6 +77,14 @@ expect_refused modes "mode: sync on the worker, async on this server" \
 grep -q "optimizer: adam on the worker, sgd on this server" "$TMP/modes.err" ||
     fail "the refusal did not name every differing setting"
 
-start_server s2 --input 100
-expect_refused input "input: 784 on the worker, 100 on this server" --servers "127.0.0.1:$port_s2"
+start_server s2 --workers 2
+"$WORKER" --hidden 32 --workers 2 --rank 0 --steps 1 --no-eval --connect-timeout 20 \
+    --servers "127.0.0.1:$port_s2" 2>"$TMP/first.err" &
+servers+=($!)
+wait_for_line "$TMP/s2.err" "worker 0 .* joined" 60 || fail "the first worker never joined"
+grep -q "tensor table of 4 tensors (.*) declared by worker 0" "$TMP/s2.err" ||
+    fail "the server did not adopt the first worker's tensors"
+RANK=1 HIDDEN=64 expect_refused tensors \
+    "model mismatch: tensor fc1.weight: 64x784 from the worker, 32x784 on this server" \
+    --workers 2 --servers "127.0.0.1:$port_s2"
 echo "PASS: job options reach every process; disagreeing processes are refused, each difference named"

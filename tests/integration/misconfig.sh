@@ -12,8 +12,10 @@ source "$(dirname "$0")/lib.sh"
 SERVER="$BUILD/shardps-server"
 WORKER="$BUILD/shardps-worker"
 
-# The server's view: one server, two workers, a small model. Port 0 and an
-# explicit --listen let the OS pick the port; the workers' files name it.
+# The server's view: one server, two workers (the model is the workers' to
+# declare; a server reading a shared file skips [model] keys it does not
+# take). Port 0 and an explicit --listen let the OS pick the port; the
+# workers' files name it.
 cat >"$TMP/server.ini" <<EOF
 [cluster]
 servers = 127.0.0.1:0
@@ -58,12 +60,22 @@ worker_file wrong_port 127.0.0.1:1 2 32
 expect_worker_fails wrong_port 15 "cannot reach server 0 at 127.0.0.1:1" --connect-timeout 1.5
 
 # Wrong worker count and another model: refused at the handshake, so these
-# exit long before their 30 s connect timeout would.
+# exit long before their 30 s connect timeout would. The server learns the
+# model from the first worker it admits: a good rank 1 joins first (and
+# waits for rank 0), then a rank 0 with another model is refused.
 worker_file wrong_workers "127.0.0.1:$port" 3 32
 expect_worker_fails wrong_workers 15 "workers: 3 on the worker, 2 on this server" --connect-timeout 30
+worker_file good "127.0.0.1:$port" 2 32
+"$WORKER" --cluster "$TMP/good.ini" --rank 1 --steps 1 --no-eval 2>"$TMP/good.err" &
+good=$!
+trap 'kill $good $server 2>/dev/null || true; rm -rf "$TMP"' EXIT
+wait_for_line "$TMP/server.err" "worker 1 .* joined" 60 || fail "the good worker never joined"
 worker_file wrong_model "127.0.0.1:$port" 2 64
-expect_worker_fails wrong_model 15 "hidden: 64 on the worker, 32 on this server" \
+expect_worker_fails wrong_model 15 \
+    "model mismatch: tensor fc1.weight: 64x784 from the worker, 32x784 on this server" \
     --connect-timeout 30
+kill "$good"
+wait "$good" 2>/dev/null || true
 
 # A refused worker also says what it runs and where each value came from,
 # so the reader can tell which side to fix.
@@ -73,7 +85,7 @@ grep -q -- "this worker has --hidden 64 (from $TMP/wrong_model.ini:5)" "$TMP/wro
     { cat "$TMP/wrong_model.err" >&2; fail "wrong_model: the worker did not state its own side"; }
 
 # The server logged every refusal, and is still serving.
-for want in "workers: 3 on the worker" "hidden: 64 on the worker"; do
+for want in "workers: 3 on the worker" "tensor fc1.weight: 64x784 from the worker"; do
     grep -q "closing .*: .*$want" "$TMP/server.err" ||
         { cat "$TMP/server.err" >&2; fail "the server did not log the refusal '$want'"; }
 done

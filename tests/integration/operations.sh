@@ -43,7 +43,7 @@ echo "ok: the waiting worker said so $n times in 7 s"
 # 3. A second worker asking for a live rank is refused at once, naming the
 # reason, well before its 30 s connect timeout.
 mkfifo "$TMP/ready"
-timeout --foreground -k 5 120 "$SERVER" --listen 127.0.0.1:0 --workers 2 --hidden 32 --ready-fd 3 \
+timeout --foreground -k 5 120 "$SERVER" --listen 127.0.0.1:0 --workers 2 --ready-fd 3 \
     3>"$TMP/ready" 2>"$TMP/server.err" &
 server=$!
 trap 'kill -9 $server $first 2>/dev/null || true; rm -rf "$TMP"' EXIT

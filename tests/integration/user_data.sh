@@ -40,8 +40,7 @@ run_worker() {
     read -r port <"$TMP/port"
     status=0
     "$BUILD/shardps-worker" --servers "127.0.0.1:$port" --workers 1 --rank 0 --batch 32 \
-        --optimizer sgd --lr 0.1 \
-        --epochs 3 --data-dir "$1" 2>"$TMP/worker.err" || status=$?
+        --optimizer sgd --lr 0.1 --epochs 3 --data-dir "$1" 2>"$TMP/worker.err" || status=$?
     kill "$server" 2>/dev/null || true
     wait "$server" || true
     return "$status"

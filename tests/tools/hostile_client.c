@@ -32,6 +32,7 @@
 #include "model_spec.h"
 #include "partition.h"
 #include "ps_error.h"
+#include "tensor_table.h"
 #include "transport.h"
 
 /* Bytes of noise per garbage send: more than a maximal header and its
@@ -273,6 +274,10 @@ static int expect_refusal(hc_ctx *ctx, hc_conn *c, Shardps__MsgType want_type, i
     return 0;
 }
 
+/* The tensor table the HELLOs declare; one at a time, this tool is
+ * single-threaded. */
+static ps_tensor_table_wire hc_table;
+
 /* A HELLO as shardps-worker would send it for ctx's job. */
 static void make_hello(const hc_ctx *ctx, Shardps__Header *h, Shardps__Hello *hello)
 {
@@ -281,7 +286,8 @@ static void make_hello(const hc_ctx *ctx, Shardps__Header *h, Shardps__Hello *he
     hello->role = SHARDPS__ROLE__ROLE_WORKER;
     hello->rank = (uint32_t)ctx->rank;
     hello->world = (uint32_t)ctx->workers;
-    hello->model_fingerprint = ps_model_spec_fingerprint(&ctx->spec);
+    ps_tensor_table_to_wire(&ctx->spec, &hc_table);
+    hello->table = &hc_table.msg;
     hello->num_servers = (uint32_t)ctx->num_servers;
     hello->chunk_bytes = ctx->chunk_bytes;
     hello->server_index = (uint32_t)ctx->server_index;
@@ -415,7 +421,7 @@ static int sc_wrong_model(hc_ctx *ctx, hc_conn *c)
     Shardps__Hello hello;
 
     make_hello(ctx, &h, &hello);
-    hello.model_fingerprint ^= 1;
+    hc_table.msg.seed ^= 1;
     if (send_frame(c, &h, NULL, 0) < 0)
         return -1;
     return expect_refusal(ctx, c, SHARDPS__MSG_TYPE__REJECT, -PS_EMISMATCH, "model mismatch");

@@ -59,7 +59,7 @@ void kv_fixture_config(ps_kv_server_config *cfg)
     memset(&fx, 0, sizeof(fx));
     cr_assert_eq(ps_model_spec_init_mlp(&fx.spec, sizes, 3, 1234), 0);
     memset(cfg, 0, sizeof(*cfg));
-    cfg->spec = fx.spec;
+    cfg->table = &fx.spec;
     ps_optimizer_defaults(&cfg->opt, PS_OPT_SGD);
     cfg->opt.lr = LR;
     cfg->opt.momentum = 0.0f;
@@ -83,7 +83,6 @@ void server_up_with(const ps_kv_server_config *cfg)
     signal(SIGPIPE, SIG_IGN);
     pthread_mutex_init(&fx.done_lock, NULL);
     pthread_cond_init(&fx.done_cond, NULL);
-    fx.spec = cfg->spec;
     cr_assert_eq(uv_loop_init(&fx.loop), 0);
     cr_assert_eq(ps_kv_server_init(&fx.srv, &fx.loop, cfg, on_done, NULL), 0);
     cr_assert_eq(uv_ip4_addr("127.0.0.1", 0, &addr), 0);
@@ -111,6 +110,7 @@ void server_down(void)
     fx.running = 0;
     cr_assert_eq(uv_async_send(&fx.stop), 0);
     cr_assert_eq(pthread_join(fx.thread, NULL), 0);
+    ps_kv_server_stats_get(fx.srv, &fx.stats);
     ps_kv_server_log_summary(fx.srv);
     ps_kv_server_close(fx.srv);
     /* Every handle (listener, connections, the async) must have closed. */
@@ -211,21 +211,25 @@ void raw_read_frame(int fd, ps_frame_decoder *d, ps_frame *f, const char *what)
     }
 }
 
+/* The table of the HELLO made last: it must live until the HELLO is sent. */
+static ps_tensor_table_wire hello_table;
+
 /* A HELLO as ps_kv_client would send it for rank 0 of world 1. */
-void make_hello(Shardps__Header *h, Shardps__Hello *hello, uint64_t fingerprint)
+void make_hello(Shardps__Header *h, Shardps__Hello *hello, const ps_model_spec *table)
 {
-    make_hello_as(h, hello, fingerprint, 0, 1);
+    make_hello_as(h, hello, table, 0, 1);
 }
 
-void make_hello_as(Shardps__Header *h, Shardps__Hello *hello, uint64_t fingerprint, uint32_t rank,
-                   uint32_t world)
+void make_hello_as(Shardps__Header *h, Shardps__Hello *hello, const ps_model_spec *table,
+                   uint32_t rank, uint32_t world)
 {
     shardps__header__init(h);
     shardps__hello__init(hello);
     hello->role = SHARDPS__ROLE__ROLE_WORKER;
     hello->rank = rank;
     hello->world = world;
-    hello->model_fingerprint = fingerprint;
+    ps_tensor_table_to_wire(table, &hello_table);
+    hello->table = &hello_table.msg;
     hello->num_servers = 1;
     hello->chunk_bytes = CHUNK_BYTES;
     hello->server_index = 0;

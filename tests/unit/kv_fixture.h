@@ -12,6 +12,7 @@
 
 #include "frame.h"
 #include "kv_server.h"
+#include "tensor_table.h"
 
 /* Small chunks, so the model spans several chunks per tensor and a request
  * carries many keys. */
@@ -30,6 +31,7 @@ typedef struct {
     int port;
     char addr[32];
     ps_model_spec spec;
+    ps_kv_server_stats stats; /* as the server ended, taken by server_down */
 } kv_fixture_state;
 
 extern kv_fixture_state fx;
@@ -53,9 +55,11 @@ void raw_send_frame(int fd, Shardps__Header *h);
 void expect_closed(int fd, const char *what);
 /* Reads until d yields a frame (owned by d until the next call). */
 void raw_read_frame(int fd, ps_frame_decoder *d, ps_frame *f, const char *what);
-/* A HELLO as ps_kv_client would send it, for rank 0 of world 1 or as given. */
-void make_hello(Shardps__Header *h, Shardps__Hello *hello, uint64_t fingerprint);
-void make_hello_as(Shardps__Header *h, Shardps__Hello *hello, uint64_t fingerprint, uint32_t rank,
-                   uint32_t world);
+/* A HELLO as ps_kv_client would send it, for rank 0 of world 1 or as given,
+ * declaring table (fx.spec, or another to be refused). The HELLO points into
+ * the fixture's storage until the next make_hello. */
+void make_hello(Shardps__Header *h, Shardps__Hello *hello, const ps_model_spec *table);
+void make_hello_as(Shardps__Header *h, Shardps__Hello *hello, const ps_model_spec *table,
+                   uint32_t rank, uint32_t world);
 
 #endif

@@ -29,17 +29,19 @@ Test(job_options, each_program_gets_its_options)
     ps_job_options_defaults(&o);
     cr_assert_str_eq(o.mode, "sync");
     cr_assert_eq(o.apply_threads, -1);
-    cr_assert_eq(o.input, 784);
+    cr_assert_str_eq(o.hidden, "256,128");
     ns = ps_job_options_flags(&o, PS_JOB_SERVER, s, 96);
     nw = ps_job_options_flags(&o, PS_JOB_WORKER, w, 96);
     nl = ps_job_options_flags(&o, PS_JOB_LAUNCHER, l, 96);
     cr_assert(ns > 0 && nw > 0 && nl > 0);
     cr_assert_eq(ps_job_options_flags(&o, PS_JOB_SERVER, s, 3), -ENOSPC);
     /* The bugs of issue 13: the launcher had no --weight-decay or
-     * --lr-step-size, the worker no --input. */
+     * --lr-step-size. The model is the worker's and the launcher's alone:
+     * servers learn the tensors from the workers. */
     cr_assert(has_flag(l, nl, "weight-decay") && has_flag(l, nl, "lr-step-size"));
     cr_assert(has_flag(l, nl, "reject-nonfinite") && has_flag(l, nl, "min-lr"));
-    cr_assert(has_flag(w, nw, "input") && has_flag(w, nw, "classes") && has_flag(w, nw, "mode"));
+    cr_assert(has_flag(w, nw, "model") && has_flag(l, nl, "save-model") && has_flag(w, nw, "mode"));
+    cr_assert(!has_flag(s, ns, "model") && !has_flag(s, ns, "hidden"));
     cr_assert(!has_flag(w, nw, "sync-quorum") && !has_flag(s, ns, "batch"));
     cr_assert(!has_flag(l, nl, "servers"), "the launcher's --servers is a count, its own");
     /* Every flag points into o; the shared ones name their section. */
@@ -107,7 +109,10 @@ Test(job_options, settings_are_canonical)
     cr_assert_eq(ps_job_settings_format(&o, 3, a, sizeof(a)), 0);
     cr_assert_eq(strncmp(a, "num-servers=3\n", 14), 0, "%s", a);
     cr_assert(strstr(a, "\nmode=sync\n") && strstr(a, "\nlr=0.001\n"), "%s", a);
-    cr_assert(strstr(a, "\ninput=784\n") && strstr(a, "\nweight-decay=0\n"), "%s", a);
+    cr_assert(strstr(a, "\nseed=1\n") && strstr(a, "\nweight-decay=0\n"), "%s", a);
+    /* The model is the tensor table's to compare, not a setting's. */
+    cr_assert_null(strstr(a, "input="));
+    cr_assert_null(strstr(a, "hidden="));
     /* Per-process and per-program options are not job settings. */
     cr_assert_null(strstr(a, "batch="));
     cr_assert_null(strstr(a, "auth-token-file="));

@@ -140,7 +140,7 @@ static void peer_join(peer *p, uint32_t rank, uint32_t world)
     ps_frame f;
 
     peer_open(p);
-    make_hello_as(&h, &hello, ps_model_spec_fingerprint(&fx.spec), rank, world);
+    make_hello_as(&h, &hello, &fx.spec, rank, world);
     raw_send_frame(p->fd, &h);
     peer_expect(p, SHARDPS__MSG_TYPE__WELCOME, &f, "join");
     p->clock = f.hdr->welcome->clock;
@@ -449,7 +449,7 @@ Test(hostile, version_mismatch_is_rejected_with_a_reason)
     kv_fixture_config(&cfg);
     up(&cfg, 1, 0, "sync");
     peer_open(&p);
-    make_hello(&h, &hello, ps_model_spec_fingerprint(&fx.spec));
+    make_hello(&h, &hello, &fx.spec);
     h.version = PS_PROTOCOL_VERSION + 1;
     cr_assert_eq(ps_frame_pack_header(&h, &buf, &len), 0);
     cr_assert_eq(raw_send(p.fd, buf, len), 0);
@@ -471,7 +471,7 @@ Test(hostile, taken_rank_reject_does_not_name_the_worker)
     up(&cfg, 1, 0, "sync");
     peer_join(&r0, 0, 1);
     peer_open(&p);
-    make_hello(&h, &hello, ps_model_spec_fingerprint(&fx.spec));
+    make_hello(&h, &hello, &fx.spec);
     raw_send_frame(p.fd, &h);
     raw_read_frame(p.fd, p.dec, &f, "a second rank 0");
     cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__REJECT);

@@ -243,7 +243,7 @@ Test(kv_server, wrong_protocol_version_is_refused, .timeout = 30)
 
     /* A HELLO that would be accepted but for its version; ps_frame_encode
      * always writes the right version, so pack it by hand. */
-    make_hello(&h, &hello, ps_model_spec_fingerprint(&fx.spec));
+    make_hello(&h, &hello, &fx.spec);
     h.version = PS_PROTOCOL_VERSION + 1;
     hlen = shardps__header__get_packed_size(&h);
     buf = malloc(4 + hlen);
@@ -262,18 +262,23 @@ Test(kv_server, hello_for_another_model_is_rejected_with_a_reason, .timeout = 30
 {
     Shardps__Header h;
     Shardps__Hello hello;
+    ps_model_spec other;
     ps_frame_decoder *d;
     ps_frame f;
     int fd = raw_connect();
 
     cr_assert_eq(ps_frame_decoder_init(&d, 1 << 20), 0);
-    make_hello(&h, &hello, ps_model_spec_fingerprint(&fx.spec) + 1);
+    other = fx.spec;
+    other.seed++;
+    make_hello(&h, &hello, &other);
     raw_send_frame(fd, &h);
     raw_read_frame(fd, d, &f, "wrong model");
     cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__REJECT);
     cr_assert_eq(f.hdr->status, -PS_EMISMATCH);
     cr_assert_not_null(f.hdr->reason);
-    cr_assert(strstr(f.hdr->reason, "model") != NULL, "reason: %s", f.hdr->reason);
+    cr_assert(
+        strstr(f.hdr->reason, "model mismatch: seed 1235 from the worker, 1234 on this server"),
+        "reason: %s", f.hdr->reason);
     ps_frame_decoder_free(d);
     expect_closed(fd, "wrong model");
 }
@@ -309,7 +314,7 @@ Test(kv_server, garbage_after_handshake_is_refused, .timeout = 30)
     int fd = raw_connect();
 
     cr_assert_eq(ps_frame_decoder_init(&d, 1 << 20), 0);
-    make_hello(&h, &hello, ps_model_spec_fingerprint(&fx.spec));
+    make_hello(&h, &hello, &fx.spec);
     raw_send_frame(fd, &h);
     raw_read_frame(fd, d, &f, "hello");
     cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__WELCOME);
@@ -330,7 +335,7 @@ Test(kv_server, key_not_on_this_server_gets_an_error, .timeout = 30)
     int fd = raw_connect();
 
     cr_assert_eq(ps_frame_decoder_init(&d, 1 << 20), 0);
-    make_hello(&h, &hello, ps_model_spec_fingerprint(&fx.spec));
+    make_hello(&h, &hello, &fx.spec);
     raw_send_frame(fd, &h);
     raw_read_frame(fd, d, &f, "hello");
     cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__WELCOME);
@@ -356,6 +361,7 @@ Test(kv_server, good_worker_trains_after_and_beside_bad_peers, .timeout = 30)
     ps_frame_decoder *d;
     ps_frame f;
     ps_kv_client *c;
+    ps_model_spec other;
     uint8_t probe;
     int fd, idle;
 
@@ -375,7 +381,9 @@ Test(kv_server, good_worker_trains_after_and_beside_bad_peers, .timeout = 30)
     expect_closed(fd, "length 0xFFFFFFFF");
 
     fd = raw_connect();
-    make_hello(&h, &hello, ps_model_spec_fingerprint(&fx.spec) ^ 0x5a5a);
+    other = fx.spec;
+    other.tensors[0].fan_in++;
+    make_hello(&h, &hello, &other);
     raw_send_frame(fd, &h);
     raw_read_frame(fd, d, &f, "wrong model");
     cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__REJECT);
@@ -390,7 +398,7 @@ Test(kv_server, good_worker_trains_after_and_beside_bad_peers, .timeout = 30)
     ps_frame_decoder_free(d);
     cr_assert_eq(ps_frame_decoder_init(&d, 1 << 20), 0);
     fd = raw_connect();
-    make_hello(&h, &hello, ps_model_spec_fingerprint(&fx.spec));
+    make_hello(&h, &hello, &fx.spec);
     raw_send_frame(fd, &h);
     raw_read_frame(fd, d, &f, "hello");
     cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__WELCOME);
@@ -428,7 +436,7 @@ Test(kv_server, second_worker_with_a_live_rank_is_refused, .timeout = 30)
     /* The reason names the rank that is taken. */
     cr_assert_eq(ps_frame_decoder_init(&d, 1 << 20), 0);
     fd = raw_connect();
-    make_hello(&h, &hello, ps_model_spec_fingerprint(&fx.spec));
+    make_hello(&h, &hello, &fx.spec);
     raw_send_frame(fd, &h);
     raw_read_frame(fd, d, &f, "duplicate rank");
     cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__REJECT);

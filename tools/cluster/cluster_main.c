@@ -774,6 +774,16 @@ int main(int argc, char **argv)
                 cl.job.workers);
         return 2;
     }
+    /* The workers get the model file by absolute path, so they find it
+     * wherever they run, and a missing file fails here, before any start. */
+    if (cl.job.model) {
+        static char model_path[PATH_MAX];
+        if (realpath(cl.job.model, model_path) == NULL) {
+            fprintf(stderr, "shardps-cluster: --model %s: %s\n", cl.job.model, strerror(errno));
+            return 2;
+        }
+        cl.job.model = model_path;
+    }
     if (cl.job.restore && cl.job.checkpoint_dir == NULL) {
         fprintf(stderr, "shardps-cluster: --restore needs --checkpoint-dir DIR; see "
                         "shardps-cluster --help\n");

@@ -1,0 +1,159 @@
+/* libshardps: the client of a shardps job, for any program.
+ *
+ * A job is a set of parameter servers holding a table of named float32
+ * tensors; each worker pulls the weights, computes gradients on its data and
+ * pushes them back, and the servers apply them in sync, async or ssp mode
+ * (chosen on the servers). This is the same client, on the same wire
+ * protocol, as shardps-worker's: C workers and library users can share one
+ * job.
+ *
+ * Lifecycle of a handle:
+ *   shardps_new            servers, rank, world size (nothing is sent yet)
+ *   shardps_set_option     optional: "auth-token-file", "seed", "chunk-bytes", ...
+ *   shardps_declare        each tensor of the table (or shardps_declare_mlp)
+ *   shardps_connect        handshake with every server; learns the start clock
+ *   loop: shardps_push (each tensor) / shardps_pull / shardps_wait
+ *   shardps_close          leave the job (or shardps_abandon: come back later)
+ *
+ * Every function returns 0 (or a count) or a negative code: a negated errno
+ * value or one of SHARDPS_E* below. shardps_strerror names a code;
+ * shardps_last_error gives the sentence that explains the last failure on a
+ * handle. No function exits or aborts on bad input. A handle is not
+ * thread-safe: one thread at a time. Buffers passed to push and pull are
+ * borrowed until shardps_wait returns. */
+#ifndef SHARDPS_H
+#define SHARDPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SHARDPS_VERSION_MAJOR 1
+#define SHARDPS_VERSION_MINOR 0
+
+/* Codes beyond errno's (values as in the servers' logs). */
+#define SHARDPS_EPROTO    (-10001) /* a server broke the protocol or lied */
+#define SHARDPS_EVERSION  (-10002) /* protocol version mismatch */
+#define SHARDPS_ETOOBIG   (-10003) /* frame exceeds size limit */
+#define SHARDPS_ECRC      (-10004) /* payload checksum mismatch */
+#define SHARDPS_EFORMAT   (-10005) /* malformed file */
+#define SHARDPS_EMISMATCH (-10006) /* model or job mismatch */
+#define SHARDPS_EREJECTED (-10007) /* a server refused us */
+#define SHARDPS_ECLOSED   (-10008) /* a server went away: reconnecting may help */
+#define SHARDPS_ETIMEOUT  (-10009) /* a server was unreachable or silent */
+
+/* Initial values, a pure function of (seed, tensor, element). */
+#define SHARDPS_INIT_ZERO           0
+#define SHARDPS_INIT_HE_UNIFORM     1 /* U(-b, b), b = sqrt(6 / fan_in) */
+#define SHARDPS_INIT_XAVIER_UNIFORM 2 /* U(-b, b), b = sqrt(6 / (fan_in + fan_out)) */
+
+typedef struct shardps shardps;
+
+typedef struct {
+    uint64_t dropped;        /* chunks the servers dropped: late, or rejected */
+    uint64_t bytes_sent;     /* payload bytes pushed */
+    uint64_t bytes_received; /* payload bytes pulled */
+    uint64_t staleness_max;  /* largest staleness a server reported */
+    uint64_t staleness_sum;  /* over staleness_count acknowledged pushes */
+    uint64_t staleness_count;
+    uint64_t acked;    /* chunks the servers acknowledged */
+    uint64_t rejected; /* of dropped, those refused as non-finite or over --max-grad-norm */
+} shardps_stats;
+
+/* The library's version, "1.0.0". */
+const char *shardps_version(void);
+
+/* A static description of code ("timed out"); never NULL. */
+const char *shardps_strerror(int code);
+
+/* A new handle for worker rank of world, to the n_servers servers
+ * ("host:port", in the job's server order; copied). *out is NULL on failure.
+ * Returns 0, -EINVAL (bad rank/world/address) or -ENOMEM. */
+int shardps_new(shardps **out, const char *const *servers, int n_servers, int rank, int world);
+
+/* Sets an option before shardps_connect; value is text (copied):
+ *   auth-token-file PATH   prove to the servers we share this secret
+ *   seed N                 the initial weights' seed (the servers': default 1)
+ *   chunk-bytes N          the job's chunk size (default 1048576)
+ *   connect-timeout S      keep trying to reach the servers (default 30)
+ *   request-timeout S      a server owing an answer this long fails (0: auto)
+ *   total-steps N          the steps this worker plans (lr schedules)
+ *   compress none|fp16|bf16  how gradients travel
+ *   max-payload N          the largest frame accepted
+ *   job-settings TEXT      the job settings a shardps-worker sends
+ *   log-level debug|info|warn|error|none   the library's lines on stderr
+ * Returns 0, -EINVAL (unknown name, bad value; see shardps_last_error) or
+ * -EBUSY (already connected). */
+int shardps_set_option(shardps *h, const char *name, const char *value);
+
+/* Declares the next tensor of the table: name (at most 31 bytes), shape
+ * [shape[0], ..., shape[ndim-1]] row-major (ndim 1..4), initialisation
+ * SHARDPS_INIT_* with the fans its bound comes from (for a dense weight
+ * [out, in]: fan_in in, fan_out out; a conv2d weight [out, in, kh, kw]:
+ * in*kh*kw and out*kh*kw). Every worker and server of a job must declare the
+ * same table in the same order: its fingerprint is checked in the handshake.
+ * Returns 0, -EINVAL (a bad name, shape, kind or fan), -E2BIG (table full)
+ * or -EBUSY (connected). */
+int shardps_declare(shardps *h, const char *name, int ndim, const int64_t *shape, int init,
+                    int fan_in, int fan_out);
+
+/* Declares the table of an MLP: layer sizes (input, hidden..., classes),
+ * tensors fc1.weight [sizes[1], sizes[0]], fc1.bias, fc2.weight, ... He
+ * initialisation, Xavier for the last layer, zero biases, replacing what
+ * was declared before. Returns 0 or -EINVAL. */
+int shardps_declare_mlp(shardps *h, const int *sizes, int n_sizes);
+
+/* Connects to every server and handshakes; the servers check the table's
+ * fingerprint and refuse a mismatch. Returns 0 or a negative code. */
+int shardps_connect(shardps *h);
+/* Drops the connections without a goodbye and connects again (after
+ * SHARDPS_ECLOSED): the servers kept our place. */
+int shardps_reconnect(shardps *h);
+
+/* The tensor table. shardps_tensor_count returns the count or a negative
+ * code; shardps_tensor_info writes the name (NUL-terminated, cut to
+ * name_len) and element count of tensor i. */
+int shardps_tensor_count(const shardps *h);
+int shardps_tensor_info(const shardps *h, int i, char *name, size_t name_len, size_t *numel);
+
+/* The clock the job welcomed us at, and the (oldest) clock of the weights of
+ * the last pull. */
+int shardps_start_clock(const shardps *h, uint64_t *clock);
+int shardps_weights_clock(const shardps *h, uint64_t *clock);
+
+/* Starts pushing tensor's gradient (numel floats, borrowed until wait),
+ * computed on the weights of the last pull. Once per tensor per step.
+ * Returns 0, -EINVAL, -EBUSY (already pushed this step) or a connection
+ * error. */
+int shardps_push(shardps *h, int tensor, const float *grad, size_t numel);
+/* Starts pulling the weights of step clock of every tensor into dest[i]
+ * (n_dest == tensor count; each the tensor's numel floats, borrowed until
+ * wait). In sync mode a pull completes once every worker pushed clock - 1. */
+int shardps_pull(shardps *h, uint64_t clock, float *const *dest, int n_dest);
+/* Moves what can move without blocking; returns 0 or the first error. */
+int shardps_progress(shardps *h);
+/* Blocks until every started push and pull completed (each wait has a
+ * deadline: request-timeout). */
+int shardps_wait(shardps *h);
+
+int shardps_stats_get(const shardps *h, shardps_stats *out);
+
+/* The sentence explaining the last error on h ("" if none); valid until the
+ * next call on h. h NULL: the last shardps_new failure of this thread. */
+const char *shardps_last_error(const shardps *h);
+
+/* Completes the pushes and pulls still in flight (within their deadlines),
+ * says goodbye (this worker finished: barriers stop counting it) and frees
+ * h. Returns 0. NULL is allowed. */
+int shardps_close(shardps *h);
+/* Frees h without a goodbye: the servers keep waiting for this rank. */
+void shardps_abandon(shardps *h);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

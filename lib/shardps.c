@@ -1,0 +1,482 @@
+/* libshardps (include/shardps.h): the public face of the worker's key-value
+ * client. Checks every argument and the handle's state before the client
+ * sees them, and keeps the sentence behind each failure on the handle. */
+#include "shardps.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "auth.h"
+#include "frame.h"
+#include "kv_client.h"
+#include "model_spec.h"
+#include "partition.h"
+#include "ps_error.h"
+#include "ps_log.h"
+#include "transport.h"
+
+_Static_assert(SHARDPS_EPROTO == -PS_EPROTO && SHARDPS_ETIMEOUT == -PS_ETIMEOUT &&
+                   SHARDPS_ECLOSED == -PS_ECLOSED && SHARDPS_EMISMATCH == -PS_EMISMATCH,
+               "the public codes are ps_error.h's");
+_Static_assert(SHARDPS_INIT_ZERO == PS_INIT_ZERO && SHARDPS_INIT_HE_UNIFORM == PS_INIT_HE_UNIFORM &&
+                   SHARDPS_INIT_XAVIER_UNIFORM == PS_INIT_XAVIER_UNIFORM,
+               "the public init kinds are model_spec.h's");
+
+#define PS__MAX_SERVERS 4096
+#define PS__ADDR_MAX    256
+
+struct shardps {
+    ps_kv_client_config cfg;
+    ps_kv_client *kv; /* NULL until connected */
+    char **servers;   /* owned copies; cfg.servers points here */
+    uint8_t auth_key[PS_AUTH_KEY_BYTES];
+    char *job_settings; /* owned; cfg.job_settings points here */
+    int declared;
+    /* Tensors pushed since the last wait: the client's own check is per
+     * server (its ring of acks), so a second push of one tensor would
+     * otherwise send some of its chunks twice. */
+    unsigned char pushed[PS_MAX_TENSORS];
+    int started; /* a push or pull was started since the last wait */
+    uint64_t start_clock;
+    char error[512];
+};
+
+/* shardps_new's failures have no handle to carry their sentence. */
+static _Thread_local char ps__new_error[512];
+
+__attribute__((format(printf, 3, 4))) static int ps__err(shardps *h, int code, const char *fmt, ...)
+{
+    va_list ap;
+    char *buf = h ? h->error : ps__new_error;
+    size_t len = h ? sizeof(h->error) : sizeof(ps__new_error);
+
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* A failure of the client: its own sentence when it has one. */
+static int ps__kv_err(shardps *h, int rc, const char *doing)
+{
+    const char *why = h->kv ? ps_kv_client_last_error(h->kv) : "";
+
+    if (*why)
+        return ps__err(h, rc, "%s: %s", doing, why);
+    return ps__err(h, rc, "%s: %s", doing, ps_strerror(rc));
+}
+
+const char *shardps_version(void)
+{
+    return "1.0.0";
+}
+
+const char *shardps_strerror(int code)
+{
+    return ps_strerror(code);
+}
+
+const char *shardps_last_error(const shardps *h)
+{
+    return h ? h->error : ps__new_error;
+}
+
+int shardps_new(shardps **out, const char *const *servers, int n_servers, int rank, int world)
+{
+    shardps *h;
+
+    if (out == NULL)
+        return ps__err(NULL, -EINVAL, "shardps_new: out is NULL");
+    *out = NULL;
+    if (servers == NULL || n_servers < 1 || n_servers > PS__MAX_SERVERS)
+        return ps__err(NULL, -EINVAL, "shardps_new: need 1 to %d server addresses, got %d",
+                       PS__MAX_SERVERS, servers == NULL ? 0 : n_servers);
+    if (world < 1 || rank < 0 || rank >= world)
+        return ps__err(NULL, -EINVAL, "shardps_new: rank %d is not in 0..world-1 (world %d)", rank,
+                       world);
+    for (int s = 0; s < n_servers; s++) {
+        struct sockaddr_storage addr;
+        char why[256] = "longer than any address";
+        if (servers[s] == NULL || strlen(servers[s]) >= PS__ADDR_MAX ||
+            ps_parse_hostport(servers[s], &addr, 0, why, sizeof(why)) < 0)
+            return ps__err(NULL, -EINVAL, "shardps_new: server address %d ('%s'): %s", s,
+                           servers[s] ? servers[s] : "(null)", servers[s] ? why : "not HOST:PORT");
+    }
+    h = calloc(1, sizeof(*h));
+    if (h == NULL || (h->servers = calloc((size_t)n_servers, sizeof(char *))) == NULL)
+        goto fail;
+    for (int s = 0; s < n_servers; s++)
+        if ((h->servers[s] = strdup(servers[s])) == NULL)
+            goto fail;
+    h->cfg.servers = (const char *const *)h->servers;
+    h->cfg.n_servers = n_servers;
+    h->cfg.rank = rank;
+    h->cfg.world = world;
+    h->cfg.chunk_bytes = PS_DEFAULT_CHUNK_BYTES;
+    h->cfg.max_payload = PS_DEFAULT_MAX_PAYLOAD;
+    h->cfg.connect_timeout_s = 30;
+    h->cfg.spec.seed = 1;
+    *out = h;
+    return 0;
+fail:
+    if (h)
+        h->cfg.n_servers = n_servers;
+    shardps_abandon(h);
+    return ps__err(NULL, -ENOMEM, "shardps_new: out of memory");
+}
+
+/* value as a number in [lo, hi]. */
+static int ps__number(shardps *h, const char *name, const char *value, double lo, double hi,
+                      double *out)
+{
+    char *end;
+
+    errno = 0;
+    *out = strtod(value, &end);
+    if (errno || end == value || *end != '\0' || !(*out >= lo && *out <= hi))
+        return ps__err(h, -EINVAL, "option %s: '%s' is not a number in %g..%g", name, value, lo,
+                       hi);
+    return 0;
+}
+
+static int ps__log_level(shardps *h, const char *value)
+{
+    static const char *const names[] = {"debug", "info", "warn", "error"};
+
+    for (int i = 0; i < 4; i++)
+        if (strcmp(value, names[i]) == 0) {
+            ps_log_set_level((ps_log_level)i);
+            return 0;
+        }
+    if (strcmp(value, "none") == 0) {
+        ps_log_set_level(PS_LOG_OFF);
+        return 0;
+    }
+    return ps__err(h, -EINVAL, "option log-level: '%s' is not debug, info, warn, error or none",
+                   value);
+}
+
+int shardps_set_option(shardps *h, const char *name, const char *value)
+{
+    double v;
+    int rc;
+
+    if (h == NULL)
+        return -EINVAL;
+    if (name == NULL || value == NULL)
+        return ps__err(h, -EINVAL, "shardps_set_option: name or value is NULL");
+    if (h->kv)
+        return ps__err(h, -EBUSY, "option %s: set options before shardps_connect", name);
+    if (strcmp(name, "auth-token-file") == 0) {
+        char why[512];
+        int loose = 0;
+        rc = ps_auth_load_key(value, h->auth_key, &loose, why, sizeof(why));
+        if (rc < 0)
+            return ps__err(h, rc, "option auth-token-file: %s", why);
+        if (loose)
+            ps_warn("%s is readable by other users; chmod 600 it", value);
+        h->cfg.auth_key = h->auth_key;
+        return 0;
+    }
+    if (strcmp(name, "compress") == 0) {
+        static const char *const names[] = {"none", "fp16", "bf16"};
+        static const ps_compress kinds[] = {PS_COMPRESS_NONE, PS_COMPRESS_FP16, PS_COMPRESS_BF16};
+        for (int i = 0; i < 3; i++)
+            if (strcmp(value, names[i]) == 0) {
+                h->cfg.compress = kinds[i];
+                return 0;
+            }
+        return ps__err(h, -EINVAL, "option compress: '%s' is not none, fp16 or bf16", value);
+    }
+    if (strcmp(name, "job-settings") == 0) {
+        char *copy = strdup(value);
+        if (copy == NULL)
+            return ps__err(h, -ENOMEM, "option job-settings: out of memory");
+        free(h->job_settings);
+        h->job_settings = copy;
+        h->cfg.job_settings = copy;
+        return 0;
+    }
+    if (strcmp(name, "log-level") == 0)
+        return ps__log_level(h, value);
+    if (strcmp(name, "seed") == 0) {
+        if (h->declared)
+            return ps__err(h, -EBUSY, "option seed: set it before declaring the tensors");
+        rc = ps__number(h, name, value, 0, 2147483647, &v);
+        if (rc == 0)
+            h->cfg.spec.seed = (uint64_t)v;
+    } else if (strcmp(name, "chunk-bytes") == 0) {
+        rc = ps__number(h, name, value, 4, 1 << 30, &v);
+        if (rc == 0)
+            h->cfg.chunk_bytes = (size_t)v;
+    } else if (strcmp(name, "connect-timeout") == 0) {
+        rc = ps__number(h, name, value, 0, 86400, &v);
+        if (rc == 0)
+            h->cfg.connect_timeout_s = v;
+    } else if (strcmp(name, "request-timeout") == 0) {
+        rc = ps__number(h, name, value, 0, 86400, &v);
+        if (rc == 0)
+            h->cfg.request_timeout_s = v;
+    } else if (strcmp(name, "total-steps") == 0) {
+        rc = ps__number(h, name, value, 0, 9007199254740992.0, &v);
+        if (rc == 0)
+            h->cfg.total_steps = (uint64_t)v;
+    } else if (strcmp(name, "max-payload") == 0) {
+        rc = ps__number(h, name, value, 1024, 1099511627776.0, &v);
+        if (rc == 0)
+            h->cfg.max_payload = (size_t)v;
+    } else {
+        rc = ps__err(h, -EINVAL, "unknown option '%s'", name);
+    }
+    return rc;
+}
+
+int shardps_declare_mlp(shardps *h, const int *sizes, int n_sizes)
+{
+    uint64_t seed;
+
+    if (h == NULL)
+        return -EINVAL;
+    if (h->kv)
+        return ps__err(h, -EBUSY, "shardps_declare_mlp: already connected");
+    if (sizes == NULL)
+        return ps__err(h, -EINVAL, "shardps_declare_mlp: sizes is NULL");
+    seed = h->cfg.spec.seed;
+    if (ps_model_spec_init_mlp(&h->cfg.spec, sizes, n_sizes, seed) < 0) {
+        h->cfg.spec.seed = seed;
+        h->declared = 0;
+        return ps__err(h, -EINVAL,
+                       "shardps_declare_mlp: need 2 to %d sizes (input, hidden..., classes), "
+                       "each 1..%d",
+                       PS_MAX_LAYERS + 1, 1 << 20);
+    }
+    h->declared = 1;
+    return 0;
+}
+
+int shardps_declare(shardps *h, const char *name, int ndim, const int64_t *shape, int init,
+                    int fan_in, int fan_out)
+{
+    int dims[PS_MAX_DIMS];
+    int rc;
+
+    if (h == NULL)
+        return -EINVAL;
+    if (h->kv)
+        return ps__err(h, -EBUSY, "shardps_declare: already connected");
+    if (name == NULL || shape == NULL || ndim < 1 || ndim > PS_MAX_DIMS)
+        return ps__err(h, -EINVAL, "shardps_declare: need a name and 1 to %d dimensions",
+                       PS_MAX_DIMS);
+    if (init < SHARDPS_INIT_ZERO || init > SHARDPS_INIT_XAVIER_UNIFORM)
+        return ps__err(h, -EINVAL, "shardps_declare %s: no initialisation kind %d", name, init);
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 1 || shape[d] > INT32_MAX)
+            return ps__err(h, -EINVAL, "shardps_declare %s: dimension %d is %lld", name, d,
+                           (long long)shape[d]);
+        dims[d] = (int)shape[d];
+    }
+    rc = ps_model_spec_add_tensor(&h->cfg.spec, name, ndim, dims, (ps_init_kind)init, fan_in,
+                                  fan_out);
+    if (rc == -E2BIG)
+        return ps__err(h, rc,
+                       "shardps_declare %s: the table is full (%d tensors) or the tensor "
+                       "exceeds 2^31 elements",
+                       name, PS_MAX_TENSORS);
+    if (rc < 0)
+        return ps__err(h, rc, "shardps_declare %s: a bad name (1..31 bytes) or fan (%d, %d)", name,
+                       fan_in, fan_out);
+    h->declared = 1;
+    return 0;
+}
+
+static int ps__connect(shardps *h)
+{
+    int rc = ps_kv_client_init(&h->kv, &h->cfg);
+
+    if (rc < 0) {
+        h->kv = NULL;
+        return ps__err(h, rc, "cannot create the client: %s", ps_strerror(rc));
+    }
+    rc = ps_kv_client_connect(h->kv, &h->start_clock);
+    if (rc < 0)
+        return ps__kv_err(h, rc, "cannot join the job");
+    return 0;
+}
+
+int shardps_connect(shardps *h)
+{
+    if (h == NULL)
+        return -EINVAL;
+    if (h->kv)
+        return ps__err(h, -EBUSY, "shardps_connect: already connected (shardps_reconnect?)");
+    if (!h->declared)
+        return ps__err(h, -EINVAL, "shardps_connect: declare the tensors first");
+    return ps__connect(h);
+}
+
+int shardps_reconnect(shardps *h)
+{
+    if (h == NULL)
+        return -EINVAL;
+    if (!h->declared)
+        return ps__err(h, -EINVAL, "shardps_reconnect: declare the tensors first");
+    ps_kv_client_abandon(h->kv);
+    h->kv = NULL;
+    memset(h->pushed, 0, sizeof(h->pushed));
+    /* Our old connection may still hold the rank on a server: retry. */
+    h->cfg.rejoining = 1;
+    return ps__connect(h);
+}
+
+/* The calls that move data need a live client. */
+static int ps__ready(shardps *h, const char *fn)
+{
+    if (h == NULL)
+        return -EINVAL;
+    if (h->kv == NULL)
+        return ps__err(h, -EINVAL, "%s: not connected (shardps_connect first)", fn);
+    return 0;
+}
+
+int shardps_tensor_count(const shardps *h)
+{
+    if (h == NULL)
+        return -EINVAL;
+    return h->cfg.spec.n_tensors;
+}
+
+int shardps_tensor_info(const shardps *h, int i, char *name, size_t name_len, size_t *numel)
+{
+    if (h == NULL || i < 0 || i >= h->cfg.spec.n_tensors)
+        return -EINVAL;
+    if (name && name_len > 0)
+        snprintf(name, name_len, "%s", h->cfg.spec.tensors[i].name);
+    if (numel)
+        *numel = h->cfg.spec.tensors[i].numel;
+    return 0;
+}
+
+int shardps_start_clock(const shardps *h, uint64_t *clock)
+{
+    if (h == NULL || clock == NULL || h->kv == NULL)
+        return -EINVAL;
+    *clock = h->start_clock;
+    return 0;
+}
+
+int shardps_weights_clock(const shardps *h, uint64_t *clock)
+{
+    if (h == NULL || clock == NULL || h->kv == NULL)
+        return -EINVAL;
+    *clock = ps_kv_client_weights_clock(h->kv);
+    return 0;
+}
+
+int shardps_push(shardps *h, int tensor, const float *grad, size_t numel)
+{
+    int rc = ps__ready(h, "shardps_push");
+
+    if (rc < 0)
+        return rc;
+    if (tensor < 0 || tensor >= h->cfg.spec.n_tensors)
+        return ps__err(h, -EINVAL, "shardps_push: no tensor %d (the table has %d)", tensor,
+                       h->cfg.spec.n_tensors);
+    if (grad == NULL || numel != h->cfg.spec.tensors[tensor].numel)
+        return ps__err(h, -EINVAL, "shardps_push: %s holds %zu floats, got %zu%s",
+                       h->cfg.spec.tensors[tensor].name, h->cfg.spec.tensors[tensor].numel, numel,
+                       grad == NULL ? " (NULL)" : "");
+    if (h->pushed[tensor])
+        return ps__err(h, -EBUSY, "shardps_push: %s was already pushed this step (wait first)",
+                       h->cfg.spec.tensors[tensor].name);
+    h->pushed[tensor] = 1;
+    h->started = 1;
+    rc = ps_kv_client_push_tensor(h->kv, tensor, grad);
+    return rc < 0 ? ps__kv_err(h, rc, "shardps_push") : 0;
+}
+
+int shardps_pull(shardps *h, uint64_t clock, float *const *dest, int n_dest)
+{
+    int rc = ps__ready(h, "shardps_pull");
+
+    if (rc < 0)
+        return rc;
+    if (dest == NULL || n_dest != h->cfg.spec.n_tensors)
+        return ps__err(h, -EINVAL, "shardps_pull: need %d destinations, got %d",
+                       h->cfg.spec.n_tensors, dest == NULL ? 0 : n_dest);
+    for (int i = 0; i < n_dest; i++)
+        if (dest[i] == NULL)
+            return ps__err(h, -EINVAL, "shardps_pull: the destination of %s is NULL",
+                           h->cfg.spec.tensors[i].name);
+    h->started = 1;
+    rc = ps_kv_client_pull(h->kv, clock, dest);
+    if (rc == -EBUSY)
+        return ps__err(h, rc, "shardps_pull: a pull is already in flight (wait first)");
+    return rc < 0 ? ps__kv_err(h, rc, "shardps_pull") : 0;
+}
+
+int shardps_progress(shardps *h)
+{
+    int rc = ps__ready(h, "shardps_progress");
+
+    if (rc == 0 && (rc = ps_kv_client_progress(h->kv)) < 0)
+        return ps__kv_err(h, rc, "shardps_progress");
+    return rc;
+}
+
+int shardps_wait(shardps *h)
+{
+    int rc = ps__ready(h, "shardps_wait");
+
+    if (rc < 0)
+        return rc;
+    memset(h->pushed, 0, sizeof(h->pushed));
+    h->started = 0;
+    rc = ps_kv_client_wait(h->kv);
+    return rc < 0 ? ps__kv_err(h, rc, "shardps_wait") : 0;
+}
+
+int shardps_stats_get(const shardps *h, shardps_stats *out)
+{
+    ps_kv_client_stats s;
+
+    if (h == NULL || out == NULL || h->kv == NULL)
+        return -EINVAL;
+    ps_kv_client_stats_get(h->kv, &s);
+    *out = (shardps_stats){s.dropped,       s.bytes_sent,      s.bytes_received, s.staleness_max,
+                           s.staleness_sum, s.staleness_count, s.acked,          s.rejected};
+    return 0;
+}
+
+static void ps__free(shardps *h, int goodbye)
+{
+    if (h == NULL)
+        return;
+    if (goodbye)
+        ps_kv_client_close(h->kv);
+    else
+        ps_kv_client_abandon(h->kv);
+    for (int s = 0; h->servers && s < h->cfg.n_servers; s++)
+        free(h->servers[s]);
+    free(h->servers);
+    free(h->job_settings);
+    free(h);
+}
+
+int shardps_close(shardps *h)
+{
+    /* Requests still in flight complete first (within their deadlines):
+     * a server answering a push after our goodbye would find the connection
+     * gone and count us as lost, not finished. */
+    if (h && h->kv && h->started)
+        ps_kv_client_wait(h->kv);
+    ps__free(h, 1);
+    return 0;
+}
+
+void shardps_abandon(shardps *h)
+{
+    ps__free(h, 0);
+}

@@ -1,0 +1,139 @@
+"""PyTorch on shardps: the servers hold the weights and run the optimizer.
+
+    ps = shardps.torch.attach(model, servers, rank, world)
+    for x, y in batches:
+        loss = F.cross_entropy(model(x), y)   # weights pulled before forward
+        loss.backward()                       # each gradient pushed as autograd
+                                              # produces it
+    ps.close()                                # the final weights, then leave
+
+attach declares one tensor per parameter (named as in named_parameters, in
+that order; every worker of the job must build the same model), joins the
+job and hooks the model: a gradient hook on each parameter pushes it the
+moment backward has it, and a forward pre-hook completes those pushes and
+pulls the next step's weights straight into the parameters (CPU: no copy).
+No optimizer runs here: the servers apply sync, async or ssp as they were
+started. The loop needs no optimizer.step() and no zero_grad().
+
+CUDA parameters are staged through pinned host buffers (a copy each way per
+step). That path is untested: the machine this was written on has no GPU.
+"""
+
+import math
+
+import numpy as np
+import torch
+
+from . import INIT_HE_UNIFORM, INIT_XAVIER_UNIFORM, INIT_ZERO, Client
+
+__all__ = ["attach", "Attached", "default_init"]
+
+
+def default_init(named_params):
+    """{name: (kind, fan_in, fan_out)} by the servers' conventions: weights
+    (2 or more dimensions) He-uniform, the last one Xavier-uniform; biases
+    zero. Fans are those of a dense [out, in] or conv [out, in, kh, kw]
+    weight."""
+    named = list(named_params)
+    weights = [n for n, p in named if p.dim() >= 2]
+    out, fans = {}, None
+    for name, p in named:
+        if p.dim() >= 2:
+            rf = math.prod(p.shape[2:])
+            fans = (p.shape[1] * rf, p.shape[0] * rf)
+            kind = INIT_XAVIER_UNIFORM if name == weights[-1] else INIT_HE_UNIFORM
+            out[name] = (kind, *fans)
+        else:
+            # A bias takes its layer's fans (the servers' tables do the same).
+            out[name] = (INIT_ZERO, *(fans or (p.numel(), p.numel())))
+    return out
+
+
+class Attached:
+    """A model hooked to a job (see attach). close() leaves the job."""
+
+    def __init__(self, model, client):
+        self.client = client
+        self._params = [p for _, p in model.named_parameters()]
+        self._cuda = any(p.is_cuda for p in self._params)
+        if self._cuda:
+            self._host = [torch.empty(p.numel(), dtype=torch.float32).pin_memory()
+                          for p in self._params]
+            self._grad_host = [torch.empty_like(h).pin_memory() for h in self._host]
+        else:
+            # Pulls land in the parameters' own storage.
+            self._host = [p.data.view(-1) for p in self._params]
+        self._dest = [h.numpy() for h in self._host]
+        self._held = []      # gradients being pushed, alive until the wait
+        self._pushed = 0     # this step's pushes so far
+        self._pulled = False
+        self._handles = [p.register_hook(self._grad_hook(i)) for i, p in enumerate(self._params)]
+        self._handles.append(model.register_forward_pre_hook(lambda m, inp: self.sync()))
+        self.sync()
+
+    def _grad_hook(self, i):
+        def hook(grad):
+            g = grad.detach().reshape(-1)
+            if g.is_cuda:
+                self._grad_host[i].copy_(g)  # synchronous: the bytes are there after
+                g = self._grad_host[i]
+            else:
+                g = g.contiguous()
+            a = g.numpy()
+            self._held.append((g, a))
+            self.client.push(i, a, block=False)
+            self.client.progress()
+            self._pushed += 1
+        return hook
+
+    def sync(self):
+        """Completes this step's pushes and pulls the next weights into the
+        parameters: called before every forward, so a loop never calls it."""
+        if self._pulled and self._pushed == 0:
+            return
+        if 0 < self._pushed < len(self._params):
+            raise RuntimeError(f"shardps: only {self._pushed} of {len(self._params)} parameters "
+                               "got a gradient this step; every parameter must be pushed")
+        self.client.pull(self._dest)  # waits for the pushes too
+        self._held = []
+        self._pushed = 0
+        self._pulled = True
+        with torch.no_grad():
+            for p, h in zip(self._params, self._host):
+                if self._cuda:
+                    p.data.view(-1).copy_(h, non_blocking=False)
+                p.grad = None
+
+    def close(self):
+        """Completes the last step (its pushes, and the pull of the weights
+        they make), unhooks the model and leaves the job: the model keeps the
+        final weights. Close before a long evaluation, which the servers
+        would otherwise count as silence."""
+        if self._pushed:
+            self.sync()
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self.client.close()
+
+
+def attach(model, servers, rank, world, init=None, **options):
+    """Declares model's parameters as the job's tensors, joins the job, pulls
+    the current weights into the model and hooks it (see the module text).
+    init: {name: (kind, fan_in, fan_out)} overriding default_init. options:
+    Client's (auth_token_file=..., seed=..., total_steps=..., ...)."""
+    params = list(model.named_parameters())
+    for name, p in params:
+        if p.dtype != torch.float32:
+            raise TypeError(f"shardps trains float32 parameters; {name} is {p.dtype}")
+    kinds = default_init(params)
+    kinds.update(init or {})
+    client = Client(servers, rank, world, **options)
+    try:
+        for name, p in params:
+            client.declare(name, list(p.shape), *kinds[name])
+        client.connect()
+        return Attached(model, client)
+    except BaseException:
+        client.abandon()
+        raise

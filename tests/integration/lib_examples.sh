@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The examples as a user runs them. libshardps installed into a scratch
+# prefix (cmake --install, what `make install` does), examples/c/decay.c
+# compiled with pkg-config against it, runs as rank 1 beside a
+# shardps-worker, and so does examples/numpy_decay.py: each one's last pull is
+# the C worker's --dump-weights byte for byte. Then the PyTorch example trains
+# a few hundred sync steps to a test accuracy it only reaches by learning.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/python_lib.sh"
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
+SRC="$(cd "$(dirname "$0")/../.." && pwd)"
+
+cmake --install "$BUILD" --prefix "$TMP/prefix" >/dev/null || fail "cmake --install failed"
+export PKG_CONFIG_PATH="$TMP/prefix/lib/pkgconfig:$TMP/prefix/lib/x86_64-linux-gnu/pkgconfig"
+pkg-config --exists shardps || fail "shardps.pc not installed"
+sanitize=()
+[ -n "$PY_PRELOAD" ] && sanitize=(-fsanitize=address,undefined)
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Wextra -Werror "${sanitize[@]}" -o "$TMP/decay" "$SRC/examples/c/decay.c" \
+    $(pkg-config --cflags --libs shardps) -Wl,-rpath,"$(pkg-config --variable=libdir shardps)" ||
+    fail "examples/c/decay.c does not build with pkg-config"
+objdump -p "$TMP/decay" | grep -q 'NEEDED.*libshardps.so.1' || fail "decay does not link libshardps.so.1"
+
+start_server() { # name index
+    mkfifo "$TMP/port.$1"
+    "$BUILD/shardps-server" --listen 127.0.0.1:0 --ready-fd 3 --server-index "$2" --num-servers 2 \
+        --workers 2 --chunk-bytes 65536 3>"$TMP/port.$1" 2>"$TMP/server.$1.err" &
+    read -r port <"$TMP/port.$1"
+}
+beside_c_worker() { # name command...: rank 1 of a job whose rank 0 is a shardps-worker
+    local name=$1
+    shift
+    start_server "$name.0" 0
+    local p0=$port
+    start_server "$name.1" 1
+    local servers="127.0.0.1:$p0,127.0.0.1:$port"
+    "$@" "$servers" 1 2 10 "$TMP/$name.lib.bin" >"$TMP/$name.out" 2>&1 &
+    local lib=$!
+    "$BUILD/shardps-worker" --servers "$servers" --rank 0 --workers 2 --hidden 32,16 \
+        --chunk-bytes 65536 --steps 10 --no-eval --dump-weights "$TMP/$name.c.bin" 2>"$TMP/$name.c.err" ||
+        { cat "$TMP/$name.c.err" >&2; fail "$name: the C worker failed"; }
+    wait $lib || { cat "$TMP/$name.out" >&2; fail "$name: the example failed"; }
+    cmp "$TMP/$name.c.bin" "$TMP/$name.lib.bin" || fail "$name: weights differ from the C worker's"
+}
+beside_c_worker c "$TMP/decay"
+beside_c_worker numpy env LD_PRELOAD="$PY_PRELOAD" ASAN_OPTIONS=detect_leaks=0 \
+    "$PYTHON" "$SRC/examples/numpy_decay.py"
+echo "PASS: the C and NumPy examples pull the C worker's weights bit for bit"
+
+LD_PRELOAD="$PY_PRELOAD" ASAN_OPTIONS=detect_leaks=0 "$PYTHON" "$SRC/examples/torch_fmnist.py" \
+    --mode sync --model mlp --steps 300 --build "$BUILD" >"$TMP/torch.out" 2>"$TMP/torch.err" ||
+    { tail -20 "$TMP/torch.err" >&2; fail "examples/torch_fmnist.py failed"; }
+line=$(tail -1 "$TMP/torch.out")
+acc=$(json_field "$line" test_accuracy)
+at_least "$acc" 0.75 || fail "PyTorch through shardps: test accuracy $acc after 300 sync steps (< 0.75)"
+echo "PASS: PyTorch example, 300 sync steps: $line"

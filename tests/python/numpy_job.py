@@ -1,0 +1,108 @@
+"""The NumPy client against real servers (tests/integration/python_numpy.sh).
+
+  alone ADDR HIDDEN LR     one worker (4096-byte chunks), plain SGD: every pulled weight after a
+                           push is w - lr * g, bit for bit, and errors are raised
+                           with the library's sentence
+  share ADDRS HIDDEN STEPS OUT
+                           rank 1 of 2 beside a shardps-worker: pushes
+                           0.01 * w each step, then writes the last weights it
+                           pulled to OUT (the C worker's --dump-weights layout);
+                           every tensor must have changed
+"""
+import sys
+
+import numpy as np
+
+import shardps
+
+
+def sizes_of(hidden):
+    return [784] + [int(h) for h in hidden.split(",")] + [10]
+
+
+def expect_error(fn, code, words):
+    try:
+        fn()
+    except shardps.ShardpsError as e:
+        assert e.code == code, f"code {e.code}, expected {code}: {e}"
+        assert words in str(e), f"'{words}' not in '{e}'"
+        return
+    raise AssertionError(f"no error raised (expected '{words}')")
+
+
+def alone(addr, hidden, lr):
+    c = shardps.Client([addr], rank=0, world=1, connect_timeout=10, chunk_bytes=4096)
+    expect_error(lambda: c.push(0, np.zeros(1, np.float32)), -22, "not connected")
+    c.declare_mlp(sizes_of(hidden))
+    c.connect()
+    w = [np.empty(n, np.float32) for _, n in c.tensors]
+    c.pull(w)
+    assert c.weights_clock == 0
+    assert all(np.isfinite(x).all() for x in w) and np.abs(w[0]).max() > 0
+    rng = np.random.default_rng(7)
+    for step in range(3):
+        g = [rng.standard_normal(x.size).astype(np.float32) for x in w]
+        for i in reversed(range(len(g))):
+            c.push(i, g[i], block=False)  # all in flight together, then the pull
+        new = [np.empty_like(x) for x in w]
+        c.pull(new)
+        assert c.weights_clock == step + 1
+        for i, (old, grad, got) in enumerate(zip(w, g, new)):
+            want = old - np.float32(lr) * grad
+            bad = np.flatnonzero(want.view(np.uint32) != got.view(np.uint32))
+            assert bad.size == 0, (f"step {step} tensor {i}: {bad.size} weights differ, "
+                                   f"first at {bad[0]}: {got[bad[0]]!r} != {want[bad[0]]!r}")
+        w = new
+    # Errors carry the library's sentence and leave the client usable.
+    with_types = [(lambda: c.push(0, np.zeros(w[0].size, np.float64)), TypeError),
+                  (lambda: c.push(0, np.zeros((w[0].size, 2), np.float32)[:, 0]), TypeError)]
+    for fn, exc in with_types:
+        try:
+            fn()
+            raise AssertionError("accepted an array it would have to copy")
+        except exc:
+            pass
+    expect_error(lambda: c.push(99, w[0]), -22, "no tensor 99")
+    expect_error(lambda: c.push(0, w[1]), -22, "fc1.weight holds")
+    expect_error(lambda: c.pull(w[:-1]), -22, "destinations")
+    c.push(0, np.zeros(w[0].size, np.float32), block=False)
+    expect_error(lambda: c.push(0, np.zeros(w[0].size, np.float32)), -16, "already pushed")
+    c.close()
+    # A server that is not there: the library's sentence names it.
+    c = shardps.Client(["127.0.0.1:1"], rank=0, world=1, connect_timeout=0.3)
+    c.declare_mlp(sizes_of(hidden))
+    expect_error(c.connect, -10009, "cannot reach server 0 at 127.0.0.1:1")
+    c.abandon()
+    expect_error(lambda: shardps.Client(["nohost"], rank=0, world=1), -22, "'nohost'")
+    expect_error(lambda: shardps.Client([addr], rank=2, world=2), -22, "rank 2")
+    expect_error(lambda: shardps.Client([addr], rank=0, world=1, compress="zip"), -22,
+                 "option compress")
+    print("PASS alone")
+
+
+def share(addrs, hidden, steps, out):
+    c = shardps.Client(addrs.split(","), rank=1, world=2, connect_timeout=30,
+                       chunk_bytes=65536, total_steps=steps)
+    c.declare_mlp(sizes_of(hidden))
+    c.connect()
+    w = [np.empty(n, np.float32) for _, n in c.tensors]
+    c.pull(w)
+    first = [x.copy() for x in w]
+    for _ in range(steps):
+        for i in reversed(range(len(w))):
+            c.push(i, np.float32(0.01) * w[i], block=False)
+        c.pull(w)
+    assert c.weights_clock == steps, c.weights_clock
+    assert all((a != b).any() for a, b in zip(first, w)), "the pulls never changed a tensor"
+    with open(out, "wb") as f:
+        for x in w:
+            f.write(x.tobytes())
+    c.close()
+    print("PASS share")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "alone":
+        alone(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    else:
+        share(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
