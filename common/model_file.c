@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "crc32c.h"
+#include "crc_writer.h"
 #include "ps_error.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -47,58 +48,33 @@ static int ps__fail(int code, char *err, size_t errlen, const char *path, const 
     return code;
 }
 
-typedef struct {
-    FILE *f;
-    uint32_t crc;
-    int err;
-} ps__writer;
-
-static void ps__put(ps__writer *w, const void *p, size_t n)
-{
-    if (w->err || n == 0)
-        return;
-    w->crc = ps_crc32c(w->crc, p, n);
-    if (fwrite(p, 1, n, w->f) != n)
-        w->err = errno ? -errno : -EIO;
-}
-
-static void ps__put32(ps__writer *w, uint32_t v)
-{
-    ps__put(w, &v, sizeof(v));
-}
-
-static void ps__put64(ps__writer *w, uint64_t v)
-{
-    ps__put(w, &v, sizeof(v));
-}
-
-static void ps__put_body(ps__writer *w, const ps_model_desc *desc, const ps_model_spec *table,
+static void ps__put_body(ps_crc_writer *w, const ps_model_desc *desc, const ps_model_spec *table,
                          const char *text, size_t text_len, const float *const *tensors)
 {
-    ps__put(w, ps__magic, sizeof(ps__magic));
-    ps__put32(w, PS_MODEL_FILE_VERSION);
-    ps__put32(w, 0);
-    ps__put32(w, (uint32_t)text_len);
-    ps__put(w, text, text_len);
-    ps__put32(w, (uint32_t)desc->input.ndim);
+    ps_crc_writer_put(w, ps__magic, sizeof(ps__magic));
+    ps_crc_writer_put32(w, PS_MODEL_FILE_VERSION);
+    ps_crc_writer_put32(w, 0);
+    ps_crc_writer_put32(w, (uint32_t)text_len);
+    ps_crc_writer_put(w, text, text_len);
+    ps_crc_writer_put32(w, (uint32_t)desc->input.ndim);
     for (int i = 0; i < 3; i++)
-        ps__put32(w, i < desc->input.ndim ? (uint32_t)desc->input.d[i] : 0);
-    ps__put32(w, (uint32_t)desc->classes);
-    ps__put64(w, table->seed);
-    ps__put32(w, (uint32_t)table->n_tensors);
+        ps_crc_writer_put32(w, i < desc->input.ndim ? (uint32_t)desc->input.d[i] : 0);
+    ps_crc_writer_put32(w, (uint32_t)desc->classes);
+    ps_crc_writer_put64(w, table->seed);
+    ps_crc_writer_put32(w, (uint32_t)table->n_tensors);
     for (int i = 0; i < table->n_tensors; i++) {
         const ps_tensor_spec *t = &table->tensors[i];
         size_t len = strlen(t->name);
 
-        ps__put32(w, (uint32_t)len);
-        ps__put(w, t->name, len);
-        ps__put32(w, (uint32_t)t->ndim);
+        ps_crc_writer_put32(w, (uint32_t)len);
+        ps_crc_writer_put(w, t->name, len);
+        ps_crc_writer_put32(w, (uint32_t)t->ndim);
         for (int d = 0; d < t->ndim; d++)
-            ps__put32(w, (uint32_t)t->shape[d]);
+            ps_crc_writer_put32(w, (uint32_t)t->shape[d]);
     }
-    ps__put64(w, table->total_numel);
+    ps_crc_writer_put64(w, table->total_numel);
     for (int i = 0; i < table->n_tensors; i++)
-        ps__put(w, tensors[i], table->tensors[i].numel * sizeof(float));
+        ps_crc_writer_put(w, tensors[i], table->tensors[i].numel * sizeof(float));
 }
 
 /* fsyncs the directory holding path, so the rename survives a crash. */
@@ -121,7 +97,7 @@ static int ps__fsync_parent(const char *path)
 int ps_model_file_write(const char *path, const ps_model_desc *desc, const ps_model_spec *table,
                         const float *const *tensors, char *err, size_t errlen)
 {
-    ps__writer w = {NULL, 0, 0};
+    ps_crc_writer w = {NULL, 0, 0};
     ps_model_desc check = *desc;
     ps_model_spec want;
     char tmp[PATH_MAX], *text = NULL, why[256];
@@ -157,7 +133,7 @@ int ps_model_file_write(const char *path, const ps_model_desc *desc, const ps_mo
     ps__put_body(&w, desc, table, text, text_len, tensors);
     {
         uint32_t crc = w.crc;
-        ps__put(&w, &crc, sizeof(crc));
+        ps_crc_writer_put(&w, &crc, sizeof(crc));
     }
     free(text);
     rc = w.err;

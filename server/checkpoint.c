@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "crc32c.h"
+#include "crc_writer.h"
 #include "ps_error.h"
 #include "tensor_table.h"
 
@@ -27,31 +28,6 @@ static const char ps__magic[8] = {'S', 'H', 'P', 'S', 'C', 'K', 'P', 'T'};
 /* The packed tensor table's bytes at most: PS_MAX_TENSORS declarations fit
  * many times over. */
 #define PS__MAX_TABLE_BYTES (64u * 1024u)
-
-typedef struct {
-    FILE *f;
-    uint32_t crc;
-    int err;
-} ps__writer;
-
-static void ps__put(ps__writer *w, const void *p, size_t n)
-{
-    if (w->err || n == 0)
-        return;
-    w->crc = ps_crc32c(w->crc, p, n);
-    if (fwrite(p, 1, n, w->f) != n)
-        w->err = errno ? -errno : -EIO;
-}
-
-static void ps__put32(ps__writer *w, uint32_t v)
-{
-    ps__put(w, &v, sizeof(v));
-}
-
-static void ps__put64(ps__writer *w, uint64_t v)
-{
-    ps__put(w, &v, sizeof(v));
-}
 
 static void ps__file_name(char *buf, size_t len, const char *dir, uint32_t server, uint64_t clock)
 {
@@ -185,7 +161,7 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
                         const ps_checkpoint_clocks *clocks, char *path, size_t path_len)
 {
     char final[4096], tmp[4200];
-    ps__writer w = {NULL, 0, 0};
+    ps_crc_writer w = {NULL, 0, 0};
     uint64_t *old = NULL;
     int n = ps_shard_chunk_count(shard), rc, n_old, foreign;
     ps_tensor_table_wire tw;
@@ -205,34 +181,34 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
     w.f = fopen(tmp, "wb");
     if (w.f == NULL)
         return -errno;
-    ps__put(&w, ps__magic, sizeof(ps__magic));
-    ps__put32(&w, PS_CHECKPOINT_FORMAT);
-    ps__put32(&w, meta->server_index);
-    ps__put32(&w, meta->num_servers);
-    ps__put32(&w, meta->optimizer);
-    ps__put64(&w, meta->fingerprint);
-    ps__put64(&w, meta->chunk_bytes);
-    ps__put64(&w, meta->clock);
-    ps__put64(&w, meta->total_steps);
-    ps__put64(&w, (uint64_t)n);
-    ps__put64(&w, meta->job);
-    ps__put32(&w, (uint32_t)packed_len);
-    ps__put(&w, packed, packed_len);
+    ps_crc_writer_put(&w, ps__magic, sizeof(ps__magic));
+    ps_crc_writer_put32(&w, PS_CHECKPOINT_FORMAT);
+    ps_crc_writer_put32(&w, meta->server_index);
+    ps_crc_writer_put32(&w, meta->num_servers);
+    ps_crc_writer_put32(&w, meta->optimizer);
+    ps_crc_writer_put64(&w, meta->fingerprint);
+    ps_crc_writer_put64(&w, meta->chunk_bytes);
+    ps_crc_writer_put64(&w, meta->clock);
+    ps_crc_writer_put64(&w, meta->total_steps);
+    ps_crc_writer_put64(&w, (uint64_t)n);
+    ps_crc_writer_put64(&w, meta->job);
+    ps_crc_writer_put32(&w, (uint32_t)packed_len);
+    ps_crc_writer_put(&w, packed, packed_len);
     for (int i = 0; i < n; i++) {
         const ps_chunk *c = ps_shard_chunk(shard, i);
         size_t state_n = ps_shard_state_floats(shard, i);
-        ps__put64(&w, c->key);
-        ps__put64(&w, c->numel);
-        ps__put64(&w, state_n);
-        ps__put64(&w, clocks->clock[i]);
-        ps__put64(&w, clocks->newest[i]);
-        ps__put64(&w, ps_shard_updates(shard, i));
-        ps__put(&w, ps_shard_weights(shard, i), c->numel * sizeof(float));
-        ps__put(&w, ps_shard_state(shard, i), state_n * sizeof(float));
+        ps_crc_writer_put64(&w, c->key);
+        ps_crc_writer_put64(&w, c->numel);
+        ps_crc_writer_put64(&w, state_n);
+        ps_crc_writer_put64(&w, clocks->clock[i]);
+        ps_crc_writer_put64(&w, clocks->newest[i]);
+        ps_crc_writer_put64(&w, ps_shard_updates(shard, i));
+        ps_crc_writer_put(&w, ps_shard_weights(shard, i), c->numel * sizeof(float));
+        ps_crc_writer_put(&w, ps_shard_state(shard, i), state_n * sizeof(float));
     }
     {
         uint32_t crc = w.crc;
-        ps__put(&w, &crc, sizeof(crc));
+        ps_crc_writer_put(&w, &crc, sizeof(crc));
     }
     rc = w.err;
     if (rc == 0 && fflush(w.f) != 0)
