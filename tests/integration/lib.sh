@@ -30,8 +30,15 @@ wait_for_line() {
 
 # wait_gone PID SECONDS: returns once process PID (not necessarily ours, so
 # wait(1) cannot be used) has exited, or fails after SECONDS.
+# A zombie counts as gone: a child whose parent died is reparented to init,
+# which may reap it late, and until then tail --pid still sees it. Each round
+# waits on the process itself (tail --pid), at most 0.2 s, then looks again.
 wait_gone() {
-    timeout "$2" tail --pid="$1" -f /dev/null
+    local end=$((SECONDS + $2))
+    while [ -e "/proc/$1" ] && [ "$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" != Z ]; do
+        [ "$SECONDS" -lt "$end" ] || return 1
+        timeout 0.2 tail --pid="$1" -s 0.05 -f /dev/null || true
+    done
 }
 
 # at_least A B: succeeds when the number A >= B.
