@@ -534,6 +534,14 @@ int ps_trainer_run(ps_trainer *t)
              * clock, or give up if it cannot be reached again. */
             if (!ps__is_connection_loss(rc) || ++reconnects > o->max_reconnects)
                 break;
+            /* Asked to stop: the servers going away is most likely part of
+             * the same shutdown (a launcher's death signals every process),
+             * and nobody waits for this worker to come back. */
+            if (o->stop && *o->stop) {
+                ps_info("stopping at step %" PRIu64 " on %s: lost the servers", clock,
+                        *o->stop == SIGINT ? "SIGINT" : "SIGTERM");
+                return -EINTR;
+            }
             ps_warn("reconnecting to the servers (attempt %d of %d)", reconnects,
                     o->max_reconnects);
             rc = ps__reconnect(t, &clock);

@@ -14,7 +14,7 @@ WORKER="$BUILD/shardps-worker"
 # The job is far longer than the test; the first progress line says every
 # process is running.
 "$CLUSTER" --servers 2 --workers 2 --hidden 32 --batch 16 --epochs 100 --progress-every 5 \
-    >"$TMP/out" 2>"$TMP/err" &
+    --connect-timeout 600 >"$TMP/out" 2>"$TMP/err" &
 launcher=$!
 trap 'kill -9 $launcher 2>/dev/null || true; rm -rf "$TMP"' EXIT
 wait_for_line "$TMP/out" '^epoch 1/100' 120 || { cat "$TMP/err" >&2; fail "the job never started"; }
@@ -26,6 +26,34 @@ for pid in "${children[@]}"; do
     wait_gone "$pid" 30 || fail "child $pid ($(cat /proc/"$pid"/comm 2>/dev/null)) outlived the launcher"
 done
 echo "ok: the launcher's 4 children exited after it was killed with SIGKILL"
+
+# 1b. The same end, made certain: a worker learns of its SIGTERM only after
+# its server has gone (it was stopped meanwhile, the signal pending), in the
+# middle of a step the server could not finish (the other worker is stopped
+# for good). It must end, not try to reconnect for the whole
+# --connect-timeout, longer than this test waits for it.
+mkfifo "$TMP/ready1"
+timeout --foreground -k 5 120 "$SERVER" --listen 127.0.0.1:0 --workers 2 --ready-fd 3 \
+    3>"$TMP/ready1" 2>"$TMP/s1.err" &
+server=$!
+read -r -t 60 port <"$TMP/ready1" || { cat "$TMP/s1.err" >&2; fail "the server reported no port"; }
+for r in 0 1; do
+    "$WORKER" --servers "127.0.0.1:$port" --workers 2 --rank $r --hidden 32 --batch 16 \
+        --epochs 100 --no-eval --connect-timeout 600 --progress-every 5 2>"$TMP/w$r.err" &
+    eval "w$r=\$!"
+done
+trap 'kill -9 $server $w0 $w1 2>/dev/null || true; rm -rf "$TMP"' EXIT
+wait_for_line "$TMP/w0.err" "epoch 1/100" 60 || { cat "$TMP/w0.err" >&2; fail "the job never trained"; }
+kill -STOP "$w1" "$w0"
+kill -TERM "$server"
+wait "$server" 2>/dev/null || true
+kill -TERM "$w0"
+kill -CONT "$w0"
+wait_gone "$w0" 60 || fail "a stopped worker whose server left did not end"
+wait "$w0" && fail "the stopped worker exited 0" || true
+kill -9 "$w1"
+grep -q "on SIGTERM" "$TMP/w0.err" || { cat "$TMP/w0.err" >&2; fail "the worker did not say it stopped on SIGTERM"; }
+echo "ok: a worker told to stop after its server left ends at once"
 
 # 2. A worker waiting for a server nobody runs logs its wait at the start
 # and again a few seconds later, each time with the seconds left.
