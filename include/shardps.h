@@ -10,8 +10,10 @@
  * Lifecycle of a handle:
  *   shardps_new            servers, rank, world size (nothing is sent yet)
  *   shardps_set_option     optional: "auth-token-file", "seed", "chunk-bytes", ...
- *   shardps_declare        each tensor of the table (or shardps_declare_mlp)
+ *   shardps_declare        each tensor of the table (or shardps_declare_mlp);
+ *                          or nothing, to join the job's table as the servers hold it
  *   shardps_connect        handshake with every server; learns the start clock
+ *                          (and, joining, the tensors: shardps_tensor_count/info/shape)
  *   loop: shardps_push (each tensor) / shardps_pull / shardps_wait
  *   shardps_close          leave the job (or shardps_abandon: come back later)
  *
@@ -32,7 +34,7 @@ extern "C" {
 #endif
 
 #define SHARDPS_VERSION_MAJOR 1
-#define SHARDPS_VERSION_MINOR 0
+#define SHARDPS_VERSION_MINOR 1
 
 /* Codes beyond errno's (values as in the servers' logs). */
 #define SHARDPS_EPROTO    (-10001) /* a server broke the protocol or lied */
@@ -63,7 +65,7 @@ typedef struct {
     uint64_t rejected; /* of dropped, those refused as non-finite or over --max-grad-norm */
 } shardps_stats;
 
-/* The library's version, "1.0.0". */
+/* The library's version, "1.1.0" (1.1 added joining and shardps_tensor_shape). */
 const char *shardps_version(void);
 
 /* A static description of code ("timed out"); never NULL. */
@@ -76,9 +78,11 @@ int shardps_new(shardps **out, const char *const *servers, int n_servers, int ra
 
 /* Sets an option before shardps_connect; value is text (copied):
  *   auth-token-file PATH   prove to the servers we share this secret
- *   seed N                 the initial weights' seed (the servers': default 1)
- *   chunk-bytes N          the job's chunk size (default 1048576)
- *   connect-timeout S      keep trying to reach the servers (default 30)
+ *   seed N                 the initial weights' seed of declared tensors (default 1)
+ *   chunk-bytes N          the job's chunk size (default 1048576); a joiner too
+ *                          must give the job's, or the servers refuse it
+ *   connect-timeout S      keep trying to reach the servers, and joining, to
+ *                          find the tensors declared (default 30)
  *   request-timeout S      a server owing an answer this long fails (0: auto)
  *   total-steps N          the steps this worker plans (lr schedules)
  *   compress none|fp16|bf16  how gradients travel
@@ -107,7 +111,13 @@ int shardps_declare(shardps *h, const char *name, int ndim, const int64_t *shape
 int shardps_declare_mlp(shardps *h, const int *sizes, int n_sizes);
 
 /* Connects to every server and handshakes; the servers check the table's
- * fingerprint and refuse a mismatch. Returns 0 or a negative code. */
+ * fingerprint and refuse a mismatch. With nothing declared it joins: it
+ * adopts the table the servers hold (its seed too), refusing servers that
+ * hold different ones (SHARDPS_EMISMATCH), and waits, within the connect
+ * timeout, for a worker to declare the tensors to servers that hold none yet
+ * (then SHARDPS_ETIMEOUT, saying so). The chunks are laid out from the
+ * table, the server count and chunk-bytes, which the servers check against
+ * theirs: a joiner's layout is the declarer's. Returns 0 or a negative code. */
 int shardps_connect(shardps *h);
 /* Drops the connections without a goodbye and connects again (after
  * SHARDPS_ECLOSED): the servers kept our place. */
@@ -118,6 +128,9 @@ int shardps_reconnect(shardps *h);
  * name_len) and element count of tensor i. */
 int shardps_tensor_count(const shardps *h);
 int shardps_tensor_info(const shardps *h, int i, char *name, size_t name_len, size_t *numel);
+/* Writes the first max_ndim dimensions of tensor i's shape (row-major) into
+ * shape and returns its ndim (1..4), or -EINVAL. */
+int shardps_tensor_shape(const shardps *h, int i, int64_t *shape, int max_ndim);
 
 /* The clock the job welcomed us at, and the (oldest) clock of the weights of
  * the last pull. */

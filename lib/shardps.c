@@ -34,7 +34,7 @@ struct shardps {
     char **servers;   /* owned copies; cfg.servers points here */
     uint8_t auth_key[PS_AUTH_KEY_BYTES];
     char *job_settings; /* owned; cfg.job_settings points here */
-    int declared;
+    int declared;       /* tensors declared, or adopted by joining */
     /* Tensors pushed since the last wait: the client's own check is per
      * server (its ring of acks), so a second push of one tensor would
      * otherwise send some of its chunks twice. */
@@ -71,7 +71,7 @@ static int ps__kv_err(shardps *h, int rc, const char *doing)
 
 const char *shardps_version(void)
 {
-    return "1.0.0";
+    return "1.1.0";
 }
 
 const char *shardps_strerror(int code)
@@ -303,6 +303,10 @@ static int ps__connect(shardps *h)
     rc = ps_kv_client_connect(h->kv, &h->start_clock);
     if (rc < 0)
         return ps__kv_err(h, rc, "cannot join the job");
+    /* A joiner now holds the job's table: the calls that follow, and a
+     * reconnect (which declares it), use it. */
+    h->cfg.spec = *ps_kv_client_spec(h->kv);
+    h->declared = 1;
     return 0;
 }
 
@@ -312,8 +316,6 @@ int shardps_connect(shardps *h)
         return -EINVAL;
     if (h->kv)
         return ps__err(h, -EBUSY, "shardps_connect: already connected (shardps_reconnect?)");
-    if (!h->declared)
-        return ps__err(h, -EINVAL, "shardps_connect: declare the tensors first");
     return ps__connect(h);
 }
 
@@ -322,7 +324,7 @@ int shardps_reconnect(shardps *h)
     if (h == NULL)
         return -EINVAL;
     if (!h->declared)
-        return ps__err(h, -EINVAL, "shardps_reconnect: declare the tensors first");
+        return ps__err(h, -EINVAL, "shardps_reconnect: connect first (nothing is declared)");
     ps_kv_client_abandon(h->kv);
     h->kv = NULL;
     memset(h->pushed, 0, sizeof(h->pushed));
@@ -357,6 +359,19 @@ int shardps_tensor_info(const shardps *h, int i, char *name, size_t name_len, si
     if (numel)
         *numel = h->cfg.spec.tensors[i].numel;
     return 0;
+}
+
+int shardps_tensor_shape(const shardps *h, int i, int64_t *shape, int max_ndim)
+{
+    const ps_tensor_spec *t;
+
+    if (h == NULL || i < 0 || i >= h->cfg.spec.n_tensors || max_ndim < 0 ||
+        (shape == NULL && max_ndim > 0))
+        return -EINVAL;
+    t = &h->cfg.spec.tensors[i];
+    for (int d = 0; d < t->ndim && d < max_ndim; d++)
+        shape[d] = t->shape[d];
+    return t->ndim;
 }
 
 int shardps_start_clock(const shardps *h, uint64_t *clock)

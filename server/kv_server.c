@@ -57,7 +57,9 @@ void ps__peer_fail(ps__peer *p, int err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(reason, sizeof(reason), fmt, ap);
     va_end(ap);
-    ps_warn("closing %s: %s", p->name, reason);
+    /* A joiner told to come back until the tensors are declared is no
+     * fault, and it asks again every second. */
+    ps_log(err == -EAGAIN ? PS_LOG_INFO : PS_LOG_WARN, "closing %s: %s", p->name, reason);
     p->srv->n_refused++;
     ps__send_refusal(p, err, reason);
 }

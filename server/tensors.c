@@ -4,7 +4,7 @@
  * with its initial values, the per-chunk clocks and the apply queue. Every
  * later HELLO must declare the same table, or it is refused with the first
  * difference named, or declare none and join the job as it is (the WELCOME
- * tells it the tensors). */
+ * tells it the tensors; before any table, it is told to come back). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -84,13 +84,15 @@ int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
     int rc;
 
     /* No table: the client joins the job as declared (and learns the
-     * tensors from the WELCOME), which needs a table to join. */
+     * tensors from the WELCOME), which needs a table to join. Until a worker
+     * declares one, -EAGAIN tells a joiner to come back (ps_kv_client waits
+     * within its connect timeout); nothing about it is kept here. */
     if (hello->table == NULL || hello->table->n_tensors == 0) {
         if (s->has_table)
             return 0;
-        ps__peer_fail(p, -PS_EPROTO,
-                      "no tensor table: this server holds none yet, so the first worker must "
-                      "declare the tensors");
+        ps__peer_fail(p, -EAGAIN,
+                      "no tensor table yet: no worker has declared the job's tensors to this "
+                      "server, so there is nothing to join");
         return -1;
     }
     rc = ps_tensor_table_from_wire(hello->table, s->cfg.max_model_bytes, &spec, why, sizeof(why));

@@ -96,6 +96,10 @@ struct ps_kv_client {
     ps_reply_welcome mode; /* the first WELCOME's mode, which every server must share */
     int auth;
     uint8_t auth_key[PS_AUTH_KEY_BYTES];
+    /* The config declared no tensors: the first WELCOME's table becomes
+     * cfg.spec, every other server must hold the same, and the chunks are
+     * laid out once all have welcomed us (ps__layout). */
+    int joining;
     ps_kv_client_stats stats;
     char last_error[512]; /* the sentence behind error */
 };
@@ -165,6 +169,39 @@ static void ps__handle_challenge(ps__server *sv, const ps_frame *f)
                   ps_strerror(rc));
 }
 
+static void ps__on_heartbeat(uv_timer_t *t);
+
+/* A joiner's tensors: those of the first server to welcome it, checked as a
+ * server checks a declared table; every other server must hold the same. */
+static int ps__learn_table(ps__server *sv, const Shardps__TensorTable *t)
+{
+    ps_kv_client *c = sv->cl;
+    ps_model_spec spec;
+    char why[256], side[128];
+
+    if (t == NULL || t->n_tensors == 0) {
+        ps__distrust(sv, "sent a WELCOME without the tensor table we joined to learn");
+        return -1;
+    }
+    if (ps_tensor_table_from_wire(t, 0, &spec, why, sizeof(why)) < 0) {
+        char text[320];
+        snprintf(text, sizeof(text), "sent a tensor table that fails our checks (%s)", why);
+        ps__distrust(sv, text);
+        return -1;
+    }
+    if (c->welcomes == 0) {
+        c->cfg.spec = spec;
+        return 0;
+    }
+    snprintf(side, sizeof(side), "on server %d (%s)", sv->index, sv->addr_text);
+    if (ps_tensor_table_diff(&spec, &c->cfg.spec, side, "on the first server to welcome us", why,
+                             sizeof(why)) == 0)
+        return 0;
+    ps__failf(c, -PS_EMISMATCH,
+              "the servers hold different tensor tables: %s; are they servers of one job?", why);
+    return -1;
+}
+
 static void ps__handle_welcome(ps__server *sv, const ps_frame *f)
 {
     ps_kv_client *c = sv->cl;
@@ -186,6 +223,8 @@ static void ps__handle_welcome(ps__server *sv, const ps_frame *f)
         ps__distrust(sv, why);
         return;
     }
+    if (c->joining && ps__learn_table(sv, f->hdr->welcome->table) < 0)
+        return;
     if (c->welcomes > 0 && w.staleness != c->mode.staleness) {
         snprintf(why, sizeof(why),
                  "runs with staleness %" PRIu32 " but another server of this job with %" PRIu32,
@@ -193,6 +232,11 @@ static void ps__handle_welcome(ps__server *sv, const ps_frame *f)
         ps__distrust(sv, why);
         return;
     }
+    /* The other servers (or, joining, a declarer) may keep us longer than
+     * this one's heartbeat timeout: it hears from us meanwhile. */
+    if (w.heartbeat_ms && (!uv_is_active((uv_handle_t *)&c->heartbeat) ||
+                           uv_timer_get_repeat(&c->heartbeat) > w.heartbeat_ms))
+        uv_timer_start(&c->heartbeat, ps__on_heartbeat, w.heartbeat_ms, w.heartbeat_ms);
     c->mode = w;
     c->welcomes++;
     sv->welcomed = 1;
@@ -286,6 +330,23 @@ static int ps__retry_later(ps__server *sv, const char *reason)
     return 1;
 }
 
+/* A joiner reached a server that holds no tensors yet: wait for a worker to
+ * declare them, saying so now and then, until the connect deadline. Returns 1
+ * when a retry is scheduled. */
+static int ps__wait_for_table(ps__server *sv, const char *reason)
+{
+    ps_kv_client *c = sv->cl;
+
+    if (!ps__retry_later(sv, reason))
+        return 0;
+    if (uv_now(&c->loop) >= sv->next_wait_log_ms) {
+        ps_info("waiting for server %d at %s (%.0f s left): %s", sv->index, sv->addr_text,
+                (double)(c->deadline_ms - uv_now(&c->loop)) / 1000, reason);
+        sv->next_wait_log_ms = uv_now(&c->loop) + PS__WAIT_LOG_MS;
+    }
+    return 1;
+}
+
 static void ps__handle_refusal(ps__server *sv, const ps_frame *f)
 {
     const Shardps__Header *h = f->hdr;
@@ -303,6 +364,16 @@ static void ps__handle_refusal(ps__server *sv, const ps_frame *f)
          * rank, and waiting would only hide the mistake. */
         if (h->status == -EADDRINUSE && sv->cl->cfg.rejoining && ps__retry_later(sv, reason))
             return;
+        if (h->status == -EAGAIN && sv->cl->joining && ps__wait_for_table(sv, reason))
+            return;
+        if (h->status == -EAGAIN && sv->cl->joining) {
+            ps__failf(sv->cl, -PS_ETIMEOUT,
+                      "server %d (%s) still holds no tensors after the connect timeout (%.0f s): "
+                      "no worker has declared the job's tensors, so there is nothing to join; "
+                      "start a worker that declares them (or declare them here)",
+                      sv->index, sv->addr_text, sv->cl->cfg.connect_timeout_s);
+            return;
+        }
         if (h->status == -EADDRINUSE && !sv->cl->cfg.rejoining && sv->cl->error == 0)
             ps_error("another worker already holds rank %d (is --rank right?)", sv->cl->cfg.rank);
     }
@@ -409,9 +480,9 @@ static void ps__on_connect(ps_conn *conn, int status, void *data)
     hello.rank = (uint32_t)c->cfg.rank;
     hello.world = (uint32_t)c->cfg.world;
     /* The tensors, declared to every server: the first HELLO a server gets
-     * makes them the job's, and it refuses any other. */
+     * makes them the job's, and it refuses any other. A joiner sends none. */
     ps_tensor_table_to_wire(&c->cfg.spec, &table);
-    hello.table = &table.msg;
+    hello.table = c->joining ? NULL : &table.msg;
     hello.num_servers = (uint32_t)c->n_servers;
     hello.chunk_bytes = c->cfg.chunk_bytes;
     hello.server_index = (uint32_t)sv->index;
@@ -454,6 +525,42 @@ static void ps__start_connect(ps__server *sv)
                   uv_strerror(rc));
 }
 
+/* Cuts cfg.spec into chunks exactly as the servers do (ps_partition: the
+ * tensors, the server count and chunk_bytes, which every server checked in
+ * our HELLO) and gives each server its keys. Returns 0 or a negative code. */
+static int ps__layout(ps_kv_client *c)
+{
+    int rc = ps_partition_init(&c->part, &c->cfg.spec, c->n_servers, c->cfg.chunk_bytes);
+
+    for (int s = 0; rc == 0 && s < c->n_servers; s++) {
+        ps__server *sv = &c->servers[s];
+        int n = ps_partition_server_chunk_count(c->part, s), k = 0;
+
+        sv->keys = calloc((size_t)n + 1, sizeof(*sv->keys));
+        sv->chunks = calloc((size_t)n + 1, sizeof(*sv->chunks));
+        sv->pieces = calloc((size_t)n + 1, sizeof(*sv->pieces));
+        sv->pushes = calloc((size_t)n + 1, sizeof(*sv->pushes));
+        sv->half_at = calloc((size_t)n + 1, sizeof(*sv->half_at));
+        if (sv->keys == NULL || sv->chunks == NULL || sv->pieces == NULL || sv->pushes == NULL ||
+            sv->half_at == NULL)
+            return -ENOMEM;
+        for (int i = 0; i < ps_partition_chunk_count(c->part); i++) {
+            const ps_chunk *ch = ps_partition_chunk(c->part, i);
+            if (ch->server != s)
+                continue;
+            sv->keys[k] = ch->key;
+            sv->half_at[k] = sv->bytes / sizeof(float);
+            sv->chunks[k++] = ch;
+            sv->bytes += ch->numel * sizeof(float);
+        }
+        sv->n_keys = k;
+        if (c->cfg.compress != PS_COMPRESS_NONE &&
+            (sv->half = malloc(sv->bytes / 2 ? sv->bytes / 2 : 1)) == NULL)
+            return -ENOMEM;
+    }
+    return rc;
+}
+
 int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
 {
     ps_kv_client *c = calloc(1, sizeof(*c));
@@ -477,53 +584,27 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
     uv_timer_init(&c->loop, &c->heartbeat);
     c->heartbeat.data = c;
     uv_timer_init(&c->loop, &c->deadline);
-    rc = ps_partition_init(&c->part, &cfg->spec, cfg->n_servers, cfg->chunk_bytes);
-    if (rc < 0)
-        goto fail;
-    rc = -ENOMEM;
     c->servers = calloc((size_t)cfg->n_servers, sizeof(*c->servers));
     if (c->servers == NULL)
         goto fail;
     for (int s = 0; s < cfg->n_servers; s++) {
         ps__server *sv = &c->servers[s];
-        int n = ps_partition_server_chunk_count(c->part, s), k = 0;
 
-        /* The previous server's address check left rc at 0. */
-        rc = -ENOMEM;
         sv->cl = c;
         sv->index = s;
         snprintf(sv->addr_text, sizeof(sv->addr_text), "%s", cfg->servers[s]);
         uv_timer_init(&c->loop, &sv->retry);
         sv->retry.data = sv;
         c->n_timers = s + 1;
-        sv->keys = calloc((size_t)n + 1, sizeof(*sv->keys));
-        sv->chunks = calloc((size_t)n + 1, sizeof(*sv->chunks));
-        sv->pieces = calloc((size_t)n + 1, sizeof(*sv->pieces));
-        sv->pushes = calloc((size_t)n + 1, sizeof(*sv->pushes));
-        sv->half_at = calloc((size_t)n + 1, sizeof(*sv->half_at));
-        if (sv->keys == NULL || sv->chunks == NULL || sv->pieces == NULL || sv->pushes == NULL ||
-            sv->half_at == NULL)
-            goto fail;
-        for (int i = 0; i < ps_partition_chunk_count(c->part); i++) {
-            const ps_chunk *ch = ps_partition_chunk(c->part, i);
-            if (ch->server != s)
-                continue;
-            sv->keys[k] = ch->key;
-            sv->half_at[k] = sv->bytes / sizeof(float);
-            sv->chunks[k++] = ch;
-            sv->bytes += ch->numel * sizeof(float);
-        }
-        sv->n_keys = k;
-        if (cfg->compress != PS_COMPRESS_NONE &&
-            (sv->half = malloc(sv->bytes / 2 ? sv->bytes / 2 : 1)) == NULL)
-            goto fail;
-        rc = ps_parse_hostport(cfg->servers[s], &sv->addr, 0, err, sizeof(err));
-        if (rc < 0) {
+        if (ps_parse_hostport(cfg->servers[s], &sv->addr, 0, err, sizeof(err)) < 0) {
             ps_error("server %d: %s", s, err);
             rc = -EINVAL;
             goto fail;
         }
     }
+    c->joining = cfg->spec.n_tensors == 0;
+    if (!c->joining && (rc = ps__layout(c)) < 0)
+        goto fail;
     *out = c;
     return 0;
 fail:
@@ -664,6 +745,22 @@ int ps_kv_client_connect(ps_kv_client *c, uint64_t *start_clock)
     rc = ps__run_until_done(c);
     if (rc < 0)
         return rc;
+    if (c->joining && c->part == NULL) {
+        rc = ps__layout(c);
+        if (rc < 0) {
+            ps__failf(c, rc,
+                      "cannot lay out the %d tensors the servers hold in %zu-byte chunks: %s",
+                      c->cfg.spec.n_tensors, c->cfg.chunk_bytes, ps_strerror(rc));
+            return rc;
+        }
+        /* Connected before the answers' size was known. */
+        for (int s = 0; s < c->n_servers; s++) {
+            ps__server *sv = &c->servers[s];
+            if (sv->conn)
+                ps_conn_set_max_payload(
+                    sv->conn, sv->bytes < c->cfg.max_payload ? sv->bytes : c->cfg.max_payload);
+        }
+    }
     if (c->cfg.request_timeout_s <= 0) {
         uint64_t hb = 0;
         for (int s = 0; s < c->n_servers; s++)
@@ -856,6 +953,11 @@ uint64_t ps_kv_client_weights_clock(const ps_kv_client *c)
         if (c->servers[s].n_keys > 0 && c->servers[s].pulled_clock < m)
             m = c->servers[s].pulled_clock;
     return m == UINT64_MAX ? 0 : m;
+}
+
+const ps_model_spec *ps_kv_client_spec(const ps_kv_client *c)
+{
+    return &c->cfg.spec;
 }
 
 void ps_kv_client_stats_get(const ps_kv_client *c, ps_kv_client_stats *out)

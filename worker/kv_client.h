@@ -32,6 +32,8 @@ typedef enum {
 } ps_compress;
 
 typedef struct {
+    /* The tensors this worker declares to every server; none (n_tensors 0):
+     * join the job's, which the servers' WELCOMEs carry (ps_kv_client_spec). */
     ps_model_spec spec;
     int rank, world;
     const char *const *servers; /* "host:port", in server-index order; borrowed during init */
@@ -82,8 +84,11 @@ typedef struct ps_kv_client ps_kv_client;
 int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg);
 
 /* Connects and handshakes with every server, retrying refused connections
- * until the timeout; writes the clock this worker starts at. Returns 0,
- * -PS_ETIMEOUT (unreachable, or silent past the request timeout),
+ * until the timeout; writes the clock this worker starts at. Joining, it
+ * also waits (until the timeout) at a server that holds no tensors yet, and
+ * adopts the table the servers hold, which must be one table. Returns 0,
+ * -PS_ETIMEOUT (unreachable, silent past the request timeout, or no tensors
+ * declared by then), -PS_EMISMATCH (joining: the servers' tables differ),
  * -PS_EREJECTED (the server's reason is logged), -PS_EPROTO (a server broke
  * the protocol or lied: see server_reply.h) or another negative code. */
 int ps_kv_client_connect(ps_kv_client *c, uint64_t *start_clock);
@@ -120,6 +125,10 @@ const char *ps_kv_client_last_error(const ps_kv_client *c);
  * that fell behind (backup workers, a rejoin) receives newer weights than it
  * asked for, and continues from this clock. */
 uint64_t ps_kv_client_weights_clock(const ps_kv_client *c);
+
+/* The tensors: the config's, or once a joiner is connected, the job's.
+ * Owned by the client. */
+const ps_model_spec *ps_kv_client_spec(const ps_kv_client *c);
 
 void ps_kv_client_stats_get(const ps_kv_client *c, ps_kv_client_stats *out);
 

@@ -7,6 +7,9 @@ until wait() returns (the client keeps a reference until then).
 
 Errors are raised as ShardpsError, carrying the library's code and sentence.
 
+A client that declares nothing joins the job whose tensors another worker
+declared: after connect(), tensors and shapes describe them.
+
     with shardps.Client(["127.0.0.1:7000"], rank=0, world=1) as c:
         c.declare_mlp([784, 256, 128, 10])
         c.connect()
@@ -90,6 +93,7 @@ def load_library():
         "shardps_tensor_count": (c_int, [c_void_p]),
         "shardps_tensor_info": (c_int, [c_void_p, c_int, c_char_p, ctypes.c_size_t,
                                         ctypes.POINTER(ctypes.c_size_t)]),
+        "shardps_tensor_shape": (c_int, [c_void_p, c_int, ctypes.POINTER(ctypes.c_int64), c_int]),
         "shardps_start_clock": (c_int, [c_void_p, u64p]),
         "shardps_weights_clock": (c_int, [c_void_p, u64p]),
         "shardps_push": (c_int, [c_void_p, c_int, fptr, ctypes.c_size_t]),
@@ -159,7 +163,10 @@ class Client:
         self._check(self._lib.shardps_declare_mlp(self._handle(), arr, len(sizes)))
 
     def connect(self):
-        """Joins the job; the first pull() asks for the clock it welcomed us at."""
+        """Joins the job; the first pull() asks for the clock it welcomed us at.
+        With nothing declared, it adopts the tensors the servers hold (waiting
+        within connect_timeout for a worker to declare them): see tensors and
+        shapes."""
         self._check(self._lib.shardps_connect(self._handle()))
         self._clock = self.start_clock
 
@@ -178,6 +185,17 @@ class Client:
             numel = ctypes.c_size_t()
             self._check(self._lib.shardps_tensor_info(self._h, i, name, 64, ctypes.byref(numel)))
             out.append((name.value.decode(), numel.value))
+        return out
+
+    @property
+    def shapes(self):
+        """[shape tuple] in the table's order."""
+        n = self._check(self._lib.shardps_tensor_count(self._handle()))
+        out = []
+        for i in range(n):
+            dims = (ctypes.c_int64 * 4)()
+            ndim = self._check(self._lib.shardps_tensor_shape(self._h, i, dims, 4))
+            out.append(tuple(dims[:ndim]))
         return out
 
     def _clock_of(self, fn):

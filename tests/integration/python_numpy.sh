@@ -2,8 +2,10 @@
 # The Python package (python/shardps, NumPy) on libshardps against real
 # servers: alone, every weight after a push is w - lr * g bit for bit; beside
 # a shardps-worker in one sync job, its last pull equals the C worker's
-# --dump-weights byte for byte. A run whose pushes differ must not match,
-# which shows the comparison can fail.
+# --dump-weights byte for byte, and so does a Python client that declares
+# nothing and joins the C worker's tensors (it may reach the servers first,
+# and then waits for the declaration). A joiner of servers that hold no
+# tensors gives up within its connect timeout, saying why.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/python_lib.sh"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
@@ -20,19 +22,22 @@ start_server a 0 1 --workers 1 --optimizer sgd --momentum 0 --lr 0.1 \
 run_python alone "$TMP/alone.out" "127.0.0.1:$port" 32,16 0.1
 wait $! || fail "the lone server failed"
 
-shared() { # name python-rank's hidden
+shared() { # name python-mode (share or join)
     local steps=20 args=(--workers 2 --optimizer sgd --lr 0.05 --chunk-bytes 65536)
     start_server "$1.0" 0 2 "${args[@]}"
     local p0=$port
     start_server "$1.1" 1 2 "${args[@]}"
     local servers="127.0.0.1:$p0,127.0.0.1:$port"
-    run_python share "$TMP/$1.py.out" "$servers" "$2" $steps "$TMP/$1.py.bin" &
+    run_python "$2" "$TMP/$1.py.out" "$servers" 32,16 $steps "$TMP/$1.py.bin" &
     local py=$!
     "$BUILD/shardps-worker" --servers "$servers" --rank 0 "${args[@]}" --hidden 32,16 --steps $steps \
         --no-eval --dump-weights "$TMP/$1.c.bin" 2>"$TMP/$1.c.err" ||
         { cat "$TMP/$1.c.err" >&2; fail "$1: the C worker failed"; }
     wait $py || fail "$1: the Python worker failed"
 }
-shared same 32,16
+shared same share
 cmp "$TMP/same.c.bin" "$TMP/same.py.bin" || fail "the Python client's weights differ from the C worker's"
 echo "PASS: the Python client pulls the C worker's weights bit for bit"
+shared joined join
+cmp "$TMP/joined.c.bin" "$TMP/joined.py.bin" || fail "the joining Python client's weights differ from the C worker's"
+echo "PASS: a Python client that joins the C worker's tensors pulls its weights bit for bit"

@@ -8,6 +8,10 @@
                            0.01 * w each step, then writes the last weights it
                            pulled to OUT (the C worker's --dump-weights layout);
                            every tensor must have changed
+  join ADDRS HIDDEN STEPS OUT
+                           share, but declaring nothing: the client joins the
+                           C worker's tensors, whose names and shapes it must
+                           report as the MLP's
 """
 import sys
 
@@ -31,6 +35,10 @@ def expect_error(fn, code, words):
 
 
 def alone(addr, hidden, lr):
+    # Nobody has declared the tensors yet: a joiner gives up, saying so.
+    c = shardps.Client([addr], rank=0, world=1, connect_timeout=0.3, chunk_bytes=4096)
+    expect_error(c.connect, -10009, "no worker has declared the job's tensors")
+    c.abandon()
     c = shardps.Client([addr], rank=0, world=1, connect_timeout=10, chunk_bytes=4096)
     expect_error(lambda: c.push(0, np.zeros(1, np.float32)), -22, "not connected")
     c.declare_mlp(sizes_of(hidden))
@@ -80,11 +88,19 @@ def alone(addr, hidden, lr):
     print("PASS alone")
 
 
-def share(addrs, hidden, steps, out):
+def share(addrs, hidden, steps, out, join=False):
     c = shardps.Client(addrs.split(","), rank=1, world=2, connect_timeout=30,
                        chunk_bytes=65536, total_steps=steps)
-    c.declare_mlp(sizes_of(hidden))
+    sizes = sizes_of(hidden)
+    if not join:
+        c.declare_mlp(sizes)
     c.connect()
+    shapes = []
+    for i in range(1, len(sizes)):
+        shapes += [(sizes[i], sizes[i - 1]), (sizes[i],)]
+    names = [f"fc{i}.{kind}" for i in range(1, len(sizes)) for kind in ("weight", "bias")]
+    assert c.shapes == shapes, c.shapes
+    assert c.tensors == [(n, int(np.prod(s))) for n, s in zip(names, shapes)], c.tensors
     w = [np.empty(n, np.float32) for _, n in c.tensors]
     c.pull(w)
     first = [x.copy() for x in w]
@@ -98,11 +114,11 @@ def share(addrs, hidden, steps, out):
         for x in w:
             f.write(x.tobytes())
     c.close()
-    print("PASS share")
+    print("PASS join" if join else "PASS share")
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "alone":
         alone(sys.argv[2], sys.argv[3], float(sys.argv[4]))
     else:
-        share(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+        share(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[1] == "join")

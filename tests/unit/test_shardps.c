@@ -1,14 +1,23 @@
 /* libshardps (include/shardps.h), linked as the shared library, against a
  * real server in a thread (kv_fixture): every refusal of bad input, with its
  * code and sentence, and the bytes of pushes and pulls checked against the
- * server's arithmetic (plain SGD: w - LR * g, bit for bit). */
+ * server's arithmetic (plain SGD: w - LR * g, bit for bit). A handle that
+ * declares nothing joins: it adopts the server's table exactly, waits for a
+ * declarer, gives up naming why, and refuses servers whose tables differ
+ * (two fake servers played by the test, which welcome with tables it picks). */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "kv_fixture.h"
 #include "model_spec.h"
+#include "ps_log.h"
 #include "shardps.h"
+#include "tensor_table.h"
 
 static const int sizes[] = {5, 16, 3};
 
@@ -54,7 +63,7 @@ Test(shardps, new_refuses_bad_arguments)
     expect_err(NULL, shardps_new(&h, null, 1, 0, 1), -EINVAL, "(null)");
     cr_assert_null(h);
     cr_assert_str_eq(shardps_strerror(SHARDPS_ETIMEOUT), "timed out");
-    cr_assert_str_eq(shardps_version(), "1.0.0");
+    cr_assert_str_eq(shardps_version(), "1.1.0");
     shardps_abandon(NULL);
     cr_assert_eq(shardps_close(NULL), 0);
 }
@@ -98,8 +107,7 @@ Test(shardps, calls_out_of_order_are_refused)
     shardps *h;
 
     cr_assert_eq(shardps_new(&h, addr, 1, 0, 1), 0);
-    expect_err(h, shardps_connect(h), -EINVAL, "declare the tensors first");
-    expect_err(h, shardps_reconnect(h), -EINVAL, "declare the tensors first");
+    expect_err(h, shardps_reconnect(h), -EINVAL, "connect first");
     cr_assert_eq(shardps_declare_mlp(h, sizes, 3), 0);
     expect_err(h, shardps_push(h, 0, buf, 80), -EINVAL, "not connected");
     expect_err(h, shardps_pull(h, 0, dest, 4), -EINVAL, "not connected");
@@ -111,6 +119,9 @@ Test(shardps, calls_out_of_order_are_refused)
     cr_assert_eq(shardps_tensor_info(h, 4, NULL, 0, NULL), -EINVAL);
     cr_assert_eq(shardps_tensor_info(h, -1, NULL, 0, NULL), -EINVAL);
     cr_assert_eq(shardps_tensor_count(NULL), -EINVAL);
+    cr_assert_eq(shardps_tensor_shape(h, 4, NULL, 0), -EINVAL);
+    cr_assert_eq(shardps_tensor_shape(h, 0, NULL, 2), -EINVAL);
+    cr_assert_eq(shardps_tensor_shape(h, 0, NULL, 0), 2);
     shardps_abandon(h);
 }
 
@@ -233,4 +244,276 @@ Test(shardps, declared_tensors_match_the_servers_table)
     shardps_close(h);
     wait_done();
     server_down();
+}
+
+/* ---- joining a job whose tensors are declared --------------------------- */
+
+/* h describes spec's tensors: names, shapes, element counts. */
+static void expect_table(const shardps *h, const ps_model_spec *spec)
+{
+    cr_assert_eq(shardps_tensor_count(h), spec->n_tensors);
+    for (int i = 0; i < spec->n_tensors; i++) {
+        const ps_tensor_spec *t = &spec->tensors[i];
+        int64_t shape[4] = {0};
+        char name[32];
+        size_t numel;
+
+        cr_assert_eq(shardps_tensor_info(h, i, name, sizeof(name), &numel), 0);
+        cr_assert_str_eq(name, t->name);
+        cr_assert_eq(numel, t->numel, "tensor %d", i);
+        cr_assert_eq(shardps_tensor_shape(h, i, shape, 4), t->ndim, "tensor %d", i);
+        for (int d = 0; d < t->ndim; d++)
+            cr_assert_eq(shape[d], t->shape[d], "tensor %d dimension %d", i, d);
+        /* Room for fewer dimensions: those fit, the count is still ndim. */
+        shape[1] = -1;
+        cr_assert_eq(shardps_tensor_shape(h, i, shape, 1), t->ndim);
+        cr_assert_eq(shape[1], -1);
+    }
+}
+
+/* Pulls the weights of the start clock into w: spec's initial values, bit
+ * for bit. */
+static void expect_initial_weights(shardps *h, const ps_model_spec *spec, float w[4][80])
+{
+    float *dest[4] = {w[0], w[1], w[2], w[3]};
+    uint64_t clock;
+
+    cr_assert_eq(shardps_start_clock(h, &clock), 0);
+    cr_assert_eq(shardps_pull(h, clock, dest, 4), 0, "%s", shardps_last_error(h));
+    cr_assert_eq(shardps_wait(h), 0, "%s", shardps_last_error(h));
+    for (int i = 0; i < 4; i++) {
+        float want[80];
+        ps_model_spec_init_values(spec, i, 0, spec->tensors[i].numel, want);
+        cr_assert_arr_eq(w[i], want, spec->tensors[i].numel * sizeof(float), "tensor %d", i);
+    }
+}
+
+/* A handle of rank of world to the fixture's server, declaring nothing. */
+static shardps *joiner(int rank, int world, const char *connect_timeout)
+{
+    const char *addr[] = {fx.addr};
+    shardps *h;
+
+    cr_assert_eq(shardps_new(&h, addr, 1, rank, world), 0);
+    cr_assert_eq(shardps_set_option(h, "chunk-bytes", "64"), 0);
+    cr_assert_eq(shardps_set_option(h, "connect-timeout", connect_timeout), 0);
+    cr_assert_eq(shardps_set_option(h, "log-level", "none"), 0);
+    return h;
+}
+
+Test(shardps, a_handle_that_declares_nothing_joins_the_servers_table)
+{
+    float w[4][80], w1[4][80], g[4][80];
+    float *dest1[4] = {w1[0], w1[1], w1[2], w1[3]};
+    const ps_model_spec *spec = &fx.spec;
+    shardps *h;
+
+    server_up();
+    /* The job's chunk size is the servers': another layout is refused by name. */
+    h = joiner(0, 1, "5");
+    cr_assert_eq(shardps_set_option(h, "chunk-bytes", "128"), 0);
+    expect_err(h, shardps_connect(h), SHARDPS_EREJECTED, "--chunk-bytes");
+    shardps_abandon(h);
+
+    h = joiner(0, 1, "5");
+    cr_assert_eq(shardps_tensor_count(h), 0);
+    cr_assert_eq(shardps_connect(h), 0, "%s", shardps_last_error(h));
+    expect_table(h, spec);
+    /* The server's seed (1234), not the handle's default (1). */
+    expect_initial_weights(h, spec, w);
+    for (int i = 3; i >= 0; i--) {
+        for (size_t k = 0; k < spec->tensors[i].numel; k++)
+            g[i][k] = (float)(i + 1) * 0.29f - (float)k * 0.013f;
+        cr_assert_eq(shardps_push(h, i, g[i], spec->tensors[i].numel), 0);
+    }
+    cr_assert_eq(shardps_pull(h, 1, dest1, 4), 0);
+    cr_assert_eq(shardps_wait(h), 0, "%s", shardps_last_error(h));
+    for (int i = 0; i < 4; i++)
+        for (size_t k = 0; k < spec->tensors[i].numel; k++) {
+            float want = w[i][k] - LR * g[i][k];
+            cr_assert(memcmp(&w1[i][k], &want, sizeof(float)) == 0, "tensor %d [%zu]: %a != %a", i,
+                      k, (double)w1[i][k], (double)want);
+        }
+    cr_assert_eq(shardps_close(h), 0);
+    wait_done();
+    server_down();
+}
+
+/* The server's refusals of joiners, seen through its log (the test's own
+ * copy of ps_log; the library's is its own): a joiner has been told to come
+ * back at least once. */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int told_to_wait;
+} sink = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+
+static void on_server_log(void *arg, const char *line, size_t len)
+{
+    (void)arg;
+    (void)len;
+    pthread_mutex_lock(&sink.lock);
+    if (strstr(line, "no tensor table yet"))
+        sink.told_to_wait++;
+    pthread_cond_broadcast(&sink.cond);
+    pthread_mutex_unlock(&sink.lock);
+}
+
+typedef struct {
+    shardps *h;
+    int rc;
+} connecting;
+
+static void *connect_thread(void *arg)
+{
+    connecting *c = arg;
+
+    c->rc = shardps_connect(c->h);
+    return NULL;
+}
+
+static void start_tableless(int world)
+{
+    ps_kv_server_config cfg;
+
+    kv_fixture_config(&cfg);
+    cfg.table = NULL;
+    cfg.world = world;
+    server_up_with(&cfg);
+}
+
+Test(shardps, a_joiner_waits_for_the_declarer)
+{
+    float w[4][80];
+    connecting join;
+    pthread_t t;
+    shardps *declarer;
+
+    ps_log_set_sink(on_server_log, NULL);
+    start_tableless(2);
+    join.h = joiner(1, 2, "30");
+    cr_assert_eq(pthread_create(&t, NULL, connect_thread, &join), 0);
+    pthread_mutex_lock(&sink.lock);
+    while (sink.told_to_wait == 0)
+        pthread_cond_wait(&sink.cond, &sink.lock);
+    pthread_mutex_unlock(&sink.lock);
+    /* The joiner is waiting: now rank 0 declares the fixture's MLP. */
+    cr_assert_eq(shardps_new(&declarer, (const char *[]){fx.addr}, 1, 0, 2), 0);
+    cr_assert_eq(shardps_set_option(declarer, "seed", "1234"), 0);
+    cr_assert_eq(shardps_set_option(declarer, "chunk-bytes", "64"), 0);
+    cr_assert_eq(shardps_set_option(declarer, "log-level", "none"), 0);
+    cr_assert_eq(shardps_declare_mlp(declarer, sizes, 3), 0);
+    cr_assert_eq(shardps_connect(declarer), 0, "%s", shardps_last_error(declarer));
+    cr_assert_eq(pthread_join(t, NULL), 0);
+    cr_assert_eq(join.rc, 0, "%s", shardps_last_error(join.h));
+    expect_table(join.h, &fx.spec);
+    expect_initial_weights(join.h, &fx.spec, w);
+    cr_assert_eq(shardps_close(join.h), 0);
+    cr_assert_eq(shardps_close(declarer), 0);
+    wait_done();
+    server_down();
+    ps_log_set_sink(NULL, NULL);
+}
+
+Test(shardps, a_joiner_gives_up_when_nobody_declares)
+{
+    shardps *h;
+
+    start_tableless(2);
+    h = joiner(1, 2, "0.5");
+    expect_err(h, shardps_connect(h), SHARDPS_ETIMEOUT,
+               "still holds no tensors after the connect timeout");
+    cr_assert(strstr(shardps_last_error(h), "no worker has declared"), "%s", shardps_last_error(h));
+    shardps_abandon(h);
+    server_down();
+}
+
+/* A listening socket on a free loopback port; writes "127.0.0.1:PORT". */
+static int fake_listen(char *addr, size_t len)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(listen(fd, 4), 0);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    snprintf(addr, len, "127.0.0.1:%d", ntohs(a.sin_port));
+    return fd;
+}
+
+/* Plays a server: accepts the joiner's connection on lfd, checks its HELLO
+ * declares nothing, and welcomes it with table (NULL: none). Returns the
+ * connection. */
+static int fake_welcome(int lfd, const ps_model_spec *table, ps_frame_decoder *dec)
+{
+    struct timeval tv = {.tv_sec = 5};
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    Shardps__Welcome w = SHARDPS__WELCOME__INIT;
+    ps_tensor_table_wire wire;
+    ps_frame f;
+    int fd = accept(lfd, NULL, NULL);
+
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+    raw_read_frame(fd, dec, &f, "the joiner's HELLO");
+    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__HELLO);
+    cr_assert_null(f.hdr->hello->table, "a joiner declares no tensors");
+    h.type = SHARDPS__MSG_TYPE__WELCOME;
+    h.request_id = f.hdr->request_id;
+    w.mode = "sync";
+    if (table) {
+        ps_tensor_table_to_wire(table, &wire);
+        w.table = &wire.msg;
+    }
+    h.welcome = &w;
+    raw_send_frame(fd, &h);
+    return fd;
+}
+
+/* A joiner of two servers welcomed with tables a and b fails with code,
+ * saying words. */
+static void join_two(const ps_model_spec *a, const ps_model_spec *b, int code, const char *words)
+{
+    char addr[2][32];
+    const char *addrs[] = {addr[0], addr[1]};
+    int lfd[2] = {fake_listen(addr[0], 32), fake_listen(addr[1], 32)}, fd[2];
+    ps_frame_decoder *dec;
+    connecting join;
+    pthread_t t;
+
+    cr_assert_eq(ps_frame_decoder_init(&dec, 1 << 20), 0);
+    cr_assert_eq(shardps_new(&join.h, addrs, 2, 0, 1), 0);
+    cr_assert_eq(shardps_set_option(join.h, "connect-timeout", "10"), 0);
+    cr_assert_eq(shardps_set_option(join.h, "log-level", "none"), 0);
+    cr_assert_eq(pthread_create(&t, NULL, connect_thread, &join), 0);
+    fd[0] = fake_welcome(lfd[0], a, dec);
+    fd[1] = fake_welcome(lfd[1], b, dec);
+    cr_assert_eq(pthread_join(t, NULL), 0);
+    expect_err(join.h, join.rc, code, words);
+    shardps_abandon(join.h);
+    for (int s = 0; s < 2; s++) {
+        close(fd[s]);
+        close(lfd[s]);
+    }
+    ps_frame_decoder_free(dec);
+}
+
+Test(shardps, a_joiner_refuses_servers_that_hold_different_tables)
+{
+    ps_model_spec a, b;
+
+    cr_assert_eq(ps_model_spec_init_mlp(&a, sizes, 3, 1234), 0);
+    cr_assert_eq(ps_model_spec_init_mlp(&b, (int[]){5, 17, 3}, 3, 1234), 0);
+    join_two(&a, &b, SHARDPS_EMISMATCH,
+             "the servers hold different tensor tables: tensor fc1.weight: 1");
+    /* The same tensors from another seed are other weights. */
+    cr_assert_eq(ps_model_spec_init_mlp(&b, sizes, 3, 99), 0);
+    join_two(&a, &b, SHARDPS_EMISMATCH, "seed");
+    /* A WELCOME that does not say the tensors leaves nothing to join. */
+    join_two(&a, NULL, SHARDPS_EPROTO, "server 1");
+    cr_assert_eq(ps_model_spec_init_mlp(&b, sizes, 3, 1234), 0);
+    /* Equal tables: joined. */
+    join_two(&a, &b, 0, "");
 }
