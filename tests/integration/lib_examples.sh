@@ -3,8 +3,12 @@
 # prefix (cmake --install, what `make install` does), examples/c/decay.c
 # compiled with pkg-config against it, runs as rank 1 beside a
 # shardps-worker, and so does examples/numpy_decay.py: each one's last pull is
-# the C worker's --dump-weights byte for byte. Then the PyTorch example trains
-# a few hundred sync steps to a test accuracy it only reaches by learning.
+# the C worker's --dump-weights byte for byte. examples/c/linreg.c, built the
+# same way, trains a linear regression as 2 workers of 2 sync servers: rank 1
+# starts first and joins (it waits, logging so, until rank 0 declares), and
+# both end with a loss an untrained model cannot reach. Then the PyTorch
+# example trains a few hundred sync steps to a test accuracy it only reaches
+# by learning.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/python_lib.sh"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
@@ -16,23 +20,27 @@ pkg-config --exists shardps || fail "shardps.pc not installed"
 sanitize=()
 [ -n "$PY_PRELOAD" ] && sanitize=(-fsanitize=address,undefined)
 # shellcheck disable=SC2046
-cc -std=c11 -Wall -Wextra -Werror "${sanitize[@]}" -o "$TMP/decay" "$SRC/examples/c/decay.c" \
-    $(pkg-config --cflags --libs shardps) -Wl,-rpath,"$(pkg-config --variable=libdir shardps)" ||
-    fail "examples/c/decay.c does not build with pkg-config"
-objdump -p "$TMP/decay" | grep -q 'NEEDED.*libshardps.so.1' || fail "decay does not link libshardps.so.1"
+for example in decay linreg; do
+    # shellcheck disable=SC2046
+    cc -std=c11 -Wall -Wextra -Werror "${sanitize[@]}" -o "$TMP/$example" "$SRC/examples/c/$example.c" \
+        $(pkg-config --cflags --libs shardps) -Wl,-rpath,"$(pkg-config --variable=libdir shardps)" ||
+        fail "examples/c/$example.c does not build with pkg-config"
+    objdump -p "$TMP/$example" | grep -q 'NEEDED.*libshardps.so.1' ||
+        fail "$example does not link libshardps.so.1"
+done
 
-start_server() { # name index
+start_server() { # name index server-options...
     mkfifo "$TMP/port.$1"
     "$BUILD/shardps-server" --listen 127.0.0.1:0 --ready-fd 3 --server-index "$2" --num-servers 2 \
-        --workers 2 --chunk-bytes 65536 3>"$TMP/port.$1" 2>"$TMP/server.$1.err" &
+        --workers 2 "${@:3}" 3>"$TMP/port.$1" 2>"$TMP/server.$1.err" &
     read -r port <"$TMP/port.$1"
 }
 beside_c_worker() { # name command...: rank 1 of a job whose rank 0 is a shardps-worker
     local name=$1
     shift
-    start_server "$name.0" 0
+    start_server "$name.0" 0 --chunk-bytes 65536
     local p0=$port
-    start_server "$name.1" 1
+    start_server "$name.1" 1 --chunk-bytes 65536
     local servers="127.0.0.1:$p0,127.0.0.1:$port"
     "$@" "$servers" 1 2 10 "$TMP/$name.lib.bin" >"$TMP/$name.out" 2>&1 &
     local lib=$!
@@ -46,6 +54,29 @@ beside_c_worker c "$TMP/decay"
 beside_c_worker numpy env LD_PRELOAD="$PY_PRELOAD" ASAN_OPTIONS=detect_leaks=0 \
     "$PYTHON" "$SRC/examples/numpy_decay.py"
 echo "PASS: the C and NumPy examples pull the C worker's weights bit for bit"
+
+# linreg: y = x.(1, -2, 3, 0.5) + 0.25 without noise. The initial bias is 0,
+# so an untrained model's loss is at least 0.25^2 = 0.0625; trained, well
+# under LOSS_BOUND.
+LOSS_BOUND=0.001
+lr_args=(--optimizer sgd --momentum 0 --lr 0.2 --lr-schedule constant --mode sync)
+start_server lr.0 0 "${lr_args[@]}"
+p0=$port
+start_server lr.1 1 "${lr_args[@]}"
+LR_SERVERS=("127.0.0.1:$p0" "127.0.0.1:$port")
+"$TMP/linreg" 1 2 100 "${LR_SERVERS[@]}" >"$TMP/linreg.1.out" 2>"$TMP/linreg.1.err" &
+joiner=$!
+wait_for_line "$TMP/linreg.1.err" "waiting for server [01] .*no tensor table yet" 30 ||
+    { cat "$TMP/linreg.1.err" >&2; fail "linreg rank 1 did not wait for the tensors"; }
+"$TMP/linreg" 0 2 100 "${LR_SERVERS[@]}" >"$TMP/linreg.0.out" 2>"$TMP/linreg.0.err" ||
+    { cat "$TMP/linreg.0.err" >&2; fail "linreg rank 0 failed"; }
+wait $joiner || { cat "$TMP/linreg.1.err" >&2; fail "linreg rank 1 (the joiner) failed"; }
+for r in 0 1; do
+    loss=$(sed -n 's/^rank [01]: loss \([0-9.]*\),.*/\1/p' "$TMP/linreg.$r.out")
+    [ -n "$loss" ] || fail "linreg rank $r printed no loss: $(cat "$TMP/linreg.$r.out")"
+    at_least "$LOSS_BOUND" "$loss" || fail "linreg rank $r: loss $loss after 100 steps (> $LOSS_BOUND)"
+    echo "PASS: $(cat "$TMP/linreg.$r.out")"
+done
 
 LD_PRELOAD="$PY_PRELOAD" ASAN_OPTIONS=detect_leaks=0 "$PYTHON" "$SRC/examples/torch_fmnist.py" \
     --mode sync --model mlp --steps 300 --build "$BUILD" >"$TMP/torch.out" 2>"$TMP/torch.err" ||
