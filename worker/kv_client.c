@@ -189,6 +189,16 @@ static int ps__learn_table(ps__server *sv, const Shardps__TensorTable *t)
         ps__distrust(sv, text);
         return -1;
     }
+    /* A pull reply carries a server's whole share in one frame of at most
+     * max_payload: a larger table cannot be served to us by these servers. */
+    if (spec.total_numel > c->cfg.max_payload / sizeof(float) * (size_t)c->n_servers) {
+        snprintf(why, sizeof(why),
+                 "sent a table of %zu bytes, more than %d servers answer in frames of at most "
+                 "%zu bytes (max-payload)",
+                 spec.total_numel * sizeof(float), c->n_servers, c->cfg.max_payload);
+        ps__distrust(sv, why);
+        return -1;
+    }
     if (c->welcomes == 0) {
         c->cfg.spec = spec;
         return 0;

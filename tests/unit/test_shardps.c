@@ -486,6 +486,7 @@ static void join_two(const ps_model_spec *a, const ps_model_spec *b, int code, c
     cr_assert_eq(ps_frame_decoder_init(&dec, 1 << 20), 0);
     cr_assert_eq(shardps_new(&join.h, addrs, 2, 0, 1), 0);
     cr_assert_eq(shardps_set_option(join.h, "connect-timeout", "10"), 0);
+    cr_assert_eq(shardps_set_option(join.h, "max-payload", "1024"), 0);
     cr_assert_eq(shardps_set_option(join.h, "log-level", "none"), 0);
     cr_assert_eq(pthread_create(&t, NULL, connect_thread, &join), 0);
     fd[0] = fake_welcome(lfd[0], a, dec);
@@ -511,6 +512,9 @@ Test(shardps, a_joiner_refuses_servers_that_hold_different_tables)
     /* The same tensors from another seed are other weights. */
     cr_assert_eq(ps_model_spec_init_mlp(&b, sizes, 3, 99), 0);
     join_two(&a, &b, SHARDPS_EMISMATCH, "seed");
+    /* More than the servers' replies (2 of max-payload 1024 bytes) can carry. */
+    cr_assert_eq(ps_model_spec_init_mlp(&b, (int[]){5, 300, 3}, 3, 1234), 0);
+    join_two(&b, &b, SHARDPS_EPROTO, "more than 2 servers answer in frames of at most 1024 bytes");
     /* A WELCOME that does not say the tensors leaves nothing to join. */
     join_two(&a, NULL, SHARDPS_EPROTO, "server 1");
     cr_assert_eq(ps_model_spec_init_mlp(&b, sizes, 3, 1234), 0);
