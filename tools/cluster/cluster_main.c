@@ -26,6 +26,7 @@
 #include "console.h"
 #include "drills.h"
 #include "flags.h"
+#include "flags_help.h"
 #include "job_options.h"
 #include "model_spec.h"
 #include "ps_log.h"
