@@ -3,12 +3,13 @@
  * command-line flag.
  *
  * Each binary declares one table: name, type, bounds, help text and the
- * variable that holds the default. The same table parses argv, reads the
- * environment (for containers), reads the cluster file named by --cluster or
- * SHARDPS_CLUSTER (an INI file that every process of a job shares), prints
- * --help with bounds and defaults, prints the effective settings with where
- * each came from (--print-config), and turns a bad value into one line that
- * names the option (or file:line and key), the problem and the accepted range.
+ * variable that holds the default (one entry: flag_table.h). The same table
+ * parses argv, reads the environment (for containers), reads the cluster file
+ * named by --cluster or SHARDPS_CLUSTER (an INI file that every process of a
+ * job shares: flags_file.h), prints --help with bounds and defaults and the
+ * effective settings with where each came from (--print-config: both
+ * flags_help.h), and turns a bad value into one line that names the option
+ * (or file:line and key), the problem and the accepted range.
  *
  * The cluster file has sections. [cluster], [model] and [optimizer] hold the
  * settings every process of the job must agree on (server list, worker count,
@@ -21,32 +22,9 @@
 #ifndef PS_FLAGS_H
 #define PS_FLAGS_H
 
-#include <stdio.h>
+#include <stddef.h>
 
-typedef enum {
-    PS_FLAG_INT,    /* int *, bounded by [min, max] */
-    PS_FLAG_DOUBLE, /* double *, bounded by [min, max] */
-    PS_FLAG_STRING, /* const char **, points into argv/environ or the context (not copied) */
-    PS_FLAG_BOOL, /* int *, set to 1 by --name, no value (or one of its words: "--restore auto") */
-    PS_FLAG_CHOICE, /* const char **, one of the '|'-separated words in choices */
-} ps_flag_type;
-
-typedef struct {
-    const char *name; /* without the leading "--" */
-    ps_flag_type type;
-    void *dest;
-    const char *metavar;
-    const char *help;
-    double min, max;     /* INT, DOUBLE */
-    const char *choices; /* CHOICE: "sync|async|ssp" */
-    /* INT, DOUBLE, BOOL: words also accepted as values, "all=0" or "auto=-1|off=0";
-     * --help and --print-config show the word for its value. NULL: none. */
-    const char *words;
-    /* The cluster-file section every process of the job reads this option
-     * from ("cluster", "model", "optimizer"), or NULL: only the program's own
-     * section ([server] or [worker]) may set it. */
-    const char *section;
-} ps_flag;
+#include "flag_table.h"
 
 /* Where an option's effective value came from, weakest first. */
 typedef enum {
@@ -107,17 +85,9 @@ int ps_flags_set_derived(ps_flags_ctx *ctx, const char *name, const char *source
  * source. Writes into buf and returns it. */
 const char *ps_flags_describe_origin(const ps_flags_ctx *ctx, const char *name, char *buf,
                                      size_t len);
-/* Prints every option as "name = value  # origin", one per line. */
-void ps_flags_print_config(const ps_flags_ctx *ctx, FILE *out);
-
-/* The word that stands for value v in words ("auto=2|off=0"), copied into
- * buf; NULL when none does. */
-const char *ps_flags_value_word(const char *words, double v, char *buf, size_t len);
-
 /* ps_flags_load without a cluster file or origins, for programs that need
  * neither; the same return values. */
 int ps_flags_parse(const ps_flag *flags, int n, int argc, char **argv, const char *prog,
                    const char *summary);
-void ps_flags_usage(FILE *out, const ps_flag *flags, int n, const char *prog, const char *summary);
 
 #endif

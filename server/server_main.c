@@ -13,6 +13,7 @@
 
 #include "auth.h"
 #include "flags.h"
+#include "flags_help.h"
 #include "job_options.h"
 #include "kv_server.h"
 #include "metrics_http.h"

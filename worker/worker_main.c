@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "flags.h"
+#include "flags_help.h"
 #include "job_options.h"
 #include "model_desc.h"
 #include "ps_error.h"

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "flags.h"
+#include "flags_help.h"
 #include "ps_error.h"
 
 /* A worker-like and a server-like table over the same variables; the

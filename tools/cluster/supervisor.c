@@ -1,0 +1,456 @@
+/* The processes of a shardps-cluster job (see supervisor.h): each child's
+ * three pipes (stdout, stderr, and fd 3 for a server's port or a worker's
+ * reports) read line by line on the loop, and the job's lifecycle decided
+ * from its children's lines and exits. */
+#include "supervisor.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "child_args.h"
+#include "ps_log.h"
+
+#define PS__MAX_PROCS 256
+
+typedef enum { PS__SERVER, PS__WORKER } ps__role;
+
+typedef struct ps__cluster ps__cluster;
+typedef struct ps__child ps__child;
+
+/* What comes out of a child, line by line: its stdout, its stderr, and the
+ * pipe at fd 3 (a server's port, a worker's reports). */
+enum { PS__OUT, PS__ERR, PS__REPORTS, PS__N_STREAMS };
+
+typedef struct {
+    ps__child *child;
+    int kind; /* PS__OUT, PS__ERR, PS__REPORTS */
+    uv_pipe_t pipe;
+    char buf[4096];
+    size_t len;
+} ps__stream;
+
+struct ps__child {
+    ps__cluster *cl;
+    ps__role role;
+    int index;
+    uv_process_t proc;
+    ps__stream streams[PS__N_STREAMS];
+    int running;
+    int killed_on_purpose;
+};
+
+struct ps__cluster {
+    uv_loop_t *loop;
+    uv_signal_t sigint, sigterm;
+    uv_timer_t grace;
+    ps__child children[PS__MAX_PROCS];
+    int n_children;
+    int ports_known, workers_exited;
+    int ports[PS__MAX_PROCS];
+    int failed, interrupted, stopping;
+    ps__child *server_slot[PS__MAX_PROCS]; /* current process of each server index */
+    ps_supervisor_config cfg;
+};
+
+static const char *ps__child_name(const ps__child *c, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s %d", c->role == PS__SERVER ? "server" : "worker", c->index);
+    return buf;
+}
+
+static void ps__shutdown(ps__cluster *cl)
+{
+    if (cl->stopping)
+        return;
+    cl->stopping = 1;
+    for (int i = 0; i < cl->n_children; i++)
+        if (cl->children[i].running)
+            uv_process_kill(&cl->children[i].proc, SIGTERM);
+    uv_close((uv_handle_t *)&cl->sigint, NULL);
+    uv_close((uv_handle_t *)&cl->sigterm, NULL);
+    ps_console_close(cl->cfg.con);
+    if (!uv_is_closing((uv_handle_t *)&cl->grace))
+        uv_close((uv_handle_t *)&cl->grace, NULL);
+}
+
+static void ps__fail(ps__cluster *cl, const char *why)
+{
+    if (!cl->failed && !cl->interrupted)
+        ps_error("%s; stopping the cluster", why);
+    cl->failed = 1;
+    ps__shutdown(cl);
+}
+
+static int ps__running(void *arg, int is_server, int index)
+{
+    ps__cluster *cl = arg;
+    ps__child *c = is_server ? cl->server_slot[index] : &cl->children[cl->cfg.n_servers + index];
+
+    return c != NULL && c->running;
+}
+
+/* Worker rank has reached step: the drills due now are carried out here,
+ * where the processes are. A killed server is restarted by ps__on_exit. */
+static void ps__run_drills(ps__cluster *cl, int rank, uint64_t step)
+{
+    ps_drill_action act[PS_DRILLS_MAX_ACTIONS];
+    int n = ps_drills_on_step(cl->cfg.drills, rank, step, ps__running, cl, act);
+
+    for (int i = 0; i < n; i++) {
+        ps__child *c = act[i].kind == PS_DRILL_KILL_SERVER
+                           ? cl->server_slot[act[i].target]
+                           : &cl->children[cl->cfg.n_servers + act[i].target];
+        int sig = act[i].kind == PS_DRILL_STOP_WORKER   ? SIGSTOP
+                  : act[i].kind == PS_DRILL_CONT_WORKER ? SIGCONT
+                                                        : SIGKILL;
+        if (sig == SIGKILL)
+            c->killed_on_purpose = 1;
+        uv_process_kill(&c->proc, sig);
+    }
+}
+
+/* A worker's report: shown by the progress, and the drills it makes due
+ * carried out after. */
+static void ps__worker_line(ps__cluster *cl, ps__child *c, const char *line)
+{
+    uint64_t step;
+
+    if (ps_progress_report(cl->cfg.progress, c->index, line, &step) == 1)
+        ps__run_drills(cl, c->index, step);
+}
+
+static void ps__start_workers(ps__cluster *cl);
+
+static void ps__server_line(ps__cluster *cl, ps__child *c, const char *line)
+{
+    char *end;
+    long port = strtol(line, &end, 10);
+
+    if (end == line || port < 1 || port > 65535 ||
+        (cl->ports[c->index] != 0 && cl->ports[c->index] != port)) {
+        ps__fail(cl, "a server reported a malformed or changed port");
+        return;
+    }
+    if (cl->ports[c->index] != 0) {
+        ps_info("server %d is back on port %ld", c->index, port);
+        return;
+    }
+    cl->ports[c->index] = (int)port;
+    if (++cl->ports_known == cl->cfg.n_servers)
+        ps__start_workers(cl);
+}
+
+static void ps__on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    ps__stream *st = h->data;
+
+    (void)suggested;
+    *buf = uv_buf_init(st->buf + st->len, (unsigned int)(sizeof(st->buf) - 1 - st->len));
+}
+
+/* One whole line of a child's: its reports are acted on, its output shown. */
+static void ps__stream_line(ps__stream *st, char *line, size_t len)
+{
+    ps__child *c = st->child;
+
+    if (st->kind != PS__REPORTS)
+        ps_console_line(c->cl->cfg.con, st->kind == PS__OUT, line, len);
+    else if (c->role == PS__SERVER)
+        ps__server_line(c->cl, c, line);
+    else
+        ps__worker_line(c->cl, c, line);
+}
+
+static void ps__on_pipe_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    ps__stream *st = s->data;
+    char *nl;
+
+    (void)buf;
+    if (nread < 0) {
+        /* A last line without its newline is still shown. */
+        if (st->len > 0 && st->kind != PS__REPORTS)
+            ps__stream_line(st, st->buf, st->len);
+        uv_close((uv_handle_t *)s, NULL);
+        return;
+    }
+    st->len += (size_t)nread;
+    st->buf[st->len] = '\0';
+    while ((nl = strchr(st->buf, '\n')) != NULL) {
+        *nl = '\0';
+        ps__stream_line(st, st->buf, (size_t)(nl - st->buf));
+        st->len -= (size_t)(nl + 1 - st->buf);
+        memmove(st->buf, nl + 1, st->len + 1);
+    }
+    if (st->len == sizeof(st->buf) - 1) {
+        /* An overlong line: shown in pieces, or, as a report, dropped
+         * rather than stall. */
+        if (st->kind != PS__REPORTS)
+            ps__stream_line(st, st->buf, st->len);
+        st->len = 0;
+    }
+}
+
+static void ps__on_grace(uv_timer_t *t)
+{
+    ps__cluster *cl = t->data;
+    ps__fail(cl, "servers did not exit within 30 s of being asked to stop");
+}
+
+/* The job is over once every worker is gone: servers still waiting for a
+ * worker that was lost (and may never rejoin) are asked to stop, which makes
+ * them write their final checkpoint and exit 0. */
+static void ps__stop_servers(ps__cluster *cl)
+{
+    int asked = 0;
+
+    for (int i = 0; i < cl->n_children; i++) {
+        ps__child *c = &cl->children[i];
+        if (c->role == PS__SERVER && c->running) {
+            uv_process_kill(&c->proc, SIGTERM);
+            asked++;
+        }
+    }
+    if (asked)
+        ps_info("every worker is done; asking %d server%s to stop", asked, asked == 1 ? "" : "s");
+    uv_timer_start(&cl->grace, ps__on_grace, 30000, 0);
+}
+
+/* A worker has finished once it reported "done" or is gone; servers exit on
+ * their own when every worker has said goodbye, possibly before the worker
+ * processes themselves have exited. */
+static int ps__workers_finished(const ps__cluster *cl)
+{
+    for (int r = 0; r < cl->cfg.job->workers; r++) {
+        const ps__child *w = &cl->children[cl->cfg.n_servers + r];
+        if (cl->n_children <= cl->cfg.n_servers + r ||
+            (w->running && !ps_progress_worker_done(cl->cfg.progress, r)))
+            return 0;
+    }
+    return 1;
+}
+
+static void ps__spawn_server(ps__cluster *cl, int i, int restore);
+
+static void ps__on_exit(uv_process_t *p, int64_t status, int term_signal)
+{
+    ps__child *c = p->data;
+    ps__cluster *cl = c->cl;
+    char name[32], why[160];
+
+    c->running = 0;
+    uv_close((uv_handle_t *)p, NULL);
+    ps__child_name(c, name, sizeof(name));
+    if (c->killed_on_purpose && term_signal == SIGKILL && c->role == PS__SERVER) {
+        ps_info("%s is gone (killed on purpose); starting it again with --restore", name);
+        if (!cl->stopping)
+            ps__spawn_server(cl, c->index, 1);
+    } else if (c->killed_on_purpose && term_signal == SIGKILL) {
+        ps_info("%s is gone (killed on purpose); the others carry on", name);
+    } else if (status != 0 || term_signal != 0) {
+        if (term_signal)
+            snprintf(why, sizeof(why), "%s was killed by signal %d (%s)", name, term_signal,
+                     strsignal(term_signal));
+        else
+            snprintf(why, sizeof(why), "%s exited with status %" PRId64 " (see its log above)",
+                     name, status);
+        /* Interrupted: the workers stop as asked, with a signal's status. */
+        if (!cl->stopping && !(cl->interrupted && c->role == PS__WORKER))
+            ps__fail(cl, why);
+    } else if (c->role == PS__SERVER && !cl->stopping && !ps__workers_finished(cl)) {
+        snprintf(why, sizeof(why), "%s exited before the workers finished", name);
+        ps__fail(cl, why);
+    }
+    if (c->role == PS__WORKER && ++cl->workers_exited == cl->cfg.job->workers && !cl->stopping)
+        cl->interrupted ? ps__shutdown(cl) : ps__stop_servers(cl);
+    for (int i = 0; i < cl->n_children; i++)
+        if (cl->children[i].running)
+            return;
+    /* Everyone is gone: release the signal and timer handles so the loop ends. */
+    ps__shutdown(cl);
+}
+
+static int ps__spawn(ps__cluster *cl, ps__role role, int index, ps_child_args *a)
+{
+    ps__child *c = &cl->children[cl->n_children];
+    uv_process_options_t opt;
+    uv_stdio_container_t stdio[4];
+    char path[PATH_MAX], name[32];
+    int rc;
+
+    memset(c, 0, sizeof(*c));
+    c->cl = cl;
+    c->role = role;
+    c->index = index;
+    snprintf(path, sizeof(path), "%s/%s", cl->cfg.bin_dir,
+             role == PS__SERVER ? "shardps-server" : "shardps-worker");
+    if (a->too_long) {
+        ps_error("internal: more options for %s than ps_child_args holds (PS_CHILD_OPTS)",
+                 role == PS__SERVER ? "a server" : "a worker");
+        return -E2BIG;
+    }
+    a->argv[0] = path;
+    a->argv[a->n + 1] = NULL;
+    c->proc.data = c;
+    stdio[0].flags = UV_IGNORE;
+    for (int k = 0; k < PS__N_STREAMS; k++) {
+        ps__stream *st = &c->streams[k];
+        st->child = c;
+        st->kind = k;
+        uv_pipe_init(cl->loop, &st->pipe, 0);
+        st->pipe.data = st;
+        stdio[1 + k].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+        stdio[1 + k].data.stream = (uv_stream_t *)&st->pipe;
+    }
+    memset(&opt, 0, sizeof(opt));
+    opt.file = path;
+    opt.args = a->argv;
+    opt.exit_cb = ps__on_exit;
+    opt.stdio = stdio;
+    opt.stdio_count = 4;
+    opt.env = cl->cfg.env;
+    rc = uv_spawn(cl->loop, &c->proc, &opt);
+    if (rc < 0) {
+        ps_error("cannot start %s (%s): %s", ps__child_name(c, name, sizeof(name)), path,
+                 uv_strerror(rc));
+        for (int k = 0; k < PS__N_STREAMS; k++)
+            uv_close((uv_handle_t *)&c->streams[k].pipe, NULL);
+        return rc;
+    }
+    cl->n_children++;
+    c->running = 1;
+    for (int k = 0; k < PS__N_STREAMS; k++)
+        uv_read_start((uv_stream_t *)&c->streams[k].pipe, ps__on_alloc, ps__on_pipe_read);
+    return 0;
+}
+
+/* Starts server i: on a port of the OS's choosing the first time, and on the
+ * same port when it is restarted, so the workers' server list stays right. */
+static void ps__spawn_server(ps__cluster *cl, int i, int restore)
+{
+    /* Static: too large for the stack; the loop's thread is the only one. */
+    static ps_child_args a;
+
+    ps_child_args_job(&a, cl->cfg.job, PS_JOB_SERVER);
+    ps_child_args_opt(&a, "--listen", "127.0.0.1:%d", cl->ports[i]);
+    ps_child_args_opt(&a, "--server-index", "%d", i);
+    ps_child_args_opt(&a, "--num-servers", "%d", cl->cfg.n_servers);
+    ps_child_args_opt(&a, "--ready-fd", "%d", 3);
+    ps_child_args_opt(&a, "--parent-pid", "%ld", (long)getpid());
+    if (cl->cfg.metrics_port >= 0)
+        ps_child_args_opt(&a, "--metrics-port", "%d",
+                          cl->cfg.metrics_port ? cl->cfg.metrics_port + i : 0);
+    if (cl->cfg.metrics_dir)
+        ps_child_args_opt(&a, "--metrics-file", "%s/server-%d.jsonl", cl->cfg.metrics_dir, i);
+    /* A server restarted after --kill-server must restore; at the start the
+     * table already handed over the job's --restore and --restore-clock. */
+    if (restore)
+        ps_child_args_flag(&a, "--restore=1");
+    if (ps__spawn(cl, PS__SERVER, i, &a) < 0) {
+        ps__fail(cl, "a server could not be started");
+        return;
+    }
+    cl->server_slot[i] = &cl->children[cl->n_children - 1];
+}
+
+static void ps__start_servers(ps__cluster *cl)
+{
+    for (int i = 0; i < cl->cfg.n_servers && !cl->failed; i++)
+        ps__spawn_server(cl, i, 0);
+}
+
+static void ps__start_workers(ps__cluster *cl)
+{
+    char servers[4096];
+    size_t off = 0;
+
+    for (int i = 0; i < cl->cfg.n_servers; i++)
+        off += (size_t)snprintf(servers + off, sizeof(servers) - off, "%s127.0.0.1:%d",
+                                i ? "," : "", cl->ports[i]);
+    ps_info("%d server%s listening; starting %d worker%s", cl->cfg.n_servers,
+            cl->cfg.n_servers == 1 ? "" : "s", cl->cfg.job->workers,
+            cl->cfg.job->workers == 1 ? "" : "s");
+    for (int r = 0; r < cl->cfg.job->workers && !cl->failed; r++) {
+        static ps_child_args a;
+        uint64_t steps[PS_DRILLS_MAX_STEPS];
+        int n_steps;
+
+        ps_child_args_job(&a, cl->cfg.job, PS_JOB_WORKER);
+        ps_child_args_opt(&a, "--servers", "%s", servers);
+        ps_child_args_opt(&a, "--rank", "%d", r);
+        ps_child_args_opt(&a, "--threads", "%d", cl->cfg.threads);
+        ps_child_args_opt(&a, "--report-fd", "%d", 3);
+        ps_child_args_opt(&a, "--parent-pid", "%ld", (long)getpid());
+        if (cl->cfg.metrics_dir)
+            ps_child_args_opt(&a, "--metrics-file", "%s/worker-%d.jsonl", cl->cfg.metrics_dir, r);
+        if (r == 0 && cl->cfg.dump_weights)
+            ps_child_args_opt(&a, "--dump-weights", "%s", cl->cfg.dump_weights);
+        n_steps = ps_drills_report_steps(cl->cfg.drills, r, steps);
+        if (n_steps > 0) {
+            char list[PS_DRILLS_MAX_STEPS * 24] = "";
+            for (int i = 0; i < n_steps; i++)
+                snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%" PRIu64,
+                         i ? "," : "", steps[i]);
+            ps_child_args_opt(&a, "--report-steps", "%s", list);
+        }
+        if (ps_drills_slow_ms(cl->cfg.drills, r) > 0)
+            ps_child_args_opt(&a, "--slow-ms", "%d", ps_drills_slow_ms(cl->cfg.drills, r));
+        if (ps__spawn(cl, PS__WORKER, r, &a) < 0)
+            ps__fail(cl, "a worker could not be started");
+    }
+}
+
+/* Workers first: each stops at the end of its step, which leaves every
+ * server at one step boundary; the servers, asked once the workers are
+ * gone, checkpoint there, so a run resumed from it equals an uninterrupted
+ * one. A second signal stops everyone at once. */
+static void ps__on_signal(uv_signal_t *h, int signum)
+{
+    ps__cluster *cl = h->data;
+    int asked = 0;
+
+    ps_warn("received %s; stopping the workers at a step boundary, then the servers",
+            signum == SIGINT ? "SIGINT" : "SIGTERM");
+    if (cl->interrupted) {
+        ps__shutdown(cl);
+        return;
+    }
+    cl->interrupted = 1;
+    for (int i = cl->cfg.n_servers; i < cl->n_children; i++)
+        if (cl->children[i].running) {
+            uv_process_kill(&cl->children[i].proc, SIGTERM);
+            asked++;
+        }
+    if (asked == 0)
+        ps__shutdown(cl);
+}
+
+int ps_supervisor_run(uv_loop_t *loop, const ps_supervisor_config *cfg, ps_job_outcome *outcome)
+{
+    /* Its children's pipe buffers make it too large for the stack. */
+    ps__cluster *cl = calloc(1, sizeof(*cl));
+
+    if (cl == NULL)
+        return -ENOMEM;
+    cl->loop = loop;
+    cl->cfg = *cfg;
+    uv_signal_init(loop, &cl->sigint);
+    uv_signal_init(loop, &cl->sigterm);
+    uv_timer_init(loop, &cl->grace);
+    cl->sigint.data = cl->sigterm.data = cl->grace.data = cl;
+    uv_signal_start(&cl->sigint, ps__on_signal, SIGINT);
+    uv_signal_start(&cl->sigterm, ps__on_signal, SIGTERM);
+    ps__start_servers(cl);
+    /* Returns once every handle is closed, their callbacks run: then no
+     * callback can reach cl any more. */
+    uv_run(loop, UV_RUN_DEFAULT);
+    *outcome = cl->interrupted ? PS_JOB_INTERRUPTED : cl->failed ? PS_JOB_FAILED : PS_JOB_FINISHED;
+    free(cl);
+    return 0;
+}

@@ -1,0 +1,47 @@
+/* The processes of a shardps-cluster job: starts S servers on 127.0.0.1
+ * with ports chosen by the OS (each reports its port on a pipe, so nothing
+ * polls), then W workers pointed at them; hands the workers' reports to the
+ * progress (progress.h) and carries out the drills they make due
+ * (drills.h); restarts a server a drill killed; and stops everything once
+ * the workers are done, on SIGINT/SIGTERM, or as soon as any process fails.
+ * The children's stdout and stderr come through pipes and go out through
+ * the console (console.h), so nothing breaks the progress line; they die
+ * with the launcher (--parent-pid, parent_watch.h). */
+#ifndef PS_SUPERVISOR_H
+#define PS_SUPERVISOR_H
+
+#include <uv.h>
+
+#include "console.h"
+#include "drills.h"
+#include "job_options.h"
+#include "progress.h"
+
+/* Everything is borrowed for the run. */
+typedef struct {
+    const ps_job_options *job; /* every job option, forwarded to the children that take it */
+    int n_servers;             /* 1 to 64 */
+    int threads;               /* each worker's --threads */
+    const char *bin_dir;       /* where shardps-server and shardps-worker are */
+    const char *dump_weights;  /* rank 0's --dump-weights, or NULL */
+    const char *metrics_dir;   /* each process's --metrics-file is made here, or NULL */
+    int metrics_port;          /* server i serves /metrics on port + i (0: any; -1: off) */
+    char **env;                /* the children's environment (ps_child_env) */
+    ps_drills *drills;
+    ps_console *con; /* closed (ps_console_close) once the job stops */
+    ps_progress *progress;
+} ps_supervisor_config;
+
+typedef enum {
+    PS_JOB_FINISHED,    /* every process exited as it should */
+    PS_JOB_FAILED,      /* a process failed or could not start; the reason was logged */
+    PS_JOB_INTERRUPTED, /* stopped by SIGINT or SIGTERM */
+} ps_job_outcome;
+
+/* Runs the job on loop (which must have nothing else active but the
+ * console's handle) until every process has exited and every handle it
+ * opened is closed. Returns 0 with the outcome in *outcome, or -ENOMEM
+ * before anything was started. */
+int ps_supervisor_run(uv_loop_t *loop, const ps_supervisor_config *cfg, ps_job_outcome *outcome);
+
+#endif
