@@ -1,0 +1,230 @@
+/* The client's requests (kv_client_internal.h): pulls by key straight into
+ * the caller's parameters, pushes of one frame per chunk (halves or bfloat16
+ * when compressing), corked so that a step's small frames leave in one write,
+ * and the replies that complete them, checked by server_reply.h before they
+ * count. */
+#include <errno.h>
+#include <stdint.h>
+
+#include "half.h"
+#include "kv_client_internal.h"
+#include "ps_error.h"
+
+/* Pushed chunks smaller than this wait to share a write (see
+ * ps__push_chunk): below it a system call costs more than the bytes. */
+#define PS__CORK_BYTES ((size_t)64 << 10)
+
+/* Requests started before wait leave together when it begins. */
+static void ps__cork(ps__server *sv)
+{
+    if (!sv->corked)
+        ps_conn_cork(sv->conn);
+    sv->corked = 1;
+}
+
+void ps__uncork(ps__server *sv)
+{
+    if (sv->corked && sv->conn)
+        ps_conn_uncork(sv->conn);
+    sv->corked = 0;
+}
+
+/* A pull reply whose header passes every check is read straight into the
+ * caller's tensors, one piece per chunk, with no copy and no model-sized
+ * buffer of our own. Anything else lands in the connection's buffer and is
+ * refused when it is complete, so a lying header never touches a weight. */
+int ps__place_reply(ps_conn *conn, const Shardps__Header *h, const ps_frame_piece **pieces)
+{
+    ps__server *sv = ps_conn_data(conn);
+    char why[256];
+
+    if (h->type != SHARDPS__MSG_TYPE__PULL_REPLY || sv->pull_dest == NULL ||
+        ps_reply_check_pull_header(h, &sv->pull, why, sizeof(why)) < 0)
+        return 0;
+    for (int i = 0; i < sv->n_keys; i++) {
+        const ps_chunk *ch = sv->chunks[i];
+        sv->pieces[i].base = sv->pull_dest[ch->tensor_id] + ch->offset;
+        sv->pieces[i].len = ch->numel * sizeof(float);
+    }
+    *pieces = sv->pieces;
+    return sv->n_keys;
+}
+
+/* Checks a pull reply against what was asked; it is already in place unless
+ * it did not match. Weights that are not finite are refused after the fact:
+ * the worker then fails and never computes on them. */
+void ps__handle_pull_reply(ps__server *sv, const ps_frame *f)
+{
+    char why[256];
+
+    if (ps_reply_check_pull(f, sv->pull_dest ? &sv->pull : NULL, f->payload == NULL, why,
+                            sizeof(why)) < 0) {
+        ps__distrust(sv, why);
+        return;
+    }
+    sv->cl->stats.bytes_received += f->payload_len;
+    sv->pulled_clock = f->hdr->clock;
+    sv->pulled = 1;
+    sv->pull_dest = NULL;
+    sv->cl->outstanding--;
+}
+
+void ps__handle_push_reply(ps__server *sv, const ps_frame *f)
+{
+    ps_kv_client *c = sv->cl;
+    const Shardps__Header *h = f->hdr;
+    char why[256];
+
+    if (ps_reply_check_push(f, sv->push_n ? &sv->pushes[sv->push_head] : NULL, why, sizeof(why)) <
+        0) {
+        ps__distrust(sv, why);
+        return;
+    }
+    c->stats.dropped += (uint64_t)h->status;
+    /* Rejected chunks are some of those not applied; never more. */
+    c->stats.rejected += h->rejected < (uint32_t)h->status ? h->rejected : (uint32_t)h->status;
+    c->stats.acked++; /* a push frame carries one chunk */
+    c->stats.staleness_sum += h->staleness;
+    c->stats.staleness_count++;
+    if (h->staleness > c->stats.staleness_max)
+        c->stats.staleness_max = h->staleness;
+    sv->push_head = (sv->push_head + 1) % sv->n_keys;
+    sv->push_n--;
+    c->outstanding--;
+}
+
+int ps_kv_client_pull(ps_kv_client *c, uint64_t clock, float *const *params)
+{
+    for (int s = 0; s < c->n_servers; s++) {
+        ps__server *sv = &c->servers[s];
+        Shardps__Header h = SHARDPS__HEADER__INIT;
+        int rc;
+
+        if (sv->n_keys == 0)
+            continue;
+        if (sv->conn == NULL || sv->pull_dest != NULL)
+            return sv->conn == NULL ? -PS_ECLOSED : -EBUSY;
+        h.type = SHARDPS__MSG_TYPE__PULL;
+        h.request_id = ++c->next_id;
+        h.clock = clock;
+        h.n_keys = (size_t)sv->n_keys;
+        h.keys = sv->keys;
+        /* Held until wait, so it leaves with the push in one write. */
+        ps__cork(sv);
+        rc = ps_conn_send(sv->conn, &h, NULL, 0, NULL, NULL);
+        if (rc < 0)
+            return rc;
+        sv->pull.request_id = h.request_id;
+        sv->pull.clock = clock;
+        sv->pull.sync = c->mode.sync;
+        sv->pull.max_clock = c->max_clock;
+        sv->pull.n_keys = (size_t)sv->n_keys;
+        sv->pull.keys = sv->keys;
+        sv->pull.bytes = sv->bytes;
+        sv->pull_dest = params;
+        c->outstanding++;
+    }
+    return 0;
+}
+
+/* One frame per chunk, so a server applies each chunk as soon as it has
+ * arrived, while the next one is still on the wire. Small frames wait for
+ * wait() and leave with the pull in one write; a large one leaves now (with
+ * any small ones before it), since its bytes are better on the wire than
+ * queued behind the CRC of the next. */
+static int ps__push_chunk(ps_kv_client *c, ps__server *sv, int i, const float *grad, uint64_t step)
+{
+    const ps_chunk *ch = sv->chunks[i];
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    ps_iov iov = {grad, ch->numel * sizeof(float)};
+    int rc;
+
+    if (sv->conn == NULL)
+        return -PS_ECLOSED;
+    if (sv->push_n == sv->n_keys)
+        return -EBUSY;
+    h.dtype = SHARDPS__DTYPE__DTYPE_F32;
+    if (c->cfg.compress != PS_COMPRESS_NONE) {
+        /* Each chunk has its own place in the server's buffer of halves,
+         * since all of a step's chunks are in flight together; like the
+         * gradients, it is borrowed by the send until wait returns. */
+        uint16_t *half = sv->half + sv->half_at[i];
+        if (c->cfg.compress == PS_COMPRESS_BF16) {
+            ps_f32_to_bf16(half, grad, ch->numel);
+            h.dtype = SHARDPS__DTYPE__DTYPE_BF16;
+        } else {
+            ps_f32_to_f16(half, grad, ch->numel);
+            h.dtype = SHARDPS__DTYPE__DTYPE_F16;
+        }
+        iov.base = half;
+        iov.len = ch->numel * sizeof(uint16_t);
+    }
+    h.type = SHARDPS__MSG_TYPE__PUSH;
+    h.request_id = ++c->next_id;
+    h.clock = step;
+    h.n_keys = 1;
+    h.keys = &sv->keys[i];
+    if (iov.len < PS__CORK_BYTES)
+        ps__cork(sv);
+    else
+        ps__uncork(sv);
+    rc = ps_conn_send(sv->conn, &h, &iov, 1, NULL, NULL);
+    if (rc < 0)
+        return rc;
+    sv->pushes[(sv->push_head + sv->push_n) % sv->n_keys] =
+        (ps_reply_push){.request_id = h.request_id,
+                        .clock = step,
+                        .n_keys = 1,
+                        .max_staleness = c->mode.sync ? 0 : c->max_clock};
+    sv->push_n++;
+    c->stats.bytes_sent += iov.len;
+    c->outstanding++;
+    return 0;
+}
+
+int ps_kv_client_push_tensor(ps_kv_client *c, int tensor_id, const float *grad)
+{
+    uint64_t step = ps_kv_client_weights_clock(c);
+
+    if (tensor_id < 0 || tensor_id >= c->cfg.spec.n_tensors)
+        return -EINVAL;
+    for (int s = 0; s < c->n_servers; s++) {
+        ps__server *sv = &c->servers[s];
+
+        /* A server already past our step (it was restored less far back than
+         * another, or we are a straggler) gets nothing this step: it waits
+         * for us instead of running ahead, and the servers fall back into
+         * step. */
+        if (sv->n_keys == 0 || sv->pulled_clock != step)
+            continue;
+        for (int i = 0; i < sv->n_keys; i++) {
+            int rc;
+            if (sv->chunks[i]->tensor_id != (uint32_t)tensor_id)
+                continue;
+            rc = ps__push_chunk(c, sv, i, grad + sv->chunks[i]->offset, step);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+int ps_kv_client_push(ps_kv_client *c, const float *const *grads)
+{
+    for (int t = c->cfg.spec.n_tensors - 1; t >= 0; t--) {
+        int rc = ps_kv_client_push_tensor(c, t, grads[t]);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+uint64_t ps_kv_client_weights_clock(const ps_kv_client *c)
+{
+    uint64_t m = UINT64_MAX;
+
+    for (int s = 0; s < c->n_servers; s++)
+        if (c->servers[s].n_keys > 0 && c->servers[s].pulled_clock < m)
+            m = c->servers[s].pulled_clock;
+    return m == UINT64_MAX ? 0 : m;
+}
