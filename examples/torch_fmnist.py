@@ -124,7 +124,7 @@ def train(a):
     model = CNN() if a.model == "cnn" else MLP()
     ps = shardps.torch.attach(model, a.addrs.split(","), a.rank, a.workers,
                               total_steps=a.steps)                    # the one line
-    clock = Clock(a, a.rank, settle=ps.sync)
+    clock = Clock(a, a.rank, settle=ps.sync)  # measuring only, as the DDP baseline does
     for step, idx in enumerate(batches(len(x), a, a.rank), 1):
         F.cross_entropy(model(x[idx]), y[idx]).backward()
         clock.tick(model, step)
