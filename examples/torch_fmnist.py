@@ -4,7 +4,11 @@
     python3 examples/torch_fmnist.py --mode sync|async [--epochs E] [--steps N]
 
 starts 2 shardps-servers and 2 PyTorch workers on 127.0.0.1, trains, and ends
-with one JSON line: test_accuracy, wall_seconds, samples_per_second, mode.
+with one JSON line: test_accuracy, seconds_to_target (training seconds until
+rank 0's test every --eval-every steps first reached --target; null if never),
+train_seconds (evaluations excluded), wall_seconds (everything),
+samples_per_second (over train_seconds), mode. torch_ddp_fmnist.py is the
+same run on PyTorch's DistributedDataParallel.
 The training loop (train() below) is an ordinary PyTorch loop plus one line,
 shardps.torch.attach; the servers run Adam and the consistency mode.
 
@@ -63,39 +67,79 @@ class MLP(torch.nn.Module):
         return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
 
 
+def batches(n, a, rank):
+    """This rank's a.steps batches: a fresh shuffle of the n samples each
+    epoch (the same on every rank), of which each rank takes its share."""
+    g = torch.Generator().manual_seed(a.seed)
+    step = 0
+    while True:
+        order = torch.randperm(n, generator=g)[rank::a.workers]
+        for i in range(0, len(order) - a.batch + 1, a.batch):
+            yield order[i:i + a.batch]
+            step += 1
+            if step == a.steps:
+                return
+
+
+class Clock:
+    """Rank 0's training clock and test accuracy: tests every a.eval_every
+    steps and after the last, with the time spent testing taken off the
+    clock. settle() brings the model's weights up to the steps so far. Other
+    ranks only train."""
+
+    def __init__(self, a, rank, settle=lambda: None):
+        self.a, self.settle = a, settle
+        self.test = load("t10k") if rank == 0 else None
+        self.curve = []  # [step, training seconds, test accuracy]
+        self.paused = 0.0
+        self.t0 = time.perf_counter()
+
+    def tick(self, model, step):
+        every = self.a.eval_every
+        if self.test is None or (step != self.a.steps and not (every and step % every == 0)):
+            return
+        self.settle()
+        t = time.perf_counter()
+        tx, ty = self.test
+        model.eval()
+        with torch.no_grad():  # in slices: all 10,000 at once would take gigabytes
+            right = sum((model(tx[i:i + 1000]).argmax(1) == ty[i:i + 1000]).sum().item()
+                        for i in range(0, len(tx), 1000))
+        model.train()
+        self.curve.append([step, round(t - self.t0 - self.paused, 2), right / len(tx)])
+        self.paused += time.perf_counter() - t
+
+    def result(self):
+        """What rank 0 reports; {} elsewhere."""
+        if self.test is None:
+            return {}
+        hit = [s for _, s, acc in self.curve if acc >= self.a.target]
+        return {"test_accuracy": self.curve[-1][2], "train_seconds": self.curve[-1][1],
+                "seconds_to_target": hit[0] if hit else None, "curve": self.curve}
+
+
 def train(a):
     torch.set_num_threads(1)
     x, y = load("train")
     model = CNN() if a.model == "cnn" else MLP()
     ps = shardps.torch.attach(model, a.addrs.split(","), a.rank, a.workers,
                               total_steps=a.steps)                    # the one line
-    g = torch.Generator().manual_seed(a.seed)
-    step = 0
-    while step < a.steps:
-        order = torch.randperm(len(x), generator=g)[a.rank::a.workers]  # this worker's half
-        for i in range(0, len(order) - a.batch + 1, a.batch):
-            idx = order[i:i + a.batch]
-            loss = F.cross_entropy(model(x[idx]), y[idx])
-            loss.backward()
-            step += 1
-            if step == a.steps:
-                break
-    ps.close()  # the final weights; the job ends when every worker has left
-    result = {}
-    if a.rank == 0:
-        tx, ty = load("t10k")
-        model.eval()
-        with torch.no_grad():
-            result["test_accuracy"] = (model(tx).argmax(1) == ty).float().mean().item()
-    print(json.dumps(result), flush=True)
+    clock = Clock(a, a.rank, settle=ps.sync)  # measuring only, as the DDP baseline does
+    for step, idx in enumerate(batches(len(x), a, a.rank), 1):
+        F.cross_entropy(model(x[idx]), y[idx]).backward()
+        clock.tick(model, step)
+    ps.close()  # the job ends when every worker has left
+    print(json.dumps(clock.result()), flush=True)
 
 
 def start_server(a, build, index, n):
     r, w = os.pipe()
+    # A worker is silent while it computes, and rank 0's tests under a
+    # loaded machine can outlast the default 10 s heartbeat timeout.
     p = subprocess.Popen([f"{build}/shardps-server", "--listen", "127.0.0.1:0",
                           "--server-index", str(index), "--num-servers", str(n), "--workers",
-                          str(a.workers), "--mode", a.mode, "--lr",
-                          str(a.lr), "--ready-fd", str(w)], pass_fds=(w,))
+                          str(a.workers), "--mode", a.mode, "--lr", str(a.lr),
+                          "--heartbeat-timeout", "120", "--ready-fd", str(w)], pass_fds=(w,))
     os.close(w)
     with os.fdopen(r) as f:
         port = f.readline().strip()
@@ -106,15 +150,14 @@ def start_server(a, build, index, n):
 
 def launch(a):
     build = a.build or os.path.join(HERE, "..", "build")
-    steps_per_epoch = 60000 // (a.batch * a.workers)
-    steps = a.steps or a.epochs * steps_per_epoch
     t0 = time.time()
     servers = [start_server(a, build, i, 2) for i in range(2)]
     addrs = ",".join(addr for _, addr in servers)
     workers = [subprocess.Popen([sys.executable, __file__, "--worker", "--rank", str(r),
-                                 "--addrs", addrs, "--steps", str(steps), "--batch", str(a.batch),
-                                 "--workers", str(a.workers), "--seed", str(a.seed),
-                                 "--model", a.model],
+                                 "--addrs", addrs, "--workers", str(a.workers),
+                                 "--steps", str(a.steps), "--batch", str(a.batch), "--seed",
+                                 str(a.seed), "--model", a.model, "--eval-every",
+                                 str(a.eval_every), "--target", str(a.target)],
                                 stdout=subprocess.PIPE, text=True) for r in range(a.workers)]
     outs = [w.communicate()[0] for w in workers]
     failed = [r for r, w in enumerate(workers) if w.returncode != 0]
@@ -128,28 +171,49 @@ def launch(a):
             failed.append("(a server did not exit)")
     if failed:
         raise SystemExit(f"worker(s) {failed} failed")
-    wall = time.time() - t0
-    acc = json.loads(outs[0].strip().splitlines()[-1])["test_accuracy"]
-    print(json.dumps({"test_accuracy": round(acc, 4), "wall_seconds": round(wall, 2),
-                      "samples_per_second": round(steps * a.batch * a.workers / wall, 1),
-                      "mode": a.mode, "steps": steps}, separators=(",", ":")))
+    report(a, json.loads(outs[0].strip().splitlines()[-1]), time.time() - t0, a.mode)
+
+
+def report(a, r, wall, mode):
+    """The final JSON line from rank 0's Clock.result(); the curve to a.curve."""
+    if a.curve:
+        with open(a.curve, "w") as f:
+            json.dump(r["curve"], f)
+    print(json.dumps({"test_accuracy": round(r["test_accuracy"], 4),
+                      "seconds_to_target": r["seconds_to_target"], "target": a.target,
+                      "train_seconds": r["train_seconds"], "wall_seconds": round(wall, 2),
+                      "samples_per_second": round(a.steps * a.batch * a.workers /
+                                                  r["train_seconds"], 1),
+                      "mode": mode, "steps": a.steps}, separators=(",", ":")))
+
+
+def parse(p, argv=None):
+    """The training options both examples share, parsed; a.steps planned."""
+    p.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--steps", type=int, default=0, help="stop after N steps (0: every epoch)")
+    p.add_argument("--batch", type=int, default=64, help="samples per step per worker")
+    p.add_argument("--lr", type=float, default=0.001, help="Adam's, cosine-annealed to 0")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--eval-every", type=int, default=100,
+                   help="rank 0 tests every N steps (0: after the last only), off the clock")
+    p.add_argument("--target", type=float, default=0.88,
+                   help="report the training seconds to this test accuracy")
+    p.add_argument("--curve", help="write [step, training seconds, accuracy] rows to this file")
+    p.add_argument("--workers", type=int, default=2, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    a.steps = a.steps or a.epochs * (60000 // (a.batch * a.workers))
+    return a
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mode", choices=["sync", "async", "ssp"], default="sync")
-    p.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--steps", type=int, default=0, help="stop after N steps (0: every epoch)")
-    p.add_argument("--batch", type=int, default=64, help="samples per step per worker")
-    p.add_argument("--lr", type=float, default=0.001)
-    p.add_argument("--seed", type=int, default=1)
     p.add_argument("--build", help="the build folder (default: build/ beside examples/)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--addrs", help=argparse.SUPPRESS)
-    p.add_argument("--workers", type=int, default=2, help=argparse.SUPPRESS)
-    a = p.parse_args()
+    a = parse(p)
     train(a) if a.worker else launch(a)
 
 

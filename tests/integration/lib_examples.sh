@@ -8,7 +8,8 @@
 # starts first and joins (it waits, logging so, until rank 0 declares), and
 # both end with a loss an untrained model cannot reach. Then the PyTorch
 # example trains a few hundred sync steps to a test accuracy it only reaches
-# by learning.
+# by learning, and reports a time to that accuracy consistent with its other
+# times.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/python_lib.sh"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
@@ -79,9 +80,17 @@ for r in 0 1; do
 done
 
 LD_PRELOAD="$PY_PRELOAD" ASAN_OPTIONS=detect_leaks=0 "$PYTHON" "$SRC/examples/torch_fmnist.py" \
-    --mode sync --model mlp --steps 300 --build "$BUILD" >"$TMP/torch.out" 2>"$TMP/torch.err" ||
+    --mode sync --model mlp --steps 300 --eval-every 100 --target 0.75 --build "$BUILD" \
+    >"$TMP/torch.out" 2>"$TMP/torch.err" ||
     { tail -20 "$TMP/torch.err" >&2; fail "examples/torch_fmnist.py failed"; }
 line=$(tail -1 "$TMP/torch.out")
 acc=$(json_field "$line" test_accuracy)
 at_least "$acc" 0.75 || fail "PyTorch through shardps: test accuracy $acc after 300 sync steps (< 0.75)"
+# The last step is always tested, so a run that ends at the target reached it
+# on the clock: somewhere in (0, train_seconds], and training fits in the wall time.
+to=$(json_field "$line" seconds_to_target)
+train=$(json_field "$line" train_seconds)
+wall=$(json_field "$line" wall_seconds)
+{ [ "$to" != null ] && at_least "$to" 0.001 && at_least "$train" "$to" && at_least "$wall" "$train"; } ||
+    fail "PyTorch example: seconds_to_target $to, train_seconds $train, wall_seconds $wall"
 echo "PASS: PyTorch example, 300 sync steps: $line"
