@@ -146,7 +146,10 @@ int shardps_push(shardps *h, int tensor, const float *grad, size_t numel);
  * (n_dest == tensor count; each the tensor's numel floats, borrowed until
  * wait). In sync mode a pull completes once every worker pushed clock - 1. */
 int shardps_pull(shardps *h, uint64_t clock, float *const *dest, int n_dest);
-/* Moves what can move without blocking; returns 0 or the first error. */
+/* Moves what can move without blocking, and sends the heartbeats the
+ * servers asked for (a worker silent for their --heartbeat-timeout leaves
+ * the job): a loop that computes or tests for longer than that calls it now
+ * and then. Returns 0 or the first error. */
 int shardps_progress(shardps *h);
 /* Blocks until every started push and pull completed (each wait has a
  * deadline: request-timeout). */

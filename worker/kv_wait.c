@@ -91,9 +91,11 @@ static void ps__check_overdue(ps_kv_client *c)
     }
 }
 
-/* The loop only runs inside connect and wait, so the heartbeat timer fires
- * exactly while the worker is waiting on the servers; while it computes, its
- * pushes and pulls are its sign of life. */
+/* The loop only runs inside connect, wait and progress, so the heartbeat
+ * timer fires while the worker waits on the servers or calls progress; while
+ * it computes, its pushes and pulls are its sign of life. The timer keeps
+ * running between calls: a loop that evaluates for longer than the servers'
+ * heartbeat timeout stays in the job by calling progress now and then. */
 int ps__run_until_done(ps_kv_client *c)
 {
     uint64_t every = 0;
@@ -109,7 +111,8 @@ int ps__run_until_done(ps_kv_client *c)
         if (sv->welcomed)
             sv->owed_since_ms = uv_now(&c->loop);
     }
-    if (every)
+    if (every && (!uv_is_active((uv_handle_t *)&c->heartbeat) ||
+                  uv_timer_get_repeat(&c->heartbeat) != every))
         uv_timer_start(&c->heartbeat, ps__on_heartbeat, every, every);
     while (c->error == 0 && (c->outstanding > 0 || c->connecting > 0)) {
         uint64_t due = ps__next_deadline(c);
@@ -125,7 +128,6 @@ int ps__run_until_done(ps_kv_client *c)
         uv_run(&c->loop, UV_RUN_ONCE);
     }
     uv_timer_stop(&c->deadline);
-    uv_timer_stop(&c->heartbeat);
     return c->error;
 }
 

@@ -253,6 +253,9 @@ class Client:
             self.wait()
 
     def progress(self):
+        """Moves what can move without blocking and sends the heartbeats the
+        servers asked for: call it now and then in a long computation or
+        test, or the servers count the silence as a worker gone."""
         self._check(self._lib.shardps_progress(self._handle()))
 
     def wait(self):

@@ -90,6 +90,9 @@ class Attached:
         """Completes this step's pushes and pulls the next weights into the
         parameters: called before every forward, so a loop never calls it."""
         if self._pulled and self._pushed == 0:
+            # A forward with nothing to exchange (a test of the model): the
+            # servers still hear from us, however long the test takes.
+            self.client.progress()
             return
         if 0 < self._pushed < len(self._params):
             raise RuntimeError(f"shardps: only {self._pushed} of {len(self._params)} parameters "
@@ -107,8 +110,7 @@ class Attached:
     def close(self):
         """Completes the last step (its pushes, and the pull of the weights
         they make), unhooks the model and leaves the job: the model keeps the
-        final weights. Close before a long evaluation, which the servers
-        would otherwise count as silence."""
+        final weights."""
         if self._pushed:
             self.sync()
         for h in self._handles:

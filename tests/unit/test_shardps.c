@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kv_fixture.h"
@@ -334,6 +335,49 @@ Test(shardps, a_handle_that_declares_nothing_joins_the_servers_table)
             cr_assert(memcmp(&w1[i][k], &want, sizeof(float)) == 0, "tensor %d [%zu]: %a != %a", i,
                       k, (double)w1[i][k], (double)want);
         }
+    cr_assert_eq(shardps_close(h), 0);
+    wait_done();
+    server_down();
+}
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A loop that computes (or tests its model) for longer than the servers'
+ * heartbeat timeout stays in the job if it calls shardps_progress meanwhile:
+ * the heartbeats the servers asked for go out from there. The 20 ms naps
+ * stand for the computation; nothing waits on them. */
+Test(shardps, progress_keeps_a_computing_worker_in_the_job)
+{
+    ps_kv_server_config cfg;
+    float w[4][80], g[80] = {0};
+    float *dest[4] = {w[0], w[1], w[2], w[3]};
+    size_t numel;
+    double end;
+    shardps *h;
+
+    kv_fixture_config(&cfg);
+    cfg.heartbeat_timeout_ms = 1500;
+    server_up_with(&cfg);
+    h = handle();
+    cr_assert_eq(shardps_connect(h), 0);
+    cr_assert_eq(shardps_pull(h, 0, dest, 4), 0);
+    cr_assert_eq(shardps_wait(h), 0);
+    for (end = seconds_now() + 3 * 1.5; seconds_now() < end;) {
+        cr_assert_eq(shardps_progress(h), 0, "%s", shardps_last_error(h));
+        nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    }
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(shardps_tensor_info(h, i, NULL, 0, &numel), 0);
+        cr_assert_eq(shardps_push(h, i, g, numel), 0, "%s", shardps_last_error(h));
+    }
+    cr_assert_eq(shardps_pull(h, 1, dest, 4), 0);
+    cr_assert_eq(shardps_wait(h), 0, "%s", shardps_last_error(h));
     cr_assert_eq(shardps_close(h), 0);
     wait_done();
     server_down();
