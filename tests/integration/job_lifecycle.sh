@@ -59,6 +59,9 @@ job=(--workers 2 --mode sync --seed 3)
 "$BUILD/shardps-server" "${job[@]}" --listen 127.0.0.1:0 --rejoin-timeout 1 \
     --heartbeat-timeout 30 >"$TMP/s.log" 2>&1 &
 spid=$!
+# A failed check must not leave the server, or a worker with 10 epochs to go.
+wpid=()
+trap 'kill "$spid" "${wpid[@]}" 2>/dev/null || true; rm -rf "$TMP"' EXIT
 wait_line "$TMP/s.log" "listening on 127.0.0.1:[0-9]+" || fail "the server did not listen"
 port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$TMP/s.log" | head -n 1)
 # Worker 1 is killed after its first progress line: with far more steps
