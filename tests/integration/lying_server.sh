@@ -87,6 +87,26 @@ wait "$fake" 2>/dev/null || true
 exec 4<&-
 echo "ok: honest, with --slow-ms past the request timeout: $(grep 'done:' "$TMP/honest.err")"
 
+# A sync server that went on without this worker before its first pull (a
+# quorum does not wait) answers it with the weights of the job's last step:
+# the worker has nothing left to compute. It once computed "step 0" on them
+# and pushed a step past the job's end, which real servers applied.
+mkfifo "$TMP/ahead.ready"
+"$FAKE" --case pull-ahead --hidden 32 --ready-fd 3 3>"$TMP/ahead.ready" 2>"$TMP/ahead.fake" </dev/null >/dev/null &
+fake=$!
+exec 4<"$TMP/ahead.ready"
+read -r -t 30 port <&4 || fail "pull-ahead: the fake server reported no port"
+timeout -k 2 "$HANG" "$WORKER" --servers "127.0.0.1:$port" --workers 1 --rank 0 --hidden 32 \
+    --batch 32 --steps 3 --no-eval 2>"$TMP/ahead.err" ||
+    { cat "$TMP/ahead.err" >&2; fail "pull-ahead: the worker failed on weights of its last step"; }
+kill "$fake" 2>/dev/null || true
+wait "$fake" 2>/dev/null || true
+exec 4<&-
+! grep -q "^push at clock" "$TMP/ahead.fake" ||
+    { cat "$TMP/ahead.err" >&2; fail "pull-ahead: a step past the job's end was pushed: $(grep "^push at clock" "$TMP/ahead.fake" | head -n 1)"; }
+grep -q "done: 0 steps" "$TMP/ahead.err" || { cat "$TMP/ahead.err" >&2; fail "pull-ahead: the worker computed steps"; }
+echo "ok: pull-ahead, weights of the last step at the first pull: nothing computed or pushed"
+
 silent="request timeout $REQUEST_TIMEOUT.0 s, --request-timeout"
 run_case silent $((REQUEST_TIMEOUT + SLACK)) "sent nothing for .* while we waited for its WELCOME ($silent"
 run_case silent-after-welcome $((REQUEST_TIMEOUT + CONNECT_TIMEOUT + SLACK)) \

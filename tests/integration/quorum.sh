@@ -7,7 +7,8 @@
 # without it, which a barrier waiting for all 3 never lets them do. Resumed
 # once they are done, worker 2 finds every step already applied and skips
 # to the end, computing at most one step (on the weights of step 0 if its
-# first pull went out before it was stopped; that gradient is late).
+# first pull went out before it was stopped; that gradient is late), and the
+# servers end at the job's last step.
 # Everything is decided by events (log lines, the workers' exits and
 # counters), never by how long anything took:
 # the timeouts only bound a run that hangs, which is what a quorum that is
@@ -83,6 +84,12 @@ done2=$(grep "done: [0-9]* steps" "$TMP/w2.err") || { cat "$TMP/w2.err" >&2; fai
 steps2=$(printf '%s' "$done2" | sed -n 's/.*done: \([0-9]*\) steps.*/\1/p')
 late2=$(printf '%s' "$done2" | sed -n 's/.* \([0-9]*\) late chunks dropped.*/\1/p')
 [ "$steps2" -le 1 ] || fail "worker 2 computed $steps2 steps: it did not skip to the servers' clock"
+# One step computed means on the weights of step 0, already applied: late.
+[ "$steps2" = 0 ] || [ "$late2" -ge 1 ] || fail "worker 2's gradient for step 0 was not dropped: $done2"
+for i in 0 1; do
+    grep -q "summary: clock $STEPS," "$TMP/s$i.err" ||
+        fail "server $i did not end at clock $STEPS: $(grep "summary:" "$TMP/s$i.err")"
+done
 dropped=$(sed -n 's/.*summary: .* \([0-9]*\) late pushes dropped.*/\1/p' "$TMP/s0.err" "$TMP/s1.err")
 [ "$(printf '%s\n' $dropped | awk '{ s += $1 } END { print s + 0 }')" -ge "$late2" ] ||
     fail "the servers counted fewer late pushes ($dropped) than worker 2 had dropped ($late2)"
