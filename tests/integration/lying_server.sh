@@ -11,7 +11,9 @@
 # address) and what it did wrong; the silent ones after --request-timeout
 # (plus --connect-timeout for a first pull, which may wait for the job to
 # join), which their line states, and within a bound timed from the fake
-# server's "accepted" line, loose enough for a loaded machine. An
+# server's "accepted" line, loose enough for a loaded machine. A worker
+# whose first pull brings the weights of the job's last step (no lie: a sync
+# job can go on without it) computes and pushes nothing. An
 # honest fake server, by contrast, sees a worker that computes for longer than
 # its request timeout finish.
 # Synchronisation is on the fake server's ready FIFO and the worker's exit.
