@@ -141,6 +141,19 @@ static uint64_t ps__weights_clock(const ps_trainer *t)
     return c;
 }
 
+/* The step to compute after pulling for `clock`: in sync mode the servers
+ * may have gone on without this worker between its join and its pull (it was
+ * stopped, or slow; a quorum does not wait), and answered with newer weights.
+ * A gradient computed on them carries their clock, so the worker starts from
+ * there: computing "step clock" on them would push a step the job never
+ * planned once they are the last. */
+static uint64_t ps__step_after_pull(const ps_trainer *t, uint64_t clock)
+{
+    uint64_t w = ps__weights_clock(t);
+
+    return w > clock ? w : clock;
+}
+
 /* Pulls the weights of clock into the backend and waits for them. */
 static int ps__pull(ps_trainer *t, uint64_t clock)
 {
@@ -524,7 +537,7 @@ int ps_trainer_run(ps_trainer *t)
 
     t0 = iv.last_t = ps_clock_now();
     rc = ps__pull(t, t->start);
-    for (clock = t->start; clock < t->total; clock++) {
+    for (clock = rc == 0 ? ps__step_after_pull(t, t->start) : t->start; clock < t->total; clock++) {
         int e = (int)(clock / (uint64_t)t->steps_per_epoch);
         float loss;
         int correct;
@@ -547,6 +560,8 @@ int ps_trainer_run(ps_trainer *t)
             rc = ps__reconnect(t, &clock);
             if (rc == 0)
                 rc = ps__pull(t, clock);
+            if (rc == 0)
+                clock = ps__step_after_pull(t, clock);
             if (rc < 0 || clock >= t->total)
                 continue;
             ps_info("rejoined at step %" PRIu64, clock);

@@ -12,6 +12,9 @@ chmod 600 "$TMP/token" "$TMP/wrong"
 "$CLUSTER" --servers 2 --workers 2 --steps 60 --progress-every 30 --auth-token-file "$TMP/token" \
     --json >"$TMP/ok.out" 2>"$TMP/ok.err" || { cat "$TMP/ok.err" >&2; fail "authenticated cluster failed"; }
 
+# A failed check must not leave a server waiting for workers that never come.
+server=
+trap 'if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; fi; rm -rf "$TMP"' EXIT
 start_server() { # token-args...
     mkfifo "$TMP/port.$$.$1"
     "$BUILD/shardps-server" --listen 127.0.0.1:0 --workers 1 --ready-fd 3 "${@:2}" \

@@ -11,21 +11,24 @@
 # a bound). The server must log a reason naming each refused
 # connection, the worker must finish every step, and the server must exit 0
 # on its own once rank 1 has said goodbye too.
-# Synchronisation is by FIFOs (the server's port, the worker's start report,
-# the silent peer's "connected" line), blocking reads with timeouts and wait:
-# no sleeps. A smaller model than the default keeps it quick under ASan.
+# Synchronisation is by FIFOs (the server's port, the worker's reports, the
+# silent peer's "connected" line), blocking reads with timeouts and wait: no
+# sleeps. The worker is still training when the scenarios end because it is
+# held (SIGSTOP) at step GATE until they have, however long they take; the
+# server has no heartbeat timeout, so holding it changes nothing else. A
+# smaller model than the default keeps it quick under ASan.
 source "$(dirname "$0")/lib.sh"
 HOSTILE="$BUILD/tests/ps-hostile-client"
 STEPS=300
-# A floor under the worker's run time (STEPS x SLOW_MS), so it is still
-# training when the hostile scenarios end; checked below from the log order.
+GATE=250
+# The worker trains beside the scenarios for a while: STEPS x SLOW_MS at least.
 SLOW_MS=20
 # The slow reader's bound on the server's RSS growth, in MiB: the server stops
 # reading a peer once two full pulls of its shard plus 16 MiB are queued for
 # it (kv_server.c), and hands out no frame it has already buffered until the
 # queue drains (transport.c); the rest is allocator slack.
 MAX_GROWTH=100
-growth=() heartbeat=()
+growth=() heartbeat=(--heartbeat-timeout off)
 
 model=(--hidden 64,32)
 job=(--mode async --optimizer sgd --lr 0.05) # the real worker runs with the server's settings
@@ -35,17 +38,18 @@ mkfifo "$TMP/port" "$TMP/report" "$TMP/silent"
 server=$!
 read -r -t 30 port <"$TMP/port" || fail "the server did not report its port"
 
+# Held at GATE for as long as the scenarios take, it must not give up on the
+# server on waking up.
 "$BUILD/shardps-worker" --servers "127.0.0.1:$port" --workers 2 --rank 0 "${model[@]}" "${job[@]}" \
     --batch 32 --steps "$STEPS" --slow-ms "$SLOW_MS" --no-eval --progress-every 100 \
-    --report-fd 4 4>"$TMP/report" 2>"$TMP/w0.err" &
+    --report-steps "$GATE" --request-timeout 3600 --report-fd 4 4>"$TMP/report" 2>"$TMP/w0.err" &
 worker=$!
+trap 'kill -CONT "$worker" 2>/dev/null || true; kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
 # The worker's first report is sent once it has joined: only then may rank 1
 # join, so training starts with the real worker in it.
 exec 5<"$TMP/report"
 read -r -t 60 -u 5 line || { cat "$TMP/w0.err" >&2; fail "the worker never joined"; }
 case "$line" in *'"event":"start"'*) ;; *) fail "unexpected first worker report: $line" ;; esac
-cat <&5 >"$TMP/report.rest" &
-drain=$!
 
 client=("$HOSTILE" --server "127.0.0.1:$port" "${model[@]}" --workers 2 --rank 1 --timeout 30)
 "${client[@]}" --silent-wait 90 silent >"$TMP/silent" 2>"$TMP/silent.err" &
@@ -54,7 +58,17 @@ exec 6<"$TMP/silent"
 read -r -t 30 -u 6 line || fail "the silent peer did not connect"
 
 "${client[@]}" --server-pid "$server" --max-growth "$MAX_GROWTH" "${growth[@]}" all \
-    >"$TMP/hostile.out" 2>&1 || hostile_rc=$?
+    >"$TMP/hostile.out" 2>&1 &
+hostile=$!
+# The worker's reports until it has done step GATE; there it waits for the
+# scenarios to end.
+step=0
+while [ "$step" -lt "$GATE" ]; do
+    read -r -t 600 -u 5 line || { cat "$TMP/w0.err" >&2; fail "the worker never reported step $GATE"; }
+    case "$line" in *'"event":"step"'*) step=$(json_field "$line" step) ;; esac
+done
+kill -STOP "$worker"
+wait "$hostile" || hostile_rc=$?
 cat "$TMP/hostile.out"
 [ "${hostile_rc:-0}" = 0 ] || fail "a hostile scenario did not end as it must (FAIL lines above)"
 # Rank 1 was borrowed by the scenarios; the server waits for every rank that
@@ -62,6 +76,9 @@ cat "$TMP/hostile.out"
 "${client[@]}" bye >"$TMP/bye.out" 2>&1 || fail "rank 1 could not say goodbye: $(cat "$TMP/bye.out")"
 # Log lines so far: the worker's "left" line must come after them.
 marks=$(wc -l <"$TMP/server.err")
+kill -CONT "$worker"
+cat <&5 >"$TMP/report.rest" &
+drain=$!
 
 wait "$worker" || { cat "$TMP/w0.err" >&2; fail "the worker failed beside the hostile peers"; }
 wait "$server" || { cat "$TMP/server.err" >&2; fail "the server did not exit 0"; }
@@ -88,6 +105,6 @@ grep -q "worker 0 (.*) left at clock $STEPS (finished)" "$TMP/server.err" ||
 # The worker was still training when the last scenario ended.
 finished=$(grep -n "worker 0 (.*) left at clock" "$TMP/server.err" | head -n 1 | cut -d: -f1)
 [ "$finished" -gt "$marks" ] ||
-    fail "worker 0 finished before the hostile scenarios did; raise STEPS or SLOW_MS"
+    fail "worker 0 finished before the hostile scenarios did"
 grep -q '"event":"done"' "$TMP/report.rest" || fail "the worker sent no final report"
 echo "PASS: $n hostile scenarios refused and logged while worker 0 trained $STEPS steps"

@@ -20,17 +20,14 @@ opts=(--servers 2 --workers 2 --batch 32 --mode sync --optimizer adam --lr-sched
 "$CLUSTER" "${opts[@]}" --dump-weights "$TMP/whole.bin" >"$TMP/whole.out" 2>"$TMP/whole.err" ||
     { cat "$TMP/whole.err" >&2; fail "the uninterrupted run failed"; }
 
-# wait_line FILE ERE: returns once FILE has a line matching ERE (120 s at most).
-wait_line() {
-    timeout 120 bash -c 'until grep -Eq "$2" "$1" 2>/dev/null; do sleep 0.05; done' _ "$1" "$2"
-}
-
 for trial in launcher group workers; do
     D="$TMP/ck-$trial"
     # Its own process group, so that the group can be signalled as a terminal would.
     setsid "$CLUSTER" "${opts[@]}" --checkpoint-dir "$D" >"$TMP/$trial.out" 2>"$TMP/$trial.err" &
     pid=$!
-    wait_line "$TMP/$trial.out" " step [1-3]0/40 " ||
+    # Step 10's line: the 30 steps left take 12 s at least (the straggler's
+    # 400 ms each), so the interruption lands before the end.
+    wait_for_line "$TMP/$trial.out" " step [1-3]0/40 " 120 ||
         { kill -KILL -- "-$pid"; fail "$trial: no progress past step 10"; }
     case $trial in
     launcher) kill -INT "$pid" ;;

@@ -59,15 +59,21 @@ job=(--workers 2 --mode sync --seed 3)
 "$BUILD/shardps-server" "${job[@]}" --listen 127.0.0.1:0 --rejoin-timeout 1 \
     --heartbeat-timeout 30 >"$TMP/s.log" 2>&1 &
 spid=$!
+# A failed check must not leave the server, or a worker with 10 epochs to go.
+wpid=()
+trap 'kill "$spid" "${wpid[@]}" 2>/dev/null || true; rm -rf "$TMP"' EXIT
 wait_line "$TMP/s.log" "listening on 127.0.0.1:[0-9]+" || fail "the server did not listen"
 port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$TMP/s.log" | head -n 1)
+# Worker 1 is killed after its first progress line: with far more steps
+# than worker 0 (its 10 epochs), it cannot have finished by then however
+# fast it runs.
 for r in 0 1; do
-    "$BUILD/shardps-worker" "${job[@]}" --batch 32 --steps 150 --progress-every 10 \
-        --servers "127.0.0.1:$port" --rank $r --no-eval \
+    "$BUILD/shardps-worker" "${job[@]}" --batch 32 --steps $((r == 0 ? 150 : 100000)) \
+        --progress-every 10 --servers "127.0.0.1:$port" --rank $r --no-eval \
         >"$TMP/w$r.log" 2>&1 &
     wpid[$r]=$!
 done
-wait_line "$TMP/w1.log" " step [0-9]+/150 loss" || fail "worker 1 made no progress"
+wait_line "$TMP/w1.log" " step [0-9]+/[0-9]+ loss" || fail "worker 1 made no progress"
 kill -9 "${wpid[1]}"
 wait "${wpid[0]}" || { cat "$TMP/w0.log" >&2; fail "worker 0 did not finish after losing worker 1"; }
 timeout 60 tail --pid="$spid" -f /dev/null ||

@@ -55,12 +55,14 @@ start_server() {
 trap 'kill "${servers[@]}" 2>/dev/null || true; rm -rf "$TMP"' EXIT
 
 # expect_refused NAME WANT ARGS...: the worker exits non-zero at the
-# handshake (well before its connect timeout) and its log contains WANT.
+# handshake (not after its 600 s connect timeout; stopped at 60 s, time
+# enough for a sanitizer build to start on a loaded machine) and its log
+# contains WANT.
 expect_refused() {
     local name=$1 want=$2 rc
     shift 2
     set +e
-    timeout -k 2 30 "$WORKER" --hidden "${HIDDEN:-32}" --rank "${RANK:-0}" --steps 1 --no-eval --connect-timeout 20 "$@" \
+    timeout -k 2 60 "$WORKER" --hidden "${HIDDEN:-32}" --rank "${RANK:-0}" --steps 1 --no-eval --connect-timeout 600 "$@" \
         >/dev/null 2>"$TMP/$name.err"
     rc=$?
     set -e
@@ -78,7 +80,9 @@ grep -q "optimizer: adam on the worker, sgd on this server" "$TMP/modes.err" ||
     fail "the refusal did not name every differing setting"
 
 start_server s2 --workers 2
-"$WORKER" --hidden 32 --workers 2 --rank 0 --steps 1 --no-eval --connect-timeout 20 \
+# It waits for a rank 1 that is refused: its connect timeout must outlast
+# the test, or it leaves before the second worker is checked against it.
+"$WORKER" --hidden 32 --workers 2 --rank 0 --steps 1 --no-eval --connect-timeout 600 \
     --servers "127.0.0.1:$port_s2" 2>"$TMP/first.err" &
 servers+=($!)
 wait_for_line "$TMP/s2.err" "worker 0 .* joined" 60 || fail "the first worker never joined"

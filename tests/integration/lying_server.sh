@@ -8,9 +8,12 @@
 # connection-loss status and escape codes in its reason, and a reply far
 # larger than any answer can be. Each time the worker must exit non-zero, not
 # hang and not reconnect, with one line naming the server (index and
-# address) and what it did wrong; the silent ones within --request-timeout
+# address) and what it did wrong; the silent ones after --request-timeout
 # (plus --connect-timeout for a first pull, which may wait for the job to
-# join) and a few seconds, timed from the fake server's "accepted" line. An
+# join), which their line states, and within a bound timed from the fake
+# server's "accepted" line, loose enough for a loaded machine. A worker
+# whose first pull brings the weights of the job's last step (no lie: a sync
+# job can go on without it) computes and pushes nothing. An
 # honest fake server, by contrast, sees a worker that computes for longer than
 # its request timeout finish.
 # Synchronisation is on the fake server's ready FIFO and the worker's exit.
@@ -19,7 +22,8 @@ FAKE="$BUILD/tests/ps-fake-server"
 WORKER="$BUILD/shardps-worker"
 REQUEST_TIMEOUT=2
 CONNECT_TIMEOUT=3
-SLACK=5
+# Below the 30 s a worker waits for a WELCOME without --request-timeout.
+SLACK=20
 # A worker that is still running after this was hanging (the old behaviour).
 HANG=40
 # The fake server of the case under way, stopped however the test ends.
@@ -85,11 +89,32 @@ wait "$fake" 2>/dev/null || true
 exec 4<&-
 echo "ok: honest, with --slow-ms past the request timeout: $(grep 'done:' "$TMP/honest.err")"
 
-run_case silent $((REQUEST_TIMEOUT + SLACK)) "sent nothing for .* while we waited for its WELCOME"
+# A sync server that went on without this worker before its first pull (a
+# quorum does not wait) answers it with the weights of the job's last step:
+# the worker has nothing left to compute. It once computed "step 0" on them
+# and pushed a step past the job's end, which real servers applied.
+mkfifo "$TMP/ahead.ready"
+"$FAKE" --case pull-ahead --hidden 32 --ready-fd 3 3>"$TMP/ahead.ready" 2>"$TMP/ahead.fake" </dev/null >/dev/null &
+fake=$!
+exec 4<"$TMP/ahead.ready"
+read -r -t 30 port <&4 || fail "pull-ahead: the fake server reported no port"
+timeout -k 2 "$HANG" "$WORKER" --servers "127.0.0.1:$port" --workers 1 --rank 0 --hidden 32 \
+    --batch 32 --steps 3 --no-eval 2>"$TMP/ahead.err" ||
+    { cat "$TMP/ahead.err" >&2; fail "pull-ahead: the worker failed on weights of its last step"; }
+kill "$fake" 2>/dev/null || true
+wait "$fake" 2>/dev/null || true
+exec 4<&-
+! grep -q "^push at clock" "$TMP/ahead.fake" ||
+    { cat "$TMP/ahead.err" >&2; fail "pull-ahead: a step past the job's end was pushed: $(grep "^push at clock" "$TMP/ahead.fake" | head -n 1)"; }
+grep -q "done: 0 steps" "$TMP/ahead.err" || { cat "$TMP/ahead.err" >&2; fail "pull-ahead: the worker computed steps"; }
+echo "ok: pull-ahead, weights of the last step at the first pull: nothing computed or pushed"
+
+silent="request timeout $REQUEST_TIMEOUT.0 s, --request-timeout"
+run_case silent $((REQUEST_TIMEOUT + SLACK)) "sent nothing for .* while we waited for its WELCOME ($silent"
 run_case silent-after-welcome $((REQUEST_TIMEOUT + CONNECT_TIMEOUT + SLACK)) \
-    "sent nothing for .* while we waited for the answer to a pull"
+    "sent nothing for .* while we waited for the answer to a pull ($silent"
 run_case stall-mid-frame $((REQUEST_TIMEOUT + CONNECT_TIMEOUT + SLACK)) \
-    "sent nothing for .* while we waited for the answer to a pull"
+    "sent nothing for .* while we waited for the answer to a pull ($silent"
 run_case welcome-clock 0 "WELCOME at clock 18446744073709551615, past the 3 steps"
 run_case welcome-mode 0 "WELCOME with mode 'bogus'"
 run_case pull-dtype 0 "PULL_REPLY with dtype 99"

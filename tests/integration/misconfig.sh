@@ -57,24 +57,30 @@ expect_worker_fails() {
 # Wrong port: nobody listens on port 1; the worker gives up after its
 # connect timeout and names the address.
 worker_file wrong_port 127.0.0.1:1 2 32
-expect_worker_fails wrong_port 15 "cannot reach server 0 at 127.0.0.1:1" --connect-timeout 1.5
+expect_worker_fails wrong_port 60 "cannot reach server 0 at 127.0.0.1:1" --connect-timeout 1.5
 
 # Wrong worker count and another model: refused at the handshake, so these
-# exit long before their 30 s connect timeout would. The server learns the
+# exit long before their 600 s connect timeout would (stopped at 60 s, time
+# enough for a sanitizer build to start on a loaded machine). The server learns the
 # model from the first worker it admits: a good rank 1 joins first (and
 # waits for rank 0), then a rank 0 with another model is refused.
 worker_file wrong_workers "127.0.0.1:$port" 3 32
-expect_worker_fails wrong_workers 15 "workers: 3 on the worker, 2 on this server" --connect-timeout 30
+expect_worker_fails wrong_workers 60 "workers: 3 on the worker, 2 on this server" --connect-timeout 600
 worker_file good "127.0.0.1:$port" 2 32
-"$WORKER" --cluster "$TMP/good.ini" --rank 1 --steps 1 --no-eval 2>"$TMP/good.err" &
+# It waits for a rank 0 that never comes: its connect timeout must outlast
+# the test, or it gives up and leaves mid-way.
+"$WORKER" --cluster "$TMP/good.ini" --rank 1 --steps 1 --no-eval --connect-timeout 600 \
+    2>"$TMP/good.err" &
 good=$!
 trap 'kill $good $server 2>/dev/null || true; rm -rf "$TMP"' EXIT
 wait_for_line "$TMP/server.err" "worker 1 .* joined" 60 || fail "the good worker never joined"
 worker_file wrong_model "127.0.0.1:$port" 2 64
-expect_worker_fails wrong_model 15 \
+expect_worker_fails wrong_model 60 \
     "model mismatch: tensor fc1.weight: 64x784 from the worker, 32x784 on this server" \
-    --connect-timeout 30
-kill "$good"
+    --connect-timeout 600
+# SIGKILL: a worker still waiting for its job to start takes SIGTERM as a
+# request to stop after its next step, which never comes.
+kill -KILL "$good"
 wait "$good" 2>/dev/null || true
 
 # A refused worker also says what it runs and where each value came from,
@@ -99,7 +105,7 @@ expect_usage() { # want command...
     local want=$1 rc
     shift
     set +e
-    timeout 15 "$@" >/dev/null 2>"$TMP/usage.err"
+    timeout 60 "$@" >/dev/null 2>"$TMP/usage.err"
     rc=$?
     set -e
     [ "$rc" -eq 2 ] || { cat "$TMP/usage.err" >&2; fail "'$*' exited $rc, not 2"; }

@@ -56,33 +56,41 @@ grep -q "on SIGTERM" "$TMP/w0.err" || { cat "$TMP/w0.err" >&2; fail "the worker 
 echo "ok: a worker told to stop after its server left ends at once"
 
 # 2. A worker waiting for a server nobody runs logs its wait at the start
-# and again a few seconds later, each time with the seconds left.
+# and again a few seconds later, each time with the seconds left. It says so
+# at the first attempt and at the first one at least 5 s after the last line;
+# it tries about once a second and gives up at the attempt whose next retry
+# would pass the connect timeout. With 12 s, attempts between 5 and 11 s
+# (a window of 6 s: late wake-ups under load cannot skip it, as they could
+# one of 1 s with 7) make a second line certain, and a fourth would need 15 s.
 set +e
-timeout -k 2 30 "$WORKER" --servers 127.0.0.1:1 --workers 1 --steps 1 --no-eval \
-    --connect-timeout 7 2>"$TMP/wait.err"
+timeout -k 2 60 "$WORKER" --servers 127.0.0.1:1 --workers 1 --steps 1 --no-eval \
+    --connect-timeout 12 2>"$TMP/wait.err"
 rc=$?
 set -e
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "the waiting worker exited with $rc"
 n=$(grep -c "waiting for server 0 at 127.0.0.1:1 ([0-9]* s left)" "$TMP/wait.err" || true)
 [ "$n" -ge 2 ] && [ "$n" -le 3 ] ||
-    { cat "$TMP/wait.err" >&2; fail "expected 2 or 3 'waiting for server' lines in 7 s, got $n"; }
-echo "ok: the waiting worker said so $n times in 7 s"
+    { cat "$TMP/wait.err" >&2; fail "expected 2 or 3 'waiting for server' lines in 12 s, got $n"; }
+echo "ok: the waiting worker said so $n times in 12 s"
 
 # 3. A second worker asking for a live rank is refused at once, naming the
-# reason, well before its 30 s connect timeout.
+# reason, not after its 600 s connect timeout (stopped at 60 s, time enough
+# for a sanitizer build to start on a loaded machine).
 mkfifo "$TMP/ready"
 timeout --foreground -k 5 120 "$SERVER" --listen 127.0.0.1:0 --workers 2 --ready-fd 3 \
     3>"$TMP/ready" 2>"$TMP/server.err" &
 server=$!
 trap 'kill -9 $server $first 2>/dev/null || true; rm -rf "$TMP"' EXIT
 read -r -t 60 port <"$TMP/ready" || { cat "$TMP/server.err" >&2; fail "the server reported no port"; }
+# It waits for a rank 1 that never comes: its connect timeout must outlast
+# the test, or it gives up before the check that it is still there.
 timeout -k 2 120 "$WORKER" --servers "127.0.0.1:$port" --workers 2 --rank 0 --hidden 32 --steps 5 \
-    --no-eval 2>"$TMP/first.err" &
+    --no-eval --connect-timeout 600 2>"$TMP/first.err" &
 first=$!
 wait_for_line "$TMP/server.err" "worker 0 .* joined" 60 || fail "worker 0 never joined"
 set +e
-timeout -k 2 10 "$WORKER" --servers "127.0.0.1:$port" --workers 2 --rank 0 --hidden 32 --steps 5 \
-    --no-eval --connect-timeout 30 2>"$TMP/second.err"
+timeout -k 2 60 "$WORKER" --servers "127.0.0.1:$port" --workers 2 --rank 0 --hidden 32 --steps 5 \
+    --no-eval --connect-timeout 600 2>"$TMP/second.err"
 rc=$?
 set -e
 [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "the second rank 0 waited instead of being refused"
@@ -100,7 +108,7 @@ expect_error() {
     local want=$1 rc
     shift
     set +e
-    timeout -k 2 20 "$@" >"$TMP/addr.out" 2>&1
+    timeout -k 2 60 "$@" >"$TMP/addr.out" 2>&1
     rc=$?
     set -e
     [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "$* exited with $rc"

@@ -10,6 +10,9 @@ job=(--workers 2 --optimizer sgd --lr 0.05) # every process of the job takes the
 "$BUILD/shardps-server" --listen 127.0.0.1:0 --num-servers 1 "${job[@]}" \
     --ready-fd 3 3>"$TMP/port" 2>"$TMP/server.err" &
 server=$!
+# A failed check must not leave the server or a worker running.
+w0= w1=
+trap 'kill $server $w0 $w1 2>/dev/null || true; rm -rf "$TMP"' EXIT
 read -r port <"$TMP/port"
 common=(--servers "127.0.0.1:$port" "${job[@]}" --batch 32 --no-eval --progress-every 50)
 "$BUILD/shardps-worker" "${common[@]}" --rank 0 --steps 150 2>"$TMP/w0.err" &

@@ -44,6 +44,8 @@ static const fs_case fs_cases[] = {
     {"pull-dtype", "PULL_REPLY with dtype 99"},
     {"pull-clock", "PULL_REPLY at clock 2^64-1"},
     {"pull-nan", "PULL_REPLY whose weights are NaN"},
+    {"pull-ahead", "no lie: every PULL_REPLY at clock 3 at least, the end of lying_server.sh's "
+                   "3-step job (a sync job that went on without this worker)"},
     {"push-status", "PUSH_REPLY with status 2^31-1 (chunks dropped)"},
     {"error-reset", "ERROR with status -ECONNRESET and a reason with escape codes"},
     {"oversized-reply", "PUSH_REPLY announcing a 1 MiB payload"},
@@ -129,6 +131,8 @@ static int answer_pull(int fd, const Shardps__Header *req)
     h.type = SHARDPS__MSG_TYPE__PULL_REPLY;
     h.request_id = req->request_id;
     h.clock = fs_is("pull-clock") ? UINT64_MAX : req->clock;
+    if (fs_is("pull-ahead") && h.clock < 3)
+        h.clock = 3;
     h.dtype = fs_is("pull-dtype") ? 99 : SHARDPS__DTYPE__DTYPE_F32;
     h.n_keys = req->n_keys;
     h.keys = req->keys;
@@ -142,6 +146,8 @@ static int answer_push(int fd, const Shardps__Header *req)
     Shardps__Header h = SHARDPS__HEADER__INIT;
     static uint8_t junk[1 << 20];
 
+    /* The test reads which steps were pushed. */
+    fprintf(stderr, "push at clock %llu\n", (unsigned long long)req->clock);
     h.type = SHARDPS__MSG_TYPE__PUSH_REPLY;
     h.request_id = req->request_id;
     h.clock = req->clock;

@@ -71,6 +71,10 @@ void kv_fixture_config(ps_kv_server_config *cfg)
     cfg->mode = "sync";
     cfg->max_payload = (size_t)1 << 20;
     cfg->reject_nonfinite = 1;
+    /* Far beyond any test, so that a peer a test keeps silent on purpose
+     * (good_worker_trains_after_and_beside_bad_peers) is not closed under
+     * it on a slow machine; a test of the timeout sets its own. */
+    cfg->handshake_timeout_ms = 600000;
 }
 
 void server_up_with(const ps_kv_server_config *cfg)
