@@ -4,8 +4,10 @@
 # step, then the servers, which checkpoint at that step boundary; a run
 # resumed from those checkpoints ends with exactly the weights of a run
 # never interrupted. Three times: SIGINT to the launcher alone; to its whole
-# process group at once (what a terminal's Ctrl-C does: every worker and
-# server gets SIGINT too, and the servers wait for the step boundary); and
+# process group at once (what a terminal's Ctrl-C does; the launcher's
+# children run in sessions of their own, so it still reaches only the
+# launcher, which orders the stop: signalled together, a server at a step
+# boundary would leave while the workers were inside the step); and
 # SIGTERM to the workers alone, as `docker compose stop` does (workers
 # first, since they depend on the servers; the launcher then sees them
 # gone and stops the servers).
@@ -31,7 +33,14 @@ for trial in launcher group workers; do
         { kill -KILL -- "-$pid"; fail "$trial: no progress past step 10"; }
     case $trial in
     launcher) kill -INT "$pid" ;;
-    group) kill -INT -- "-$pid" ;;
+    group)
+        # The terminal's signal must reach the launcher alone.
+        for child in $(pgrep -P "$pid"); do
+            [ "$(ps -o pgid= -p "$child" | tr -d ' ')" != "$pid" ] ||
+                fail "child $child is in the launcher's process group: Ctrl-C would reach it"
+        done
+        kill -INT -- "-$pid"
+        ;;
     workers) kill -TERM $(pgrep -P "$pid" -f shardps-worker) ;;
     esac
     wait "$pid" && fail "$trial: the interrupted launcher exited 0"

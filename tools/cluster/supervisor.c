@@ -315,6 +315,13 @@ static int ps__spawn(ps__cluster *cl, ps__role role, int index, ps_child_args *a
     opt.stdio = stdio;
     opt.stdio_count = 4;
     opt.env = cl->cfg.env;
+    /* A session of its own: a terminal's Ctrl-C (SIGINT to the foreground
+     * process group) reaches only the launcher, which stops the workers at a
+     * step boundary and then the servers. Signalled all at once, a server
+     * that happened to be at a boundary would checkpoint and leave while the
+     * workers were still inside the step. The child has no terminal to lose
+     * (its output is piped) and still dies with the launcher (--parent-pid). */
+    opt.flags = UV_PROCESS_DETACHED;
     rc = uv_spawn(cl->loop, &c->proc, &opt);
     if (rc < 0) {
         ps_error("cannot start %s (%s): %s", ps__child_name(c, name, sizeof(name)), path,
