@@ -531,7 +531,7 @@ int ps_trainer_run(ps_trainer *t)
 {
     const ps_trainer_config *o = &t->cfg;
     ps__interval iv = {0};
-    int rc, epoch = -1, reconnects = 0;
+    int rc, epoch = -1, reconnects = 0, stop;
     uint64_t clock;
     double t0, acc = -1, t_step, t_exchange;
 
@@ -610,13 +610,19 @@ int ps_trainer_run(ps_trainer *t)
          * us; the pull brought newer weights, so skip to where they are. */
         if (ps__weights_clock(t) > clock + 1)
             clock = ps__weights_clock(t) - 1;
+        /* Whether to stop here is read before this step is reported: a
+         * stop that the report itself sets off (a launcher's drill, a test,
+         * a person watching the progress line) takes effect at the next
+         * boundary, which the other workers reach too, not at this one,
+         * which they may have passed already. */
+        stop = o->stop ? *o->stop : 0;
         if ((clock + 1) % (uint64_t)o->progress_every == 0 || clock + 1 >= t->total)
             ps__progress(t, &iv, epoch, clock + 1);
         ps__report_step(t, clock + 1);
-        if (o->stop && *o->stop) {
+        if (stop) {
             ps_info("stopping after step %" PRIu64 " on %s: every server is at this step's "
                     "boundary",
-                    clock + 1, *o->stop == SIGINT ? "SIGINT" : "SIGTERM");
+                    clock + 1, stop == SIGINT ? "SIGINT" : "SIGTERM");
             return -EINTR;
         }
     }
