@@ -588,6 +588,10 @@ int ps_trainer_run(ps_trainer *t)
             for (int i = 0; o->clip_norm > 0 && i < t->spec.n_tensors; i++)
                 ps__clip_tensor(ps_backend_grads(t->be, i), t->spec.tensors[i].numel,
                                 (float)o->clip_norm);
+            /* Said before the nap: whoever watches knows this worker has
+             * passed the boundary behind it and not yet pushed. */
+            ps_info("step %" PRIu64 ": holding the pushes %d ms (--slow-ms)", clock + 1,
+                    o->slow_ms);
             ps__slow_down(o->slow_ms);
             for (int i = t->spec.n_tensors - 1; i >= 0 && t->push_rc == 0; i--)
                 t->push_rc = shardps_push(t->ps, i, t->grads[i], t->spec.tensors[i].numel);

@@ -22,13 +22,6 @@ opts=(--servers 2 --workers 2 --batch 32 --mode sync --optimizer adam --lr-sched
 "$CLUSTER" "${opts[@]}" --dump-weights "$TMP/whole.bin" >"$TMP/whole.out" 2>"$TMP/whole.err" ||
     { cat "$TMP/whole.err" >&2; fail "the uninterrupted run failed"; }
 
-# in_nap PID: the process's main thread is inside nanosleep (35) or
-# clock_nanosleep (230), x86-64's numbers: --slow-worker's nap.
-in_nap() {
-    local nr
-    read -r nr _ <"/proc/$1/syscall" 2>/dev/null && { [ "$nr" = 35 ] || [ "$nr" = 230 ]; }
-}
-
 for trial in launcher group workers; do
     D="$TMP/ck-$trial"
     # Its own process group, so that the group can be signalled as a terminal would.
@@ -40,15 +33,12 @@ for trial in launcher group workers; do
         { kill -KILL -- "-$pid"; fail "$trial: no progress past step 10"; }
     # The interruption must land inside a step, where every worker has
     # passed its stop check for the boundary behind it: worker 0 made its
-    # check before reporting the step, and worker 1 once it naps (the
-    # straggler's 400 ms, after its check and its gradients, before its
-    # pushes; nobody reaches the next boundary before it pushes). At a
-    # boundary the workers could decide differently (docs/reliability.md).
-    w1=$(pgrep -P "$pid" -f -- "shardps-worker .*--rank 1( |$)") || fail "$trial: no worker 1"
-    until in_nap "$w1"; do
-        kill -0 "$w1" 2>/dev/null || fail "$trial: worker 1 ended before it napped"
-        sleep 0.01 # polling what worker 1 is doing, not waiting for it to be done
-    done
+    # check before reporting step 10, and worker 1 before it says it holds
+    # the pushes of a later step (the straggler's 400 ms, after its check and
+    # its gradients; nobody reaches the next boundary before it pushes). At
+    # a boundary the workers could decide differently (docs/reliability.md).
+    wait_for_line "$TMP/$trial.err" "\[worker 1\] step (1[1-9]|[23][0-9]|40): holding the pushes" 120 ||
+        { kill -KILL -- "-$pid"; fail "$trial: worker 1 never held a step past 10"; }
     case $trial in
     launcher) kill -INT "$pid" ;;
     group)
