@@ -612,8 +612,7 @@ int ps_trainer_run(ps_trainer *t)
                               correct, o->batch);
         /* Sync with backup workers: the step may have been applied without
          * us; the pull brought newer weights, so skip to where they are. */
-        if (ps__weights_clock(t) > clock + 1)
-            clock = ps__weights_clock(t) - 1;
+        clock = ps__step_after_pull(t, clock + 1) - 1;
         /* Whether to stop here is read before this step is reported: a
          * stop that the report itself sets off (a launcher's drill, a test,
          * a person watching the progress line) takes effect at the next
