@@ -20,7 +20,7 @@ fi
 missing=()
 while IFS= read -r f; do
     case "$f" in
-    common/* | server/* | worker/* | kernels/* | tools/* | include/* | python/* | proto/*) ;;
+    common/* | server/* | worker/* | lib/* | kernels/* | tools/* | include/* | python/* | proto/*) ;;
     *) continue ;;
     esac
     case "$f" in
