@@ -1,7 +1,20 @@
-/* The key-value server's shared state, for its own files only (handshake.c,
- * pulls.c, pushes.c, durability.c, kv_server.c); nothing outside server/
- * includes this. Everything here is touched on the libuv loop thread only,
- * except what an update job reads on the pool (see apply_queue.h). */
+/* The key-value server's shared state, for its own files only; nothing
+ * outside server/ includes this. Everything here is touched on the libuv
+ * loop thread only, except what an update job reads on the pool (see
+ * apply_queue.h).
+ *
+ * The front's files call in one direction, top to bottom:
+ *   kv_server.c   the dispatcher: listener, one peer per connection, each
+ *                 frame to its handler, membership, timers, lifecycle;
+ *   handshake.c · pulls.c · pushes.c · durability.c · tensors.c
+ *                 the handlers, each one job; they may call each other;
+ *   peer.c · clocks.c · keys.c
+ *                 what the handlers and the dispatcher share: a peer's
+ *                 refusal, the job's clocks and membership view, a request's
+ *                 keys.
+ * Nothing calls up: tests/docs/server_layers.sh (ctest server_layers) fails
+ * on a call from a handler into kv_server.c, or from a shared file into
+ * either. */
 #ifndef PS_KV_INTERNAL_H
 #define PS_KV_INTERNAL_H
 
@@ -169,19 +182,29 @@ struct ps_kv_server {
     uint64_t n_capped;    /* connections refused by --max-connections */
 };
 
-/* kv_server.c: peers, membership, the job's clocks. */
-/* A protocol violation: tell the peer why (REJECT during the handshake,
- * ERROR after), log it, and close once the reason is written. */
+/* peer.c */
+/* Refuses p with reason (REJECT during the handshake, ERROR after) and
+ * closes once it is written; nothing p sends after this is looked at. Not
+ * logged or counted: the caller does that. */
+void ps__peer_refuse(ps__peer *p, int err, char *reason);
+/* A protocol violation: tell the peer why, log it, count it, and close once
+ * the reason is written. */
 void ps__peer_fail(ps__peer *p, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* clocks.c */
 /* The numbers the consistency rules need, as of now. */
 void ps__view(const ps_kv_server *s, ps_consistency_view *v);
 uint64_t ps__server_clock(const ps_kv_server *s);
 uint64_t ps__progress_clock(const ps_kv_server *s);
+
+/* keys.c */
 /* Resolves and checks a request's keys: each must exist on this server and
  * appear once. Fills locals; returns the payload bytes they span, or -1
  * after failing the peer. */
 long long ps__resolve_keys(ps_kv_server *s, ps__peer *p, const Shardps__Header *h, int *locals);
+
+/* The handlers, called by kv_server.c (and each other). */
 
 /* tensors.c: the table this server holds. */
 /* Builds the partition, shard and per-chunk state of spec (copied). Returns

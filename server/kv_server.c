@@ -1,14 +1,15 @@
 /* The key-value server's front: the listener, one peer per connection,
- * dispatch of each frame to its room (handshake.c, pulls.c, pushes.c),
+ * dispatch of each frame to its handler (handshake.c, pulls.c, pushes.c),
  * membership (who is live, who finished, when the job is done), liveness
- * timeouts, lifecycle and stats. The rules live in consistency.c,
+ * timeouts, lifecycle and stats. It is the top of the front: it calls the
+ * handlers and the shared files below them (peer.c, clocks.c, keys.c), and
+ * nothing calls it back (kv_internal.h). The rules live in consistency.c,
  * checkpoints in durability.c. Everything runs on the libuv loop thread, so
  * shard state needs no locks. */
 #include "kv_server.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,109 +23,6 @@
 #define PS__HANDSHAKE_TIMEOUT_MS 10000
 /* Default wait for a rank that left unfinished (see --rejoin-timeout). */
 #define PS__REJOIN_TIMEOUT_MS 30000
-
-static void ps__on_error_sent(ps_conn *c, int status, void *arg)
-{
-    (void)status;
-    (void)arg;
-    ps_conn_close(c, 0);
-}
-
-/* Sends the reason a peer is refused (REJECT during the handshake, ERROR
- * after) and closes once it is written; nothing it sends after this is
- * looked at. */
-static void ps__send_refusal(ps__peer *p, int err, char *reason)
-{
-    Shardps__Header h = SHARDPS__HEADER__INIT;
-
-    p->failed = 1;
-    h.type = p->state == PS__PEER_HANDSHAKE || p->state == PS__PEER_AUTH ? SHARDPS__MSG_TYPE__REJECT
-                                                                         : SHARDPS__MSG_TYPE__ERROR;
-    h.status = err;
-    h.reason = reason;
-    if (ps_conn_send(p->conn, &h, NULL, 0, ps__on_error_sent, NULL) < 0)
-        ps_conn_close(p->conn, err);
-}
-
-/* A protocol violation: tell the peer why, log it, and close. */
-void ps__peer_fail(ps__peer *p, int err, const char *fmt, ...)
-{
-    char reason[1280];
-    va_list ap;
-
-    if (p->failed)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(reason, sizeof(reason), fmt, ap);
-    va_end(ap);
-    /* A joiner told to come back until the tensors are declared is no
-     * fault, and it asks again every second. */
-    ps_log(err == -EAGAIN ? PS_LOG_INFO : PS_LOG_WARN, "closing %s: %s", p->name, reason);
-    p->srv->n_refused++;
-    ps__send_refusal(p, err, reason);
-}
-
-uint64_t ps__server_clock(const ps_kv_server *s)
-{
-    return ps_consistency_server_clock(s->sync, s->n_local);
-}
-
-uint64_t ps__progress_clock(const ps_kv_server *s)
-{
-    return ps_consistency_progress_clock(s->cfg.staleness, s->sync, s->n_local);
-}
-
-void ps__view(const ps_kv_server *s, ps_consistency_view *v)
-{
-    int n = 0;
-
-    for (int r = 0; r < s->cfg.world; r++)
-        if (s->workers[r])
-            s->live_clocks[n++] = s->workers[r]->clock;
-    v->staleness = s->cfg.staleness;
-    v->started = s->started;
-    v->server_clock = ps__server_clock(s);
-    v->min_live_clock = ps_consistency_min_clock(s->live_clocks, n);
-    v->progress_clock = ps__progress_clock(s);
-    v->restored_clock = s->restored_clock;
-    v->clock_lead = s->clock_lead;
-}
-
-/* Resolves and checks a request's keys: each must exist on this server and
- * appear once. Fills locals; returns the payload bytes they span, or -1 after
- * failing the peer. */
-long long ps__resolve_keys(ps_kv_server *s, ps__peer *p, const Shardps__Header *h, int *locals)
-{
-    long long bytes = 0;
-
-    if (h->n_keys == 0 || h->n_keys > (size_t)s->n_local) {
-        ps__peer_fail(p, -PS_EPROTO, "request names %zu keys; this server holds %d", h->n_keys,
-                      s->n_local);
-        return -1;
-    }
-    if (++s->seen_stamp == 0) {
-        memset(s->seen, 0, (size_t)s->n_local * sizeof(*s->seen));
-        s->seen_stamp = 1;
-    }
-    for (size_t i = 0; i < h->n_keys; i++) {
-        int local = ps_shard_find(s->shard, h->keys[i]);
-        if (local < 0) {
-            ps__peer_fail(p, -PS_EPROTO,
-                          "key %" PRIu64 ":%" PRIu64 " is not held by server %d (wrong partition?)",
-                          h->keys[i] >> 32, h->keys[i] & 0xffffffffu, s->cfg.server_index);
-            return -1;
-        }
-        if (s->seen[local] == s->seen_stamp) {
-            ps__peer_fail(p, -PS_EPROTO, "key %" PRIu64 ":%" PRIu64 " named twice in one request",
-                          h->keys[i] >> 32, h->keys[i] & 0xffffffffu);
-            return -1;
-        }
-        s->seen[local] = s->seen_stamp;
-        locals[i] = local;
-        bytes += (long long)(ps_shard_chunk(s->shard, local)->numel * sizeof(float));
-    }
-    return bytes;
-}
 
 /* The job is over once it has started, nobody is live, and every rank has
  * finished or is lost. */
@@ -375,7 +273,7 @@ static void ps__on_connection(uv_stream_t *listener, int status)
         if (s->n_capped == 1 || s->n_capped % 100 == 0)
             ps_warn("refusing %s: %s (--max-connections; %" PRIu64 " refused so far)", p->name,
                     reason, s->n_capped);
-        ps__send_refusal(p, -PS_EREJECTED, reason);
+        ps__peer_refuse(p, -PS_EREJECTED, reason);
     }
 }
 
