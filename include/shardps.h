@@ -26,6 +26,7 @@
 #ifndef SHARDPS_H
 #define SHARDPS_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,7 +35,7 @@ extern "C" {
 #endif
 
 #define SHARDPS_VERSION_MAJOR 1
-#define SHARDPS_VERSION_MINOR 1
+#define SHARDPS_VERSION_MINOR 2
 
 /* Codes beyond errno's (values as in the servers' logs). */
 #define SHARDPS_EPROTO    (-10001) /* a server broke the protocol or lied */
@@ -65,7 +66,8 @@ typedef struct {
     uint64_t rejected; /* of dropped, those refused as non-finite or over --max-grad-norm */
 } shardps_stats;
 
-/* The library's version, "1.1.0" (1.1 added joining and shardps_tensor_shape). */
+/* The library's version, "1.2.0" (1.1 added joining and shardps_tensor_shape,
+ * 1.2 shardps_set_stop_flag). */
 const char *shardps_version(void);
 
 /* A static description of code ("timed out"); never NULL. */
@@ -92,6 +94,19 @@ int shardps_new(shardps **out, const char *const *servers, int n_servers, int ra
  * Returns 0, -EINVAL (unknown name, bad value; see shardps_last_error) or
  * -EBUSY (already connected). */
 int shardps_set_option(shardps *h, const char *name, const char *value);
+
+/* A way to stop a handle that waits on its servers (Ctrl-C while it
+ * connects, or while the job waits for another worker): once *flag is
+ * non-zero, shardps_connect, shardps_reconnect and shardps_wait (and so a
+ * pull) return -EINTR, shardps_last_error saying what they waited for.
+ * Connecting, at once; waiting, once every push of ours is acknowledged, so
+ * no step is left half sent (the pulls still owed are given up). A program's
+ * SIGINT/SIGTERM handler sets the flag; a signal does not wake the handle,
+ * so while it waits it looks at the flag every 100 ms. Nothing is logged.
+ * After -EINTR the handle is done: shardps_abandon (come back later) or
+ * shardps_close. The flag is borrowed and must outlive h; NULL removes it.
+ * Any time. Returns 0 or -EINVAL. (1.2) */
+int shardps_set_stop_flag(shardps *h, const volatile sig_atomic_t *flag);
 
 /* Declares the next tensor of the table: name (at most 31 bytes), shape
  * [shape[0], ..., shape[ndim-1]] row-major (ndim 1..4), initialisation

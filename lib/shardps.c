@@ -71,7 +71,7 @@ static int ps__kv_err(shardps *h, int rc, const char *doing)
 
 const char *shardps_version(void)
 {
-    return "1.1.0";
+    return "1.2.0";
 }
 
 const char *shardps_strerror(int code)
@@ -232,6 +232,17 @@ int shardps_set_option(shardps *h, const char *name, const char *value)
         rc = ps__err(h, -EINVAL, "unknown option '%s'", name);
     }
     return rc;
+}
+
+int shardps_set_stop_flag(shardps *h, const volatile sig_atomic_t *flag)
+{
+    if (h == NULL)
+        return -EINVAL;
+    /* Kept for the clients a reconnect creates, and given to this one. */
+    h->cfg.stop = flag;
+    if (h->kv)
+        ps_kv_client_set_stop_flag(h->kv, flag);
+    return 0;
 }
 
 int shardps_declare_mlp(shardps *h, const int *sizes, int n_sizes)

@@ -23,6 +23,9 @@
 #define PS__HANDSHAKE_TIMEOUT_MS 10000
 /* Default wait for a rank that left unfinished (see --rejoin-timeout). */
 #define PS__REJOIN_TIMEOUT_MS 30000
+/* How often (at most) the pulls held for other workers are looked at; each
+ * is explained every wait_report_ms it waits (pulls.c). */
+#define PS__WAIT_CHECK_MS 1000
 
 /* The job is over once it has started, nobody is live, and every rank has
  * finished or is lost. */
@@ -225,6 +228,11 @@ static void ps__on_liveness_check(uv_timer_t *t)
     ps__check_rejoins(s, now);
 }
 
+static void ps__on_waits_timer(uv_timer_t *t)
+{
+    ps__report_waits(t->data);
+}
+
 static void ps__on_connection(uv_stream_t *listener, int status)
 {
     ps_kv_server *s = listener->data;
@@ -300,6 +308,7 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
         cfg->handshake_timeout_ms > 0 ? cfg->handshake_timeout_ms : PS__HANDSHAKE_TIMEOUT_MS;
     s->rejoin_timeout_ms =
         cfg->rejoin_timeout_ms > 0 ? cfg->rejoin_timeout_ms : PS__REJOIN_TIMEOUT_MS;
+    s->wait_report_ms = cfg->wait_report_ms > 0 ? cfg->wait_report_ms : PS__WAIT_REPORT_MS;
     /* Servers see a worker's push of a step one after the other, so a worker
      * joining now may be welcomed one step further by another server; and a
      * server restored from a checkpoint taken every N steps may be up to N
@@ -310,13 +319,15 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
     s->cfg.table = NULL;
     s->workers = calloc((size_t)cfg->world, sizeof(*s->workers));
     s->live_clocks = calloc((size_t)cfg->world, sizeof(*s->live_clocks));
+    s->wait_ranks = calloc((size_t)cfg->world, 1);
     s->rank_pushed = calloc((size_t)cfg->world, sizeof(*s->rank_pushed));
     s->finished = calloc((size_t)cfg->world, 1);
     s->has_joined = calloc((size_t)cfg->world, 1);
     s->left_at = calloc((size_t)cfg->world, sizeof(*s->left_at));
     s->lost = calloc((size_t)cfg->world, 1);
-    if (s->workers == NULL || s->live_clocks == NULL || s->rank_pushed == NULL ||
-        s->finished == NULL || s->has_joined == NULL || s->left_at == NULL || s->lost == NULL)
+    if (s->workers == NULL || s->live_clocks == NULL || s->wait_ranks == NULL ||
+        s->rank_pushed == NULL || s->finished == NULL || s->has_joined == NULL ||
+        s->left_at == NULL || s->lost == NULL)
         goto fail;
     if (cfg->table && (rc = ps__adopt_table(s, cfg->table)) < 0)
         goto fail;
@@ -355,6 +366,14 @@ int ps_kv_server_start(ps_kv_server *s, const struct sockaddr *addr, int *bound_
         s->liveness_on = 1;
         uv_timer_start(&s->liveness, ps__on_liveness_check, every, every);
     }
+    uv_timer_init(s->loop, &s->waits);
+    s->waits.data = s;
+    s->waits_on = 1;
+    {
+        uint64_t every =
+            s->wait_report_ms < PS__WAIT_CHECK_MS ? s->wait_report_ms : PS__WAIT_CHECK_MS;
+        uv_timer_start(&s->waits, ps__on_waits_timer, every, every);
+    }
     ps__durability_start(s);
     *bound_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                  : ((struct sockaddr_in *)&ss)->sin_port);
@@ -373,6 +392,8 @@ void ps_kv_server_stop(ps_kv_server *s)
         uv_close((uv_handle_t *)&s->listener, NULL);
     if (s->liveness_on)
         uv_close((uv_handle_t *)&s->liveness, NULL);
+    if (s->waits_on)
+        uv_close((uv_handle_t *)&s->waits, NULL);
     ps__durability_stop(s);
     for (ps__peer *p = s->peers; p; p = p->next)
         ps_conn_close(p->conn, 0);
@@ -393,6 +414,7 @@ void ps_kv_server_close(ps_kv_server *s)
     free(s->lost);
     free(s->workers);
     free(s->live_clocks);
+    free(s->wait_ranks);
     free(s);
 }
 

@@ -299,6 +299,12 @@ static int ps__load_data(ps_trainer *t)
     return o->eval ? ps__load_test_set(t, features) : 0;
 }
 
+/* "SIGINT" or "SIGTERM": the signal that asked us to stop. */
+static const char *ps__signal_name(const volatile sig_atomic_t *stop)
+{
+    return stop && *stop == SIGINT ? "SIGINT" : "SIGTERM";
+}
+
 /* One option of the client, as the text shardps_set_option takes. */
 __attribute__((format(printf, 3, 4))) static int ps__option(ps_trainer *t, const char *name,
                                                             const char *fmt, ...)
@@ -317,6 +323,9 @@ static int ps__setup_client(ps_trainer *t)
     const ps_trainer_config *o = &t->cfg;
     int rc = shardps_new(&t->ps, o->servers, o->n_servers, o->rank, o->workers);
 
+    /* A stop asked while the servers keep us waiting ends the wait. */
+    if (rc == 0 && o->stop)
+        rc = shardps_set_stop_flag(t->ps, o->stop);
     if (rc == 0)
         rc = ps__option(t, "seed", "%" PRIu64, t->spec.seed);
     if (rc == 0)
@@ -349,8 +358,10 @@ static int ps__setup_client(ps_trainer *t)
         rc = shardps_start_clock(t->ps, &t->start);
     /* The client logged what went wrong on the wire; its own checks of our
      * arguments are for us to say. */
-    if (rc < 0 && rc != -PS_ETIMEOUT && rc != -PS_EREJECTED && rc != -PS_EPROTO &&
-        rc != -PS_ECLOSED)
+    if (rc == -EINTR)
+        ps_info("stopping on %s: %s", ps__signal_name(o->stop), shardps_last_error(t->ps));
+    else if (rc < 0 && rc != -PS_ETIMEOUT && rc != -PS_EREJECTED && rc != -PS_EPROTO &&
+             rc != -PS_ECLOSED)
         ps_error("%s", shardps_last_error(t->ps));
     return rc;
 }
@@ -542,6 +553,8 @@ int ps_trainer_run(ps_trainer *t)
         float loss;
         int correct;
 
+        if (rc == -EINTR)
+            break;
         if (rc < 0) {
             /* The connection to a server was lost: rejoin at the job's current
              * clock, or give up if it cannot be reached again. */
@@ -629,6 +642,9 @@ int ps_trainer_run(ps_trainer *t)
             return -EINTR;
         }
     }
+    /* Asked to stop while the servers kept us waiting (a missing worker). */
+    if (rc == -EINTR)
+        ps_info("stopping on %s: %s", ps__signal_name(o->stop), shardps_last_error(t->ps));
     if (rc < 0)
         return rc;
     if (o->eval && (rc = ps__evaluate(t, t->total, &acc, 1)) < 0)
