@@ -97,15 +97,17 @@ int shardps_set_option(shardps *h, const char *name, const char *value);
 
 /* A way to stop a handle that waits on its servers (Ctrl-C while it
  * connects, or while the job waits for another worker): once *flag is
- * non-zero, shardps_connect, shardps_reconnect and shardps_wait (and so a
- * pull) return -EINTR, shardps_last_error saying what they waited for.
- * Connecting, at once; waiting, once every push of ours is acknowledged, so
- * no step is left half sent (the pulls still owed are given up). A program's
- * SIGINT/SIGTERM handler sets the flag; a signal does not wake the handle,
- * so while it waits it looks at the flag every 100 ms. Nothing is logged.
- * After -EINTR the handle is done: shardps_abandon (come back later) or
- * shardps_close. The flag is borrowed and must outlive h; NULL removes it.
- * Any time. Returns 0 or -EINVAL. (1.2) */
+ * non-zero, shardps_connect and shardps_reconnect return -EINTR at once,
+ * shardps_last_error saying what they waited for. shardps_wait (and so a
+ * pull) lets the step end as it would, so that the program stops at the
+ * step's boundary: every push is acknowledged first, and the pull is given
+ * up (-EINTR) only when a server said it holds it for other workers, or it
+ * has not come 5 s after the stop was seen. A program's SIGINT/SIGTERM
+ * handler sets the flag; a signal does not wake the handle, so while it
+ * waits it looks at the flag every 100 ms. Nothing is logged. After -EINTR
+ * the handle is done: shardps_abandon (come back later) or shardps_close.
+ * The flag is borrowed and must outlive h; NULL removes it. Any time.
+ * Returns 0 or -EINVAL. (1.2) */
 int shardps_set_stop_flag(shardps *h, const volatile sig_atomic_t *flag);
 
 /* Declares the next tensor of the table: name (at most 31 bytes), shape

@@ -100,7 +100,8 @@ struct ps_kv_client {
      * laid out once all have welcomed us (ps__layout). */
     int joining;
     ps_kv_client_stats stats;
-    char last_error[512]; /* the sentence behind error */
+    uint64_t stop_seen_ms; /* loop time a wait first saw the stop flag set; 0: not yet */
+    char last_error[512];  /* the sentence behind error */
 };
 
 /* kv_client.c */

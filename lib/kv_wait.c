@@ -142,18 +142,33 @@ void ps_kv_client_set_stop_flag(ps_kv_client *c, const volatile sig_atomic_t *fl
 }
 
 /* The program asked us to stop (see ps_kv_client_set_stop_flag): gives up
- * on what is owed, once no push of ours is left unacknowledged. Returns 1
- * when the client has failed with -EINTR. */
+ * on what is owed, connecting at once, waiting once the wait is a long one.
+ * Returns 1 when the client has failed with -EINTR. */
 static int ps__stop_asked(ps_kv_client *c)
 {
     const ps__server *owes = NULL;
     const char *what = "";
 
+    uint64_t now = uv_now(&c->loop);
+    int held = 0;
+
     if (c->cfg.stop == NULL || *c->cfg.stop == 0 || c->error != 0)
         return 0;
-    for (int s = 0; s < c->n_servers; s++)
-        if (c->servers[s].conn != NULL && c->servers[s].push_n > 0)
+    if (c->stop_seen_ms == 0)
+        c->stop_seen_ms = now ? now : 1;
+    /* Waiting, the step ends as it would: our pushes are delivered, and a
+     * pull the servers answer soon is taken (the program then stops at the
+     * step's boundary), unless they said they hold it for other workers,
+     * or it has not come within the grace. */
+    if (c->connecting == 0) {
+        for (int s = 0; s < c->n_servers; s++) {
+            if (c->servers[s].conn != NULL && c->servers[s].push_n > 0)
+                return 0;
+            held |= ps__said_why(&c->servers[s]);
+        }
+        if (!held && now - c->stop_seen_ms < PS_KV_STOP_GRACE_MS)
             return 0;
+    }
     for (int s = 0; s < c->n_servers && owes == NULL; s++) {
         const ps__server *sv = &c->servers[s];
         if (!sv->welcomed)

@@ -246,9 +246,10 @@ void ps__handle_pull(ps_kv_server *s, ps__peer *p, const ps_frame *f);
 void ps__release_pulls(ps_kv_server *s);
 /* The apply queue's "settled" callback (arg: the server). */
 void ps__on_updates_settled(void *arg);
-/* Tells each worker whose pull has waited wait_report_ms or more since
- * it was queued or last told what it waits for (a WAITING frame), and logs
- * it once for them all. */
+/* Tells each worker whose pull the job holds what it waits for (a WAITING
+ * frame): every wait_report_ms, the first time after wait_report_ms (before
+ * the job starts: at once); and logs the pulls held wait_report_ms or more
+ * once for them all. */
 void ps__report_waits(ps_kv_server *s);
 /* Forgets p's waiting pulls (p NULL: everyone's). */
 void ps__drop_pulls(ps_kv_server *s, ps__peer *p);

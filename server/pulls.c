@@ -163,8 +163,10 @@ out:
 
 /* A pull the job holds for long is explained, not left silent: its worker
  * learns which ranks the job waits for (and says so; its timeout then names
- * them rather than this server), and the log says it once for every worker
- * held. */
+ * them rather than this server, and a stop it is asked for need not wait
+ * for the step), and the log says it once for every worker held. Before
+ * the job starts, the wait is for processes to start, always a long one: the
+ * worker is told at once, the log only if it lasts. */
 void ps__report_waits(ps_kv_server *s)
 {
     uint64_t now = uv_now(s->loop), longest = 0;
@@ -173,9 +175,12 @@ void ps__report_waits(ps_kv_server *s)
 
     for (ps__pull *q = s->pulls; q; q = q->next) {
         Shardps__Header h = SHARDPS__HEADER__INIT;
+        uint64_t held = now - q->since;
+        int due =
+            q->told ? now - q->told >= s->wait_report_ms : !s->started || held >= s->wait_report_ms;
         int rc;
 
-        if (now - (q->told ? q->told : q->since) < s->wait_report_ms || q->peer->failed ||
+        if (!due || q->peer->failed ||
             ps__wait_reason(s, q->clock, q->peer->fed, why, sizeof(why)) == 0)
             continue;
         h.type = SHARDPS__MSG_TYPE__WAITING;
@@ -189,10 +194,12 @@ void ps__report_waits(ps_kv_server *s)
             continue;
         }
         q->told = now;
+        if (held < s->wait_report_ms)
+            continue;
         if (n++ == 0)
             snprintf(first, sizeof(first), "%s", why);
-        if (now - q->since > longest)
-            longest = now - q->since;
+        if (held > longest)
+            longest = held;
     }
     if (n > 0)
         ps_info("%s (%d worker%s held, the longest for %.0f s)", first, n, n == 1 ? "" : "s",

@@ -4,8 +4,10 @@
  *   the job starts, in sync for a missing push, in ssp for a rank beyond the
  *   staleness bound; a client that then times out names them, not the
  *   server.
- * - A client's stop flag ends a connect at once and a wait once its pushes
- *   are acknowledged, with -EINTR and the sentence of what it waited for.
+ * - A client's stop flag ends a connect at once, and a wait the server
+ *   holds for other workers once the client's pushes are acknowledged,
+ *   with -EINTR and the sentence of what it waited for; a step that
+ *   completes as usual is not cut.
  * The server explains after 100 ms here (wait_report_ms) and the clients
  * give up after 1 s (their request timeout): the timeout is the event each
  * test waits for, and no test sleeps. */
@@ -201,6 +203,23 @@ Test(kv_waits, a_stop_ends_a_wait_once_the_pushes_are_in)
                  "%llu chunks acknowledged of %d", (unsigned long long)st.acked,
                  ps_partition_chunk_count(part));
     ps_partition_free(part);
+    pair_down(&p);
+}
+
+/* A stop asked while a step completes as usual does not cut it: the pull
+ * is answered, and the program stops at the step's boundary. */
+Test(kv_waits, a_stop_lets_a_step_that_completes_end)
+{
+    static volatile sig_atomic_t stop;
+    pair p;
+
+    stop = 0;
+    pair_up(&p, 0, &stop);
+    push(p.b, &p.g);
+    cr_assert_eq(ps_kv_client_wait(p.b), 0, "%s", ps_kv_client_last_error(p.b));
+    push(p.a, &p.g);
+    stop = 1;
+    pull(p.a, 1, &p.w, 0);
     pair_down(&p);
 }
 
