@@ -272,7 +272,7 @@ have_cuda=0
 grep -q "shardps: CUDA found" "$WORK/cmake.log" && have_cuda=1
 [ "$have_cuda" = 1 ] || [ "$NO_GPU" = 1 ] || die "CMake did not find CUDA (see logs.txt)"
 targets=(shardps-server shardps-worker shardps-cluster bench-train shardps)
-[ "$have_cuda" = 1 ] && targets+=(test_cuda test_layers_cuda)
+[ "$have_cuda" = 1 ] && targets+=(test_cuda test_layers_cuda test_models_cuda)
 step build 150 cmake --build "$BUILD" -j "$(nproc)" --target "${targets[@]}" ||
     { tail -n 30 "$WORK/build.log" >&2; die "build failed (see logs.txt)"; }
 note "built ${targets[*]} (CUDA: $([ "$have_cuda" = 1 ] && echo "sm $ARCHS" || echo no)) by $SECONDS s"
@@ -282,7 +282,7 @@ record build "\"cuda\":$have_cuda,\"archs\":\"$ARCHS\""
 if [ "$NO_GPU" = 1 ]; then
     note "CUDA tests: not run (--no-gpu)"
 else
-    for prog in test_layers_cuda test_cuda; do
+    for prog in test_layers_cuda test_cuda test_models_cuda; do
         rc=0
         step "$prog" 60 "$BUILD/tests/$prog" || rc=$?
         passed=$(grep -c '^PASS' "$WORK/$prog.log" || true)

@@ -60,14 +60,6 @@ static ps_cuda_ctx ctx;
         }                                                                                          \
     } while (0)
 
-/* CUDA under ASan needs the shadow gap left unprotected (as in
- * worker/backend_cuda.c, which this program does not link). */
-const char *__asan_default_options(void);
-const char *__asan_default_options(void)
-{
-    return "protect_shadow_gap=0";
-}
-
 /* A device buffer of n bytes, with host's bytes when host is not NULL;
  * NULL on failure (the caller's OK on the pointer test ends the test). */
 static void *dev(const void *src, size_t n)
