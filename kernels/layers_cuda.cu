@@ -311,6 +311,9 @@ static __global__ void ps__sumsq_parts(size_t n, const float *g, double *part)
         part[blockIdx.x] = v;
 }
 
+/* One thread per part: the parts are summed by one block-wide sum. */
+static_assert(PS_CUDA_CLIP_PARTS == PS__THREADS, "a clipping block sums every part at once");
+
 /* Every block sums the parts in the same order (so all see the same norm),
  * then scales its share of g when the norm is above max_norm. */
 static __global__ void ps__clip_scale(size_t n, float *g, float max_norm, const double *part)

@@ -335,6 +335,12 @@ Test(model, params_start_at_the_tables_values_and_bad_arguments_are_refused)
     y[1] = CLASSES;
     cr_assert_eq(ps_model_train_step(m, x, y, 2, 0, &loss, &c), -EINVAL, "label >= classes");
     cr_assert_eq(ps_model_evaluate(m, x, y, 0, &loss, &c, NULL), -EINVAL);
+    /* A finish needs a start, and reads its step once. */
+    cr_assert_eq(ps_model_train_finish(m, &loss, &c), -EINVAL);
+    y[1] = 0;
+    cr_assert_eq(ps_model_train_start(m, x, y, 2, 0), 0);
+    cr_assert_eq(ps_model_train_finish(m, &loss, &c), 0);
+    cr_assert_eq(ps_model_train_finish(m, &loss, &c), -EINVAL);
     ps_model_free(m);
     ps_model_free(NULL);
 
