@@ -62,9 +62,16 @@ int ps_job_data_class_note(const ps_dataset *train, const ps_dataset *test, cons
         rare += count[c] <= few;
     if (rare == 0)
         return 0;
-    used += (size_t)snprintf(buf, len,
-                             "%d classes (the largest label + 1), but %d of them %s at most %d "
-                             "training sample%s:",
+    if (few == 0)
+        used += (size_t)snprintf(buf, len,
+                                 "%d classes (the largest label + 1), but %d of them %s no "
+                                 "training sample:",
+                                 classes, rare, rare == 1 ? "has" : "have");
+    else
+        used +=
+            (size_t)snprintf(buf, len,
+                             "%d classes (the largest label + 1), but %d of them %s at most "
+                             "%d training sample%s:",
                              classes, rare, rare == 1 ? "has" : "have", few, few == 1 ? "" : "s");
     /* The classes as ranges: "10..199, 200". */
     for (int c = 0; c < classes && used < len; c++) {

@@ -210,6 +210,8 @@ int main(int argc, char **argv)
                         &(ps_drills_config){kill_worker, pause_worker, kill_server, slow_worker,
                                             job.workers, cfg.n_servers, job.checkpoint_dir != NULL},
                         err, sizeof(err));
+    if (rc < 0 && rc != -ENOMEM)
+        strncat(err, "; see shardps-cluster --help", sizeof(err) - strlen(err) - 1);
     if (rc == 0)
         rc = ps_job_check(&job,
                           &(ps_job_process){.program = PS_JOB_LAUNCHER,
@@ -224,7 +226,7 @@ int main(int argc, char **argv)
     ps_dataset_free(&data.train);
     ps_dataset_free(&data.test);
     if (rc < 0) {
-        fprintf(stderr, "shardps-cluster: %s; see shardps-cluster --help\n", err);
+        fprintf(stderr, "shardps-cluster: %s\n", err);
         rc = rc == -ENOMEM ? 1 : 2;
     } else if (check) {
         ps_job_data_say_valid(ctx.prog, &job, &plan);
