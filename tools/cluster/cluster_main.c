@@ -182,8 +182,6 @@ int main(int argc, char **argv)
     job.workers = 2;
     cfg.n_servers = 2;
     cfg.metrics_port = -1;
-    if (ps__self_dir(self_dir, sizeof(self_dir)) == 0)
-        cfg.bin_dir = self_dir;
     /* A peer that resets while we write must cost a connection, not the
      * process: take write errors as EPIPE instead of the signal. */
     signal(SIGPIPE, SIG_IGN);
@@ -199,6 +197,9 @@ int main(int argc, char **argv)
     rc = ps_flags_load(&ctx, argc, argv);
     if (rc != 0)
         return rc > 0 ? 0 : 2;
+    /* After parsing, so --help shows no path of this machine as a default. */
+    if (cfg.bin_dir == NULL && ps__self_dir(self_dir, sizeof(self_dir)) == 0)
+        cfg.bin_dir = self_dir;
     if (print_config) {
         ps_flags_print_config(&ctx, stdout);
         return 0;
