@@ -9,27 +9,21 @@
 #    classes is said, naming the label and how few samples it has.
 source "$(dirname "$0")/lib.sh"
 
-# write_set DIR STRAY: 256 training and 64 test samples of 16 float32
-# values, 10 classes; with STRAY, one more training sample labelled STRAY.
+# write_set DIR STRAY: IDX files of 256 training and 64 test images of 4x4
+# pixels, 10 classes (class c lights pixel c); with STRAY, one more training
+# image labelled STRAY.
 write_set() {
     python3 - "$1" "${2:-}" <<'PY'
 import random, struct, sys
 d, stray = sys.argv[1], sys.argv[2]
-def save(path, descr, shape, payload):
-    head = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
-    hl = len(head) + 1
-    hl += (64 - (10 + hl) % 64) % 64
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", hl) + (head.ljust(hl - 1) + "\n").encode())
-        f.write(payload)
 rng = random.Random(7)
-for split, n in (("train", 256), ("test", 64)):
-    ys = [i % 10 for i in range(n)]
-    if split == "train" and stray:
-        ys.append(int(stray))
-    xs = [(1.0 if j == c else 0.0) + rng.uniform(-0.3, 0.3) for c in ys for j in range(16)]
-    save(f"{d}/{split}_x.npy", "<f4", "(%d, 16)" % len(ys), struct.pack("<%df" % len(xs), *xs))
-    save(f"{d}/{split}_y.npy", "<i8", "(%d,)" % len(ys), struct.pack("<%dq" % len(ys), *ys))
+for split, n in (("train", 256), ("t10k", 64)):
+    ys = [i % 10 for i in range(n)] + ([int(stray)] if split == "train" and stray else [])
+    px = bytes(min(255, (200 if j == c % 16 else 0) + rng.randrange(40)) for c in ys for j in range(16))
+    with open(f"{d}/{split}-images-idx3-ubyte", "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, len(ys), 4, 4) + px)
+    with open(f"{d}/{split}-labels-idx1-ubyte", "wb") as f:
+        f.write(struct.pack(">II", 0x801, len(ys)) + bytes(ys))
 PY
 }
 
@@ -61,12 +55,12 @@ grep -q "16 steps: --epochs 2 ends before --steps 100" "$TMP/both.err" ||
     fail "the launcher does not say --epochs ends the run"
 echo "ok: --steps 100 --epochs 2 ran the 16 steps of 2 epochs"
 
-grep -q "data: $TMP/small: 256 training and 64 test samples of 16 float32, 10 classes" "$TMP/steps.err" ||
+grep -q "data: $TMP/small: 256 training and 64 test samples of 1x4x4 uint8, 10 classes" "$TMP/steps.err" ||
     { cat "$TMP/steps.err" >&2; fail "the data's shape and classes are not logged"; }
 grep -q "WARN.*data:" "$TMP/steps.err" && fail "a warning about clean data"
 
 run stray --data "$TMP/stray" --steps 4
-grep -q "data: $TMP/stray: 257 training and 64 test samples of 16 float32, 201 classes" "$TMP/stray.err" ||
+grep -q "data: $TMP/stray: 257 training and 64 test samples of 1x4x4 uint8, 201 classes" "$TMP/stray.err" ||
     { cat "$TMP/stray.err" >&2; fail "the stray set's classes are not logged"; }
 grep -q "WARN .*201 classes (the largest label + 1), but 190 of them have no training sample: 10..199; the largest training label, 200, has 1 sample" "$TMP/stray.err" ||
     { cat "$TMP/stray.err" >&2; fail "the stray label is not said"; }

@@ -16,6 +16,7 @@
 #include "job_check.h"
 #include "job_data.h"
 #include "ps_error.h"
+#include "server_config.h"
 
 static char tmp[64];
 static ps_job_options o;
@@ -325,4 +326,29 @@ Test(job_check, a_stray_label_is_said)
     cr_assert_not_null(strstr(note, "the test labels go up to 200"), "%s", note);
     ps_dataset_free(&train);
     ps_dataset_free(&test);
+}
+
+/* The server's configuration comes from the checked job in one place, and
+ * --lr is one double from the option to the schedule (it was cut to a float
+ * on the way). */
+Test(job_check, server_config_from_the_job)
+{
+    ps_kv_server_config cfg;
+    ps_job_process p = server();
+
+    o.lr = 0.1;
+    o.workers = 3;
+    o.mode = "ssp";
+    o.staleness = 4;
+    o.optimizer = "sgd";
+    o.rejoin_timeout = 1e9;
+    accepted(p);
+    cr_assert_eq(ps_server_config_build(&cfg, &o, &plan, 0, err, sizeof(err)), 0, "%s", err);
+    cr_assert(cfg.lr.base_lr == 0.1, "--lr became %.17g", cfg.lr.base_lr);
+    cr_assert_eq(cfg.opt.kind, PS_OPT_SGD);
+    cr_assert_eq(cfg.world, 3);
+    cr_assert_eq(cfg.staleness, 4);
+    cr_assert_eq(cfg.num_servers, 1);
+    cr_assert_eq(cfg.rejoin_timeout_ms, UINT32_MAX, "saturated, not wrapped");
+    cr_assert_eq(cfg.job_settings, plan.settings);
 }
