@@ -82,8 +82,11 @@ static int ps__run(ps_supervisor_config *cfg, const ps_job_plan *plan, int json)
     char **child_env = ps_child_env(environ), length[128];
     ps_job_outcome outcome;
     double t_start, wall;
-    int rc = 1;
+    int rc = 1, ncpu = (int)uv_available_parallelism();
 
+    if (cfg->threads == 0)
+        cfg->threads = ncpu / job->workers > 1 ? ncpu / job->workers : 1;
+    setvbuf(stdout, NULL, _IOLBF, 0);
     uv_loop_init(&loop);
     cfg->env = child_env;
     if (child_env == NULL || ps_console_init(&cfg->con, &loop) < 0 ||
@@ -130,7 +133,8 @@ int main(int argc, char **argv)
     /* Static: the option table points at them, the run borrows them, and
      * the context must outlive every use of the strings. */
     static ps_job_options job;
-    static ps_supervisor_config cfg;
+    /* A launcher's job: two of each, unlike a lone server or worker. */
+    static ps_supervisor_config cfg = {.n_servers = 2, .metrics_port = -1};
     static ps_flag flags[96];
     static ps_flags_ctx ctx;
     static ps_job_plan plan;
@@ -178,10 +182,7 @@ int main(int argc, char **argv)
     char err[1024];
 
     ps_job_options_defaults(&job);
-    /* A launcher's job: two of each, unlike a lone server or worker. */
     job.workers = 2;
-    cfg.n_servers = 2;
-    cfg.metrics_port = -1;
     /* A peer that resets while we write must cost a connection, not the
      * process: take write errors as EPIPE instead of the signal. */
     signal(SIGPIPE, SIG_IGN);
@@ -236,12 +237,7 @@ int main(int argc, char **argv)
          * wherever they run. */
         if (job.model)
             job.model = plan.model_path;
-        if (cfg.threads == 0) {
-            int ncpu = (int)uv_available_parallelism();
-            cfg.threads = ncpu / job.workers > 1 ? ncpu / job.workers : 1;
-        }
         cfg.job = &job;
-        setvbuf(stdout, NULL, _IOLBF, 0);
         rc = ps__prepare_metrics_dir(&cfg);
         if (rc == 0)
             rc = ps__run(&cfg, &plan, json);
