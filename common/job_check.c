@@ -54,9 +54,9 @@ uint64_t ps_job_total_steps(int steps, int epochs_opt, int steps_per_epoch, int 
 
 /* A server's place in the job's server list (usually from the cluster
  * file): its entry gives --num-servers and, unless --listen was given, the
- * address to listen on, so one file describes every server. */
-static int ps__server_place(const ps_job_options *o, const ps_job_process *p, ps_job_plan *plan,
-                            char *err, size_t len)
+ * address to listen on, so one file describes every server (job_check.h). */
+int ps_job_server_place(const ps_job_options *o, const ps_job_process *p, ps_job_plan *plan,
+                        char *err, size_t len)
 {
     char from[PATH_MAX + 64], other[PATH_MAX + 64], why[2 * PATH_MAX + 64], e[256];
     const char *colon, *own;
@@ -122,7 +122,7 @@ static int ps__server(const ps_job_options *o, const ps_job_process *p, ps_job_p
                       char *err, size_t len)
 {
     char e[256], from[PATH_MAX + 64];
-    int rc = ps__server_place(o, p, plan, err, len);
+    int rc = ps_job_server_place(o, p, plan, err, len);
 
     if (rc < 0)
         return rc;

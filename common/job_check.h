@@ -118,6 +118,17 @@ const char *ps_job_plan_length(const ps_job_options *o, const ps_job_plan *plan,
 
 void ps_job_plan_free(ps_job_plan *plan);
 
+/* The part of a server's check that --print-config needs too, which shows
+ * the settings in effect whether or not the job would start: with a server
+ * list (not the default one), the server's entry in it gives plan's
+ * num_servers and, unless --listen was given, its listen address, both
+ * recorded as derived in p->flags; an index with no entry, or a
+ * --num-servers that disagrees with the list, is refused. Without a list
+ * (or p->flags), --num-servers and --listen stand. ps_job_check calls it for
+ * a server. Returns 0, -PS_EUSAGE with err, or -ENOMEM. */
+int ps_job_server_place(const ps_job_options *o, const ps_job_process *p, ps_job_plan *plan,
+                        char *err, size_t len);
+
 /* The steps a run makes: --steps when given (with --epochs also given, the
  * run ends at whichever comes first), else the epochs' steps
  * (PS_DEFAULT_EPOCHS when --epochs is auto); *epochs gets how many epochs

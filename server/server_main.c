@@ -274,6 +274,7 @@ int main(int argc, char **argv)
     };
     int nflags, n_own = (int)(sizeof(own) / sizeof(own[0])), rc;
     char role[32], others[256], err[1024];
+    ps_job_process proc;
 
     /* A peer that resets while we write must cost a connection, not the
      * process: take write errors as EPIPE instead of the signal. */
@@ -305,22 +306,26 @@ int main(int argc, char **argv)
     ps_log_set_role(role);
     if (jo.verbose)
         ps_log_set_level(PS_LOG_DEBUG);
-    /* The check first: it also works out --num-servers and --listen from
-     * the server list, which --print-config shows. */
-    rc = ps_job_check(&jo,
-                      &(ps_job_process){.program = PS_JOB_SERVER,
-                                        .flags = &ctx,
-                                        .server_index = o.server_index,
-                                        .num_servers = o.num_servers,
-                                        .listen = o.listen},
-                      &plan, err, sizeof(err));
-    if (rc == 0 && print_config)
+    /* --print-config shows where this server stands in the server list
+     * (--num-servers and --listen come from it), whether or not it would
+     * start; everything else is the check's. */
+    proc = (ps_job_process){.program = PS_JOB_SERVER,
+                            .flags = &ctx,
+                            .server_index = o.server_index,
+                            .num_servers = o.num_servers,
+                            .listen = o.listen};
+    rc = print_config ? ps_job_server_place(&jo, &proc, &plan, err, sizeof(err))
+                      : ps_job_check(&jo, &proc, &plan, err, sizeof(err));
+    if (rc == 0 && print_config) {
+        o.num_servers = plan.num_servers;
+        o.listen = plan.listen;
         ps_flags_print_config(&ctx, stdout);
-    else if (rc == 0 && check)
+    } else if (rc == 0 && check) {
         printf("shardps-server: the options are valid: server %d of %d, listening on %s\n",
                o.server_index, plan.num_servers, plan.listen);
-    else if (rc == 0)
+    } else if (rc == 0) {
         rc = ps_server_config_build(&cfg, &jo, &plan, o.server_index, err, sizeof(err));
+    }
     if (rc < 0) {
         fprintf(stderr, "shardps-server: %s\n", err);
         return 2;
