@@ -68,7 +68,7 @@ typedef struct {
     /* How workers train. */
     int batch, steps, eval_every, progress_every, tf32;
     int epochs; /* 0: auto (PS_DEFAULT_EPOCHS, or as many as steps takes) */
-    const char *data, *device, *compress;
+    const char *data, *device, *compress, *precision;
     double clip_norm;
     /* Checkpoints. */
     const char *checkpoint_dir;

@@ -29,7 +29,8 @@ struct ps_trainer {
     ps_backend *be;
     shardps *ps; /* the job's client, include/shardps.h */
     ps_dataset train, test;
-    float *test_x, *batch_x; /* the whole test set, and this step's batch */
+    float *test_x;  /* the whole test set */
+    float *batch_x; /* this step's batch: the backend's buffers (pinned on CUDA) */
     uint8_t *batch_y;
     uint32_t *order; /* this epoch's sample order */
     float *params[PS_MAX_TENSORS];
@@ -167,21 +168,6 @@ static int ps__pull(ps_trainer *t, uint64_t clock)
     return rc;
 }
 
-/* Scales each tensor's gradient to an L2 norm of at most max_norm. The worker
- * holds whole tensors, so the norm is the tensor's, not a chunk's. */
-static void ps__clip_tensor(float *g, size_t n, float max_norm)
-{
-    double sq = 0;
-
-    for (size_t i = 0; i < n; i++)
-        sq += (double)g[i] * g[i];
-    if (sq > (double)max_norm * max_norm) {
-        float scale = (float)(max_norm / sqrt(sq));
-        for (size_t i = 0; i < n; i++)
-            g[i] *= scale;
-    }
-}
-
 static int ps__save_model(ps_trainer *t)
 {
     const float *tensors[PS_MAX_TENSORS];
@@ -199,19 +185,16 @@ static int ps__save_model(ps_trainer *t)
     return rc;
 }
 
-/* Pushes each layer's gradients the moment backward has them, so they travel
- * while the layers below are computed (ps_backend_on_layer_grads); the last
- * tensor first, as the servers have always seen them. */
+/* Pushes each layer's gradients (clipped by the backend under --clip-norm)
+ * the moment backward has them, so they travel while the layers below are
+ * computed (ps_backend_on_layer_grads); the last tensor first, as the
+ * servers have always seen them. */
 static void ps__push_layer(void *arg, int first, int count)
 {
     ps_trainer *t = arg;
 
-    for (int i = first + count - 1; i >= first && t->push_rc == 0; i--) {
-        float *g = ps_backend_grads(t->be, i);
-        if (t->job->clip_norm > 0)
-            ps__clip_tensor(g, t->spec->tensors[i].numel, (float)t->job->clip_norm);
-        t->push_rc = shardps_push(t->ps, i, g, t->spec->tensors[i].numel);
-    }
+    for (int i = first + count - 1; i >= first && t->push_rc == 0; i--)
+        t->push_rc = shardps_push(t->ps, i, t->grads[i], t->spec->tensors[i].numel);
     if (t->push_rc == 0)
         t->push_rc = shardps_progress(t->ps);
 }
@@ -239,8 +222,6 @@ void ps_trainer_free(ps_trainer *t)
     ps_dataset_free(&t->train);
     ps_dataset_free(&t->test);
     free(t->test_x);
-    free(t->batch_x);
-    free(t->batch_y);
     free(t->order);
     free(t);
 }
@@ -268,7 +249,6 @@ static int ps__load_test_set(ps_trainer *t, int features)
  * steps. */
 static int ps__take_data(ps_trainer *t)
 {
-    const ps_job_options *j = t->job;
     const ps_job_plan *plan = t->cfg.plan;
     int features;
 
@@ -280,9 +260,7 @@ static int ps__take_data(ps_trainer *t)
     t->steps_per_epoch = plan->steps_per_epoch;
     t->total = plan->total_steps;
     t->order = malloc((size_t)t->train.n * sizeof(uint32_t));
-    t->batch_x = malloc((size_t)j->batch * (size_t)features * sizeof(float));
-    t->batch_y = malloc((size_t)j->batch);
-    if (t->order == NULL || t->batch_x == NULL || t->batch_y == NULL)
+    if (t->order == NULL)
         return -ENOMEM;
     return t->eval ? ps__load_test_set(t, features) : 0;
 }
@@ -352,6 +330,8 @@ int ps_trainer_init(ps_trainer **out, const ps_trainer_config *cfg)
     t->eval = cfg->rank == 0 && !cfg->no_eval;
     memset(&bc, 0, sizeof(bc));
     rc = ps_backend_parse_device(t->job->device, &bc.device);
+    if (rc == 0 && t->job->precision)
+        rc = ps_backend_parse_precision(t->job->precision, &bc.precision);
     if (rc < 0)
         goto fail;
     rc = ps__take_data(t);
@@ -361,6 +341,8 @@ int ps_trainer_init(ps_trainer **out, const ps_trainer_config *cfg)
     bc.tf32 = t->job->tf32;
     bc.threads = cfg->threads;
     bc.device_index = cfg->rank;
+    bc.clip_norm = t->job->clip_norm;
+    bc.narrow_bf16 = t->job->compress && strcmp(t->job->compress, "bf16") == 0;
     /* Each worker its own dropout masks, repeatable from the job's seed. */
     bc.dropout_seed =
         ((uint64_t)t->job->seed << 32) ^ ((uint64_t)cfg->rank * 0x9E3779B97F4A7C15ull);
@@ -373,6 +355,8 @@ int ps_trainer_init(ps_trainer **out, const ps_trainer_config *cfg)
             ps_job_data_describe(&cfg->plan->data, length, sizeof(length)));
     if (cfg->plan->data.notes[0])
         ps_warn("data: %s", cfg->plan->data.notes);
+    t->batch_x = ps_backend_batch_x(t->be);
+    t->batch_y = ps_backend_batch_y(t->be);
     for (int i = 0; i < t->spec->n_tensors; i++) {
         t->params[i] = ps_backend_params(t->be, i);
         t->grads[i] = ps_backend_grads(t->be, i);
@@ -577,9 +561,6 @@ int ps_trainer_run(ps_trainer *t)
         if (rc < 0)
             break;
         if (o->slow_ms > 0) {
-            for (int i = 0; j->clip_norm > 0 && i < t->spec->n_tensors; i++)
-                ps__clip_tensor(ps_backend_grads(t->be, i), t->spec->tensors[i].numel,
-                                (float)j->clip_norm);
             /* Said before the nap: whoever watches knows this worker has
              * passed the boundary behind it and not yet pushed. */
             ps_info("step %" PRIu64 ": holding the pushes %d ms (--slow-ms)", clock + 1,
