@@ -67,4 +67,6 @@ if [ ${#bad[@]} -gt 0 ]; then
     printf '  %s\n' "${bad[@]}" >&2
     exit 1
 fi
-echo "the server's front calls down only: ${layers[*]// / · }"
+order=""
+for l in "${layers[@]}"; do order+="${order:+ -> }${l// /, }"; done
+echo "the server's front calls down only: $order"
