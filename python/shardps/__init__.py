@@ -38,10 +38,11 @@ from types import TracebackType
 from typing import Any, List, Optional, Tuple, Type, Union
 
 import numpy as np
+from numpy.typing import NDArray
 
 __version__ = "1.1.0"
 
-__all__ = ["Client", "ShardpsError", "load_library", "library_path", "INIT_ZERO",
+__all__ = ["Client", "ShardpsError", "Float32Array", "load_library", "library_path", "INIT_ZERO",
            "INIT_HE_UNIFORM", "INIT_XAVIER_UNIFORM", "__version__"]
 
 #: Initial values of a declared tensor (include/shardps.h's SHARDPS_INIT_*).
@@ -168,7 +169,11 @@ def _server_list(servers: Union[str, Sequence[str]]) -> List[str]:
                     f"got {type(servers).__name__}")
 
 
-def _float_ptr(a: np.ndarray) -> Any:
+#: What pushes read and pulls write: C-contiguous float32 arrays.
+Float32Array = NDArray[np.float32]
+
+
+def _float_ptr(a: Float32Array) -> Any:
     return a.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
 
 
@@ -293,7 +298,7 @@ class Client:
         return self._clock_of(self._lib.shardps_weights_clock)
 
     @staticmethod
-    def _as_buffer(a: Any, writable: bool) -> np.ndarray:
+    def _as_buffer(a: Any, writable: bool) -> Float32Array:
         if not isinstance(a, np.ndarray) or a.dtype != np.float32 or not a.flags.c_contiguous:
             raise TypeError("shardps moves C-contiguous float32 NumPy arrays (no copies are "
                             "made); got " + (f"{a.dtype} {'C' if a.flags.c_contiguous else 'non-C'}"
@@ -303,7 +308,7 @@ class Client:
             raise TypeError("a pull needs writable arrays")
         return a
 
-    def push(self, tensor: int, grad: np.ndarray, block: bool = True) -> None:
+    def push(self, tensor: int, grad: Float32Array, block: bool = True) -> None:
         """Pushes tensor's gradient (float32, its numel elements), computed on
         the weights of the last pull. block=False: returns at once; the array
         is borrowed until wait()."""
@@ -315,7 +320,7 @@ class Client:
         if block:
             self.wait()
 
-    def pull(self, dest: Sequence[np.ndarray], clock: Optional[int] = None,
+    def pull(self, dest: Sequence[Float32Array], clock: Optional[int] = None,
              block: bool = True) -> None:
         """Pulls every tensor into dest (a list of float32 arrays, one per
         tensor). clock: the step whose weights to pull; None: the next one
