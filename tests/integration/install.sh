@@ -125,7 +125,7 @@ echo "PASS: DESTDIR installs and uninstalls under itself"
 # A library of another version is refused, naming both versions.
 printf 'const char *shardps_version(void) { return "0.9.0"; }\n' >"$TMP/old.c"
 cc -shared -fPIC -o "$TMP/libshardps.so.1" "$TMP/old.c"
-out=$(cd "$TMP/user" && clean_env SHARDPS_LIB="$TMP" PYTHONPATH="$SRC/python" "$PYTHON" -c 'import shardps
+out=$(cd "$TMP/user" && clean_env SHARDPS_LIB="$TMP" PYTHONPATH="$SRC/python" PYTHONDONTWRITEBYTECODE=1 "$PYTHON" -c 'import shardps
 try:
     shardps.load_library()
 except shardps.ShardpsError as e:
