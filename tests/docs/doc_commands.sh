@@ -63,8 +63,14 @@ fi
 # that would configure or build there fails rather than change this build.
 tree=$TMP/tree
 mkdir -p "$tree/build"
-tar -C "$SRC" --exclude=./.git --exclude='./build' --exclude='./build-*' --exclude=./runs -cf - . |
-    tar -C "$tree" -xf - || { echo "FAIL: copying $SRC failed" >&2; exit 1; }
+# The files git would commit (not builds, runs or caches); every file
+# outside a git checkout.
+if git -C "$SRC" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    git -C "$SRC" ls-files -z --cached --others --exclude-standard |
+        tar -C "$SRC" --null --ignore-failed-read -T - -cf - 2>/dev/null
+else
+    tar -C "$SRC" --exclude=./build --exclude='./build-*' -cf - .
+fi | tar -C "$tree" -xf - || { echo "FAIL: copying $SRC failed" >&2; exit 1; }
 
 # block FILE LINE LANG MARK: one per line (TAB-separated), then the
 # block's text in $TMP/blocks/N.sh.
