@@ -363,21 +363,56 @@ size_t ps_row_store_state_floats(const ps_row_store *st)
 
 /* How far ahead the batch loops look: far enough that a bucket's and a
  * record's cache misses are in flight while the rows before are worked on. */
-#define PS__AHEAD 8
+#define PS__AHEAD 16
+/* How much of a record the look-ahead asks for: its first two cache lines.
+ * The rest of a row streams in behind them once it is read; asking for all
+ * of it (13 lines of an Adam row at D = 64), 16 rows ahead, filled the
+ * core's miss buffers and stalled the loop on the prefetches themselves. */
+#define PS__PREFETCH_BYTES 128
+
+/* The batch loops' look-ahead, at row i: the index bucket of ID i + 2A is
+ * asked for, and the record of ID i + A (its bucket asked for A rows ago)
+ * is found and its first PS__PREFETCH_BYTES asked for. Returns that slot
+ * (PS_ROW_NO_SLOT when none): a gather keeps it for when it gets there; an
+ * apply finds the ID again then (a cached bucket), because it may evict or
+ * move rows in between. */
+static uint32_t ps__look_ahead(const ps_row_store *st, const uint64_t *ids, size_t n, size_t i)
+{
+    uint32_t slot = PS_ROW_NO_SLOT;
+
+    if (i + 2 * PS__AHEAD < n)
+        ps_row_map_prefetch(st->map, ids[i + 2 * PS__AHEAD]);
+    if (i + PS__AHEAD < n &&
+        (slot = ps_row_map_find(st->map, ids[i + PS__AHEAD])) != PS_ROW_NO_SLOT) {
+        const char *p = (const char *)ps__rec(st, slot);
+        for (size_t off = 0; off < PS__PREFETCH_BYTES; off += 64)
+            __builtin_prefetch(p + off);
+    }
+    return slot;
+}
+
+/* The first rows' buckets, before a batch loop starts looking ahead. */
+static void ps__look_first(const ps_row_store *st, const uint64_t *ids, size_t n)
+{
+    for (size_t i = 0; i < n && i < 2 * PS__AHEAD; i++)
+        ps_row_map_prefetch(st->map, ids[i]);
+}
 
 int ps_row_store_gather(const ps_row_store *st, const uint64_t *ids, size_t n, uint64_t step,
                         float *out, size_t *found)
 {
     const uint32_t dim = st->cfg.dim;
+    uint32_t ahead[PS__AHEAD]; /* the slots of IDs i .. i + A - 1 */
     size_t hits = 0;
 
     if (step > PS_ROW_MAX_STEP)
         return -ERANGE;
+    ps__look_first(st, ids, n);
+    for (size_t i = 0; i < n && i < PS__AHEAD; i++)
+        ahead[i] = ps_row_map_find(st->map, ids[i]);
     for (size_t i = 0; i < n; i++) {
-        uint32_t slot;
-        if (i + PS__AHEAD < n)
-            ps_row_map_prefetch(st->map, ids[i + PS__AHEAD]);
-        slot = ps_row_map_find(st->map, ids[i]);
+        uint32_t slot = ahead[i % PS__AHEAD];
+        ahead[i % PS__AHEAD] = ps__look_ahead(st, ids, n, i);
         if (slot != PS_ROW_NO_SLOT) {
             ps__header *h = ps__rec(st, slot);
             if (!ps__expired(st, h->last_step, step)) {
@@ -496,13 +531,13 @@ int ps_row_store_apply(ps_row_store *st, const uint64_t *ids, const float *grads
      * this point can fail half-way through the batch. */
     if (rc < 0 || (rc = ps__reserve_rows(st, n)) < 0)
         return rc;
+    ps__look_first(st, ids, n);
     for (size_t i = 0; i < n; i++) {
         const float *g = grads + i * dim;
         uint32_t slot;
         ps__header *h;
 
-        if (i + PS__AHEAD < n)
-            ps_row_map_prefetch(st->map, ids[i + PS__AHEAD]);
+        ps__look_ahead(st, ids, n, i);
         if (scale != 1.0f) {
             for (uint32_t k = 0; k < dim; k++)
                 st->grad[k] = g[k] * scale;
