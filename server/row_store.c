@@ -268,6 +268,12 @@ int ps_row_store_check(const ps_row_store_config *cfg, char *why, size_t why_len
     if (cfg->dim < 1 || cfg->dim > PS_ROW_MAX_DIM)
         return ps_err_printf(why, why_len, -EINVAL, "table %u: dimension %u is not in 1..%d",
                              cfg->table_id, cfg->dim, PS_ROW_MAX_DIM);
+    if (cfg->expect_rows > ((uint64_t)1 << 31) || cfg->capacity > PS__MAX_SLOTS)
+        return ps_err_printf(why, why_len, -EINVAL,
+                             "table %u: expected rows %llu (at most 2^31) or capacity %llu (at "
+                             "most 2^32 - 2) too large",
+                             cfg->table_id, (unsigned long long)cfg->expect_rows,
+                             (unsigned long long)cfg->capacity);
     if ((rc = ps_row_init_check(&cfg->init, why, why_len)) < 0)
         return rc;
     if ((rc = ps_row_opt_check(&cfg->opt, why, why_len)) < 0)

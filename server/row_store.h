@@ -30,7 +30,7 @@
  * global steps) except capacity, which counts the rows one server holds and
  * so depends on the number of servers.
  *
- * Memory: each row is one record in a slab of about 4 MiB mapped from the
+ * Memory: each row is one record in a slab of 2-4 MiB mapped from the
  * kernel (no per-row malloc): a 16-byte header (ID, last step updated,
  * update count), the values, then the optimizer state; plus 16-byte entries
  * of the ID index (server/row_map) at most 3/4 full. At D = 64 that is
@@ -114,8 +114,9 @@ typedef struct ps_row_store ps_row_store;
 
 /* The rules of a configuration: dim in range, a valid initializer and
  * optimizer, a sketch shape row_admit accepts when admit_after > 1, an
- * admission threshold up to 65535. Returns 0, or -EINVAL with the reason in
- * why. */
+ * admission threshold up to 65535, expect_rows up to 2^31 and capacity up
+ * to 2^32 - 2 (the slots a store can number). Returns 0, or -EINVAL with
+ * the reason in why. */
 int ps_row_store_check(const ps_row_store_config *cfg, char *why, size_t why_len);
 
 /* An empty store (the configuration is copied). Returns 0, -EINVAL (see

@@ -72,6 +72,13 @@ Test(row_store, configuration_rules)
     c = config("adam", 8);
     c.opt.rowwise = 1;
     cr_assert_eq(ps_row_store_check(&c, why, sizeof(why)), -EINVAL);
+    c = config("adam", 8);
+    c.expect_rows = (1ULL << 31) + 1;
+    cr_assert_eq(ps_row_store_check(&c, why, sizeof(why)), -EINVAL);
+    c = config("adam", 8);
+    c.capacity = UINT32_MAX;
+    cr_assert_eq(ps_row_store_check(&c, why, sizeof(why)), -EINVAL);
+    cr_assert(strstr(why, "capacity"), "%s", why);
     ps_row_store_free(NULL);
 }
 
