@@ -10,6 +10,14 @@
 #include "mix64.h"
 #include "ps_error.h"
 
+/* No fused multiply-adds: they round once where the code says twice, and
+ * would make the values depend on the target. GCC contracts nothing in ISO C
+ * mode (-std=c11) and does not know this pragma (it would warn); clang
+ * contracts within an expression unless told. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 #define PS__GOLDEN       0x9e3779b97f4a7c15ULL
 #define PS__MAX_ATTEMPTS 128
 
