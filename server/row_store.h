@@ -139,7 +139,8 @@ int ps_row_store_gather(const ps_row_store *st, const uint64_t *ids, size_t n, u
  * at step with rate lr (see above). Everything that can refuse the whole
  * batch is checked before any row changes: -EINVAL for an ID given twice
  * or a scale that is not finite, -ERANGE for a step beyond PS_ROW_MAX_STEP,
- * -ENOMEM when room for the batch's new rows cannot be made; after those,
+ * -ENOMEM when room for the batch's new rows cannot be made (-E2BIG when
+ * it would take the store past 2^31 rows); after those,
  * rows are refused one by one (counted in res). res may be NULL. */
 int ps_row_store_apply(ps_row_store *st, const uint64_t *ids, const float *grads, size_t n,
                        uint64_t step, float lr, float scale, ps_row_apply_result *res);
