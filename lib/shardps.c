@@ -81,7 +81,7 @@ static int ps__kv_err(shardps *h, int rc, const char *doing)
 
 const char *shardps_version(void)
 {
-    return "1.1.0";
+    return "1.2.0";
 }
 
 const char *shardps_strerror(int code)
@@ -231,6 +231,17 @@ int shardps_set_option(shardps *h, const char *name, const char *value)
     if (f->type == PS_FLAG_STRING || f->type == PS_FLAG_CHOICE)
         return ps__take_text(h, name, value);
     ps__client_config(h);
+    return 0;
+}
+
+int shardps_set_stop_flag(shardps *h, const volatile sig_atomic_t *flag)
+{
+    if (h == NULL)
+        return -EINVAL;
+    /* Kept for the clients a reconnect creates, and given to this one. */
+    h->cfg.stop = flag;
+    if (h->kv)
+        ps_kv_client_set_stop_flag(h->kv, flag);
     return 0;
 }
 

@@ -40,7 +40,7 @@ from typing import Any, List, Optional, Tuple, Type, Union
 import numpy as np
 from numpy.typing import NDArray
 
-__version__ = "1.1.0"
+__version__ = "1.2.0"
 
 __all__ = ["Client", "ShardpsError", "Float32Array", "load_library", "library_path", "INIT_ZERO",
            "INIT_HE_UNIFORM", "INIT_XAVIER_UNIFORM", "__version__"]
