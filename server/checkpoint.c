@@ -345,9 +345,9 @@ static int ps__read_identity(FILE *f, const ps_checkpoint_meta *meta, uint8_t *h
                  PS__MAX_TABLE_BYTES);
         return -PS_EFORMAT;
     }
-    t = shardps__tensor_table__unpack(NULL, *table_len, head + PS__HEADER_BYTES + 4);
+    t = ps_tensor_table_unpack(head + PS__HEADER_BYTES + 4, *table_len, reason, sizeof(reason));
     if (t == NULL) {
-        snprintf(why, why_len, "its tensor table does not decode (corrupt)");
+        snprintf(why, why_len, "its tensor table is corrupt: %s", reason);
         return -PS_EFORMAT;
     }
     rc = ps_tensor_table_from_wire(t, 0, spec, reason, sizeof(reason));

@@ -427,6 +427,30 @@ static int sc_wrong_model(hc_ctx *ctx, hc_conn *c)
     return expect_refusal(ctx, c, SHARDPS__MSG_TYPE__REJECT, -PS_EMISMATCH, "model mismatch");
 }
 
+/* Issue 22, cause 8: "fc1\0weight" in the table of an otherwise valid
+ * HELLO. protobuf-c hands it over as "fc1"; the server must refuse the
+ * frame naming the NUL byte, not adopt or compare a table renamed. */
+static int sc_nul_name(hc_ctx *ctx, hc_conn *c)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+    uint8_t *buf, *at;
+    size_t len;
+    int rc;
+
+    make_hello(ctx, &h, &hello);
+    if (ps_frame_encode(&h, NULL, 0, &buf, &len) < 0)
+        return -1;
+    at = memmem(buf, len, "fc1.weight", 10);
+    if (at)
+        at[3] = '\0';
+    rc = at ? send_all(c->fd, buf, len) : -EINVAL;
+    free(buf);
+    if (rc < 0)
+        return -1;
+    return expect_refusal(ctx, c, SHARDPS__MSG_TYPE__REJECT, -PS_EPROTO, "NUL byte");
+}
+
 static int sc_bad_rank(hc_ctx *ctx, hc_conn *c)
 {
     Shardps__Header h;
@@ -878,6 +902,7 @@ static const hc_scenario hc_scenarios[] = {
     {"bad-version", "a HELLO of another protocol version", sc_bad_version, 1},
     {"wrong-model", "a HELLO for another model", sc_wrong_model, 1},
     {"bad-rank", "a HELLO for a rank outside the job", sc_bad_rank, 1},
+    {"nul-name", "a HELLO declaring a tensor named \"fc1\\0weight\"", sc_nul_name, 1},
     {"pull-first", "a PULL before any HELLO", sc_pull_first, 1},
     {"hello-garbage", "a good HELLO, then random bytes", sc_hello_garbage, 1},
     {"bad-key", "a PULL of a key no server holds", sc_bad_key, 1},
