@@ -1,7 +1,9 @@
 /* Checkpoint files (see checkpoint.h). Writing streams through stdio while
  * the CRC accumulates; reading checks the header and the tensor table first,
- * then loads the whole file and checks its size against what the shard of
- * that table needs, then the CRC and the chunk layout, and only then copies. */
+ * then the file's size against what this server's share of that table needs
+ * (computed from the partition, nothing allocated for it), then streams the
+ * file once through the CRC, checking each chunk header, and only then has
+ * the table adopted and reads the file again straight into its shard. */
 #include "checkpoint.h"
 
 #include <dirent.h>
@@ -17,6 +19,7 @@
 
 #include "crc32c.h"
 #include "crc_writer.h"
+#include "partition.h"
 #include "ps_error.h"
 #include "tensor_table.h"
 
@@ -28,6 +31,9 @@ static const char ps__magic[8] = {'S', 'H', 'P', 'S', 'C', 'K', 'P', 'T'};
 /* The packed tensor table's bytes at most: PS_MAX_TENSORS declarations fit
  * many times over. */
 #define PS__MAX_TABLE_BYTES (64u * 1024u)
+/* A file is checked by streaming it through the CRC in blocks of this size
+ * before anything of it is kept. */
+#define PS__BLOCK_BYTES ((size_t)1 << 20)
 
 static void ps__file_name(char *buf, size_t len, const char *dir, uint32_t server, uint64_t clock)
 {
@@ -269,17 +275,49 @@ static uint64_t ps__get64(const uint8_t *p)
     return v;
 }
 
-/* Bytes a checkpoint of this shard must have, exactly, with a packed table
- * of table_len bytes. */
-static size_t ps__expected_size(const ps_shard *shard, size_t table_len)
-{
-    size_t bytes = PS__HEADER_BYTES + 4 + table_len + sizeof(uint32_t);
+/* What a file of this server must hold for a table, known before anything
+ * is adopted: this server's chunks of the table's partition, in key order
+ * (the shard's local order), each with the optimizer's state, and so the
+ * file's exact size. */
+typedef struct {
+    ps_partition *part;
+    const ps_chunk **chunk; /* this server's, borrowed from part */
+    int n;
+    size_t state_per_weight;
+    size_t bytes;
+} ps__layout;
 
-    for (int i = 0; i < ps_shard_chunk_count(shard); i++)
-        bytes +=
-            PS__CHUNK_HEADER_BYTES +
-            (ps_shard_chunk(shard, i)->numel + ps_shard_state_floats(shard, i)) * sizeof(float);
-    return bytes;
+static void ps__layout_free(ps__layout *l)
+{
+    free(l->chunk);
+    ps_partition_free(l->part);
+}
+
+static int ps__layout_init(ps__layout *l, const ps_model_spec *spec, const ps_checkpoint_meta *meta,
+                           size_t table_len)
+{
+    int rc;
+
+    memset(l, 0, sizeof(*l));
+    rc = ps_partition_init(&l->part, spec, (int)meta->num_servers, (size_t)meta->chunk_bytes);
+    if (rc < 0)
+        return rc;
+    l->chunk = calloc((size_t)ps_partition_server_chunk_count(l->part, (int)meta->server_index) + 1,
+                      sizeof(*l->chunk));
+    if (l->chunk == NULL) {
+        ps__layout_free(l);
+        return -ENOMEM;
+    }
+    l->state_per_weight = meta->state_per_weight;
+    l->bytes = PS__HEADER_BYTES + 4 + table_len + sizeof(uint32_t);
+    for (int i = 0; i < ps_partition_chunk_count(l->part); i++) {
+        const ps_chunk *c = ps_partition_chunk(l->part, i);
+        if (c->server != (int)meta->server_index)
+            continue;
+        l->chunk[l->n++] = c;
+        l->bytes += PS__CHUNK_HEADER_BYTES + c->numel * (1 + l->state_per_weight) * sizeof(float);
+    }
+    return 0;
 }
 
 /* Reads the fixed header and the tensor table of an open file into head
@@ -350,7 +388,7 @@ static int ps__read_identity(FILE *f, const ps_checkpoint_meta *meta, uint8_t *h
         snprintf(why, why_len, "its tensor table is corrupt: %s", reason);
         return -PS_EFORMAT;
     }
-    rc = ps_tensor_table_from_wire(t, 0, spec, reason, sizeof(reason));
+    rc = ps_tensor_table_from_wire(t, meta->max_table_bytes, spec, reason, sizeof(reason));
     shardps__tensor_table__free_unpacked(t, NULL);
     if (rc < 0) {
         snprintf(why, why_len, "its tensor table is refused: %s", reason);
@@ -365,17 +403,105 @@ static int ps__read_identity(FILE *f, const ps_checkpoint_meta *meta, uint8_t *h
     return 0;
 }
 
-/* Reads and checks one file completely; copies into the shard that table_fn
- * gives for the file's table only when every check has passed. Returns 0 or
- * a negative code with the reason in why. */
-static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_checkpoint_table_fn table_fn,
-                        void *arg, ps_checkpoint_clocks *clocks, char *why, size_t why_len)
+/* Streams n bytes of f through the CRC, into dst when it is not NULL, else
+ * through blk (PS__BLOCK_BYTES). Returns 0, or -1 on a short read. */
+static int ps__stream(FILE *f, size_t n, uint8_t *dst, uint8_t *blk, uint32_t *crc)
 {
-    size_t want = 0, got, head_len;
-    int n = 0, rc;
-    uint8_t *buf = NULL, *head = NULL, *p;
+    while (n > 0) {
+        size_t take = dst ? n : n < PS__BLOCK_BYTES ? n : PS__BLOCK_BYTES;
+        uint8_t *at = dst ? dst : blk;
+        if (fread(at, 1, take, f) != take)
+            return -1;
+        *crc = ps_crc32c(*crc, at, take);
+        n -= take;
+        if (dst)
+            dst += take;
+    }
+    return 0;
+}
+
+/* The body after head (head_len bytes, already read and in the CRC), read
+ * once to check it: every chunk header against the layout, and the CRC over
+ * the whole file. Nothing is kept. A damaged file is called damaged (the
+ * CRC) before its chunk layout is judged. Returns 0 or a negative code with
+ * the reason in why. */
+static int ps__verify(FILE *f, const uint8_t *head, size_t head_len, const ps__layout *l,
+                      uint8_t *blk, char *why, size_t why_len)
+{
+    uint32_t crc = ps_crc32c(0, head, head_len), want;
+    uint8_t ch[PS__CHUNK_HEADER_BYTES];
+    int bad_chunk = -1;
+
+    for (int i = 0; i < l->n; i++) {
+        const ps_chunk *c = l->chunk[i];
+        if (ps__stream(f, sizeof(ch), ch, NULL, &crc) < 0 ||
+            ps__stream(f, c->numel * (1 + l->state_per_weight) * sizeof(float), NULL, blk, &crc) <
+                0)
+            goto short_read;
+        if (bad_chunk < 0 && (ps__get64(ch) != c->key || ps__get64(ch + 8) != c->numel ||
+                              ps__get64(ch + 16) != c->numel * l->state_per_weight))
+            bad_chunk = i;
+    }
+    if (fread(&want, 1, sizeof(want), f) != sizeof(want))
+        goto short_read;
+    if (crc != want) {
+        snprintf(why, why_len, "checksum mismatch (the file is corrupt)");
+        return -PS_EFORMAT;
+    }
+    if (bad_chunk >= 0) {
+        snprintf(why, why_len, "chunk %d does not match this shard's layout", bad_chunk);
+        return -PS_EMISMATCH;
+    }
+    return 0;
+short_read:
+    snprintf(why, why_len, "short read (the file shrank while it was read)");
+    return -PS_EFORMAT;
+}
+
+/* The verified body, read again straight into the shard adopted for it,
+ * with its clocks; the CRC is taken again, so a file that changed since it
+ * was verified is caught (the caller then withdraws the table). */
+static int ps__copy(FILE *f, const uint8_t *head, size_t head_len, ps_shard *shard,
+                    ps_checkpoint_clocks *clocks, char *why, size_t why_len)
+{
+    uint32_t crc = ps_crc32c(0, head, head_len), want;
+    uint8_t ch[PS__CHUNK_HEADER_BYTES];
+
+    if (fseek(f, (long)head_len, SEEK_SET) != 0)
+        goto changed;
+    for (int i = 0; i < ps_shard_chunk_count(shard); i++) {
+        size_t numel = ps_shard_chunk(shard, i)->numel, state_n = ps_shard_state_floats(shard, i);
+        if (ps__stream(f, sizeof(ch), ch, NULL, &crc) < 0 ||
+            ps__stream(f, numel * sizeof(float), (uint8_t *)ps_shard_weights_mut(shard, i), NULL,
+                       &crc) < 0 ||
+            (state_n && ps__stream(f, state_n * sizeof(float),
+                                   (uint8_t *)ps_shard_state_mut(shard, i), NULL, &crc) < 0))
+            goto changed;
+        clocks->clock[i] = ps__get64(ch + 24);
+        clocks->newest[i] = ps__get64(ch + 32);
+        ps_shard_set_updates(shard, i, ps__get64(ch + 40));
+    }
+    if (fread(&want, 1, sizeof(want), f) == sizeof(want) && want == crc)
+        return 0;
+changed:
+    snprintf(why, why_len, "the file changed while it was read");
+    return -PS_EFORMAT;
+}
+
+/* Reads and checks one file completely (identity, table, the size its
+ * table's shard needs, every chunk header, the CRC), and only then asks the
+ * sink to adopt its table and copies the body into the shard it gives. A
+ * file refused at any step leaves nothing adopted. Returns 0 or a negative
+ * code with the reason in why. */
+static int ps__load_one(const char *file, ps_checkpoint_meta *meta, const ps_checkpoint_sink *sink,
+                        ps_checkpoint_clocks *clocks, char *why, size_t why_len)
+{
+    size_t head_len;
+    int rc, adopted = 0;
+    uint8_t *blk = NULL, *head = NULL;
     uint32_t table_len = 0;
     ps_model_spec spec;
+    ps__layout l = {0};
     ps_shard *shard;
     struct stat st;
     FILE *f = fopen(file, "rb");
@@ -385,7 +511,8 @@ static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_checkpoin
         return -errno;
     }
     head = malloc(PS__HEADER_BYTES + 4 + PS__MAX_TABLE_BYTES);
-    if (head == NULL) {
+    blk = malloc(PS__BLOCK_BYTES);
+    if (head == NULL || blk == NULL) {
         rc = -ENOMEM;
         snprintf(why, why_len, "out of memory");
         goto out;
@@ -395,80 +522,55 @@ static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_checkpoin
     rc = ps__read_identity(f, meta, head, &spec, &table_len, why, why_len);
     if (rc < 0)
         goto out;
-    rc = -PS_EMISMATCH;
-    shard = table_fn(arg, &spec, clocks, why, why_len);
-    if (shard == NULL)
+    head_len = PS__HEADER_BYTES + 4 + table_len;
+    rc = ps__layout_init(&l, &spec, meta, table_len);
+    if (rc < 0) {
+        snprintf(why, why_len, "cannot cut its tensors into %" PRIu64 "-byte chunks: %s",
+                 meta->chunk_bytes, ps_strerror(rc));
         goto out;
-    n = ps_shard_chunk_count(shard);
-    if (ps__get64(head + 56) != (uint64_t)n) {
-        snprintf(why, why_len, "holds %" PRIu64 " chunks where this shard has %d",
-                 ps__get64(head + 56), n);
+    }
+    rc = -PS_EMISMATCH;
+    if (ps__get64(head + 56) != (uint64_t)l.n) {
+        snprintf(why, why_len, "holds %" PRIu64 " chunks where its table's shard has %d",
+                 ps__get64(head + 56), l.n);
         goto out;
     }
     rc = -PS_EFORMAT;
-    head_len = PS__HEADER_BYTES + 4 + table_len;
-    want = ps__expected_size(shard, table_len);
-    if (fstat(fileno(f), &st) < 0 || (size_t)st.st_size != want) {
-        snprintf(why, why_len, "%lld bytes where this shard's checkpoint has %zu (truncated)",
-                 (long long)st.st_size, want);
+    if (fstat(fileno(f), &st) < 0 || (size_t)st.st_size != l.bytes) {
+        snprintf(why, why_len, "%lld bytes where its table's shard needs %zu (truncated)",
+                 (long long)st.st_size, l.bytes);
         goto out;
     }
-    buf = malloc(want);
-    if (buf == NULL) {
-        rc = -ENOMEM;
-        snprintf(why, why_len, "no memory for %zu bytes", want);
+    rc = ps__verify(f, head, head_len, &l, blk, why, why_len);
+    if (rc < 0)
         goto out;
-    }
-    memcpy(buf, head, head_len);
-    got = head_len + fread(buf + head_len, 1, want - head_len, f);
-    if (got != want) {
-        snprintf(why, why_len, "short read (%zu of %zu bytes)", got, want);
-        goto out;
-    }
-    if (ps_crc32c(0, buf, want - 4) != ps__get32(buf + want - 4)) {
-        snprintf(why, why_len, "checksum mismatch (the file is corrupt)");
-        goto out;
-    }
+    /* Every check passed: only now is the table adopted and the shard
+     * touched. */
     rc = -PS_EMISMATCH;
-    p = buf + head_len;
-    for (int i = 0; i < n; i++, p += PS__CHUNK_HEADER_BYTES) {
-        const ps_chunk *c = ps_shard_chunk(shard, i);
-        if (ps__get64(p) != c->key || ps__get64(p + 8) != c->numel ||
-            ps__get64(p + 16) != ps_shard_state_floats(shard, i)) {
-            snprintf(why, why_len, "chunk %d does not match this shard's layout", i);
-            goto out;
-        }
-        p += (c->numel + ps_shard_state_floats(shard, i)) * sizeof(float);
-    }
-    /* Every check passed: only now touch the shard. */
-    meta->clock = ps__get64(buf + 40);
-    if (ps__get64(buf + 48) > meta->total_steps)
-        meta->total_steps = ps__get64(buf + 48);
-    p = buf + head_len;
-    for (int i = 0; i < n; i++) {
-        const ps_chunk *c = ps_shard_chunk(shard, i);
-        size_t state_n = ps_shard_state_floats(shard, i);
-        clocks->clock[i] = ps__get64(p + 24);
-        clocks->newest[i] = ps__get64(p + 32);
-        ps_shard_set_updates(shard, i, ps__get64(p + 40));
-        p += PS__CHUNK_HEADER_BYTES;
-        memcpy(ps_shard_weights_mut(shard, i), p, c->numel * sizeof(float));
-        p += c->numel * sizeof(float);
-        if (state_n)
-            memcpy(ps_shard_state_mut(shard, i), p, state_n * sizeof(float));
-        p += state_n * sizeof(float);
-    }
-    rc = 0;
+    shard = sink->adopt(sink->arg, &spec, clocks, why, why_len);
+    if (shard == NULL)
+        goto out;
+    adopted = 1;
+    rc = ps__copy(f, head, head_len, shard, clocks, why, why_len);
+    if (rc < 0)
+        goto out;
+    meta->clock = ps__get64(head + 40);
+    if (ps__get64(head + 48) > meta->total_steps)
+        meta->total_steps = ps__get64(head + 48);
+    adopted = 0;
 out:
-    free(buf);
+    if (adopted)
+        sink->withdraw(sink->arg);
+    ps__layout_free(&l);
+    free(blk);
     free(head);
     fclose(f);
     return rc;
 }
 
 int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_meta *meta,
-                          ps_checkpoint_table_fn table_fn, void *arg, ps_checkpoint_clocks *clocks,
-                          char *path, size_t path_len, char *err, size_t err_len)
+                          const ps_checkpoint_sink *sink, ps_checkpoint_clocks *clocks, char *path,
+                          size_t path_len, char *err, size_t err_len)
 {
     uint64_t *found = NULL;
     int foreign, n = ps__list(dir, meta->server_index, meta->job, 1, &found, &foreign, NULL, 0),
@@ -484,7 +586,7 @@ int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_met
         if (found[i] > max_clock)
             continue;
         ps__file_name(file, sizeof(file), dir, meta->server_index, found[i]);
-        rc = ps__load_one(file, meta, table_fn, arg, clocks, why, sizeof(why));
+        rc = ps__load_one(file, meta, sink, clocks, why, sizeof(why));
         if (rc == 0) {
             snprintf(path, path_len, "%s", file);
             break;

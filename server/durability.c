@@ -130,9 +130,10 @@ static void ps__on_checkpoint_timer(uv_timer_t *t)
 
 static void ps__log_foreign(ps_kv_server *s);
 
-/* A checkpoint's table: the first usable file's is adopted (the server
- * starts without one); any later file must hold the same. */
-static ps_shard *ps__restore_table(void *arg, const ps_model_spec *table,
+/* A verified checkpoint's table: adopted when the server holds none (it
+ * starts without one, unless its embedding program gave one, which the
+ * file must then hold). */
+static ps_shard *ps__restore_adopt(void *arg, const ps_model_spec *table,
                                    ps_checkpoint_clocks *clocks, char *why, size_t why_len)
 {
     ps_kv_server *s = arg;
@@ -148,14 +149,27 @@ static ps_shard *ps__restore_table(void *arg, const ps_model_spec *table,
     } else if ((rc = ps__adopt_table(s, table)) < 0) {
         snprintf(why, why_len, "cannot hold its tensors: %s", ps_strerror(rc));
         return NULL;
+    } else {
+        s->restoring = 1;
     }
     clocks->clock = s->ckpt_clocks;
     clocks->newest = s->ckpt_newest;
     return s->shard;
 }
 
+/* The file adopted failed after all: nothing of it stays. */
+static void ps__restore_withdraw(void *arg)
+{
+    ps_kv_server *s = arg;
+
+    if (s->restoring)
+        ps__free_table(s);
+    s->restoring = 0;
+}
+
 int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t err_len)
 {
+    ps_checkpoint_sink sink = {ps__restore_adopt, ps__restore_withdraw, s};
     ps_checkpoint_meta meta;
     ps_checkpoint_clocks clocks;
     char path[4096];
@@ -168,8 +182,11 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
     ps__log_foreign(s);
     ps__checkpoint_identity(s, &meta, &clocks);
     err[0] = '\0';
-    rc = ps_checkpoint_restore(s->cfg.checkpoint_dir, max_clock, &meta, ps__restore_table, s,
-                               &clocks, path, sizeof(path), err, err_len);
+    meta.state_per_weight = ps_optimizer_state_floats(&s->cfg.opt, 1);
+    meta.max_table_bytes = s->cfg.max_model_bytes;
+    rc = ps_checkpoint_restore(s->cfg.checkpoint_dir, max_clock, &meta, &sink, &clocks, path,
+                               sizeof(path), err, err_len);
+    s->restoring = 0;
     if (rc == 0) {
         for (int i = 0; i < s->n_local; i++) {
             s->sync[i].clock = clocks.clock[i];

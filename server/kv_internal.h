@@ -134,6 +134,7 @@ struct ps_kv_server {
     char ckpt_why[32], ckpt_again_why[32];
     uint64_t *ckpt_clocks, *ckpt_newest; /* per chunk, written and restored from here */
     int foreign_logged;                  /* other jobs' files in the directory were named */
+    int restoring;                       /* a restore adopted the table of the file it is reading */
     /* ps_kv_server_quiesce: who to tell at the next step boundary, and the
      * deadline for it. */
     ps_kv_server_done_cb quiesce_cb;
