@@ -42,59 +42,105 @@ static void ps__file_name(char *buf, size_t len, const char *dir, uint32_t serve
 
 /* The job a checkpoint file belongs to, from its header: 1 with *job set;
  * 2 for a checkpoint of an older format (its job cannot be told); 0 when it
- * is not a checkpoint at all. */
-static int ps__file_job(const char *path, uint64_t *job)
+ * cannot be one of any job, with what is wrong in why. */
+static int ps__file_job(const char *path, uint64_t *job, char *why, size_t why_len)
 {
     uint8_t h[PS__HEADER_BYTES];
     FILE *f = fopen(path, "rb");
+    uint32_t version;
     size_t got;
 
-    if (f == NULL)
+    if (f == NULL) {
+        snprintf(why, why_len, "cannot open: %s", strerror(errno));
         return 0;
+    }
     got = fread(h, 1, sizeof(h), f);
     fclose(f);
-    if (got != sizeof(h) || memcmp(h, ps__magic, sizeof(ps__magic)) != 0)
+    if (got != sizeof(h)) {
+        snprintf(why, why_len, "truncated: %zu bytes, shorter than a checkpoint's header (%d)", got,
+                 PS__HEADER_BYTES);
         return 0;
-    {
-        uint32_t version;
-        memcpy(&version, h + 8, sizeof(version));
-        if (version < PS_CHECKPOINT_FORMAT)
-            return 2;
-        if (version != PS_CHECKPOINT_FORMAT)
-            return 0;
+    }
+    if (memcmp(h, ps__magic, sizeof(ps__magic)) != 0) {
+        snprintf(why, why_len, "not a shardps checkpoint (bad magic)");
+        return 0;
+    }
+    memcpy(&version, h + 8, sizeof(version));
+    if (version < PS_CHECKPOINT_FORMAT)
+        return 2;
+    if (version != PS_CHECKPOINT_FORMAT) {
+        snprintf(why, why_len,
+                 "format version %" PRIu32 ", which this build (version %d) cannot read", version,
+                 PS_CHECKPOINT_FORMAT);
+        return 0;
     }
     memcpy(job, h + PS__JOB_OFFSET, sizeof(*job));
     return 1;
 }
 
-/* Appends a file name to a "; "-separated list, as long as it fits. */
-static void ps__name_append(char *list, size_t len, const char *name)
+/* Whether the file's CRC holds: another job's file is told from one whose
+ * header was damaged (its job field too, perhaps) only by its checksum.
+ * Streams the file in blocks; 1, or 0 with the reason in why. */
+static int ps__crc_holds(const char *path, char *why, size_t why_len)
+{
+    uint8_t *blk = malloc(PS__BLOCK_BYTES + 4);
+    FILE *f = fopen(path, "rb");
+    uint32_t crc = 0, want;
+    size_t got, kept = 0;
+    int ok = 0;
+
+    if (blk == NULL || f == NULL) {
+        snprintf(why, why_len, "cannot read it to check its checksum");
+        goto out;
+    }
+    /* The last 4 bytes read are the stored CRC; everything before is summed. */
+    while ((got = fread(blk + kept, 1, PS__BLOCK_BYTES, f)) > 0) {
+        size_t have = kept + got;
+        kept = have < 4 ? have : 4;
+        crc = ps_crc32c(crc, blk, have - kept);
+        memmove(blk, blk + have - kept, kept);
+    }
+    memcpy(&want, blk, sizeof(want));
+    ok = kept == 4 && crc == want;
+    if (!ok)
+        snprintf(why, why_len, "checksum mismatch (the file is corrupt; its header may be too)");
+out:
+    if (f)
+        fclose(f);
+    free(blk);
+    return ok;
+}
+
+/* Appends "FILE" or "FILE: reason" to a ", "- or "; "-separated list, as long
+ * as it fits. */
+static void ps__name_append(char *list, size_t len, const char *name, const char *why)
 {
     size_t used = strlen(list);
 
     if (used + 1 < len)
-        snprintf(list + used, len - used, "%s%s", used ? ", " : "", name);
+        snprintf(list + used, len - used, "%s%s%s%s", used ? (why ? "; " : ", ") : "", name,
+                 why ? ": " : "", why ? why : "");
 }
 
 /* Checkpoint clocks of this server and job found in dir, newest first; the
- * caller frees *out. The files of this server that belong to another job
- * (or to none this build can tell) are counted in *foreign and named in
- * foreign_names (may be NULL). With with_old, files of an older format are
- * listed too, so that a restore refuses them with their reason; pruning
- * leaves them alone. Returns the count or a negative errno. */
+ * caller frees *out. With with_old, files of an older format are listed
+ * too, so that a restore refuses them with their reason; pruning leaves
+ * them alone. The files of this server that are not this job's go into
+ * survey (may be NULL): another job's, whose CRC is checked so that a
+ * damaged header is not taken for one, and damaged ones with what is wrong.
+ * Returns the count or a negative errno. */
 static int ps__list(const char *dir, uint32_t server, uint64_t job, int with_old, uint64_t **out,
-                    int *foreign, char *foreign_names, size_t names_len)
+                    ps_checkpoint_survey *survey)
 {
-    char prefix[48], path[4096];
+    char prefix[48], path[4096], why[160];
     size_t plen;
     DIR *d = opendir(dir);
     struct dirent *e;
     uint64_t *clocks = NULL;
     int n = 0, cap = 0;
 
-    *foreign = 0;
-    if (foreign_names && names_len)
-        foreign_names[0] = '\0';
+    if (survey)
+        memset(survey, 0, sizeof(*survey));
     if (d == NULL)
         return -errno;
     plen = (size_t)snprintf(prefix, sizeof(prefix), "server-%" PRIu32 "-clock-", server);
@@ -108,11 +154,17 @@ static int ps__list(const char *dir, uint32_t server, uint64_t job, int with_old
         if (end == e->d_name + plen || strcmp(end, ".ckpt") != 0)
             continue;
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        kind = ps__file_job(path, &file_job);
+        kind = ps__file_job(path, &file_job, why, sizeof(why));
         if (!(kind == 2 && with_old) && (kind != 1 || file_job != job)) {
-            (*foreign)++;
-            if (foreign_names)
-                ps__name_append(foreign_names, names_len, e->d_name);
+            if (survey == NULL)
+                continue;
+            if (kind == 0 || (kind == 1 && !ps__crc_holds(path, why, sizeof(why)))) {
+                survey->n_damaged++;
+                ps__name_append(survey->damaged, sizeof(survey->damaged), e->d_name, why);
+            } else {
+                survey->n_other++;
+                ps__name_append(survey->other, sizeof(survey->other), e->d_name, NULL);
+            }
             continue;
         }
         if (n == cap) {
@@ -138,15 +190,14 @@ static int ps__list(const char *dir, uint32_t server, uint64_t job, int with_old
     return n;
 }
 
-int ps_checkpoint_foreign(const char *dir, const ps_checkpoint_meta *meta, char *names,
-                          size_t names_len)
+int ps_checkpoint_survey_dir(const char *dir, const ps_checkpoint_meta *meta,
+                             ps_checkpoint_survey *out)
 {
     uint64_t *mine = NULL;
-    int foreign = 0,
-        n = ps__list(dir, meta->server_index, meta->job, 0, &mine, &foreign, names, names_len);
+    int n = ps__list(dir, meta->server_index, meta->job, 0, &mine, out);
 
     free(mine);
-    return n < 0 ? n : foreign;
+    return n < 0 ? n : 0;
 }
 
 static int ps__fsync_dir(const char *dir)
@@ -169,7 +220,7 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
     char final[4096], tmp[4200];
     ps_crc_writer w = {NULL, 0, 0};
     uint64_t *old = NULL;
-    int n = ps_shard_chunk_count(shard), rc, n_old, foreign;
+    int n = ps_shard_chunk_count(shard), rc, n_old;
     ps_tensor_table_wire tw;
     uint8_t packed[PS__MAX_TABLE_BYTES];
     size_t packed_len;
@@ -234,7 +285,7 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
         snprintf(path, path_len, "%s", final);
     /* Only this job's files count against keep: another job's are left
      * alone, however new. */
-    n_old = ps__list(dir, meta->server_index, meta->job, 0, &old, &foreign, NULL, 0);
+    n_old = ps__list(dir, meta->server_index, meta->job, 0, &old, NULL);
     for (int i = keep > 0 ? keep : 1; i < n_old; i++) {
         ps__file_name(final, sizeof(final), dir, meta->server_index, old[i]);
         unlink(final);
@@ -573,8 +624,7 @@ int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_met
                           size_t path_len, char *err, size_t err_len)
 {
     uint64_t *found = NULL;
-    int foreign, n = ps__list(dir, meta->server_index, meta->job, 1, &found, &foreign, NULL, 0),
-                 rc = -ENOENT;
+    int n = ps__list(dir, meta->server_index, meta->job, 1, &found, NULL), rc = -ENOENT;
 
     err[0] = '\0';
     if (n < 0) {

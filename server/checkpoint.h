@@ -76,12 +76,22 @@ typedef struct {
     void *arg;
 } ps_checkpoint_sink;
 
-/* How many checkpoint files of server meta->server_index in dir belong to
- * another job than meta->job (or to one this build cannot tell); their names
- * go into names, ", "-separated and truncated to names_len. Returns the
- * count or a negative errno (-ENOENT: no such directory). */
-int ps_checkpoint_foreign(const char *dir, const ps_checkpoint_meta *meta, char *names,
-                          size_t names_len);
+/* The files of server meta->server_index in dir that are not this job's
+ * (meta->job): another job's (header and CRC intact), named in other
+ * (", "-separated), and damaged ones (too short, not a checkpoint, a format
+ * this build cannot read, a CRC that does not hold: a header may be damaged
+ * too) with what is wrong in damaged ("FILE: reason; ..."), both cut to
+ * fit. Neither kind is ever restored or pruned. */
+typedef struct {
+    int n_other, n_damaged;
+    char other[1024];
+    char damaged[2048];
+} ps_checkpoint_survey;
+
+/* Fills out for dir. Returns 0 or a negative errno (-ENOENT: no such
+ * directory). Reads every file that is not this job's whole, for its CRC. */
+int ps_checkpoint_survey_dir(const char *dir, const ps_checkpoint_meta *meta,
+                             ps_checkpoint_survey *out);
 
 /* Restores the newest valid checkpoint of server meta->server_index and job
  * meta->job whose clock is at most max_clock from dir into the shard and

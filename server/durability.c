@@ -204,23 +204,30 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
 }
 
 /* Another job's files in the directory (a volume that outlived its job)
- * are neither restored nor pruned: one line names them. */
+ * are neither restored nor pruned: one line names them. Damaged files are
+ * left alone too, each named with what is wrong, as a warning: one of them
+ * may have been this job's. */
 static void ps__log_foreign(ps_kv_server *s)
 {
     ps_checkpoint_meta meta;
     ps_checkpoint_clocks clocks;
-    char names[1024];
-    int n;
+    ps_checkpoint_survey sv;
 
     ps__checkpoint_identity(s, &meta, &clocks);
     if (s->foreign_logged)
         return;
     s->foreign_logged = 1;
-    n = ps_checkpoint_foreign(s->cfg.checkpoint_dir, &meta, names, sizeof(names));
-    if (n > 0)
+    if (ps_checkpoint_survey_dir(s->cfg.checkpoint_dir, &meta, &sv) < 0)
+        return;
+    if (sv.n_other > 0)
         ps_info("leaving %d checkpoint file%s of another job alone in %s (neither restored nor "
                 "pruned): %s",
-                n, n == 1 ? "" : "s", s->cfg.checkpoint_dir, names);
+                sv.n_other, sv.n_other == 1 ? "" : "s", s->cfg.checkpoint_dir, sv.other);
+    if (sv.n_damaged > 0)
+        ps_warn("%d damaged checkpoint file%s in %s, left alone (neither restored nor pruned; "
+                "remove %s once looked at): %s",
+                sv.n_damaged, sv.n_damaged == 1 ? "" : "s", s->cfg.checkpoint_dir,
+                sv.n_damaged == 1 ? "it" : "them", sv.damaged);
 }
 
 void ps__durability_start(ps_kv_server *s)

@@ -21,6 +21,7 @@
 #include "crc32c.h"
 #include "job_options.h"
 #include "kv_server.h"
+#include "ps_log.h"
 #include "partition.h"
 #include "ps_error.h"
 #include "tensor_table.h"
@@ -28,6 +29,9 @@
 #define CHUNK_BYTES 256
 
 static char dir[64];
+/* The job of the files written: the server's (NULL settings), or another. */
+static const char *job_settings;
+
 static ps_model_spec real;
 
 static void setup(void)
@@ -37,6 +41,7 @@ static void setup(void)
     snprintf(dir, sizeof(dir), "/tmp/test_checkpoint.XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
     cr_assert_eq(ps_model_spec_init_mlp(&real, sizes, 3, 7), 0);
+    job_settings = NULL;
 }
 
 static void teardown(void)
@@ -70,7 +75,7 @@ static void meta_for(ps_checkpoint_meta *meta, const ps_kv_server_config *cfg,
     meta->fingerprint = ps_model_spec_fingerprint(table);
     meta->chunk_bytes = cfg->chunk_bytes;
     meta->clock = clock;
-    meta->job = ps_job_fingerprint(NULL, 0);
+    meta->job = ps_job_fingerprint(job_settings, 0);
 }
 
 /* A real checkpoint of table at clock, written by the checkpoint module. */
@@ -208,4 +213,87 @@ Test(checkpoint, a_table_over_the_limit_is_refused, .init = setup, .fini = teard
     cr_assert_eq(st.clock, 10);
     cr_assert(strstr(err, "clock-000000000020.ckpt: ") && strstr(err, "--max-model-bytes"), "%s",
               err);
+}
+
+/* Everything the server logs, for the tests that judge its lines. */
+static char logged[16384];
+
+static void log_sink(void *arg, const char *line, size_t len)
+{
+    size_t used = strlen(logged);
+
+    (void)arg;
+    if (used + len < sizeof(logged))
+        memcpy(logged + used, line, len);
+}
+
+/* Writes len bytes of data as the checkpoint file of clock. */
+static void write_file(uint64_t clock, const void *data, size_t len)
+{
+    char path[256];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/server-0-clock-%012" PRIu64 ".ckpt", dir, clock);
+    f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(data, 1, len, f), len);
+    fclose(f);
+}
+
+static uint8_t *read_file(uint64_t clock, size_t *len)
+{
+    char path[256];
+    uint8_t *buf = malloc(1 << 16);
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/server-0-clock-%012" PRIu64 ".ckpt", dir, clock);
+    f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    *len = fread(buf, 1, 1 << 16, f);
+    fclose(f);
+    return buf;
+}
+
+/* Issue 22, cause 9: damaged files (empty, 10 bytes, a bit flipped in the
+ * header's job field, random bytes) were all called "checkpoint files of
+ * another job" at info level. Each is now named with what is wrong, in a
+ * warning; another job's intact file is still named as such. */
+Test(checkpoint, damaged_files_are_told_from_other_jobs, .init = setup, .fini = teardown)
+{
+    ps_kv_server_config cfg;
+    ps_kv_server_stats st;
+    char err[4096], *warn, *info;
+    uint8_t *buf, noise[500];
+    size_t len;
+
+    server_config(&cfg);
+    write_real(&cfg, &real, 10);
+    job_settings = "mode=async\n";
+    write_real(&cfg, &real, 40);
+    job_settings = NULL;
+    buf = read_file(10, &len);
+    write_file(30, buf, 0);
+    write_file(31, buf, 10);
+    buf[64] ^= 0x10; /* the job fingerprint */
+    write_file(32, buf, len);
+    free(buf);
+    for (size_t i = 0; i < sizeof(noise); i++)
+        noise[i] = (uint8_t)(i * 2654435761u >> 13);
+    write_file(33, noise, sizeof(noise));
+
+    logged[0] = '\0';
+    ps_log_set_sink(log_sink, NULL);
+    cr_assert_eq(restore(&cfg, &st, err, sizeof(err)), 0, "%s", err);
+    ps_log_set_sink(NULL, NULL);
+    cr_assert_eq(st.clock, 10);
+    warn = strstr(logged, "WARN ");
+    cr_assert(warn && strstr(warn, "4 damaged checkpoint files"), "%s", logged);
+    cr_assert(strstr(warn, "clock-000000000030.ckpt: truncated: 0 bytes"), "%s", warn);
+    cr_assert(strstr(warn, "clock-000000000031.ckpt: truncated: 10 bytes"), "%s", warn);
+    cr_assert(strstr(warn, "clock-000000000032.ckpt: checksum mismatch"), "%s", warn);
+    cr_assert(strstr(warn, "clock-000000000033.ckpt: not a shardps checkpoint (bad magic)"), "%s",
+              warn);
+    info = strstr(logged, "of another job alone");
+    cr_assert(strstr(logged, "leaving 1 checkpoint file of another job"), "%s", logged);
+    cr_assert(strstr(info, "clock-000000000040.ckpt"), "%s", logged);
 }
