@@ -1,7 +1,8 @@
 /* The client's handshake with every server (kv_client_internal.h): the
  * HELLO that declares our tensors (or, joining, none), the auth challenge and
- * our proof, the WELCOME with the server's mode and clock (a joiner learns the
- * job's table from it), a REJECT or ERROR that refuses us, and
+ * our proof, the WELCOME with the server's mode, clock and table (a joiner
+ * learns the job's table from it, a declarer checks it is the one it
+ * declared), a REJECT or ERROR that refuses us, and
  * ps_kv_client_connect, which runs it on every server and settles what the
  * WELCOMEs decide: a joiner's chunk layout, the request timeout, the clock we
  * start at. */
@@ -101,20 +102,24 @@ void ps__handle_challenge(ps__server *sv, const ps_frame *f)
                   ps_strerror(rc));
 }
 
-/* A joiner's tensors: those of the first server to welcome it, checked as a
- * server checks a declared table; every other server must hold the same. */
-static int ps__learn_table(ps__server *sv, const Shardps__TensorTable *t)
+/* The table a WELCOME carries, checked as a server checks a declared one
+ * (and against what these servers can answer in one frame), whoever we
+ * are: a joiner takes the first server's as the job's, and every other
+ * server must hold the same; a declarer's servers must hold exactly the
+ * table it declared, since a server that adopted another would have
+ * refused its HELLO. */
+static int ps__check_table(ps__server *sv, const Shardps__TensorTable *t)
 {
     ps_kv_client *c = sv->cl;
     ps_model_spec spec;
-    char why[256], side[128];
+    char why[256], text[320], side[128];
 
     if (t == NULL || t->n_tensors == 0) {
-        ps__distrust(sv, "sent a WELCOME without the tensor table we joined to learn");
+        ps__distrust(sv, c->joining ? "sent a WELCOME without the tensor table we joined to learn"
+                                    : "sent a WELCOME without the tensor table it holds");
         return -1;
     }
     if (ps_tensor_table_from_wire(t, 0, &spec, why, sizeof(why)) < 0) {
-        char text[320];
         snprintf(text, sizeof(text), "sent a tensor table that fails our checks (%s)", why);
         ps__distrust(sv, text);
         return -1;
@@ -129,16 +134,23 @@ static int ps__learn_table(ps__server *sv, const Shardps__TensorTable *t)
         ps__distrust(sv, why);
         return -1;
     }
-    if (c->welcomes == 0) {
+    if (c->joining && c->welcomes == 0) {
         c->cfg.spec = spec;
         return 0;
     }
     snprintf(side, sizeof(side), "on server %d (%s)", sv->index, sv->addr_text);
-    if (ps_tensor_table_diff(&spec, &c->cfg.spec, side, "on the first server to welcome us", why,
-                             sizeof(why)) == 0)
+    if (ps_tensor_table_diff(&spec, &c->cfg.spec, side,
+                             c->joining ? "on the first server to welcome us" : "as we declared it",
+                             why, sizeof(why)) == 0)
         return 0;
-    ps__failf(c, -PS_EMISMATCH,
-              "the servers hold different tensor tables: %s; are they servers of one job?", why);
+    if (c->joining) {
+        ps__failf(c, -PS_EMISMATCH,
+                  "the servers hold different tensor tables: %s; are they servers of one job?",
+                  why);
+        return -1;
+    }
+    snprintf(text, sizeof(text), "welcomed us with another tensor table than we declared: %s", why);
+    ps__distrust(sv, text);
     return -1;
 }
 
@@ -163,7 +175,7 @@ void ps__handle_welcome(ps__server *sv, const ps_frame *f)
         ps__distrust(sv, why);
         return;
     }
-    if (c->joining && ps__learn_table(sv, f->hdr->welcome->table) < 0)
+    if (ps__check_table(sv, f->hdr->welcome->table) < 0)
         return;
     if (c->welcomes > 0 && w.staleness != c->mode.staleness) {
         snprintf(why, sizeof(why),
