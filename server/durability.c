@@ -93,9 +93,15 @@ int ps__try_checkpoint(ps_kv_server *s)
 
 int ps_kv_server_checkpoint(ps_kv_server *s, const char *why)
 {
-    /* Before the tensors are declared there is nothing to keep. */
-    if (s->cfg.checkpoint_dir == NULL || !s->has_table)
+    if (s->cfg.checkpoint_dir == NULL)
         return 0;
+    /* Before a step is applied there is nothing to keep: the table is only
+     * declared (by whoever said HELLO first), and a checkpoint of it would
+     * outlive a declaration that is withdrawn when its declarer leaves. */
+    if (!ps__table_may_checkpoint(s)) {
+        ps_info("no checkpoint (%s): no step has been applied, so there is nothing to keep", why);
+        return 0;
+    }
     if (s->ckpt_due) {
         s->ckpt_again = 1;
         snprintf(s->ckpt_again_why, sizeof(s->ckpt_again_why), "%s", why);
@@ -146,7 +152,7 @@ static ps_shard *ps__restore_adopt(void *arg, const ps_model_spec *table,
             snprintf(why, why_len, "saved for another model: %s", diff);
             return NULL;
         }
-    } else if ((rc = ps__adopt_table(s, table)) < 0) {
+    } else if ((rc = ps__adopt_table(s, table, PS_TABLE_RESTORE)) < 0) {
         snprintf(why, why_len, "cannot hold its tensors: %s", ps_strerror(rc));
         return NULL;
     } else {
@@ -192,6 +198,9 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
             s->sync[i].clock = clocks.clock[i];
             s->sync[i].newest = clocks.newest[i];
         }
+        /* The embedding program's table, now with a checkpoint's values. */
+        if (s->life.state == PS_TABLE_DECLARED)
+            ps_table_life_step(&s->life, PS_TABLE_RESTORE);
         s->total_steps = meta.total_steps;
         s->resume_clock = meta.clock;
         s->restored_clock = meta.clock;

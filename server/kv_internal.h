@@ -13,6 +13,7 @@
 #include "kv_server.h"
 #include "partition.h"
 #include "shard.h"
+#include "table_life.h"
 #include "transport.h"
 
 /* Queued reply bytes past which a peer's requests are no longer read: two
@@ -33,7 +34,8 @@ typedef struct ps__peer {
     ps_kv_server *srv;
     ps_conn *conn;
     ps__peer_state state;
-    int failed; /* an ERROR is on its way; ignore further frames */
+    int failed;   /* an ERROR is on its way; ignore further frames */
+    int declarer; /* admitted with a HELLO that declared the tensors (tensors.c) */
     uint32_t rank;
     uint64_t clock;   /* steps fully pushed to this server */
     uint64_t earned;  /* its join clock, or 1 + the step of its last complete push */
@@ -100,8 +102,12 @@ struct ps_kv_server {
     uv_loop_t *loop;
     ps_kv_server_config cfg;
     /* The job's tensors, once declared (tensors.c); until then there is no
-     * partition or shard, n_local is 0 and no worker is admitted. */
+     * partition or shard, n_local is 0 and no worker is admitted. has_table:
+     * they are built (also while a withdrawn table drains); life: where the
+     * table is in its life (table_life.h). */
     int has_table;
+    ps_table_life life;
+    uint64_t applied_base; /* n_applied when the table was adopted */
     ps_model_spec table;
     ps_partition *part;
     ps_shard *shard;
@@ -184,21 +190,43 @@ uint64_t ps__progress_clock(const ps_kv_server *s);
  * after failing the peer. */
 long long ps__resolve_keys(ps_kv_server *s, ps__peer *p, const Shardps__Header *h, int *locals);
 
-/* tensors.c: the table this server holds. */
-/* Builds the partition, shard and per-chunk state of spec (copied). Returns
- * 0, -EEXIST when a table is held already, or a negative code with nothing
- * built. */
-int ps__adopt_table(ps_kv_server *s, const ps_model_spec *spec);
+/* Takes a worker out of every barrier (BYE, a lost connection, silence):
+ * its pending pulls are dropped, its pushes for unapplied steps stay, and
+ * chunks that only waited for it are applied. */
+void ps__worker_leave(ps_kv_server *s, ps__peer *p, const char *why);
+
+/* tensors.c: the table this server holds, through its life (table_life.h). */
+/* Builds the partition, shard and per-chunk state of spec (copied), the
+ * table's life starting with how (PS_TABLE_DECLARE, _CONFIGURE or
+ * _RESTORE). Returns 0, -EEXIST when a table is built already, or a
+ * negative code with nothing built. */
+int ps__adopt_table(ps_kv_server *s, const ps_model_spec *spec, ps_table_event how);
 /* Frees what ps__adopt_table built; the server holds no table after. */
 void ps__free_table(ps_kv_server *s);
 /* The HELLO's table: checked against the limits, then compared with the one
  * held (refused with the first difference) or adopted. Returns 0, or -1
  * after failing the peer. */
 int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello);
+/* p, admitted, declared the table. */
+void ps__table_declarer_joined(ps_kv_server *s, ps__peer *p);
+/* A table adopted for a HELLO whose sender was then not admitted: withdrawn
+ * if nobody else declared it. */
+void ps__table_abandoned(ps_kv_server *s);
+/* p, an admitted worker, is leaving (from ps__worker_leave): before the
+ * start its rank counts as never having joined; if it was the table's last
+ * declarer and no step was applied, the table is withdrawn. */
+void ps__table_peer_left(ps_kv_server *s, ps__peer *p);
+/* Training starts once every rank has joined and the table is filled
+ * (filling it if need be); call after a join and after a fill. */
+void ps__maybe_start(ps_kv_server *s);
+/* Only a committed table (a step applied, or restored) is checkpointed. */
+int ps__table_may_checkpoint(ps_kv_server *s);
 
 /* handshake.c: the first frames of a connection. */
 void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f);
 void ps__handle_auth(ps_kv_server *s, ps__peer *p, const ps_frame *f);
+/* At start, without auth: one line (server 0's) on what a stranger can do. */
+void ps__say_strangers(const ps_kv_server *s);
 
 /* pulls.c */
 void ps__handle_pull(ps_kv_server *s, ps__peer *p, const ps_frame *f);

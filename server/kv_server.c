@@ -171,7 +171,7 @@ static void ps__check_rejoins(ps_kv_server *s, uint64_t now)
 /* Takes a worker out of every barrier: its pending pulls are dropped, its
  * pushes for unapplied steps stay in the average, and chunks that were only
  * waiting for it are applied now. */
-static void ps__worker_leave(ps_kv_server *s, ps__peer *p, const char *why)
+void ps__worker_leave(ps_kv_server *s, ps__peer *p, const char *why)
 {
     if (p->state != PS__PEER_WORKER)
         return;
@@ -196,6 +196,7 @@ static void ps__worker_leave(ps_kv_server *s, ps__peer *p, const char *why)
         ps_info("%s left at clock %" PRIu64 " (%s); no workers live", p->name, p->clock, why);
     ps__release_pulls(s);
     ps__maybe_quiesced(s);
+    ps__table_peer_left(s, p);
     if (s->started && !s->finished[p->rank]) {
         s->left_at[p->rank] = uv_now(s->loop);
         if (s->left_at[p->rank] == 0)
@@ -214,8 +215,6 @@ static void ps__handle_bye(ps_kv_server *s, ps__peer *p)
         s->finished[p->rank] = 1;
         ps__worker_leave(s, p, "finished");
     } else {
-        s->has_joined[p->rank] = 0;
-        s->joined--;
         ps__worker_leave(s, p, "said goodbye before the job started");
     }
     ps_conn_close(p->conn, 0);
@@ -420,7 +419,7 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
     if (s->workers == NULL || s->live_clocks == NULL || s->rank_pushed == NULL ||
         s->finished == NULL || s->has_joined == NULL || s->left_at == NULL || s->lost == NULL)
         goto fail;
-    if (cfg->table && (rc = ps__adopt_table(s, cfg->table)) < 0)
+    if (cfg->table && (rc = ps__adopt_table(s, cfg->table, PS_TABLE_CONFIGURE)) < 0)
         goto fail;
     *out = s;
     return 0;
@@ -463,6 +462,7 @@ int ps_kv_server_start(ps_kv_server *s, const struct sockaddr *addr, int *bound_
     if (!s->has_table)
         ps_info("server %d of %d (mode %s) waits for the first worker to declare the tensors",
                 s->cfg.server_index, s->cfg.num_servers, s->cfg.mode);
+    ps__say_strangers(s);
     return 0;
 }
 

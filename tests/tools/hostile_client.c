@@ -35,6 +35,8 @@
 #include "tensor_table.h"
 #include "transport.h"
 
+#include "hostile_client.h"
+
 /* Bytes of noise per garbage send: more than a maximal header and its
  * prefix, so whatever length the noise announces, the server must judge it. */
 #define HC_GARBAGE_BYTES (PS_MAX_HEADER_BYTES + PS_FRAME_PREFIX_BYTES + 4096)
@@ -44,44 +46,8 @@
  * server ever pushing back: a server that never stops reading. */
 #define HC_FLOOD_CAP ((size_t)256 << 20)
 
-/* Everything a scenario needs to know about the job it attacks. */
-typedef struct {
-    struct sockaddr_storage addr;
-    ps_model_spec spec;
-    int num_servers, server_index, workers, rank;
-    size_t chunk_bytes;
-    uint64_t *keys; /* every key the target server holds, in partition order */
-    size_t n_keys;
-    int timeout_ms;      /* longest wait for any answer from the server */
-    int stall_ms;        /* a send blocked this long means the server stopped reading */
-    long server_pid;     /* 0: the slow reader cannot measure memory */
-    double max_growth;   /* MiB the server's RSS may grow under the slow reader */
-    int growth_enforced; /* 0: report the growth without failing on it */
-    double silent_s;     /* how long the silent peer waits to be closed */
-    uint64_t rng;
-} hc_ctx;
-
-/* One connection and what was learnt on it; detail ends up in the report. */
-typedef struct {
-    int fd;
-    char local[64];
-    ps_frame_decoder *dec;
-    char detail[512];
-} hc_conn;
-
-typedef int (*hc_run_fn)(hc_ctx *ctx, hc_conn *c);
-
-typedef struct {
-    const char *name;
-    const char *what;
-    hc_run_fn run;
-    int in_all; /* run by "all" (the others wait on the job, not the server) */
-} hc_scenario;
-
-static void note(hc_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
 /* Appends to the scenario's detail, so each step can add what it saw. */
-static void note(hc_conn *c, const char *fmt, ...)
+void note(hc_conn *c, const char *fmt, ...)
 {
     size_t used = strlen(c->detail);
     va_list ap;
@@ -110,7 +76,7 @@ static int set_timeouts(int fd, int recv_ms, int send_ms)
     return 0;
 }
 
-static int conn_open(hc_ctx *ctx, hc_conn *c)
+int conn_open(hc_ctx *ctx, hc_conn *c)
 {
     struct sockaddr_storage local;
     socklen_t len = sizeof(local);
@@ -142,7 +108,7 @@ fail:
     return rc;
 }
 
-static void conn_close(hc_conn *c)
+void conn_close(hc_conn *c)
 {
     if (c->fd >= 0)
         close(c->fd);
@@ -154,7 +120,7 @@ static void conn_close(hc_conn *c)
 /* Sends everything. Returns 0, -EPIPE/-ECONNRESET when the server has hung
  * up (what garbage provokes), -EAGAIN when a send made no progress for the
  * send timeout, or another -errno. */
-static int send_all(int fd, const void *data, size_t len)
+int send_all(int fd, const void *data, size_t len)
 {
     const uint8_t *p = data;
 
@@ -172,7 +138,7 @@ static int send_all(int fd, const void *data, size_t len)
 
 /* Encodes a correct frame (version, length and CRC filled in) and sends it
  * with its payload. */
-static int send_frame(hc_conn *c, Shardps__Header *h, const void *payload, size_t len)
+int send_frame(hc_conn *c, Shardps__Header *h, const void *payload, size_t len)
 {
     ps_iov iov = {payload, len};
     uint8_t *head;
@@ -212,7 +178,7 @@ static int send_garbage(hc_ctx *ctx, hc_conn *c, uint32_t header_len)
 /* Reads the next frame. Returns 1 and the frame (owned by the decoder until
  * the next call), 0 when the server closed the connection, -ETIMEDOUT, or
  * -PS_EPROTO when the server's own bytes do not decode. */
-static int read_frame(hc_conn *c, ps_frame *f)
+int read_frame(hc_conn *c, ps_frame *f)
 {
     for (;;) {
         uint8_t *buf;
@@ -238,8 +204,8 @@ static int read_frame(hc_conn *c, ps_frame *f)
  * first are allowed; a REJECT or ERROR must be of want_type with a reason
  * containing want (when want_type is not 0). Returns 0 or -1 (detail says
  * why). */
-static int expect_refusal(hc_ctx *ctx, hc_conn *c, Shardps__MsgType want_type, int want_status,
-                          const char *want)
+int expect_refusal(hc_ctx *ctx, hc_conn *c, Shardps__MsgType want_type, int want_status,
+                   const char *want)
 {
     double t0 = ps_clock_now();
     int told = 0;
@@ -279,7 +245,7 @@ static int expect_refusal(hc_ctx *ctx, hc_conn *c, Shardps__MsgType want_type, i
 static ps_tensor_table_wire hc_table;
 
 /* A HELLO as shardps-worker would send it for ctx's job. */
-static void make_hello(const hc_ctx *ctx, Shardps__Header *h, Shardps__Hello *hello)
+void make_hello(const hc_ctx *ctx, Shardps__Header *h, Shardps__Hello *hello)
 {
     shardps__header__init(h);
     shardps__hello__init(hello);
@@ -298,7 +264,7 @@ static void make_hello(const hc_ctx *ctx, Shardps__Header *h, Shardps__Hello *he
 
 /* Sends a valid HELLO and waits for the WELCOME. Returns 0 and the clock the
  * server starts this rank at, or -1 (detail says why). */
-static int handshake(hc_ctx *ctx, hc_conn *c, uint64_t *clock)
+int handshake(hc_ctx *ctx, hc_conn *c, uint64_t *clock)
 {
     Shardps__Header h;
     Shardps__Hello hello;
@@ -415,7 +381,7 @@ static int sc_bad_version(hc_ctx *ctx, hc_conn *c)
     return lying_hello(ctx, c, PS_PROTOCOL_VERSION + 1, 0, -PS_EVERSION, "version");
 }
 
-static int sc_wrong_model(hc_ctx *ctx, hc_conn *c)
+int sc_wrong_model(hc_ctx *ctx, hc_conn *c)
 {
     Shardps__Header h;
     Shardps__Hello hello;
@@ -655,7 +621,7 @@ static int sc_heartbeat_payload(hc_ctx *ctx, hc_conn *c)
 }
 
 /* Resident memory of the server in MiB, or -1 when it cannot be read. */
-static double server_rss_mib(const hc_ctx *ctx)
+double server_rss_mib(const hc_ctx *ctx)
 {
     char path[64], line[256];
     double kb = -1;
@@ -743,7 +709,7 @@ static int flood(hc_ctx *ctx, hc_conn *c, const uint8_t *batch, size_t len, size
 /* A wrong-model HELLO on a second connection, answered with a REJECT only
  * once the server's loop gets round to it: how long a flooding peer can hold
  * everyone else up. Returns the seconds it took, or -1. */
-static double probe(hc_ctx *ctx)
+double probe(hc_ctx *ctx)
 {
     double t0 = ps_clock_now();
     hc_conn p;
@@ -918,6 +884,11 @@ static const hc_scenario hc_scenarios[] = {
     {"heartbeat-payload", "a HEARTBEAT carrying 1 KiB", sc_heartbeat_payload, 1},
     {"slow-reader", "a flood of PULLs, never reading a reply", sc_slow_reader, 1},
     {"bye", "a good HELLO, then BYE: the rank leaves as finished", sc_bye, 0},
+    {"stranger-table", "a HELLO declaring the table x[1], then gone", sc_stranger_table, 0},
+    {"huge-table",
+     "a HELLO declaring --table-floats; another peer's round trips and the "
+     "server's RSS meanwhile",
+     sc_huge_table, 0},
     {"silent", "connect and say nothing until the server closes", sc_silent, 0},
 };
 #define HC_N_SCENARIOS ((int)(sizeof(hc_scenarios) / sizeof(hc_scenarios[0])))
@@ -954,7 +925,9 @@ static void usage(FILE *out)
             "  --max-growth MIB (400): RSS growth slow-reader tolerates\n"
             "  --growth-report-only: print the growth without failing on it\n"
             "  --silent-wait S (60): how long silent waits for the server to close it\n"
-            "scenarios (\"all\": every one but bye and silent):\n",
+            "  --table-floats N (2^30-16), --probes N (10), --max-rtt-ms MS (50),\n"
+            "  --max-rss-mib MIB (64): huge-table's declaration and bounds\n"
+            "scenarios (\"all\": every one but the last four):\n",
             PS_DEFAULT_CHUNK_BYTES);
     for (int i = 0; i < HC_N_SCENARIOS; i++)
         fprintf(out, "  %-14s %s\n", hc_scenarios[i].name, hc_scenarios[i].what);
@@ -1045,6 +1018,7 @@ int main(int argc, char **argv)
     double input = 784, classes = 10, seed = 1, num_servers = 1, server_index = 0, workers = 1;
     double rank = 0, chunk_bytes = PS_DEFAULT_CHUNK_BYTES, timeout = 10, stall_ms = 1000;
     double server_pid = 0, max_growth = 400, report_only = 0, silent_wait = 60;
+    double table_floats = (1 << 30) - 16, probes = 10, max_rtt_ms = 50, max_rss_mib = 64;
     const hc_opt opts[] = {
         {"server", &server, NULL, 0, 0},
         {"hidden", &hidden, NULL, 0, 0},
@@ -1062,6 +1036,10 @@ int main(int argc, char **argv)
         {"max-growth", NULL, &max_growth, 0, 1 << 20},
         {"growth-report-only", NULL, &report_only, 1, 0},
         {"silent-wait", NULL, &silent_wait, 0.001, 86400},
+        {"table-floats", NULL, &table_floats, 1, 2147483647},
+        {"probes", NULL, &probes, 1, 1000},
+        {"max-rtt-ms", NULL, &max_rtt_ms, 0.001, 1e6},
+        {"max-rss-mib", NULL, &max_rss_mib, 1, 1 << 20},
     };
     int sizes[PS_MAX_LAYERS + 1], nh, first, failed = 0, ran = 0;
     hc_ctx ctx;
@@ -1083,6 +1061,10 @@ int main(int argc, char **argv)
     ctx.max_growth = max_growth;
     ctx.growth_enforced = !report_only;
     ctx.silent_s = silent_wait;
+    ctx.table_floats = (int)table_floats;
+    ctx.probes = (int)probes;
+    ctx.max_rtt_ms = max_rtt_ms;
+    ctx.max_rss_mib = max_rss_mib;
     if (server == NULL || first >= argc) {
         usage(stderr);
         return 2;

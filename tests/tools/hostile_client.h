@@ -1,0 +1,89 @@
+/* ps-hostile-client's shared parts (see hostile_client.c): what a
+ * scenario knows about the job it attacks, one connection, and the helpers
+ * every scenario file uses. hostile_client.c holds the frame and request
+ * scenarios and main; hostile_table.c the ones about tensor tables and
+ * connection slots (issue 22). */
+#ifndef HOSTILE_CLIENT_H
+#define HOSTILE_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "frame.h"
+#include "model_spec.h"
+
+/* Everything a scenario needs to know about the job it attacks. */
+typedef struct {
+    struct sockaddr_storage addr;
+    ps_model_spec spec;
+    int num_servers, server_index, workers, rank;
+    size_t chunk_bytes;
+    uint64_t *keys; /* every key the target server holds, in partition order */
+    size_t n_keys;
+    int timeout_ms;      /* longest wait for any answer from the server */
+    int stall_ms;        /* a send blocked this long means the server stopped reading */
+    long server_pid;     /* 0: the slow reader cannot measure memory */
+    double max_growth;   /* MiB the server's RSS may grow under the slow reader */
+    int growth_enforced; /* 0: report the growth without failing on it */
+    double silent_s;     /* how long the silent peer waits to be closed */
+    int table_floats;    /* huge-table: the floats it declares */
+    int probes;          /* huge-table: another peer's round trips measured */
+    double max_rtt_ms;   /* huge-table: the slowest of them at most */
+    double max_rss_mib;  /* huge-table: the server's RSS at most */
+    uint64_t rng;
+} hc_ctx;
+
+/* One connection and what was learnt on it; detail ends up in the report. */
+typedef struct {
+    int fd;
+    char local[64];
+    ps_frame_decoder *dec;
+    char detail[512];
+} hc_conn;
+
+typedef int (*hc_run_fn)(hc_ctx *ctx, hc_conn *c);
+
+typedef struct {
+    const char *name;
+    const char *what;
+    hc_run_fn run;
+    int in_all; /* run by "all" (the others wait on the job, not the server) */
+} hc_scenario;
+
+/* Appends to the scenario's detail, so each step can add what it saw. */
+void note(hc_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A connection to ctx's server with ctx's timeouts; 0 or -errno. */
+int conn_open(hc_ctx *ctx, hc_conn *c);
+void conn_close(hc_conn *c);
+/* Sends everything: 0, -EPIPE/-ECONNRESET, -EAGAIN (no progress for the send
+ * timeout) or another -errno. */
+int send_all(int fd, const void *data, size_t len);
+/* Encodes a correct frame (version, length and CRC) and sends it. */
+int send_frame(hc_conn *c, Shardps__Header *h, const void *payload, size_t len);
+/* The next frame (the decoder's until the next call): 1, 0 when the server
+ * closed, -ETIMEDOUT, or -PS_EPROTO. */
+int read_frame(hc_conn *c, ps_frame *f);
+/* The server must end the connection within the timeout, after a REJECT or
+ * ERROR of want_type and want_status naming want (want_type 0: anything).
+ * 0 or -1 (detail says why). */
+int expect_refusal(hc_ctx *ctx, hc_conn *c, Shardps__MsgType want_type, int want_status,
+                   const char *want);
+/* A HELLO as shardps-worker would send it for ctx's job (its table lives
+ * until the next make_hello). */
+void make_hello(const hc_ctx *ctx, Shardps__Header *h, Shardps__Hello *hello);
+/* A valid HELLO and its WELCOME: 0 and the clock, or -1. */
+int handshake(hc_ctx *ctx, hc_conn *c, uint64_t *clock);
+/* A HELLO for another model: refused "model mismatch". */
+int sc_wrong_model(hc_ctx *ctx, hc_conn *c);
+/* The server's resident memory in MiB, or -1. */
+double server_rss_mib(const hc_ctx *ctx);
+/* Seconds from connecting to the REJECT of a wrong-model HELLO on a fresh
+ * connection (another peer's round trip), or -1. */
+double probe(hc_ctx *ctx);
+
+/* hostile_table.c */
+int sc_stranger_table(hc_ctx *ctx, hc_conn *c);
+int sc_huge_table(hc_ctx *ctx, hc_conn *c);
+
+#endif
