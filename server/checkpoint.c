@@ -225,6 +225,9 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
     uint8_t packed[PS__MAX_TABLE_BYTES];
     size_t packed_len;
 
+    for (int i = 0; i < n; i++)
+        if (!ps_shard_filled(shard, i))
+            return -EINVAL;
     ps_tensor_table_to_wire(table, &tw);
     packed_len = shardps__tensor_table__get_packed_size(&tw.msg);
     if (packed_len > sizeof(packed))

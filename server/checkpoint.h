@@ -54,10 +54,11 @@ typedef struct {
     uint64_t *newest; /* 1 + newest step applied */
 } ps_checkpoint_clocks;
 
-/* Writes the shard's state and the job's tensor table (borrowed) to dir and
- * removes all but the newest keep files of this server and job. Writes the
- * file's path into path (may be NULL). Returns 0 or a negative errno; on
- * failure the previous checkpoints are untouched. */
+/* Writes the shard's state (every chunk filled) and the job's tensor table
+ * (borrowed) to dir and removes all but the newest keep files of this server
+ * and job. Writes the file's path into path (may be NULL). Returns 0 or a
+ * negative errno (-EINVAL: a chunk is not filled); on failure the previous
+ * checkpoints are untouched. */
 int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *meta,
                         const ps_model_spec *table, const ps_shard *shard,
                         const ps_checkpoint_clocks *clocks, char *path, size_t path_len);

@@ -136,6 +136,8 @@ static void ps__on_checkpoint_timer(uv_timer_t *t)
 
 static void ps__log_foreign(ps_kv_server *s);
 
+static void ps__restore_withdraw(void *arg);
+
 /* A verified checkpoint's table: adopted when the server holds none (it
  * starts without one, unless its embedding program gave one, which the
  * file must then hold). */
@@ -158,6 +160,15 @@ static ps_shard *ps__restore_adopt(void *arg, const ps_model_spec *table,
     } else {
         s->restoring = 1;
     }
+    /* Memory for the file's values, now that it has passed every check
+     * (the embedding program's table also gets its initial values, which
+     * it keeps should the copy fail). */
+    for (int i = 0; i < s->n_local; i++)
+        if (ps_shard_fill(s->shard, i, !s->restoring) < 0) {
+            snprintf(why, why_len, "no memory to hold its %d chunks", s->n_local);
+            ps__restore_withdraw(s);
+            return NULL;
+        }
     clocks->clock = s->ckpt_clocks;
     clocks->newest = s->ckpt_newest;
     return s->shard;

@@ -108,6 +108,7 @@ struct ps_kv_server {
     int has_table;
     ps_table_life life;
     uint64_t applied_base; /* n_applied when the table was adopted */
+    int fills_left;        /* chunks whose fill has not finished yet */
     ps_model_spec table;
     ps_partition *part;
     ps_shard *shard;

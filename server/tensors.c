@@ -157,13 +157,75 @@ static void ps__withdraw(ps_kv_server *s, const char *why)
     ps__on_settled(s);
 }
 
+/* One chunk's memory and initial values, made on the thread pool: a large
+ * table filled on the loop stalled every peer for seconds. */
+typedef struct {
+    ps_apply_job job;
+    ps_kv_server *srv;
+    ps_shard *shard;
+    int local, rc;
+} ps__fill;
+
+static void ps__fill_run(ps_apply_job *j)
+{
+    ps__fill *f = (ps__fill *)j;
+
+    f->rc = ps_shard_fill(f->shard, f->local, 1);
+}
+
+static void ps__table_event(ps_kv_server *s, ps_table_event ev, const char *why);
+
+static void ps__fill_done(ps_apply_job *j)
+{
+    ps__fill *f = (ps__fill *)j;
+    ps_kv_server *s = f->srv;
+    char why[160];
+
+    /* A withdrawn table only drains. */
+    if (s->life.state == PS_TABLE_FILLING && f->rc < 0) {
+        snprintf(why, sizeof(why), "no memory to fill chunk %d of this server's %d", f->local,
+                 s->n_local);
+        ps__table_event(s, PS_TABLE_CHECK_FAILED, why);
+    } else if (s->life.state == PS_TABLE_FILLING && --s->fills_left == 0) {
+        ps__table_event(s, PS_TABLE_FILL_DONE, NULL);
+        ps_info("the %d chunks of this server are filled (%.1f MiB)", s->n_local,
+                (double)ps_shard_memory_bytes(s->shard) / (1 << 20));
+        ps__maybe_start(s);
+    }
+    free(f);
+}
+
+/* Hands every chunk's fill to the thread pool (never run here: that is the
+ * point), in the apply queue, so whatever is submitted for a chunk later
+ * runs after its fill. */
+static void ps__fill_all(ps_kv_server *s)
+{
+    s->fills_left = s->n_local;
+    for (int i = 0; i < s->n_local; i++) {
+        ps__fill *f = calloc(1, sizeof(*f));
+        if (f != NULL) {
+            f->job.run = ps__fill_run;
+            f->job.done = ps__fill_done;
+            f->srv = s;
+            f->shard = s->shard;
+            f->local = i;
+        }
+        if (f == NULL || ps_apply_queue_submit(s->updates, i, &f->job, 0) < 0) {
+            free(f);
+            ps__table_event(s, PS_TABLE_CHECK_FAILED, "no memory to fill its chunks");
+            return;
+        }
+    }
+    if (s->n_local == 0)
+        ps__table_event(s, PS_TABLE_FILL_DONE, NULL);
+}
+
 /* Carries out what a lifecycle event asks for. */
 static void ps__table_event(ps_kv_server *s, ps_table_event ev, const char *why)
 {
     switch (ps_table_life_step(&s->life, ev)) {
     case PS_TABLE_FILL:
-        /* The shard was filled when it was made. */
-        ps_table_life_step(&s->life, PS_TABLE_FILL_DONE);
+        ps__fill_all(s);
         break;
     case PS_TABLE_WITHDRAW:
         ps__withdraw(s, why);

@@ -8,6 +8,10 @@
 #    workers, arriving after the stranger left, train and finish (they were
 #    refused "model mismatch" for good: the table was adopted, checkpointed
 #    at clock 0 and restored).
+# 2. A HELLO of about 100 bytes declaring 4 GiB (just under the default
+#    --max-model-bytes) while the server must go on answering: another
+#    peer's slowest round trip under 50 ms, the server's RSS under 64 MiB
+#    with the declaration held (ps-hostile-client huge-table measures both).
 # Synchronisation is on the servers' ready FIFOs and log lines, and on exits.
 source "$(dirname "$0")/lib.sh"
 HOSTILE="$BUILD/tests/ps-hostile-client"
@@ -69,6 +73,18 @@ wait "$server" || { cat "$TMP/second.err" >&2; fail "the second server did not e
 server=
 grep -q "summary: clock 20," "$TMP/second.err" ||
     { cat "$TMP/second.err" >&2; fail "the job did not train its 20 steps"; }
-echo "PASS: a stranger's declaration left with it: no checkpoint at clock 0, and after a" \
-    "restart with --restore auto the real workers trained 20 steps"
+echo "ok: a stranger's declaration left with it: no checkpoint at clock 0, and after a restart" \
+    "with --restore auto the real workers trained 20 steps"
+
+# 2. 4 GiB declared in one HELLO, held while the server is measured.
+start_server huge
+"$HOSTILE" --server "127.0.0.1:$port" --workers 2 --rank 1 --server-pid "$server" --timeout 60 \
+    huge-table >"$TMP/huge.out" 2>&1 || { cat "$TMP/huge.out" "$TMP/huge.err" >&2; fail "huge-table"; }
+cat "$TMP/huge.out"
+wait_for_line "$TMP/huge.err" "tensor table of 1 tensors is withdrawn" 30 ||
+    { cat "$TMP/huge.err" >&2; fail "the 4 GiB declaration outlived its declarer"; }
+kill -TERM "$server"
+wait "$server" || { cat "$TMP/huge.err" >&2; fail "the third server did not exit 0"; }
+server=
+echo "PASS: strangers took nothing with a declaration, nor stalled or filled the server with one"
 

@@ -91,8 +91,10 @@ static void write_real(const ps_kv_server_config *cfg, const ps_model_spec *tabl
     cr_assert_eq(ps_partition_init(&part, table, 1, cfg->chunk_bytes), 0);
     cr_assert_eq(ps_shard_init(&shard, part, 0, table, &cfg->opt, 0), 0);
     cr_assert_lt(ps_shard_chunk_count(shard), 256);
-    for (int i = 0; i < ps_shard_chunk_count(shard); i++)
+    for (int i = 0; i < ps_shard_chunk_count(shard); i++) {
+        cr_assert_eq(ps_shard_fill(shard, i, 1), 0);
         c[i] = n[i] = clock;
+    }
     cr_assert_eq(ps_checkpoint_write(dir, 10, &meta, table, shard, &clocks, NULL, 0), 0);
     ps_shard_free(shard);
     ps_partition_free(part);
