@@ -84,7 +84,10 @@ int shardps_new(shardps **out, const char *const *servers, int n_servers, int ra
  *   connect-timeout S      keep trying to reach the servers, and joining, to
  *                          find the tensors declared (default 30)
  *   request-timeout S      a server owing an answer this long fails (0: auto)
- *   total-steps N          the steps this worker plans (lr schedules)
+ *   total-steps N          the steps this worker plans: no clock past it is
+ *                          believed; with job-settings given, the servers'
+ *                          cosine schedule spans the most any rank plans
+ *                          (without, it is theirs: --total-steps)
  *   compress none|fp16|bf16  how gradients travel
  *   max-payload N          the largest frame accepted
  *   job-settings TEXT      the job settings a shardps-worker sends

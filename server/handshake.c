@@ -15,7 +15,11 @@
 #include "ps_log.h"
 #include "tensor_table.h"
 
-/* The job settings a worker sent (older workers send none) against ours. */
+/* The job settings a worker sent against ours. A HELLO without settings
+ * (a client not given them) takes ours: it is admitted, but nothing it says
+ * shapes the updates (its planned steps do not count, ps__admit). Returns 1
+ * when the settings were compared and agree, 0 when there was nothing to
+ * compare, -1 after failing the peer. */
 static int ps__check_job_settings(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
 {
     char diff[1024];
@@ -26,7 +30,7 @@ static int ps__check_job_settings(ps_kv_server *s, ps__peer *p, const Shardps__H
     n = ps_job_settings_diff(hello->job_settings, s->cfg.job_settings, "the worker", "this server",
                              diff, sizeof(diff));
     if (n == 0)
-        return 0;
+        return 1;
     if (n < 0)
         ps__peer_fail(p, -PS_EPROTO, "the HELLO's job settings are malformed (or over %d bytes)",
                       PS_JOB_SETTINGS_MAX - 1);
@@ -44,7 +48,8 @@ static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *h
         ps__peer_fail(p, -PS_EPROTO, "first message must be a worker HELLO");
         return -1;
     }
-    if (ps__check_job_settings(s, p, hello) < 0)
+    p->agreed = ps__check_job_settings(s, p, hello);
+    if (p->agreed < 0)
         return -1;
     /* A table held already is compared at once, like the settings... */
     if (ps_table_life_holds(&s->life) && ps__check_table(s, p, hello) < 0)
@@ -100,8 +105,9 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
     if (ps__check_hello(s, p, hello) < 0)
         return;
     p->rank = hello->rank;
-    if (hello->total_steps > s->total_steps)
-        s->total_steps = hello->total_steps;
+    /* A plan counts toward the schedule only from a HELLO whose settings
+     * were compared and agree; it is read when training starts. */
+    p->planned = p->agreed == 1 ? hello->total_steps : 0;
     /* A joining worker starts where the job is: the steps applied (sync), or
      * the clock every live worker has reached; a push of it for a chunk
      * already past that clock is dropped as late. */

@@ -34,8 +34,10 @@ typedef struct ps__peer {
     ps_kv_server *srv;
     ps_conn *conn;
     ps__peer_state state;
-    int failed;   /* an ERROR is on its way; ignore further frames */
-    int declarer; /* admitted with a HELLO that declared the tensors (tensors.c) */
+    int failed;       /* an ERROR is on its way; ignore further frames */
+    int declarer;     /* admitted with a HELLO that declared the tensors (tensors.c) */
+    int agreed;       /* its HELLO's job settings were compared and agree (1) or absent (0) */
+    uint64_t planned; /* steps it plans, from an agreeing HELLO (0: none counted) */
     uint32_t rank;
     uint64_t clock;   /* steps fully pushed to this server */
     uint64_t earned;  /* its join clock, or 1 + the step of its last complete push */
@@ -166,7 +168,8 @@ struct ps_kv_server {
     uv_timer_t ckpt_timer;
     int ckpt_timer_on;
     uint64_t ckpt_clock;  /* progress clock of the last checkpoint written or restored */
-    uint64_t total_steps; /* for the lr schedule: configured, or the largest a worker planned */
+    uint64_t total_steps; /* the lr schedule's span: configured, restored, or fixed at the
+                             start from the plans of the ranks there (tensors.c) */
     uint64_t stale_hist[PS__STALE_BINS];
     uint64_t stale_sum, stale_max;
     /* Counters for the summary line. */

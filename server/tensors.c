@@ -268,6 +268,25 @@ void ps__table_peer_left(ps_kv_server *s, ps__peer *p)
     ps__table_event(s, PS_TABLE_DECLARER_LEFT, why);
 }
 
+/* The schedule's span is the servers' to decide: --total-steps, or a
+ * checkpoint's, or else fixed now from the steps the ranks starting the job
+ * plan (the most of any), each from a HELLO whose job settings were
+ * compared; no later HELLO moves it. */
+static void ps__fix_span(ps_kv_server *s)
+{
+    if (s->total_steps == 0)
+        for (int r = 0; r < s->cfg.world; r++)
+            if (s->workers[r] && s->workers[r]->planned > s->total_steps)
+                s->total_steps = s->workers[r]->planned;
+    if (s->cfg.lr.kind != PS_LR_COSINE)
+        return;
+    if (s->total_steps == 0)
+        ps_warn("the cosine schedule has no span: no worker with the job's settings planned its "
+                "steps, so the rate stays at --lr; set --total-steps on the servers");
+    else
+        ps_info("the cosine schedule spans %" PRIu64 " steps", s->total_steps);
+}
+
 void ps__maybe_start(ps_kv_server *s)
 {
     if (s->started || s->joined < s->cfg.world || !ps_table_life_holds(&s->life))
@@ -276,6 +295,7 @@ void ps__maybe_start(ps_kv_server *s)
     if (!ps_table_life_filled(&s->life))
         return;
     s->started = 1;
+    ps__fix_span(s);
     ps_info("all %d workers present, training starts", s->cfg.world);
     ps__release_pulls(s);
 }
