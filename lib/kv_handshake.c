@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 #include <uv.h>
 
 #include "kv_client_internal.h"
@@ -216,14 +217,24 @@ void ps__handle_refusal(ps__server *sv, const ps_frame *f)
          * rank, and waiting would only hide the mistake. */
         if (h->status == -EADDRINUSE && sv->cl->cfg.rejoining && ps__retry_later(sv, reason))
             return;
-        if (h->status == -EAGAIN && sv->cl->joining && ps__wait_for_table(sv, reason))
+        /* -EAGAIN: come back (no tensors declared yet, for a joiner; all
+         * handshake slots taken, or a table being withdrawn, for anyone),
+         * until the connect deadline. */
+        if (h->status == -EAGAIN && ps__wait_and_retry(sv, reason))
             return;
-        if (h->status == -EAGAIN && sv->cl->joining) {
+        if (h->status == -EAGAIN && sv->cl->joining && strstr(reason, "no tensor table yet")) {
             ps__failf(sv->cl, -PS_ETIMEOUT,
                       "server %d (%s) still holds no tensors after the connect timeout (%.0f s): "
                       "no worker has declared the job's tensors, so there is nothing to join; "
                       "start a worker that declares them (or declare them here)",
                       sv->index, sv->addr_text, sv->cl->cfg.connect_timeout_s);
+            return;
+        }
+        if (h->status == -EAGAIN) {
+            ps__failf(sv->cl, -PS_ETIMEOUT,
+                      "server %d (%s) still asks us to come back after the connect timeout (%.0f "
+                      "s): %s",
+                      sv->index, sv->addr_text, sv->cl->cfg.connect_timeout_s, reason);
             return;
         }
         if (h->status == -EADDRINUSE && !sv->cl->cfg.rejoining && sv->cl->error == 0)

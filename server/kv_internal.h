@@ -155,7 +155,7 @@ struct ps_kv_server {
     int joined;              /* ranks that have joined at least once */
     uint64_t resume_clock;   /* where a worker joining with nobody live starts */
     uint64_t restored_clock; /* the clock of the checkpoint restored (0: none) */
-    int n_peers;             /* open connections, for --max-connections */
+    int n_peers;             /* open connections */
     ps__pull *pulls;         /* waiting pulls, oldest first */
     ps__peer *peers;         /* every open connection */
     ps_kv_server_done_cb done;
@@ -177,7 +177,7 @@ struct ps_kv_server {
     uint64_t n_nonfinite;
     uint64_t n_unstable;  /* updates refused: they would make a chunk non-finite */
     uint64_t n_too_large; /* chunks refused by --max-grad-norm */
-    uint64_t n_capped;    /* connections refused by --max-connections */
+    uint64_t n_capped;    /* connections closed to make room (--max-connections) */
 };
 
 /* kv_server.c: peers, membership, the job's clocks. */

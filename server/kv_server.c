@@ -326,6 +326,42 @@ static void ps__on_liveness_check(uv_timer_t *t)
     ps__check_rejoins(s, now);
 }
 
+/* Connection slots: admitted workers hold one each (at most one per rank),
+ * and the rest of --max-connections is for connections still in their
+ * handshake. When those are all taken, the one that has waited longest
+ * gives way to the newcomer (told -EAGAIN: come back), rather than the
+ * newcomer being refused: a worker's handshake takes a round trip or two,
+ * so connections that idle until their deadline cannot keep it out (with
+ * --auth-token-file, nobody without the token gets past a handshake slot).
+ * The log names the first and every hundredth, so a flood cannot flood it. */
+static void ps__make_room(ps_kv_server *s, ps__peer *newcomer)
+{
+    int slots = s->max_connections - s->cfg.world, waiting = 0;
+    ps__peer *oldest = NULL;
+    char reason[160];
+
+    if (slots < 1)
+        slots = 1;
+    for (ps__peer *p = s->peers; p; p = p->next)
+        if ((p->state == PS__PEER_HANDSHAKE || p->state == PS__PEER_AUTH) && !p->failed) {
+            waiting++;
+            if (p != newcomer)
+                oldest = p; /* the list is newest first */
+        }
+    if (waiting <= slots || oldest == NULL)
+        return;
+    s->n_capped++;
+    snprintf(reason, sizeof(reason),
+             "all %d handshake slots of this server are taken (--max-connections %d, %d for the "
+             "workers): the connection that waited longest gives way; come back",
+             slots, s->max_connections, s->cfg.world);
+    if (s->n_capped == 1 || s->n_capped % 100 == 0)
+        ps_warn("closing %s for %s: %s (%" PRIu64 " so far)", oldest->name, newcomer->name, reason,
+                s->n_capped);
+    s->n_refused++;
+    ps__send_refusal(oldest, -EAGAIN, reason);
+}
+
 static void ps__on_connection(uv_stream_t *listener, int status)
 {
     ps_kv_server *s = listener->data;
@@ -363,19 +399,8 @@ static void ps__on_connection(uv_stream_t *listener, int status)
     if (s->peers)
         s->peers->prev = p;
     s->peers = p;
-    /* Over the cap the connection is refused at once, with the reason; the
-     * log names the first and every hundredth, so a flood cannot flood it. */
-    if (++s->n_peers > s->max_connections) {
-        char reason[128];
-        s->n_capped++;
-        s->n_refused++;
-        snprintf(reason, sizeof(reason), "this server takes at most %d connections",
-                 s->max_connections);
-        if (s->n_capped == 1 || s->n_capped % 100 == 0)
-            ps_warn("refusing %s: %s (--max-connections; %" PRIu64 " refused so far)", p->name,
-                    reason, s->n_capped);
-        ps__send_refusal(p, -PS_EREJECTED, reason);
-    }
+    s->n_peers++;
+    ps__make_room(s, p);
 }
 
 int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_config *cfg,

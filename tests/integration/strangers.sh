@@ -12,6 +12,10 @@
 #    --max-model-bytes) while the server must go on answering: another
 #    peer's slowest round trip under 50 ms, the server's RSS under 64 MiB
 #    with the declaration held (ps-hostile-client huge-table measures both).
+# 3. 40 idle connections to a server with --auth-token-file and
+#    --max-connections 20, then two workers holding the token: they train
+#    (they were refused "this server takes at most 20 connections" and
+#    exited 1 within 0.3 s despite --connect-timeout 20).
 # Synchronisation is on the servers' ready FIFOs and log lines, and on exits.
 source "$(dirname "$0")/lib.sh"
 HOSTILE="$BUILD/tests/ps-hostile-client"
@@ -19,7 +23,8 @@ SERVER="$BUILD/shardps-server"
 WORKER="$BUILD/shardps-worker"
 job=(--mode sync --optimizer sgd --lr 0.05)
 server=
-trap 'if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; fi; rm -rf "$TMP"' EXIT
+idle=
+trap 'kill $server $idle 2>/dev/null || true; rm -rf "$TMP"' EXIT
 
 # start_server NAME ARGS...: a server of 2 workers on an ephemeral port;
 # sets server (its pid) and port, logging to $TMP/NAME.err.
@@ -80,11 +85,38 @@ echo "ok: a stranger's declaration left with it: no checkpoint at clock 0, and a
 start_server huge
 "$HOSTILE" --server "127.0.0.1:$port" --workers 2 --rank 1 --server-pid "$server" --timeout 60 \
     huge-table >"$TMP/huge.out" 2>&1 || { cat "$TMP/huge.out" "$TMP/huge.err" >&2; fail "huge-table"; }
-cat "$TMP/huge.out"
 wait_for_line "$TMP/huge.err" "tensor table of 1 tensors is withdrawn" 30 ||
     { cat "$TMP/huge.err" >&2; fail "the 4 GiB declaration outlived its declarer"; }
 kill -TERM "$server"
 wait "$server" || { cat "$TMP/huge.err" >&2; fail "the third server did not exit 0"; }
 server=
-echo "PASS: strangers took nothing with a declaration, nor stalled or filled the server with one"
+echo "ok: $(sed -n 's/^PASS huge-table [^ ]* //p' "$TMP/huge.out")"
+
+# 3. Idle strangers in every slot, then the workers with the token.
+printf 'correct horse battery staple\n' >"$TMP/token"
+chmod 600 "$TMP/token"
+start_server slots --auth-token-file "$TMP/token" --max-connections 20
+mkfifo "$TMP/hold"
+"$HOSTILE" --server "127.0.0.1:$port" --workers 2 --idle 40 idle-slots <"$TMP/hold" \
+    >"$TMP/idle.out" 2>&1 &
+idle=$!
+exec 9>"$TMP/hold"
+wait_for_line "$TMP/idle.out" "^HELD" 30 || { cat "$TMP/idle.out" >&2; fail "the idle peers did not connect"; }
+for r in 0 1; do
+    "$WORKER" --servers "127.0.0.1:$port" --workers 2 --rank "$r" --hidden 32 "${job[@]}" \
+        --auth-token-file "$TMP/token" --batch 32 --steps 10 --no-eval --connect-timeout 20 \
+        2>"$TMP/s$r.err" &
+    eval "w$r=\$!"
+done
+wait "$w0" || { cat "$TMP/s0.err" "$TMP/slots.err" >&2; fail "worker 0 was kept out by idle strangers"; }
+wait "$w1" || { cat "$TMP/s1.err" "$TMP/slots.err" >&2; fail "worker 1 was kept out by idle strangers"; }
+exec 9>&-
+wait "$idle" || true
+wait "$server" || { cat "$TMP/slots.err" >&2; fail "the fourth server did not exit 0"; }
+server=
+grep -q "summary: clock 10," "$TMP/slots.err" ||
+    { cat "$TMP/slots.err" >&2; fail "the job beside the idle strangers did not train its 10 steps"; }
+echo "ok: $(head -n 1 "$TMP/idle.out"); both workers with the token trained 10 steps beside them"
+echo "PASS: strangers took nothing with a declaration, nor stalled or filled the server with one," \
+    "nor kept workers out"
 

@@ -39,6 +39,8 @@ typedef struct {
 
 static const fs_case fs_cases[] = {
     {"honest", "tells no lie"},
+    {"full-once", "no lie: its first connection is refused -EAGAIN (all handshake slots taken), "
+                  "then it is honest"},
     {"silent", "accepts, reads, never sends a byte"},
     {"silent-after-welcome", "welcomes, then never answers a pull"},
     {"stall-mid-frame", "sends half of the first PULL_REPLY, then nothing"},
@@ -65,6 +67,7 @@ static struct {
     ps_partition *part;
     ps_model_spec spec; /* the honest tensor table */
     int ready_fd;
+    int conn; /* connections accepted so far */
 } fs;
 
 static int fs_is(const char *name)
@@ -205,12 +208,29 @@ static int answer_error(int fd, const Shardps__Header *req)
     return send_frame(fd, &h, NULL, 0, 0);
 }
 
+/* What a real server says to the oldest connection waiting for its
+ * handshake when all handshake slots are taken. */
+static int answer_full(int fd, const Shardps__Header *req)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+
+    h.type = SHARDPS__MSG_TYPE__REJECT;
+    h.request_id = req->request_id;
+    h.status = -EAGAIN;
+    h.reason = "all 18 handshake slots of this server are taken (--max-connections 20, 2 for the "
+               "workers): the connection that waited longest gives way; come back";
+    send_frame(fd, &h, NULL, 0, 0);
+    return -1;
+}
+
 /* Answers one request the way the case says. Returns -1 to stop answering
  * (the client then hears nothing more until it closes). */
 static int answer(int fd, const Shardps__Header *req)
 {
     switch (req->type) {
     case SHARDPS__MSG_TYPE__HELLO:
+        if (fs_is("full-once") && fs.conn == 1)
+            return answer_full(fd, req);
         return fs_is("silent") ? -1 : answer_hello(fd, req);
     case SHARDPS__MSG_TYPE__PULL:
         if (fs_is("silent-after-welcome"))
@@ -320,6 +340,7 @@ int main(int argc, char **argv)
         }
         /* The test may have stopped reading the ready fd: the line on stderr
          * is the record, the one on the fd only a signal. */
+        fs.conn = n;
         snprintf(line, sizeof(line), "accepted %d\n", n);
         fputs(line, stderr);
         if (write(fs.ready_fd, line, strlen(line)) < 0)

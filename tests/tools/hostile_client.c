@@ -889,6 +889,8 @@ static const hc_scenario hc_scenarios[] = {
      "a HELLO declaring --table-floats; another peer's round trips and the "
      "server's RSS meanwhile",
      sc_huge_table, 0},
+    {"idle-slots", "--idle connections that never speak, held until the tool is stopped",
+     sc_idle_slots, 0},
     {"silent", "connect and say nothing until the server closes", sc_silent, 0},
 };
 #define HC_N_SCENARIOS ((int)(sizeof(hc_scenarios) / sizeof(hc_scenarios[0])))
@@ -927,7 +929,8 @@ static void usage(FILE *out)
             "  --silent-wait S (60): how long silent waits for the server to close it\n"
             "  --table-floats N (2^30-16), --probes N (10), --max-rtt-ms MS (50),\n"
             "  --max-rss-mib MIB (64): huge-table's declaration and bounds\n"
-            "scenarios (\"all\": every one but the last four):\n",
+            "  --idle N (40): idle-slots' connections\n"
+            "scenarios (\"all\": every one but the last five):\n",
             PS_DEFAULT_CHUNK_BYTES);
     for (int i = 0; i < HC_N_SCENARIOS; i++)
         fprintf(out, "  %-14s %s\n", hc_scenarios[i].name, hc_scenarios[i].what);
@@ -1019,6 +1022,7 @@ int main(int argc, char **argv)
     double rank = 0, chunk_bytes = PS_DEFAULT_CHUNK_BYTES, timeout = 10, stall_ms = 1000;
     double server_pid = 0, max_growth = 400, report_only = 0, silent_wait = 60;
     double table_floats = (1 << 30) - 16, probes = 10, max_rtt_ms = 50, max_rss_mib = 64;
+    double idle = 40;
     const hc_opt opts[] = {
         {"server", &server, NULL, 0, 0},
         {"hidden", &hidden, NULL, 0, 0},
@@ -1040,6 +1044,7 @@ int main(int argc, char **argv)
         {"probes", NULL, &probes, 1, 1000},
         {"max-rtt-ms", NULL, &max_rtt_ms, 0.001, 1e6},
         {"max-rss-mib", NULL, &max_rss_mib, 1, 1 << 20},
+        {"idle", NULL, &idle, 1, 100000},
     };
     int sizes[PS_MAX_LAYERS + 1], nh, first, failed = 0, ran = 0;
     hc_ctx ctx;
@@ -1065,6 +1070,7 @@ int main(int argc, char **argv)
     ctx.probes = (int)probes;
     ctx.max_rtt_ms = max_rtt_ms;
     ctx.max_rss_mib = max_rss_mib;
+    ctx.idle = (int)idle;
     if (server == NULL || first >= argc) {
         usage(stderr);
         return 2;

@@ -31,6 +31,7 @@ typedef struct {
     int probes;          /* huge-table: another peer's round trips measured */
     double max_rtt_ms;   /* huge-table: the slowest of them at most */
     double max_rss_mib;  /* huge-table: the server's RSS at most */
+    int idle;            /* idle-slots: connections held */
     uint64_t rng;
 } hc_ctx;
 
@@ -85,5 +86,6 @@ double probe(hc_ctx *ctx);
 /* hostile_table.c */
 int sc_stranger_table(hc_ctx *ctx, hc_conn *c);
 int sc_huge_table(hc_ctx *ctx, hc_conn *c);
+int sc_idle_slots(hc_ctx *ctx, hc_conn *c);
 
 #endif

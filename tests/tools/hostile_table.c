@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "hostile_client.h"
@@ -97,4 +99,40 @@ int sc_huge_table(hc_ctx *ctx, hc_conn *c)
          ctx->table_floats, rc == 1 ? "welcomed" : "refused", ctx->probes, slowest * 1000,
          ctx->max_rtt_ms, rss, ctx->max_rss_mib);
     return slowest * 1000 < ctx->max_rtt_ms && rss >= 0 && rss < ctx->max_rss_mib ? 0 : -1;
+}
+
+/* Issue 22, cause 5: ctx->idle connections that never say a word, held
+ * until the tool's stdin ends ("HELD ..." on stdout once they are made, so
+ * the test knows when). Against a server with --auth-token-file none of
+ * them can get past a handshake; they used to take every slot, and workers
+ * holding the token were refused "this server takes at most N connections".
+ * Those the server closes (to make room) stay closed. */
+int sc_idle_slots(hc_ctx *ctx, hc_conn *c)
+{
+    hc_conn *held = calloc((size_t)ctx->idle, sizeof(*held));
+    int open = 0;
+
+    if (held == NULL)
+        return -1;
+    for (int i = 0; i < ctx->idle; i++)
+        if (conn_open(ctx, &held[i]) == 0)
+            open++;
+        else
+            held[i].fd = -1;
+    printf("HELD %d open\n", open);
+    fflush(stdout);
+    /* Held until the test closes our stdin. */
+    {
+        char b[64];
+        ssize_t n;
+        do
+            n = read(0, b, sizeof(b));
+        while (n > 0 || (n < 0 && errno == EINTR));
+    }
+    for (int i = 0; i < ctx->idle; i++)
+        if (held[i].fd >= 0)
+            conn_close(&held[i]);
+    free(held);
+    note(c, "held %d idle connections", open);
+    return 0;
 }

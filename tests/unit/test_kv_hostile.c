@@ -499,26 +499,33 @@ Test(hostile, heartbeat_with_a_payload_is_refused)
     peer_expect_refusal(&p, SHARDPS__MSG_TYPE__ERROR, "payload", "a 1 KiB heartbeat");
 }
 
-/* Cause 3: past --max-connections a connection is refused at once with a
- * REJECT saying why, and the others are unaffected. */
-Test(hostile, connections_past_the_cap_are_refused)
+/* Cause 3, and issue 22 cause 5: --max-connections holds, but an admitted
+ * worker keeps its slot and, with the handshake slots all taken, the
+ * connection that waited longest gives way (a REJECT saying to come back),
+ * not the newcomer. Idle strangers used to keep real workers out for good:
+ * a worker was refused "this server takes at most N connections". */
+Test(hostile, idle_connections_give_way_to_a_worker)
 {
     ps_kv_server_config cfg;
-    peer held[3], p;
+    peer idle[4], r0, r1;
 
     kv_fixture_config(&cfg);
-    cfg.max_connections = 3;
-    up(&cfg, 1, 0, "sync");
-    /* The server accepts connections in the order they were made, so the
-     * fourth is judged with the three before it counted. */
-    peer_join(&held[0], 0, 1);
-    peer_open(&held[1]);
-    peer_open(&held[2]);
-    peer_open(&p);
-    peer_expect_refusal(&p, SHARDPS__MSG_TYPE__REJECT, "at most 3 connections",
-                        "a fourth connection");
-    for (int i = 0; i < 3; i++)
-        peer_close(&held[i]);
+    cfg.max_connections = 4; /* 2 for the workers, 2 for handshakes */
+    up(&cfg, 2, 0, "sync");
+    /* The server accepts connections in the order they were made. */
+    for (int i = 0; i < 4; i++)
+        peer_open(&idle[i]);
+    peer_expect_refusal(&idle[0], SHARDPS__MSG_TYPE__REJECT, "waited longest", "idle 0");
+    peer_expect_refusal(&idle[1], SHARDPS__MSG_TYPE__REJECT, "waited longest", "idle 1");
+    /* A worker makes the third handshake: idle 2 gives way. Admitted, the
+     * worker holds a worker's slot, so the other worker fits beside idle 3.
+     * Both are welcomed. */
+    peer_join(&r0, 0, 2);
+    peer_expect_refusal(&idle[2], SHARDPS__MSG_TYPE__REJECT, "waited longest", "idle 2");
+    peer_join(&r1, 1, 2);
+    peer_close(&idle[3]);
+    peer_close(&r0);
+    peer_close(&r1);
 }
 
 /* Cause 3: a connection that never says HELLO is closed after the handshake
