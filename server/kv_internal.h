@@ -5,6 +5,7 @@
 #ifndef PS_KV_INTERNAL_H
 #define PS_KV_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "apply_queue.h"
@@ -111,6 +112,9 @@ struct ps_kv_server {
     ps_table_life life;
     uint64_t applied_base; /* n_applied when the table was adopted */
     int fills_left;        /* chunks whose fill has not finished yet */
+    /* Set when the table is withdrawn: fills not yet begun on the pool skip
+     * their work (read there, hence atomic). */
+    atomic_int fills_cancelled;
     ps_model_spec table;
     ps_partition *part;
     ps_shard *shard;

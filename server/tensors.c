@@ -136,6 +136,7 @@ static void ps__withdraw(ps_kv_server *s, const char *why)
              "the tensor table this worker joined was withdrawn (%s); connect again to declare or "
              "join the job's tensors",
              why);
+    atomic_store(&s->fills_cancelled, 1);
     /* Not started any more first, so the peers leaving below are not waited
      * for as ranks that left a running job. */
     s->started = 0;
@@ -170,7 +171,9 @@ static void ps__fill_run(ps_apply_job *j)
 {
     ps__fill *f = (ps__fill *)j;
 
-    f->rc = ps_shard_fill(f->shard, f->local, 1);
+    /* A table withdrawn meanwhile is only drained: no memory for it. */
+    if (!atomic_load_explicit(&f->srv->fills_cancelled, memory_order_relaxed))
+        f->rc = ps_shard_fill(f->shard, f->local, 1);
 }
 
 static void ps__table_event(ps_kv_server *s, ps_table_event ev, const char *why);
@@ -200,6 +203,7 @@ static void ps__fill_done(ps_apply_job *j)
  * runs after its fill. */
 static void ps__fill_all(ps_kv_server *s)
 {
+    atomic_store(&s->fills_cancelled, 0);
     s->fills_left = s->n_local;
     for (int i = 0; i < s->n_local; i++) {
         ps__fill *f = calloc(1, sizeof(*f));
