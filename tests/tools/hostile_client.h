@@ -1,8 +1,8 @@
-/* ps-hostile-client's shared parts (see hostile_client.c): what a
- * scenario knows about the job it attacks, one connection, and the helpers
- * every scenario file uses. hostile_client.c holds the frame and request
- * scenarios and main; hostile_table.c the ones about tensor tables and
- * connection slots (issue 22). */
+/* ps-hostile-client's shared parts: what a scenario knows about the job it
+ * attacks, one connection, and the helpers every scenario file uses.
+ * hostile_client.c holds those helpers, the list of scenarios and main;
+ * hostile_frames.c the scenarios on frames and requests; hostile_table.c
+ * the ones about tensor tables and connection slots (issue 22). */
 #ifndef HOSTILE_CLIENT_H
 #define HOSTILE_CLIENT_H
 
@@ -54,6 +54,8 @@ typedef struct {
 
 /* Appends to the scenario's detail, so each step can add what it saw. */
 void note(hc_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Receive and send timeouts of fd; 0 or -errno. */
+int set_timeouts(int fd, int recv_ms, int send_ms);
 /* A connection to ctx's server with ctx's timeouts; 0 or -errno. */
 int conn_open(hc_ctx *ctx, hc_conn *c);
 void conn_close(hc_conn *c);
@@ -75,13 +77,42 @@ int expect_refusal(hc_ctx *ctx, hc_conn *c, Shardps__MsgType want_type, int want
 void make_hello(const hc_ctx *ctx, Shardps__Header *h, Shardps__Hello *hello);
 /* A valid HELLO and its WELCOME: 0 and the clock, or -1. */
 int handshake(hc_ctx *ctx, hc_conn *c, uint64_t *clock);
-/* A HELLO for another model: refused "model mismatch". */
-int sc_wrong_model(hc_ctx *ctx, hc_conn *c);
+/* The next number of the tool's generator (noise). */
+uint64_t next_rand(hc_ctx *ctx);
 /* The server's resident memory in MiB, or -1. */
 double server_rss_mib(const hc_ctx *ctx);
 /* Seconds from connecting to the REJECT of a wrong-model HELLO on a fresh
  * connection (another peer's round trip), or -1. */
 double probe(hc_ctx *ctx);
+
+/* hostile_frames.c: frames and requests, the slow reader, the silent peer,
+ * and a clean goodbye. sc_wrong_model (a HELLO for another model, refused
+ * "model mismatch") is also the probe's request. */
+int sc_wrong_model(hc_ctx *ctx, hc_conn *c);
+int sc_random_bytes(hc_ctx *ctx, hc_conn *c);
+int sc_random_header(hc_ctx *ctx, hc_conn *c);
+int sc_truncated(hc_ctx *ctx, hc_conn *c);
+int sc_big_header(hc_ctx *ctx, hc_conn *c);
+int sc_big_payload(hc_ctx *ctx, hc_conn *c);
+int sc_bad_version(hc_ctx *ctx, hc_conn *c);
+int sc_nul_name(hc_ctx *ctx, hc_conn *c);
+int sc_bad_rank(hc_ctx *ctx, hc_conn *c);
+int sc_pull_first(hc_ctx *ctx, hc_conn *c);
+int sc_hello_garbage(hc_ctx *ctx, hc_conn *c);
+int sc_bad_key(hc_ctx *ctx, hc_conn *c);
+int sc_dup_key(hc_ctx *ctx, hc_conn *c);
+int sc_short_push(hc_ctx *ctx, hc_conn *c);
+int sc_short_f16_push(hc_ctx *ctx, hc_conn *c);
+int sc_f16_as_f32(hc_ctx *ctx, hc_conn *c);
+int sc_short_bf16_push(hc_ctx *ctx, hc_conn *c);
+int sc_bf16_as_f32(hc_ctx *ctx, hc_conn *c);
+int sc_bad_dtype(hc_ctx *ctx, hc_conn *c);
+int sc_pull_far(hc_ctx *ctx, hc_conn *c);
+int sc_push_announced(hc_ctx *ctx, hc_conn *c);
+int sc_heartbeat_payload(hc_ctx *ctx, hc_conn *c);
+int sc_slow_reader(hc_ctx *ctx, hc_conn *c);
+int sc_bye(hc_ctx *ctx, hc_conn *c);
+int sc_silent(hc_ctx *ctx, hc_conn *c);
 
 /* hostile_table.c */
 int sc_stranger_table(hc_ctx *ctx, hc_conn *c);
