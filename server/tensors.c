@@ -123,8 +123,10 @@ int ps__table_may_checkpoint(ps_kv_server *s)
 
 /* Nothing of a withdrawn table survives: the peers that joined it are
  * closed, who joined the job and what the job was to do is forgotten, and
- * the table itself is freed once the work in flight on it has drained. */
-static void ps__withdraw(ps_kv_server *s, const char *why)
+ * the table itself is freed once the work in flight on it has drained: now
+ * if none is, unless called from inside the apply queue (in_queue), which
+ * calls ps__on_settled itself afterwards. */
+static void ps__withdraw(ps_kv_server *s, const char *why, int in_queue)
 {
     char reason[320];
     ps__peer *p;
@@ -155,7 +157,8 @@ static void ps__withdraw(ps_kv_server *s, const char *why)
     s->resume_clock = s->restored_clock = s->ckpt_clock = 0;
     s->total_steps = s->cfg.lr.total_steps;
     ps__drop_pulls(s, NULL);
-    ps__on_settled(s);
+    if (!in_queue)
+        ps__on_settled(s);
 }
 
 /* One chunk's memory and initial values, made on the thread pool: a large
@@ -176,7 +179,7 @@ static void ps__fill_run(ps_apply_job *j)
         f->rc = ps_shard_fill(f->shard, f->local, 1);
 }
 
-static void ps__table_event(ps_kv_server *s, ps_table_event ev, const char *why);
+static void ps__table_event(ps_kv_server *s, ps_table_event ev, const char *why, int in_queue);
 
 static void ps__fill_done(ps_apply_job *j)
 {
@@ -188,9 +191,9 @@ static void ps__fill_done(ps_apply_job *j)
     if (s->life.state == PS_TABLE_FILLING && f->rc < 0) {
         snprintf(why, sizeof(why), "no memory to fill chunk %d of this server's %d", f->local,
                  s->n_local);
-        ps__table_event(s, PS_TABLE_CHECK_FAILED, why);
+        ps__table_event(s, PS_TABLE_CHECK_FAILED, why, 1);
     } else if (s->life.state == PS_TABLE_FILLING && --s->fills_left == 0) {
-        ps__table_event(s, PS_TABLE_FILL_DONE, NULL);
+        ps__table_event(s, PS_TABLE_FILL_DONE, NULL, 1);
         ps_info("the %d chunks of this server are filled (%.1f MiB)", s->n_local,
                 (double)ps_shard_memory_bytes(s->shard) / (1 << 20));
         ps__maybe_start(s);
@@ -216,23 +219,24 @@ static void ps__fill_all(ps_kv_server *s)
         }
         if (f == NULL || ps_apply_queue_submit(s->updates, i, &f->job, 0) < 0) {
             free(f);
-            ps__table_event(s, PS_TABLE_CHECK_FAILED, "no memory to fill its chunks");
+            ps__table_event(s, PS_TABLE_CHECK_FAILED, "no memory to fill its chunks", 0);
             return;
         }
     }
     if (s->n_local == 0)
-        ps__table_event(s, PS_TABLE_FILL_DONE, NULL);
+        ps__table_event(s, PS_TABLE_FILL_DONE, NULL, 0);
 }
 
-/* Carries out what a lifecycle event asks for. */
-static void ps__table_event(ps_kv_server *s, ps_table_event ev, const char *why)
+/* Carries out what a lifecycle event asks for; in_queue: called from a
+ * job's done callback inside the apply queue (see ps__withdraw). */
+static void ps__table_event(ps_kv_server *s, ps_table_event ev, const char *why, int in_queue)
 {
     switch (ps_table_life_step(&s->life, ev)) {
     case PS_TABLE_FILL:
         ps__fill_all(s);
         break;
     case PS_TABLE_WITHDRAW:
-        ps__withdraw(s, why);
+        ps__withdraw(s, why, in_queue);
         break;
     default:
         break;
@@ -243,7 +247,8 @@ void ps__table_abandoned(ps_kv_server *s)
 {
     if (s->life.state != PS_TABLE_NONE && s->life.declarers == 0 && !s->life.pinned &&
         s->life.state != PS_TABLE_COMMITTED)
-        ps__table_event(s, PS_TABLE_CHECK_FAILED, "the worker that declared it was not admitted");
+        ps__table_event(s, PS_TABLE_CHECK_FAILED, "the worker that declared it was not admitted",
+                        0);
 }
 
 void ps__table_declarer_joined(ps_kv_server *s, ps__peer *p)
@@ -269,7 +274,7 @@ void ps__table_peer_left(ps_kv_server *s, ps__peer *p)
     p->declarer = 0;
     ps__note_applied(s);
     snprintf(why, sizeof(why), "%s, its last declarer, left before a step was applied", p->name);
-    ps__table_event(s, PS_TABLE_DECLARER_LEFT, why);
+    ps__table_event(s, PS_TABLE_DECLARER_LEFT, why, 0);
 }
 
 /* The schedule's span is the servers' to decide: --total-steps, or a
@@ -295,7 +300,7 @@ void ps__maybe_start(ps_kv_server *s)
 {
     if (s->started || s->joined < s->cfg.world || !ps_table_life_holds(&s->life))
         return;
-    ps__table_event(s, PS_TABLE_START, NULL);
+    ps__table_event(s, PS_TABLE_START, NULL, 0);
     if (!ps_table_life_filled(&s->life))
         return;
     s->started = 1;
