@@ -120,6 +120,10 @@ static const ps__job_option ps__table[] = {
     {"tf32", PS_FLAG_BOOL, PS__AT(tf32), NULL,
      "CUDA: matrix products in TF32 on tensor cores (faster, ~1e-3 relative error)", 0, 0, NULL,
      NULL, NULL, 0, NULL, PS__W | PS__L, 0},
+    {"precision", PS_FLAG_CHOICE, PS__AT(precision), "P",
+     "CUDA: fp32, or bf16 (matrix products and convolutions on bfloat16 inputs with float32 "
+     "accumulation; the servers keep float32 weights); the CPU computes in fp32 only",
+     0, 0, "fp32|bf16", NULL, NULL, 0, "fp32", PS__W | PS__L, 0},
     {"compress", PS_FLAG_CHOICE, PS__AT(compress), "KIND",
      "how pushes carry gradients: none (float32), fp16 (IEEE half) or bf16 (bfloat16): the "
      "last two halve the bytes; the servers accumulate in float32",

@@ -60,7 +60,7 @@ typedef struct {
     double apply_pool_min_bytes;
     /* How workers train. */
     int batch, epochs, steps, eval_every, progress_every, tf32;
-    const char *data_dir, *device, *compress;
+    const char *data_dir, *device, *compress, *precision;
     double clip_norm;
     /* Checkpoints. */
     const char *checkpoint_dir;

@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# The GPU check, in one command: builds shardps on a GPU host, runs the CUDA
-# tests (which must pass there, not skip), trains one epoch of the default
-# job with --device cuda and --device cpu, and runs tests/bench bench-train
-# on the default and wide models with --device cpu, --device cuda and
-# --device cuda --tf32, writing every log and a summary to one results folder.
+# The GPU check, in one command of at most 5 minutes: builds shardps on a GPU
+# host from the tree and carried Debian packages, then, stage by stage, runs
+# the CUDA tests (which must pass there, not skip); the default MLP and the
+# CNN as shardps-cluster jobs on --device cuda and --device cpu (step time,
+# samples/s, test accuracy); bench-train on the wide MLP on the GPU in FP32,
+# TF32 and bf16 and on the default MLP (the split of a step, and the fraction
+# of communication hidden behind compute); and PyTorch through shardps with
+# CUDA tensors, with whatever PyTorch the host has.
+#
+# Each stage appends its lines to summary.txt and one JSON object to
+# results.jsonl in the results folder the moment it ends, so a run cut short
+# (the device tool's limit, a hang) still reports every stage before the
+# cut. The folder holds four files, whatever happens: env.txt, summary.txt,
+# results.jsonl and logs.txt (every step's output, its tail where long).
 #
 # Made for a host with the CUDA toolkit, a C compiler and CMake but no
 # package registry and no pkg-config (this project's device machine). The
@@ -12,42 +21,48 @@
 #
 #   deploy/gpu-check.sh --fetch     # .deb/: only .deb files, under 64 MiB
 #
-# Copy the tree with .deb/ to the GPU host and run deploy/gpu-check.sh there.
-# The packages are unpacked (dpkg -x, or python3 where dpkg is missing) under
-# $TMPDIR/shardps-gpu-check/root, never installed, and pkg-config (carried
-# too), CMake and the loader are pointed there. Without .deb/ the system's
-# own packages are used. Everything runs under one 8-minute budget, each step
-# with its own timeout; a failed test, job or benchmark is recorded and the
-# next step still runs, but the exit status is 1.
+# Copy the tree with .deb/ to the GPU host and run deploy/gpu-check.sh there
+# (device tool: carry [".deb"], SHARDPS_COMMIT=<hash> bash deploy/gpu-check.sh;
+# the results come back from $OUT). The packages are unpacked (dpkg -x, or
+# python3 where dpkg is missing) under $TMPDIR/shardps-gpu-check/root, never
+# installed, and pkg-config (carried too), CMake and the loader are pointed
+# there. Without .deb/ the system's own packages are used. Each step has its
+# own timeout inside the budget; a failed test, job or benchmark is recorded
+# and the next stage still runs, but the exit status is 1.
 #
-# Options: --fetch (download the packages, then stop), --no-gpu (build and
-# run only the CPU parts: no CUDA tests, no --device cuda), --epochs N (the
-# training jobs; default 1), --out DIR (results; default $OUT when set, else
-# $TMPDIR/shardps-gpu-check/results), --build DIR (default
-# $TMPDIR/shardps-gpu-check/build). SHARDPS_COMMIT names the commit in the
-# results where the tree has no .git. See docs/gpu.md.
+# Options: --fetch (download the packages, then stop), --no-gpu (build, and
+# run only the CPU parts: no CUDA tests, no --device cuda), --out DIR
+# (results; default $OUT when set, else $TMPDIR/shardps-gpu-check/results),
+# --build DIR (default $TMPDIR/shardps-gpu-check/build). SHARDPS_COMMIT names
+# the commit where the tree has no .git; GPU_CHECK_ARCHS the CUDA
+# architectures (default 90, the H100/H200's). See docs/gpu.md.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 SRC=$PWD
-# 8 minutes, less the grace a stopped step gets before it is killed.
-BUDGET=460
+# 5 minutes, less the grace a stopped step gets before it is killed and the
+# time the summary takes.
+BUDGET=280
 DEB=.deb
 DEB_LIMIT=$((64 * 1024 * 1024))
 WORK=${TMPDIR:-/tmp}/shardps-gpu-check
 BUILD=$WORK/build
 RESULTS=${OUT:-$WORK/results}
-EPOCHS=1
+ARCHS=${GPU_CHECK_ARCHS:-90}
 FETCH=0
 NO_GPU=0
+# Steps of the training jobs: the MLP's epoch (60,000 / (2 workers x 64)),
+# a third of one for the CNN, whose CPU run is the slowest stage.
+MLP_STEPS=468
+CNN_STEPS=300
 
 # Runtime and -dev packages of every library CMake asks for (Criterion
-# included: test_cuda and bench-train live in tests/), the libraries those
-# load, the protobuf-c compiler and its libraries, pkg-config, and the data
-# set. Left out: what every Debian or Ubuntu system with a C compiler has
-# (libc6, libstdc++6, zlib1g, libffi8, libgnutls30), and the compiler itself,
-# which nvcc needs on a GPU host anyway. A bare Debian 12 with gcc, CMake and
-# ninja builds from these alone (docs/gpu.md, "How the CPU half was proved").
+# included: the CUDA tests and bench-train live in tests/), the libraries
+# those load, the protobuf-c compiler and its libraries, pkg-config, and the
+# data set. Left out: what every Debian or Ubuntu system with a C compiler
+# has (libc6, libstdc++6, zlib1g, libffi8, libgnutls30), and the compiler
+# itself, which nvcc needs on a GPU host anyway. A bare Debian 12 with gcc,
+# CMake and ninja builds from these alone (docs/gpu.md).
 PACKAGES=(
     libuv1 libuv1-dev
     libprotobuf-c1 libprotobuf-c-dev protobuf-c-compiler libprotobuf32 libprotoc32
@@ -64,6 +79,7 @@ PACKAGES=(
 
 die() {
     echo "gpu-check: $*" >&2
+    [ -n "${SUMMARY:-}" ] && echo "gpu-check: STOPPED: $*" >>"$SUMMARY"
     exit 1
 }
 
@@ -71,10 +87,9 @@ while [ $# -gt 0 ]; do
     case "$1" in
     --fetch) FETCH=1 ;;
     --no-gpu) NO_GPU=1 ;;
-    --epochs) EPOCHS=${2:?--epochs needs a number}; shift ;;
     --out) RESULTS=${2:?--out needs a folder}; shift ;;
     --build) BUILD=${2:?--build needs a folder}; shift ;;
-    -h | --help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
     esac
     shift
@@ -126,10 +141,18 @@ EOF
 mkdir -p "$RESULTS"
 RESULTS=$(cd "$RESULTS" && pwd)
 SUMMARY=$RESULTS/summary.txt
+JSONL=$RESULTS/results.jsonl
+LOGS=$RESULTS/logs.txt
 : >"$SUMMARY"
+: >"$JSONL"
+: >"$LOGS"
 FAILED=0
 note() {
     echo "gpu-check: $*" | tee -a "$SUMMARY"
+}
+# One stage's result as a JSON object (its fields as given, already JSON).
+record() {
+    echo "{\"stage\":\"$1\",\"at_s\":$SECONDS${2:+,$2}}" >>"$JSONL"
 }
 
 DATA=/usr/share/datasets/fashion-mnist
@@ -160,7 +183,7 @@ if compgen -G "$DEB/*.deb" >/dev/null; then
     export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     export PATH=$ROOT/usr/bin:$PATH
     [ -d "$ROOT$DATA" ] && DATA=$ROOT$DATA
-    note "using the packages of $DEB/ unpacked in $ROOT"
+    note "using the packages of $DEB/ unpacked in $ROOT ($SECONDS s)"
 else
     note "no $DEB/*.deb; using the system's packages"
 fi
@@ -184,9 +207,10 @@ if [ "$NO_GPU" = 0 ]; then
     gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1 || true)
     gpu=${gpu:-unknown (nvidia-smi gave nothing)}
 fi
+commit=${SHARDPS_COMMIT:-$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)}
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "commit: ${SHARDPS_COMMIT:-$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)}"
+    echo "commit: $commit"
     echo "gpu: $gpu"
     uname -a
     grep -h '^PRETTY_NAME' /etc/os-release 2>/dev/null || true
@@ -197,107 +221,233 @@ fi
     command -v nvcc >/dev/null && nvcc --version | tail -n 2
     command -v nvidia-smi >/dev/null && nvidia-smi 2>&1 | head -n 15
 } >"$RESULTS/env.txt" 2>&1 || true
+note "shardps GPU check, commit $commit, GPU: $gpu, $(date -u +%Y-%m-%dT%H:%MZ)"
+record env "\"commit\":\"$commit\",\"gpu\":\"$gpu\",\"date\":\"$(date -u +%Y-%m-%dT%H:%M:%SZ)\""
 
-# step NAME LIMIT COMMAND...: runs COMMAND with its output in NAME.log, under
-# LIMIT seconds or what is left of the budget. Returns its status.
+# step NAME LIMIT COMMAND...: runs COMMAND under LIMIT seconds or what is left
+# of the budget, its output in $WORK/NAME.log and, the tail where long, in
+# logs.txt. Returns its status.
 step() {
-    local name=$1 limit=$2 rc=0
+    local name=$1 limit=$2 rc=0 log=$WORK/$1.log
     shift 2
     echo "gpu-check: $name (at most $(left "$limit") s)"
     # timeout signals the step's whole process group (servers and workers
     # too), and kills it 10 s later if it is still there.
-    timeout -k 10 "$(left "$limit")" "$@" >"$RESULTS/$name.log" 2>&1 || rc=$?
-    [ "$rc" = 124 ] && echo "(stopped by gpu-check: past its time limit)" >>"$RESULTS/$name.log"
+    timeout -k 10 "$(left "$limit")" "$@" >"$log" 2>&1 || rc=$?
+    [ "$rc" = 124 ] && echo "(stopped by gpu-check: past its time limit)" >>"$log"
+    {
+        echo "==== $name (exit $rc, at $SECONDS s): $*"
+        if [ "$(wc -l <"$log")" -gt 400 ]; then
+            head -n 50 "$log"
+            echo "... ($(wc -l <"$log") lines; the last 300:)"
+            tail -n 300 "$log"
+        else
+            cat "$log"
+        fi
+    } >>"$LOGS"
     return "$rc"
 }
-# A failed step after the build: its log's tail, and a failure in the end.
+# A failed step after the build (NAME EXIT [WHY]): its log's tail, and a
+# failure in the end.
 failed() {
-    note "$1 FAILED (exit $2; log: $RESULTS/$1.log)"
-    tail -n 15 "$RESULTS/$1.log" >&2
+    note "$1 FAILED (exit $2${3:+: $3}; see logs.txt)"
+    record "$1" "\"failed\":true,\"exit\":$2"
+    tail -n 15 "$WORK/$1.log" >&2
     FAILED=1
 }
+# The value of a numeric or string field of a one-line JSON object.
+field() {
+    printf '%s' "$1" | sed -n "s/.*\"$2\":\"\{0,1\}\([^,\"}]*\).*/\1/p"
+}
 
-step cmake 120 cmake -S "$SRC" -B "$BUILD" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release ||
-    { tail -n 30 "$RESULTS/cmake.log" >&2; die "cmake failed (log: $RESULTS/cmake.log)"; }
+# ---- build --------------------------------------------------------------------
+mkdir -p "$WORK"
+# Only the GPU at hand's architecture: half the nvcc time of the default two.
+# --no-gpu still builds the CUDA code where CMake finds nvcc (it must compile).
+cuda_flag=("-DCMAKE_CUDA_ARCHITECTURES=$ARCHS")
+[ "$NO_GPU" = 1 ] || cuda_flag+=(-DPS_CUDA=ON)
+step cmake 60 cmake -S "$SRC" -B "$BUILD" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    "${cuda_flag[@]}" || { tail -n 30 "$WORK/cmake.log" >&2; die "cmake failed (see logs.txt)"; }
 have_cuda=0
-grep -q "shardps: CUDA found" "$RESULTS/cmake.log" && have_cuda=1
-[ "$have_cuda" = 1 ] || [ "$NO_GPU" = 1 ] || die "CMake did not find CUDA (see $RESULTS/cmake.log)"
-targets=(shardps-server shardps-worker shardps-cluster bench-train)
-[ "$have_cuda" = 1 ] && targets+=(test_cuda)
-step build 240 cmake --build "$BUILD" -j "$(nproc)" --target "${targets[@]}" ||
-    { tail -n 30 "$RESULTS/build.log" >&2; die "build failed (log: $RESULTS/build.log)"; }
-note "built ${targets[*]} in $SECONDS s"
+grep -q "shardps: CUDA found" "$WORK/cmake.log" && have_cuda=1
+[ "$have_cuda" = 1 ] || [ "$NO_GPU" = 1 ] || die "CMake did not find CUDA (see logs.txt)"
+targets=(shardps-server shardps-worker shardps-cluster bench-train shardps)
+[ "$have_cuda" = 1 ] && targets+=(test_cuda test_layers_cuda test_models_cuda)
+step build 150 cmake --build "$BUILD" -j "$(nproc)" --target "${targets[@]}" ||
+    { tail -n 30 "$WORK/build.log" >&2; die "build failed (see logs.txt)"; }
+note "built ${targets[*]} (CUDA: $([ "$have_cuda" = 1 ] && echo "sm $ARCHS" || echo no)) by $SECONDS s"
+record build "\"cuda\":$have_cuda,\"archs\":\"$ARCHS\""
 
+# ---- the CUDA tests -----------------------------------------------------------
 if [ "$NO_GPU" = 1 ]; then
     note "CUDA tests: not run (--no-gpu)"
 else
-    rc=0
-    step test_cuda 120 "$BUILD/tests/test_cuda" || rc=$?
-    case "$rc" in
-    0) note "CUDA tests: all passed ($(grep -c '^PASS' "$RESULTS/test_cuda.log"))" ;;
-    77) failed test_cuda "77: no usable GPU" ;;
-    *) failed test_cuda "$rc" ;;
-    esac
+    for prog in test_layers_cuda test_cuda test_models_cuda; do
+        rc=0
+        step "$prog" 60 "$BUILD/tests/$prog" || rc=$?
+        passed=$(grep -c '^PASS' "$WORK/$prog.log" || true)
+        fails=$(grep '^FAIL' "$WORK/$prog.log" | awk '{print $2}' | tr '\n' ' ' || true)
+        case "$rc" in
+        0)
+            note "$prog: all $passed passed"
+            record "$prog" "\"passed\":$passed,\"failed\":[]"
+            ;;
+        77) failed "$prog" 77 "no usable GPU" ;;
+        *)
+            note "$prog: $passed passed, FAILED: ${fails:-(crashed or cut; see logs.txt)}"
+            record "$prog" "\"passed\":$passed,\"failed\":\"${fails}\",\"exit\":$rc"
+            FAILED=1
+            ;;
+        esac
+    done
 fi
 
-# One job per device; the summary's JSON line has the wall time, samples/s
-# and test accuracy.
+# ---- the default MLP and the CNN, GPU against CPU --------------------------------
 devices=(cpu)
 [ "$NO_GPU" = 1 ] || devices=(cuda cpu)
-declare -A wall sps acc
-for dev in "${devices[@]}"; do
-    rc=0
-    step "job-$dev" 120 "$BUILD/shardps-cluster" --epochs "$EPOCHS" --device "$dev" --json \
-        --data-dir "$DATA" || rc=$?
-    [ "$rc" = 0 ] || { failed "job-$dev" "$rc"; continue; }
-    json=$(grep '^{"test_accuracy"' "$RESULTS/job-$dev.log" | tail -n 1)
-    wall[$dev]=$(printf '%s' "$json" | sed -n 's/.*"wall_seconds":\([0-9.]*\).*/\1/p')
-    sps[$dev]=$(printf '%s' "$json" | sed -n 's/.*"samples_per_second":\([0-9.]*\).*/\1/p')
-    acc[$dev]=$(printf '%s' "$json" | sed -n 's/.*"test_accuracy":\([0-9.]*\).*/\1/p')
-    grep -m 1 "compute on " "$RESULTS/job-$dev.log" | sed 's/^/  /' | tee -a "$SUMMARY"
-done
-
-# bench-train, GPU first: on a short budget the CPU's numbers matter least.
-benches=(cpu)
-[ "$NO_GPU" = 1 ] || benches=(cuda cuda-tf32 cpu)
-for b in "${benches[@]}"; do
-    args=(--device "${b%-tf32}" --data-dir "$DATA")
-    [ "$b" = cuda-tf32 ] && args+=(--tf32)
-    rc=0
-    step "bench-$b" 150 "$BUILD/tests/bench/bench-train" "${args[@]}" || rc=$?
-    [ "$rc" = 0 ] || { failed "bench-$b" "$rc"; continue; }
-    grep '^{' "$RESULTS/bench-$b.log" >"$RESULTS/bench-$b.jsonl"
-done
-
-# The default job: 2 workers of batch 64, so a worker's step is 2 * 64
-# samples / (samples/s of both).
-{
-    echo
-    echo "shardps GPU check ($(date -u +%Y-%m-%dT%H:%MZ), GPU: $gpu)"
-    printf '%-6s %10s %12s %10s %10s\n' device "wall s" "samples/s" "ms/step" "test acc"
+note "jobs: 2 servers + 2 workers, sync, batch 64 per worker, Adam; ms/step = 128 samples / samples/s"
+printf '%-5s %-5s %6s %8s %11s %9s %9s\n' model dev steps "wall s" "samples/s" "ms/step" "test acc" |
+    tee -a "$SUMMARY"
+for model in mlp cnn; do
+    steps=$MLP_STEPS
+    [ "$model" = cnn ] && steps=$CNN_STEPS
     for dev in "${devices[@]}"; do
-        [ -n "${acc[$dev]:-}" ] || continue
-        awk -v d="$dev" -v w="${wall[$dev]}" -v s="${sps[$dev]}" -v a="${acc[$dev]}" \
-            'BEGIN { printf "%-6s %10.1f %12.0f %10.3f %10.4f\n", d, w, s, (s > 0 ? 128000 / s : 0), a }'
+        rc=0
+        step "job-$model-$dev" 90 "$BUILD/shardps-cluster" --model "$SRC/models/$model.model" \
+            --steps "$steps" --device "$dev" --json --data-dir "$DATA" || rc=$?
+        [ "$rc" = 0 ] || { failed "job-$model-$dev" "$rc"; continue; }
+        json=$(grep '^{"test_accuracy"' "$WORK/job-$model-$dev.log" | tail -n 1)
+        sps=$(field "$json" samples_per_second)
+        awk -v m="$model" -v d="$dev" -v n="$steps" -v w="$(field "$json" wall_seconds)" -v s="$sps" \
+            -v a="$(field "$json" test_accuracy)" \
+            'BEGIN { printf "%-5s %-5s %6d %8.1f %11.0f %9.2f %9.4f\n", m, d, n, w, s, (s > 0 ? 128000 / s : 0), a }' |
+            tee -a "$SUMMARY"
+        grep -m 1 "compute on " "$WORK/job-$model-$dev.log" | sed 's/^.*compute on /  compute on /' |
+            tee -a "$SUMMARY"
+        record "job" "\"model\":\"$model\",\"device\":\"$dev\",\"steps\":$steps,\"result\":$json"
     done
-    if [ -n "${acc[cuda]:-}" ] && [ -n "${acc[cpu]:-}" ]; then
-        awk -v g="${acc[cuda]}" -v c="${acc[cpu]}" 'BEGIN { d = (g - c) * 100; if (d < 0) d = -d;
-            printf "accuracy difference: %.2f points (%s)\n", d, d <= 0.5 ? "within 0.5" : "MORE THAN 0.5" }'
-    fi
-    echo "(${EPOCHS} epoch(s), 2 servers + 2 workers, sync, batch 64 per worker)"
-    echo
-    echo "bench-train (2 servers, 2 workers, batch 64, sync, Adam; ms per step):"
-    printf '%-10s %-8s %10s %9s %13s %11s %7s\n' run model samples/s "step" "compute alone" "comm alone" ratio
-    for b in "${benches[@]}"; do
-        [ -s "$RESULTS/bench-$b.jsonl" ] || continue
-        awk -v b="$b" '{
-            m = $0; sub(/.*"model":"/, "", m); sub(/".*/, "", m)
-            printf "%-10s %-8s %10s %9s %13s %11s %7s\n", b, m, f("samples_per_s"), f("step_ms"),
-                f("compute_only_ms"), f("comm_only_ms"), f("ratio") }
-            function f(k,   v) { v = $0; sub(".*\"" k "\":", "", v); sub(/[,}].*/, "", v); return v }' \
-            "$RESULTS/bench-$b.jsonl"
+done
+
+# ---- bench-train: the wide MLP in FP32, TF32 and bf16, then the default --------
+# (GPU first; on the CPU only the default model, which takes seconds.)
+benches=("cpu default")
+[ "$NO_GPU" = 1 ] || benches=("cuda wide" "cuda-tf32 wide" "cuda-bf16 wide" "cuda default" "cpu default")
+note "bench-train (sync, Adam, 2 servers, 2 workers, batch 64; ms per step; hidden = the fraction of communication alone hidden behind compute)"
+printf '%-10s %-8s %10s %9s %9s %9s %7s %7s\n' run model samples/s step "compute" "comm" ratio hidden |
+    tee -a "$SUMMARY"
+for b in "${benches[@]}"; do
+    run=${b% *} model=${b#* }
+    args=(--device "${run%%-*}" --models "$model" --data-dir "$DATA")
+    [ "$model" = wide ] && args+=(--steps 20)
+    [ "$model" = default ] && args+=(--steps 100)
+    case "$run" in
+    *-tf32) args+=(--tf32) ;;
+    *-bf16) args+=(--precision bf16) ;;
+    esac
+    rc=0
+    step "bench-$run-$model" 60 "$BUILD/tests/bench/bench-train" "${args[@]}" || rc=$?
+    [ "$rc" = 0 ] || { failed "bench-$run-$model" "$rc"; continue; }
+    json=$(grep '^{' "$WORK/bench-$run-$model.log" | tail -n 1)
+    printf '%-10s %-8s %10s %9s %9s %9s %7s %7s\n' "$run" "$model" "$(field "$json" samples_per_s)" \
+        "$(field "$json" step_ms)" "$(field "$json" compute_only_ms)" "$(field "$json" comm_only_ms)" \
+        "$(field "$json" ratio)" "$(field "$json" hidden_fraction)" | tee -a "$SUMMARY"
+    record "bench" "\"run\":\"$run\",\"result\":$json"
+done
+
+# ---- PyTorch through shardps ----------------------------------------------------
+# One PyTorch worker (rank 0 of 1) and two servers: the CNN of
+# examples/torch_fmnist.py trained through shardps.torch with its parameters
+# on the GPU, then on the CPU, the same steps; samples/s and test accuracy.
+torch_devices=(cpu)
+[ "$NO_GPU" = 1 ] || torch_devices=(cuda cpu)
+if ! python3 -c 'import torch' >/dev/null 2>&1; then
+    note "PyTorch: none on this host (python3 cannot import torch); not run"
+    record torch "\"skipped\":\"no torch\""
+else
+    cat >"$WORK/torch_check.py" <<'EOF'
+import gzip, json, os, subprocess, sys, time
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+src, build, data, device, steps = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+sys.path.insert(0, os.path.join(src, "python"))
+import shardps.torch  # noqa: E402
+
+
+def load(kind):
+    with gzip.open(f"{data}/{kind}-images-idx3-ubyte.gz") as f:
+        x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 1, 28, 28)
+    with gzip.open(f"{data}/{kind}-labels-idx1-ubyte.gz") as f:
+        y = np.frombuffer(f.read(), np.uint8, offset=8)
+    return torch.from_numpy(x.astype(np.float32) / 255.0), torch.from_numpy(y.astype(np.int64))
+
+
+class CNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(1, 32, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(32, 64, 3, padding=1)
+        self.fc1, self.fc2 = torch.nn.Linear(64 * 7 * 7, 128), torch.nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.dropout(F.relu(self.fc1(x.flatten(1))), 0.25, self.training))
+
+
+servers = []
+for i in range(2):
+    r, w = os.pipe()
+    p = subprocess.Popen([f"{build}/shardps-server", "--listen", "127.0.0.1:0", "--server-index",
+                          str(i), "--num-servers", "2", "--workers", "1", "--mode", "sync",
+                          "--lr", "0.001", "--ready-fd", str(w)], pass_fds=(w,))
+    os.close(w)
+    with os.fdopen(r) as f:
+        servers.append((p, "127.0.0.1:" + f.readline().strip()))
+torch.manual_seed(1)
+x, y = load("train")
+tx, ty = load("t10k")
+model = CNN().to(device)
+ps = shardps.torch.attach(model, [a for _, a in servers], 0, 1, total_steps=steps)
+g = torch.Generator().manual_seed(1)
+order = torch.randperm(len(x), generator=g)
+sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+sync()
+t0 = time.perf_counter()
+for s in range(steps):
+    idx = order[(s * 64) % (len(x) - 64):][:64]
+    xb, yb = x[idx].to(device, non_blocking=True), y[idx].to(device, non_blocking=True)
+    F.cross_entropy(model(xb), yb).backward()
+ps.sync()
+sync()
+seconds = time.perf_counter() - t0
+model.eval()
+with torch.no_grad():
+    right = sum((model(tx[i:i + 1000].to(device)).argmax(1).cpu() == ty[i:i + 1000]).sum().item()
+                for i in range(0, len(tx), 1000))
+ps.close()
+for p, _ in servers:
+    p.wait(timeout=60)
+print(json.dumps({"device": device, "torch": torch.__version__, "steps": steps,
+                  "samples_per_second": round(steps * 64 / seconds, 1),
+                  "ms_per_step": round(seconds * 1000 / steps, 3),
+                  "test_accuracy": right / len(tx),
+                  "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None}))
+EOF
+    note "PyTorch: the CNN through shardps.torch, 1 worker, 2 servers, batch 64, $CNN_STEPS steps"
+    for dev in "${torch_devices[@]}"; do
+        rc=0
+        step "torch-$dev" 60 env SHARDPS_LIB="$BUILD/libshardps.so.1" PYTHONUNBUFFERED=1 \
+            python3 "$WORK/torch_check.py" "$SRC" "$BUILD" "$DATA" "$dev" "$CNN_STEPS" || rc=$?
+        [ "$rc" = 0 ] || { failed "torch-$dev" "$rc"; continue; }
+        json=$(grep '^{' "$WORK/torch-$dev.log" | tail -n 1)
+        note "  torch $(field "$json" torch) on $dev: $(field "$json" samples_per_second) samples/s," \
+            "$(field "$json" ms_per_step) ms/step, test accuracy $(field "$json" test_accuracy)"
+        record torch "\"result\":$json"
     done
-    echo
-    echo "total ${SECONDS} s; logs in $RESULTS"
-} | tee -a "$SUMMARY"
+fi
+
+note "total $SECONDS s; results in $RESULTS"
+record done "\"failed\":$FAILED"
 [ "$FAILED" = 0 ] || die "some steps failed (see $SUMMARY)"

@@ -1,8 +1,9 @@
-/* CUDA kernels of the MLP and their launchers (see cuda_kernels.h).
+/* CUDA kernels shared by the layer library's GPU half and the CUDA backend,
+ * and their launchers (see cuda_kernels.h).
  *
  * Each kernel mirrors a CPU function of cpu_kernels.c closely enough that
  * tests/cuda can hold them to tight tolerances: same comparisons (so NaN and
- * -0 go the same way through ReLU and the arg-max), same formula for the
+ * -0 go the same way through the arg-max), same formula for the
  * softmax gradient, and every reduction in a fixed order so a run repeats
  * bit for bit. Sizes here are small (a batch of 64 to 256 rows, layers of at
  * most a few thousand units), so the kernels aim at being obviously right and
@@ -26,24 +27,6 @@ static unsigned int ps__blocks(size_t n)
 {
     size_t b = (n + PS__THREADS - 1) / PS__THREADS;
     return b > PS__MAX_BLOCKS ? PS__MAX_BLOCKS : (unsigned int)b;
-}
-
-static __global__ void ps__bias_act_fwd(float *y, const float *b, size_t n, int out, int relu)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float v = y[i] + b[i % (size_t)out];
-        /* The CPU's test, so NaN and -0 become +0 exactly as there. */
-        y[i] = relu && !(v > 0.0f) ? 0.0f : v;
-    }
-}
-
-static __global__ void ps__relu_bwd(const float *y, float *dy, size_t n)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        if (!(y[i] > 0.0f))
-            dy[i] = 0.0f;
 }
 
 static __global__ void ps__bias_grad(const float *dy, float *db, int B, int out)
@@ -146,7 +129,7 @@ extern "C" cudaError_t ps_cuda_check_image(void)
     struct cudaFuncAttributes attr;
 
     /* Any kernel will do: they are all compiled for the same architectures. */
-    return cudaFuncGetAttributes(&attr, ps__relu_bwd);
+    return cudaFuncGetAttributes(&attr, ps__sum_add);
 }
 
 /* The integer arithmetic of the CPU reference (common/half.c): adding
@@ -161,25 +144,6 @@ static __global__ void ps__f32_to_bf16(uint16_t *dst, const float *src, size_t n
                      ? (uint16_t)((x >> 16) | 0x0040u)
                      : (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
     }
-}
-
-extern "C" cudaError_t ps_cuda_bias_act_fwd(float *y, const float *b, int B, int out, int relu,
-                                            cudaStream_t stream)
-{
-    size_t n = (size_t)B * (size_t)out;
-
-    if (B < 1 || out < 1)
-        return cudaSuccess;
-    ps__bias_act_fwd<<<ps__blocks(n), PS__THREADS, 0, stream>>>(y, b, n, out, relu);
-    return cudaGetLastError();
-}
-
-extern "C" cudaError_t ps_cuda_relu_bwd(const float *y, float *dy, size_t n, cudaStream_t stream)
-{
-    if (n == 0)
-        return cudaSuccess;
-    ps__relu_bwd<<<ps__blocks(n), PS__THREADS, 0, stream>>>(y, dy, n);
-    return cudaGetLastError();
 }
 
 extern "C" cudaError_t ps_cuda_bias_grad(const float *dy, float *db, int B, int out,

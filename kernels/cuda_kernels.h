@@ -1,9 +1,10 @@
-/* Compute kernels of the MLP on an NVIDIA GPU, as plain-C launchers.
- *
- * The matrix products of the linear layers go through cuBLAS in the CUDA
- * backend (worker/backend_cuda.c); everything else the model needs lives here,
- * one launcher per operation, each the twin of a CPU function in cpu_kernels.h
- * that is its reference in tests/cuda. Layouts are the CPU's: row-major
+/* CUDA kernels as plain-C launchers: the pieces of the dense layer and the
+ * loss that kernels/layers_cuda.cu calls (the bias gradient, softmax
+ * cross-entropy, the loss total, the correct count), the float32 → bfloat16
+ * narrowing the CUDA backend applies to gradients under --compress bf16, and
+ * the check that this build's kernels run on the GPU at hand. Each is the
+ * twin of a CPU function (cpu_kernels.h, common/half.h) that is its
+ * reference in tests/cuda/test_cuda.c. Layouts are the CPU's: row-major
  * [rows, cols] float arrays. Every pointer argument is device memory owned by
  * the caller; nothing is kept after the launch. Launchers enqueue on stream and
  * return at once with the launch status (cudaSuccess, or the error from
@@ -26,14 +27,6 @@ extern "C" {
  * otherwise the reason, e.g. cudaErrorNoKernelImageForDevice on a GPU older
  * than the architectures the build compiled for. Launches nothing. */
 cudaError_t ps_cuda_check_image(void);
-
-/* y[B,out] += b[out] on every row, then y = max(y, 0) when relu is non-zero:
- * the tail of ps_k_linear_fwd, with ps_k_relu_fwd fused in for hidden layers. */
-cudaError_t ps_cuda_bias_act_fwd(float *y, const float *b, int B, int out, int relu,
-                                 cudaStream_t stream);
-
-/* In place: dy = 0 where the ReLU output y was 0 (ps_k_relu_bwd). */
-cudaError_t ps_cuda_relu_bwd(const float *y, float *dy, size_t n, cudaStream_t stream);
 
 /* db[out] = sum over the B rows of dy[B,out] (the bias part of
  * ps_k_linear_bwd). Overwrites db; the order of the sum is fixed, so the

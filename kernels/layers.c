@@ -325,3 +325,28 @@ int ps_softmax_xent(int B, int C, const float *logits, const uint8_t *labels, fl
         *correct = ps_k_count_correct(logits, labels, B, C);
     return 0;
 }
+
+void ps_predict(int B, int C, const float *logits, uint8_t *pred)
+{
+    for (int i = 0; i < B; i++) {
+        const float *s = logits + (size_t)i * C;
+        int best = 0;
+        for (int c = 1; c < C; c++)
+            if (s[c] > s[best])
+                best = c;
+        pred[i] = (uint8_t)best;
+    }
+}
+
+void ps_clip_norm(size_t n, float *g, float max_norm)
+{
+    double sq = 0;
+
+    for (size_t i = 0; i < n; i++)
+        sq += (double)g[i] * g[i];
+    if (sq > (double)max_norm * max_norm) {
+        float scale = (float)(max_norm / sqrt(sq));
+        for (size_t i = 0; i < n; i++)
+            g[i] *= scale;
+    }
+}

@@ -147,6 +147,15 @@ void ps_flatten_backward(size_t n, const float *dy, float *dx);
  * is the label. 0, or -EINVAL when a label is not below C. */
 int ps_softmax_xent(int B, int C, const float *logits, const uint8_t *labels, float *dlogits,
                     float *loss, int *correct);
+/* pred[i] = the first arg-max of row i of logits[B][C] (the class the loss
+ * counts as predicted). */
+void ps_predict(int B, int C, const float *logits, uint8_t *pred);
+
+/* ---- gradient clipping ---------------------------------------------------- */
+/* Scales g[n] to an L2 norm of at most max_norm (> 0): the sum of squares in
+ * double; above max_norm^2, every element times max_norm / norm rounded to
+ * float once. A worker clips each tensor's gradient (--clip-norm). */
+void ps_clip_norm(size_t n, float *g, float max_norm);
 
 #ifdef __cplusplus
 }

@@ -10,8 +10,14 @@
  * it, again for a fixed order; the order is the one in which the CPU's
  * scatters add, which makes max-pool backward bit-identical to the CPU's.
  *
+ * Under bf16 every product first narrows its two operands into the
+ * workspace, behind the float32 part of it, each operand starting on a
+ * 256-byte boundary as cuBLAS's tensor-core paths like; an operand shared by
+ * the batch (stride 0: the weights) is narrowed once per product.
+ *
  * Index arithmetic is in size_t where it spans the batch, int within one
  * sample (ps_conv2d_init keeps a sample's sizes inside int). */
+#include <cuda_bf16.h>
 #include <errno.h>
 
 #include "cuda_block_sum.cuh"
@@ -46,21 +52,78 @@ static int ps__blas(cublasStatus_t st)
     return st == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : -EIO;
 }
 
-/* Row-major C[M][N] = op(A) op(B) + beta C over `batch` strided triples.
- * cuBLAS is column-major, where a row-major matrix reads as its transpose,
- * so this asks it for C^T = op(B)^T op(A)^T: the operands swap, the
- * transpose flags stay with their operands. */
+/* bfloat16 values per 256 bytes: operands in the workspace start on such a
+ * boundary. */
+#define PS__BF16_ALIGN 128
+
+static size_t ps__round_up(size_t n, size_t to)
+{
+    return (n + to - 1) / to * to;
+}
+
+/* Floats of workspace that bfloat16 copies of operands of a and b values
+ * take (each rounded up to the alignment), or 0 unless the math is bf16. */
+static size_t ps__bf16_floats(const ps_cuda_ctx *cx, size_t a, size_t b)
+{
+    if (cx->math != PS_CUDA_BF16)
+        return 0;
+    return (ps__round_up(a, PS__BF16_ALIGN) + ps__round_up(b, PS__BF16_ALIGN)) / 2;
+}
+
+static __global__ void ps__to_bf16(size_t n, const float *x, __nv_bfloat16 *y);
+
+/* A float32 operand of `batch` matrices of rows x cols, `stride` apart (0:
+ * one matrix for all), narrowed into *at; *at moves past it. */
+static const __nv_bfloat16 *ps__narrow(const ps_cuda_ctx *cx, const float *src, int rows, int cols,
+                                       long long stride, int batch, __nv_bfloat16 **at)
+{
+    size_t n = stride ? (size_t)stride * (size_t)(batch - 1) + (size_t)rows * (size_t)cols
+                      : (size_t)rows * (size_t)cols;
+    __nv_bfloat16 *dst = *at;
+
+    ps__to_bf16<<<ps__blocks(n), PS__THREADS, 0, cx->stream>>>(n, src, dst);
+    *at += ps__round_up(n, PS__BF16_ALIGN);
+    return dst;
+}
+
+/* Row-major C[M][N] = op(A) op(B) + beta C over `batch` strided triples, in
+ * the context's math; op(A) is M x K and op(B) K x N. bf16 (the narrowed
+ * operands) goes to ws, which may be NULL otherwise. cuBLAS is column-major,
+ * where a row-major matrix reads as its transpose, so this asks it for C^T =
+ * op(B)^T op(A)^T: the operands swap, the transpose flags stay with their
+ * operands. */
 static int ps__gemm(const ps_cuda_ctx *cx, int ta, int tb, int M, int N, int K, const float *A,
                     int lda, long long sA, const float *B, int ldb, long long sB, float beta,
-                    float *C, int ldc, long long sC, int batch)
+                    float *C, int ldc, long long sC, int batch, float *ws)
 {
     const float one = 1.0f;
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    __nv_bfloat16 *at = (__nv_bfloat16 *)ws;
+    const void *a = A, *b = B;
+    cudaDataType_t type = CUDA_R_32F;
+    cublasComputeType_t compute = CUBLAS_COMPUTE_32F_FAST_TF32;
 
     if (M == 0 || N == 0 || batch == 0)
         return 0;
-    return ps__blas(cublasSgemmStridedBatched(cx->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                              ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &one, B, ldb,
-                                              sB, A, lda, sA, &beta, C, ldc, sC, batch));
+    switch (cx->math) {
+    case PS_CUDA_FP32:
+        return ps__blas(cublasSgemmStridedBatched(cx->blas, opb, opa, N, M, K, &one, B, ldb, sB, A,
+                                                  lda, sA, &beta, C, ldc, sC, batch));
+    case PS_CUDA_TF32:
+        break;
+    case PS_CUDA_BF16:
+        /* op(A) is M x K, so A holds M*K values however it is transposed. */
+        a = ps__narrow(cx, A, M, K, sA, batch, &at);
+        b = ps__narrow(cx, B, K, N, sB, batch, &at);
+        if (cudaGetLastError() != cudaSuccess)
+            return -EIO;
+        type = CUDA_R_16BF;
+        compute = CUBLAS_COMPUTE_32F;
+        break;
+    }
+    return ps__blas(cublasGemmStridedBatchedEx(cx->blas, opb, opa, N, M, K, &one, b, type, ldb, sB,
+                                               a, type, lda, sA, &beta, C, CUDA_R_32F, ldc, sC,
+                                               batch, compute, CUBLAS_GEMM_DEFAULT));
 }
 
 /* ---- kernels ---------------------------------------------------------------- */
@@ -211,18 +274,88 @@ static __global__ void ps__dropout(size_t n, uint64_t key, uint32_t threshold, f
     y[i] = ps_dropout_keep(key, i, threshold) ? __fmul_rn(x[i], scale) : 0.0f;
 }
 
+/* Round to nearest even; NaN stays NaN (its payload does not matter in a
+ * product). */
+static __global__ void ps__to_bf16(size_t n, const float *x, __nv_bfloat16 *y)
+{
+    PS__GRID_STRIDE(i, n)
+    y[i] = __float2bfloat16_rn(x[i]);
+}
+
+/* The CPU's scan: the first class, replaced only by a strictly greater one. */
+static __global__ void ps__predict(int B, int C, const float *logits, uint8_t *pred)
+{
+    PS__GRID_STRIDE(i, (size_t)B)
+    {
+        const float *l = logits + i * (size_t)C;
+        int best = 0;
+        for (int c = 1; c < C; c++)
+            if (l[c] > l[best])
+                best = c;
+        pred[i] = (uint8_t)best;
+    }
+}
+
+/* part[blockIdx.x] = the sum of g[i]^2 over the i this block strides over,
+ * in double, in a fixed order. */
+static __global__ void ps__sumsq_parts(size_t n, const float *g, double *part)
+{
+    __shared__ double s[PS__THREADS];
+    double v = 0.0;
+
+    for (size_t i = blockIdx.x * (size_t)PS__THREADS + threadIdx.x; i < n;
+         i += (size_t)PS_CUDA_CLIP_PARTS * PS__THREADS)
+        v += (double)g[i] * (double)g[i];
+    v = ps__block_sum(v, s);
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = v;
+}
+
+/* One thread per part: the parts are summed by one block-wide sum. */
+static_assert(PS_CUDA_CLIP_PARTS == PS__THREADS, "a clipping block sums every part at once");
+
+/* Every block sums the parts in the same order (so all see the same norm),
+ * then scales its share of g when the norm is above max_norm. */
+static __global__ void ps__clip_scale(size_t n, float *g, float max_norm, const double *part)
+{
+    __shared__ double s[PS__THREADS];
+    double sq = ps__block_sum(part[threadIdx.x], s);
+    float scale;
+
+    if (!(sq > (double)max_norm * max_norm))
+        return;
+    scale = (float)(max_norm / sqrt(sq));
+    PS__GRID_STRIDE(i, n)
+    g[i] = __fmul_rn(g[i], scale);
+}
+
 /* ---- launchers ------------------------------------------------------------------ */
 
-extern "C" int ps_cuda_dense_forward(const ps_cuda_ctx *cx, const ps_dense *g, int B,
-                                     const float *x, const float *w, const float *b, float *y)
+extern "C" size_t ps_cuda_dense_workspace(const ps_cuda_ctx *cx, const ps_dense *g, int B)
 {
-    int rc = ps__gemm(cx, 0, 1, B, g->out, g->in, x, g->in, 0, w, g->in, 0, 0.0f, y, g->out, 0, 1);
-    return rc ? rc : ps__cu(ps_cuda_bias_act_fwd(y, b, B, g->out, 0, cx->stream));
+    /* The three products narrow (x, w), (dy, x) and (dy, w): room for x and
+     * w, or dy and w, whichever pair is larger. */
+    size_t x = (size_t)B * g->in, w = (size_t)g->out * g->in, dy = (size_t)B * g->out;
+    return ps__bf16_floats(cx, x > dy ? x : dy, w > x ? w : x);
+}
+
+extern "C" int ps_cuda_dense_forward(const ps_cuda_ctx *cx, const ps_dense *g, int B,
+                                     const float *x, const float *w, const float *b, float *y,
+                                     float *ws)
+{
+    size_t n = (size_t)B * g->out;
+    int rc =
+        ps__gemm(cx, 0, 1, B, g->out, g->in, x, g->in, 0, w, g->in, 0, 0.0f, y, g->out, 0, 1, ws);
+
+    if (rc || n == 0)
+        return rc;
+    ps__channel_bias<<<ps__blocks(n), PS__THREADS, 0, cx->stream>>>(y, b, n, 1, g->out);
+    return ps__cu(cudaGetLastError());
 }
 
 extern "C" int ps_cuda_dense_backward(const ps_cuda_ctx *cx, const ps_dense *g, int B,
                                       const float *x, const float *w, const float *dy, float *dx,
-                                      float *dw, float *db)
+                                      float *dw, float *db, float *ws)
 {
     int rc;
 
@@ -230,21 +363,40 @@ extern "C" int ps_cuda_dense_backward(const ps_cuda_ctx *cx, const ps_dense *g, 
     if (B == 0)
         rc = ps__cu(cudaMemsetAsync(dw, 0, sizeof(float) * (size_t)g->out * g->in, cx->stream));
     else
-        rc =
-            ps__gemm(cx, 1, 0, g->out, g->in, B, dy, g->out, 0, x, g->in, 0, 0.0f, dw, g->in, 0, 1);
+        rc = ps__gemm(cx, 1, 0, g->out, g->in, B, dy, g->out, 0, x, g->in, 0, 0.0f, dw, g->in, 0,
+                      1, ws);
     if (rc == 0)
         rc = ps__cu(B == 0 ? cudaMemsetAsync(db, 0, sizeof(float) * (size_t)g->out, cx->stream)
                            : ps_cuda_bias_grad(dy, db, B, g->out, cx->stream));
     if (rc == 0 && dx)
-        rc =
-            ps__gemm(cx, 0, 0, B, g->in, g->out, dy, g->out, 0, w, g->in, 0, 0.0f, dx, g->in, 0, 1);
+        rc = ps__gemm(cx, 0, 0, B, g->in, g->out, dy, g->out, 0, w, g->in, 0, 0.0f, dx, g->in, 0,
+                      1, ws);
     return rc;
 }
 
-extern "C" size_t ps_cuda_conv2d_workspace(const ps_conv2d *g, int B)
+/* Floats of the float32 part of a convolution's workspace: the batch's
+ * windows, then the per-sample weight gradients; the bf16 operands follow. */
+static size_t ps__conv_floats(const ps_conv2d *g, int B)
 {
     size_t K = (size_t)g->in.c * g->k_h * g->k_w;
     return (size_t)B * (K * g->out_h * g->out_w + K * g->out_c);
+}
+
+extern "C" size_t ps_cuda_conv2d_workspace(const ps_cuda_ctx *cx, const ps_conv2d *g, int B)
+{
+    /* The products narrow (w, col), (dy, col) and (w, dy): room for the
+     * larger of w and dy, then the larger of col and dy. */
+    size_t K = (size_t)g->in.c * g->k_h * g->k_w, P = (size_t)g->out_h * g->out_w;
+    size_t w = (size_t)g->out_c * K, col = (size_t)B * K * P, dy = (size_t)B * g->out_c * P;
+    size_t base = ps__round_up(ps__conv_floats(g, B), PS__BF16_ALIGN / 2);
+
+    return base + ps__bf16_floats(cx, w > dy ? w : dy, col > dy ? col : dy);
+}
+
+/* Where the bf16 operands of a convolution's products go. */
+static float *ps__conv_bf16(const ps_conv2d *g, int B, float *ws)
+{
+    return ws + ps__round_up(ps__conv_floats(g, B), PS__BF16_ALIGN / 2);
 }
 
 extern "C" int ps_cuda_conv2d_forward(const ps_cuda_ctx *cx, const ps_conv2d *g, int B,
@@ -261,7 +413,7 @@ extern "C" int ps_cuda_conv2d_forward(const ps_cuda_ctx *cx, const ps_conv2d *g,
         return rc;
     /* y_n[out_c][P] = W[out_c][K] col_n[K][P] for every n; W is shared. */
     rc = ps__gemm(cx, 0, 0, g->out_c, P, K, w, K, 0, ws, P, (long long)K * P, 0.0f, y, P,
-                  (long long)g->out_c * P, B);
+                  (long long)g->out_c * P, B, ps__conv_bf16(g, B, ws));
     if (rc)
         return rc;
     ps__channel_bias<<<ps__blocks(n_y), PS__THREADS, 0, cx->stream>>>(y, b, n_y, P, g->out_c);
@@ -288,7 +440,7 @@ extern "C" int ps_cuda_conv2d_backward(const ps_cuda_ctx *cx, const ps_conv2d *g
         return rc;
     /* part_n[out_c][K] = dy_n[out_c][P] col_n^T, then summed in sample order. */
     rc = ps__gemm(cx, 0, 1, g->out_c, K, P, dy, P, (long long)g->out_c * P, ws, P, (long long)K * P,
-                  0.0f, part, K, (long long)n_w, B);
+                  0.0f, part, K, (long long)n_w, B, ps__conv_bf16(g, B, ws));
     if (rc)
         return rc;
     ps__sum_batch<<<ps__blocks(n_w), PS__THREADS, 0, cx->stream>>>(part, dw, n_w, B);
@@ -296,7 +448,7 @@ extern "C" int ps_cuda_conv2d_backward(const ps_cuda_ctx *cx, const ps_conv2d *g
         return rc;
     /* dcol_n[K][P] = W^T dy_n, into the windows' space, then gathered into dx. */
     rc = ps__gemm(cx, 1, 0, K, P, g->out_c, w, K, 0, dy, P, (long long)g->out_c * P, 0.0f, ws, P,
-                  (long long)K * P, B);
+                  (long long)K * P, B, ps__conv_bf16(g, B, ws));
     if (rc)
         return rc;
     ps__col2im<<<ps__blocks(n_x), PS__THREADS, 0, cx->stream>>>(*g, n_x, ws, dx);
@@ -389,4 +541,23 @@ extern "C" int ps_cuda_softmax_xent_batch(const ps_cuda_ctx *cx, int B, int C, c
     if (rc == 0)
         rc = ps__cu(ps_cuda_count_correct(logits, labels, B, C, correct, cx->stream));
     return rc;
+}
+
+extern "C" int ps_cuda_predict(const ps_cuda_ctx *cx, int B, int C, const float *logits,
+                               uint8_t *pred)
+{
+    if (B < 1)
+        return 0;
+    ps__predict<<<ps__blocks((size_t)B), PS__THREADS, 0, cx->stream>>>(B, C, logits, pred);
+    return ps__cu(cudaGetLastError());
+}
+
+extern "C" int ps_cuda_clip_norm(const ps_cuda_ctx *cx, size_t n, float *g, float max_norm,
+                                 double *part)
+{
+    if (n == 0)
+        return 0;
+    ps__sumsq_parts<<<PS_CUDA_CLIP_PARTS, PS__THREADS, 0, cx->stream>>>(n, g, part);
+    ps__clip_scale<<<ps__blocks(n), PS__THREADS, 0, cx->stream>>>(n, g, max_norm, part);
+    return ps__cu(cudaGetLastError());
 }

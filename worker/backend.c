@@ -1,8 +1,10 @@
 /* The compute backend's front door (see backend.h): turns --device into an
  * implementation, falls back from CUDA to the CPU only where --device auto
- * allows it, and forwards every call through the implementation's table. The
- * implementations themselves are backend_cpu.c and backend_cuda.c (or
- * backend_nocuda.c in a build without the CUDA toolkit). */
+ * allows it (and --precision does), checks a batch's size and labels on the
+ * host before any device sees them, and forwards every call through the
+ * implementation's table. The implementations themselves are backend_cpu.c
+ * and backend_cuda.c (or backend_nocuda.c in a build without the CUDA
+ * toolkit). */
 #include "backend.h"
 
 #include <errno.h>
@@ -28,6 +30,17 @@ int ps_backend_parse_device(const char *name, ps_device *out)
     return -EINVAL;
 }
 
+int ps_backend_parse_precision(const char *name, ps_precision *out)
+{
+    if (strcmp(name, "fp32") == 0)
+        *out = PS_PRECISION_FP32;
+    else if (strcmp(name, "bf16") == 0)
+        *out = PS_PRECISION_BF16;
+    else
+        return -EINVAL;
+    return 0;
+}
+
 static void ps__append(char *buf, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -45,20 +58,26 @@ static void ps__append(char *buf, size_t size, const char *fmt, ...)
 int ps_backend_init(ps_backend **out, const ps_model_desc *desc, const ps_model_spec *spec,
                     const ps_backend_config *cfg)
 {
+    int bf16 = cfg->precision == PS_PRECISION_BF16;
     char why[200] = "";
     int rc;
 
     *out = NULL;
+    if (bf16 && cfg->device == PS_DEVICE_CPU) {
+        ps_error("--precision bf16 needs --device cuda: the CPU computes in float32");
+        return -EINVAL;
+    }
     if (cfg->device != PS_DEVICE_CPU) {
-        rc = ps__backend_cuda_init(out, spec, cfg, why, sizeof(why));
+        rc = ps__backend_cuda_init(out, desc, spec, cfg, why, sizeof(why));
         if (rc == 0)
             return 0;
         if (rc != -ENODEV) {
             ps_error("cannot set up the model on the GPU: %s", strerror(-rc));
             return rc;
         }
-        if (cfg->device == PS_DEVICE_CUDA) {
-            ps_error("--device cuda: %s; use --device cpu or auto", why);
+        if (cfg->device == PS_DEVICE_CUDA || bf16) {
+            ps_error("%s: %s; use --device cpu%s", bf16 ? "--precision bf16" : "--device cuda", why,
+                     bf16 ? " with --precision fp32" : " or auto");
             return rc;
         }
     }
@@ -102,6 +121,25 @@ float *ps_backend_grads(ps_backend *b, int tensor_id)
     return b->grads[tensor_id];
 }
 
+float *ps_backend_batch_x(ps_backend *b)
+{
+    return b->batch_x;
+}
+
+uint8_t *ps_backend_batch_y(ps_backend *b)
+{
+    return b->batch_y;
+}
+
+/* Labels reach a device unchecked, so they are checked here, on the host. */
+static int ps__labels_ok(const ps_backend *b, const uint8_t *y, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (y[i] >= b->classes)
+            return 0;
+    return 1;
+}
+
 int ps_backend_load_params(ps_backend *b)
 {
     return b->ops->load_params(b);
@@ -110,7 +148,7 @@ int ps_backend_load_params(ps_backend *b)
 int ps_backend_train_step(ps_backend *b, const float *x, const uint8_t *y, int B, uint64_t step,
                           float *loss, int *correct)
 {
-    if (B < 1 || B > b->max_batch)
+    if (B < 1 || B > b->max_batch || !ps__labels_ok(b, y, B))
         return -EINVAL;
     return b->ops->train_step(b, x, y, B, step, loss, correct);
 }
@@ -124,7 +162,7 @@ void ps_backend_on_layer_grads(ps_backend *b, ps_backend_layer_cb cb, void *arg)
 int ps_backend_evaluate(ps_backend *b, const float *x, const uint8_t *y, int n, float *loss,
                         int *correct)
 {
-    if (n < 1)
+    if (n < 1 || !ps__labels_ok(b, y, n))
         return -EINVAL;
     return b->ops->evaluate(b, x, y, n, loss, correct);
 }

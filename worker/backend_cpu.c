@@ -1,20 +1,25 @@
-/* The CPU compute backend: a thin wrapper over ps_model (model.c), whose
- * parameter and gradient arrays are themselves the host buffers the
- * key-value client pulls into and pushes from, so nothing is copied and
- * loading parameters is a no-op. Being ps_model, it is by construction the
- * computation the executor's own tests check, and the reference the CUDA
- * backend is compared with. */
+/* The CPU compute backend: the executor (model.c) on the CPU's table of
+ * operations (backend_cpu_ops.c), whose parameter and gradient arrays are
+ * themselves the host buffers the key-value client pulls into and pushes
+ * from, so nothing is copied and loading parameters is a no-op. Being the
+ * executor on the reference table, it is by construction the computation
+ * the executor's own tests check, and the reference the CUDA backend is
+ * compared with. */
 #include <cblas.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "backend_impl.h"
+#include "backend_ops.h"
+#include "layers.h"
 #include "model.h"
 
 typedef struct {
     ps_backend base; /* first, so a ps_backend * is a ps__cpu * */
     ps_model *model; /* owned */
+    ps_model_spec spec;
+    float clip_norm;
 } ps__cpu;
 
 static void ps__cpu_free(ps_backend *b)
@@ -22,6 +27,8 @@ static void ps__cpu_free(ps_backend *b)
     ps__cpu *c = (ps__cpu *)b;
 
     ps_model_free(c->model);
+    free(c->base.batch_x);
+    free(c->base.batch_y);
     free(c);
 }
 
@@ -31,13 +38,16 @@ static int ps__cpu_load_params(ps_backend *b)
     return 0;
 }
 
-/* ps_model's per-layer callback, passed on to whoever the backend's is. */
+/* ps_model's per-layer callback: the layer's gradients are final, so they
+ * are clipped here and handed on to whoever the backend's callback is. */
 static void ps__cpu_grads_done(void *arg, int first, int count)
 {
-    ps_backend *b = arg;
+    ps__cpu *c = arg;
 
-    if (b->on_layer)
-        b->on_layer(b->on_layer_arg, first, count);
+    for (int t = first; t < first + count && c->clip_norm > 0; t++)
+        ps_clip_norm(c->spec.tensors[t].numel, c->base.grads[t], c->clip_norm);
+    if (c->base.on_layer)
+        c->base.on_layer(c->base.on_layer_arg, first, count);
 }
 
 static int ps__cpu_train_step(ps_backend *b, const float *x, const uint8_t *y, int B, uint64_t step,
@@ -68,17 +78,27 @@ int ps__backend_cpu_init(ps_backend **out, const ps_model_desc *desc, const ps_m
     *out = NULL;
     if (c == NULL)
         return -ENOMEM;
-    rc = ps_model_init(&c->model, desc, spec, cfg->max_batch, cfg->dropout_seed);
+    c->base.ops = &ps__cpu_ops;
+    rc = ps_model_init(&c->model, &ps_backend_cpu_ops, NULL, desc, spec, cfg->max_batch,
+                       cfg->dropout_seed);
     if (rc < 0)
         goto fail;
-    c->base.ops = &ps__cpu_ops;
-    ps_model_on_grads(c->model, ps__cpu_grads_done, &c->base);
+    ps_model_on_grads(c->model, ps__cpu_grads_done, c);
+    c->spec = *spec;
+    c->clip_norm = (float)cfg->clip_norm;
     c->base.device = PS_DEVICE_CPU;
     c->base.max_batch = cfg->max_batch;
     for (int t = 0; t < spec->n_tensors; t++) {
         c->base.params[t] = ps_model_param(c->model, t);
         c->base.grads[t] = ps_model_grad(c->model, t);
     }
+    c->base.classes = ps_model_classes(c->model);
+    c->base.input_n = ps_model_input_count(c->model);
+    rc = -ENOMEM;
+    c->base.batch_x = malloc((size_t)cfg->max_batch * c->base.input_n * sizeof(float));
+    c->base.batch_y = malloc((size_t)cfg->max_batch);
+    if (c->base.batch_x == NULL || c->base.batch_y == NULL)
+        goto fail;
     if (cfg->threads > 0)
         openblas_set_num_threads(cfg->threads);
     threads = openblas_get_num_threads();

@@ -1,8 +1,9 @@
 /* What the implementations of the compute backend share with backend.c, and
  * nothing else includes: the common head of every backend object and its
  * table of operations. Each implementation allocates a struct that begins
- * with a ps_backend, fills in the head (operations, device, description and
- * the host buffer tables), and frees the whole struct in its free operation. */
+ * with a ps_backend, fills in the head (operations, device, sizes,
+ * description and the host buffers), and frees the whole struct in its free
+ * operation. */
 #ifndef PS_BACKEND_IMPL_H
 #define PS_BACKEND_IMPL_H
 
@@ -22,16 +23,21 @@ typedef struct {
 struct ps_backend {
     const ps__backend_ops *ops;
     ps_device device;
-    int max_batch;
+    int max_batch, classes;
+    size_t input_n; /* floats per sample */
     char describe[256];
-    /* Host buffers indexed by tensor id, owned by the implementation. */
+    /* Host buffers indexed by tensor id, and the batch's, owned by the
+     * implementation. */
     float *params[PS_MAX_TENSORS];
     float *grads[PS_MAX_TENSORS];
+    float *batch_x;
+    uint8_t *batch_y;
     ps_backend_layer_cb on_layer; /* see ps_backend_on_layer_grads */
     void *on_layer_arg;
 };
 
-/* The CPU backend: ps_model. Returns 0, -EINVAL or -ENOMEM. */
+/* The CPU backend: ps_model on the CPU's table. Returns 0, -EINVAL or
+ * -ENOMEM. */
 int ps__backend_cpu_init(ps_backend **out, const ps_model_desc *desc, const ps_model_spec *spec,
                          const ps_backend_config *cfg);
 
@@ -39,7 +45,7 @@ int ps__backend_cpu_init(ps_backend **out, const ps_model_desc *desc, const ps_m
  * NUL-terminated) and nothing logged, when there is no usable GPU or the
  * build has no CUDA; any other failure is logged and returned as for
  * ps_backend_init. */
-int ps__backend_cuda_init(ps_backend **out, const ps_model_spec *spec, const ps_backend_config *cfg,
-                          char *why, size_t why_len);
+int ps__backend_cuda_init(ps_backend **out, const ps_model_desc *desc, const ps_model_spec *spec,
+                          const ps_backend_config *cfg, char *why, size_t why_len);
 
 #endif

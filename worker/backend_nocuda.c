@@ -6,9 +6,10 @@
 
 #include "backend_impl.h"
 
-int ps__backend_cuda_init(ps_backend **out, const ps_model_spec *spec, const ps_backend_config *cfg,
-                          char *why, size_t why_len)
+int ps__backend_cuda_init(ps_backend **out, const ps_model_desc *desc, const ps_model_spec *spec,
+                          const ps_backend_config *cfg, char *why, size_t why_len)
 {
+    (void)desc;
     (void)spec;
     (void)cfg;
     *out = NULL;

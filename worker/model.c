@@ -1,4 +1,5 @@
-/* The generic model executor (see model.h) on the CPU layer library.
+/* The generic model executor (see model.h): the layers of a model file run
+ * through a device's table of operations.
  *
  * Each layer keeps its geometry (filled by the library's *_init from the
  * description's shapes) and its output buffer. ReLU runs in place on its
@@ -8,17 +9,17 @@
  * deltas ping-pong between two buffers sized for the widest layer: a layer
  * reads one and writes the other, or works in place (ReLU, dropout, flatten).
  * Backward stops below the first layer with parameters: nothing there needs
- * a gradient. */
+ * a gradient.
+ *
+ * Nothing here touches the numbers: every value lives in the table's memory
+ * and every computation is one of its functions, so the same walk drives the
+ * CPU and the GPU (tests/cuda/ops_link.sh checks at link level that the CUDA
+ * side of this reaches no CPU computation). */
 #include "model.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "layers.h"
-
-/* Buffers start on 64-byte boundaries so BLAS sees cache-line aligned rows. */
-#define PS__ALIGN 64
 
 typedef struct {
     ps_layer_kind kind;
@@ -37,25 +38,24 @@ typedef struct {
 } ps__layer;
 
 struct ps_model {
+    const ps_model_ops *ops;
+    void *dev;
     ps_model_spec table;
     int n_layers, classes, max_batch;
     int first_param; /* the lowest layer with parameters (backward stops there) */
     size_t input_n;  /* values per input sample */
     ps__layer layers[PS_DESC_MAX_LAYERS];
     float *params[PS_MAX_TENSORS], *grads[PS_MAX_TENSORS];
-    float *delta[2]; /* two of the widest activation of a batch */
-    float *ws;       /* conv2d scratch, the largest any layer needs */
+    float *delta[2];         /* two of the widest activation of a batch */
+    float *ws;               /* layer scratch, the largest any layer needs */
+    float *rows;             /* the loss's per-sample workspace */
+    ps_model_totals *totals; /* the loss of the pass in flight */
+    int pending_B;           /* the batch ps_model_train_start queued, or 0 */
     ps_model_grads_cb on_grads;
     void *on_grads_arg;
+    ps_model_params_cb on_params;
+    void *on_params_arg;
 };
-
-static float *ps__alloc(size_t floats)
-{
-    size_t bytes = (floats * sizeof(float) + PS__ALIGN - 1) / PS__ALIGN * PS__ALIGN;
-
-    /* aligned_alloc wants a multiple of the alignment, and some size. */
-    return aligned_alloc(PS__ALIGN, bytes ? bytes : PS__ALIGN);
-}
 
 static ps_shape ps__shape(const ps_act_shape *s)
 {
@@ -94,12 +94,13 @@ static int ps__check_params(const ps_model *m, const ps__layer *L, size_t weight
 }
 
 /* Fills layer l's geometry from the description. ws_n grows to the
- * workspace the layer needs. */
+ * workspace the layer needs for a batch of max_batch. */
 static int ps__setup_layer(ps_model *m, int l, const ps_layer *d, uint64_t dropout_seed,
                            size_t *ws_n)
 {
     ps__layer *L = &m->layers[l];
     ps_shape in = ps__shape(&d->in_shape), out;
+    size_t ws = 0;
     int rc = 0;
 
     L->kind = d->kind;
@@ -109,13 +110,15 @@ static int ps__setup_layer(ps_model *m, int l, const ps_layer *d, uint64_t dropo
         rc = ps_dense_init(&L->g.dense, in, d->out_shape.d[0], &out);
         if (rc == 0)
             rc = ps__check_params(m, L, ps_dense_weight_count(&L->g.dense), (size_t)out.c);
+        if (rc == 0)
+            ws = m->ops->dense_workspace(m->dev, &L->g.dense, m->max_batch);
         break;
     case PS_LAYER_CONV2D:
         rc = ps_conv2d_init(&L->g.conv, in, d->out, d->kernel, d->kernel, d->stride, d->pad, &out);
         if (rc == 0)
             rc = ps__check_params(m, L, ps_conv2d_weight_count(&L->g.conv), (size_t)out.c);
-        if (rc == 0 && ps_conv2d_workspace(&L->g.conv) > *ws_n)
-            *ws_n = ps_conv2d_workspace(&L->g.conv);
+        if (rc == 0)
+            ws = m->ops->conv2d_workspace(m->dev, &L->g.conv, m->max_batch);
         break;
     case PS_LAYER_MAXPOOL:
         rc = ps_maxpool2d_init(&L->g.pool, in, d->kernel, d->stride, &out);
@@ -142,7 +145,36 @@ static int ps__setup_layer(ps_model *m, int l, const ps_layer *d, uint64_t dropo
         return -EINVAL;
     L->in_n = ps_shape_count(in);
     L->out_n = ps_shape_count(out);
+    *ws_n = ws > *ws_n ? ws : *ws_n;
     return 0;
+}
+
+static void *ps__alloc(ps_model *m, size_t n, size_t size)
+{
+    return m->ops->alloc(m->dev, n * size);
+}
+
+/* Writes the table's initial values into the parameters, one tensor at a
+ * time through a host buffer. */
+static int ps__init_values(ps_model *m)
+{
+    size_t largest = 0;
+    float *host;
+    int rc = 0;
+
+    for (int t = 0; t < m->table.n_tensors; t++)
+        if (m->table.tensors[t].numel > largest)
+            largest = m->table.tensors[t].numel;
+    host = malloc(largest * sizeof(float) + 1);
+    if (host == NULL)
+        return -ENOMEM;
+    for (int t = 0; t < m->table.n_tensors && rc == 0; t++) {
+        size_t n = m->table.tensors[t].numel;
+        ps_model_spec_init_values(&m->table, t, 0, n, host);
+        rc = m->ops->write(m->dev, m->params[t], host, n * sizeof(float));
+    }
+    free(host);
+    return rc;
 }
 
 static int ps__allocate(ps_model *m, size_t ws_n)
@@ -156,32 +188,32 @@ static int ps__allocate(ps_model *m, size_t ws_n)
             L->kind == PS_LAYER_FLATTEN || (L->kind == PS_LAYER_RELU && ps__input_is_ours(m, l));
 
         widest = n > widest ? n : widest;
-        if (!view && (L->y = ps__alloc(n)) == NULL)
+        if (!view && (L->y = ps__alloc(m, n, sizeof(float))) == NULL)
             return -ENOMEM;
-        if (L->kind == PS_LAYER_MAXPOOL &&
-            (L->argmax = aligned_alloc(PS__ALIGN, (n * sizeof(int32_t) + PS__ALIGN - 1) /
-                                                      PS__ALIGN * PS__ALIGN)) == NULL)
+        if (L->kind == PS_LAYER_MAXPOOL && (L->argmax = ps__alloc(m, n, sizeof(int32_t))) == NULL)
             return -ENOMEM;
     }
     for (int i = 0; i < 2; i++)
-        if ((m->delta[i] = ps__alloc(widest)) == NULL)
+        if ((m->delta[i] = ps__alloc(m, widest, sizeof(float))) == NULL)
             return -ENOMEM;
-    if (ws_n > 0 && (m->ws = ps__alloc(ws_n)) == NULL)
+    if (ws_n > 0 && (m->ws = ps__alloc(m, ws_n, sizeof(float))) == NULL)
+        return -ENOMEM;
+    m->rows = ps__alloc(m, batch, sizeof(float));
+    m->totals = ps__alloc(m, 1, sizeof(ps_model_totals));
+    if (m->rows == NULL || m->totals == NULL)
         return -ENOMEM;
     for (int t = 0; t < m->table.n_tensors; t++) {
         size_t n = m->table.tensors[t].numel;
-        m->params[t] = ps__alloc(n);
-        m->grads[t] = ps__alloc(n);
+        m->params[t] = ps__alloc(m, n, sizeof(float));
+        m->grads[t] = ps__alloc(m, n, sizeof(float));
         if (m->params[t] == NULL || m->grads[t] == NULL)
             return -ENOMEM;
-        ps_model_spec_init_values(&m->table, t, 0, n, m->params[t]);
-        memset(m->grads[t], 0, n * sizeof(float));
     }
-    return 0;
+    return ps__init_values(m);
 }
 
-int ps_model_init(ps_model **out, const ps_model_desc *desc, const ps_model_spec *table,
-                  int max_batch, uint64_t dropout_seed)
+int ps_model_init(ps_model **out, const ps_model_ops *ops, void *dev, const ps_model_desc *desc,
+                  const ps_model_spec *table, int max_batch, uint64_t dropout_seed)
 {
     ps_model *m;
     size_t ws_n = 0;
@@ -193,6 +225,8 @@ int ps_model_init(ps_model **out, const ps_model_desc *desc, const ps_model_spec
     m = calloc(1, sizeof(*m));
     if (m == NULL)
         return -ENOMEM;
+    m->ops = ops;
+    m->dev = dev;
     m->table = *table;
     m->n_layers = desc->n_layers;
     m->classes = desc->classes;
@@ -226,17 +260,29 @@ void ps_model_free(ps_model *m)
     if (m == NULL)
         return;
     for (int l = 0; l < m->n_layers; l++) {
-        free(m->layers[l].y);
-        free(m->layers[l].argmax);
+        m->ops->release(m->dev, m->layers[l].y);
+        m->ops->release(m->dev, m->layers[l].argmax);
     }
     for (int t = 0; t < m->table.n_tensors; t++) {
-        free(m->params[t]);
-        free(m->grads[t]);
+        m->ops->release(m->dev, m->params[t]);
+        m->ops->release(m->dev, m->grads[t]);
     }
-    free(m->delta[0]);
-    free(m->delta[1]);
-    free(m->ws);
+    m->ops->release(m->dev, m->delta[0]);
+    m->ops->release(m->dev, m->delta[1]);
+    m->ops->release(m->dev, m->ws);
+    m->ops->release(m->dev, m->rows);
+    m->ops->release(m->dev, m->totals);
     free(m);
+}
+
+size_t ps_model_input_count(const ps_model *m)
+{
+    return m->input_n;
+}
+
+int ps_model_classes(const ps_model *m)
+{
+    return m->classes;
 }
 
 float *ps_model_param(ps_model *m, int tensor_id)
@@ -255,85 +301,113 @@ void ps_model_on_grads(ps_model *m, ps_model_grads_cb cb, void *arg)
     m->on_grads_arg = arg;
 }
 
-/* Runs every layer on x[B]; returns the class scores (inside m). */
-static const float *ps__forward(ps_model *m, const float *x, int B, uint64_t step, int training)
+void ps_model_on_params(ps_model *m, ps_model_params_cb cb, void *arg)
 {
-    for (int l = 0; l < m->n_layers; l++) {
-        ps__layer *L = &m->layers[l];
-        const float *in = ps__input(m, l, x);
-        size_t n = (size_t)B * L->out_n;
-        int w = L->weight;
-
-        switch (L->kind) {
-        case PS_LAYER_DENSE:
-            ps_dense_forward(&L->g.dense, B, in, m->params[w], m->params[w + 1], L->y);
-            break;
-        case PS_LAYER_CONV2D:
-            ps_conv2d_forward(&L->g.conv, B, in, m->params[w], m->params[w + 1], L->y, m->ws);
-            break;
-        case PS_LAYER_MAXPOOL:
-            ps_maxpool2d_forward(&L->g.pool, B, in, L->y, L->argmax);
-            break;
-        case PS_LAYER_RELU:
-            /* In place unless the input is the caller's (then y is ours). */
-            ps_relu_forward(n, in, L->y ? L->y : (float *)in);
-            break;
-        case PS_LAYER_DROPOUT:
-            ps_dropout_forward(&L->g.drop, step, training, n, in, L->y);
-            break;
-        case PS_LAYER_FLATTEN:
-            break;
-        }
-    }
-    return ps__input(m, m->n_layers, x);
+    m->on_params = cb;
+    m->on_params_arg = arg;
 }
 
-int ps_model_train_step(ps_model *m, const float *x, const uint8_t *y, int B, uint64_t step,
-                        float *loss, int *correct)
+/* Runs layer l forward on its input in. */
+static int ps__forward_layer(ps_model *m, int l, const float *in, int B, uint64_t step,
+                             int training)
+{
+    const ps_model_ops *o = m->ops;
+    ps__layer *L = &m->layers[l];
+    size_t n = (size_t)B * L->out_n;
+    int w = L->weight;
+
+    if (w >= 0 && m->on_params) {
+        int rc = m->on_params(m->on_params_arg, w, 2);
+        if (rc < 0)
+            return rc;
+    }
+    switch (L->kind) {
+    case PS_LAYER_DENSE:
+        return o->dense_forward(m->dev, &L->g.dense, B, in, m->params[w], m->params[w + 1], L->y,
+                                m->ws);
+    case PS_LAYER_CONV2D:
+        return o->conv2d_forward(m->dev, &L->g.conv, B, in, m->params[w], m->params[w + 1], L->y,
+                                 m->ws);
+    case PS_LAYER_MAXPOOL:
+        return o->maxpool2d_forward(m->dev, &L->g.pool, B, in, L->y, L->argmax);
+    case PS_LAYER_RELU:
+        /* In place unless the input is the caller's (then y is ours). */
+        return o->relu_forward(m->dev, n, in, L->y ? L->y : (float *)in);
+    case PS_LAYER_DROPOUT:
+        return o->dropout_forward(m->dev, &L->g.drop, step, training, n, in, L->y);
+    case PS_LAYER_FLATTEN:
+        return 0;
+    }
+    return -EINVAL;
+}
+
+/* Runs every layer on x[B]; *scores is the last layer's output (inside m). */
+static int ps__forward(ps_model *m, const float *x, int B, uint64_t step, int training,
+                       const float **scores)
+{
+    for (int l = 0; l < m->n_layers; l++) {
+        int rc = ps__forward_layer(m, l, ps__input(m, l, x), B, step, training);
+        if (rc < 0)
+            return rc;
+    }
+    *scores = ps__input(m, m->n_layers, x);
+    return 0;
+}
+
+/* Runs layer l backward from dy; writes dx (NULL below the first layer
+ * with parameters) or works in place on dy. *swap tells which. */
+static int ps__backward_layer(ps_model *m, int l, const float *x, int B, uint64_t step, float *dy,
+                              float *dx, int *swap)
+{
+    const ps_model_ops *o = m->ops;
+    ps__layer *L = &m->layers[l];
+    const float *in = ps__input(m, l, x);
+    size_t n = (size_t)B * L->out_n;
+    int w = L->weight;
+
+    *swap = 0;
+    switch (L->kind) {
+    case PS_LAYER_DENSE:
+        *swap = 1;
+        return o->dense_backward(m->dev, &L->g.dense, B, in, m->params[w], dy, dx, m->grads[w],
+                                 m->grads[w + 1], m->ws);
+    case PS_LAYER_CONV2D:
+        *swap = 1;
+        return o->conv2d_backward(m->dev, &L->g.conv, B, in, m->params[w], dy, dx, m->grads[w],
+                                  m->grads[w + 1], m->ws);
+    case PS_LAYER_MAXPOOL:
+        *swap = 1;
+        return o->maxpool2d_backward(m->dev, &L->g.pool, B, dy, L->argmax, dx);
+    case PS_LAYER_RELU:
+        return o->relu_backward(m->dev, n, L->y ? L->y : in, dy, dy);
+    case PS_LAYER_DROPOUT:
+        return o->dropout_backward(m->dev, &L->g.drop, step, 1, n, dy, dy);
+    case PS_LAYER_FLATTEN:
+        return 0;
+    }
+    return -EINVAL;
+}
+
+int ps_model_train_start(ps_model *m, const float *x, const uint8_t *y, int B, uint64_t step)
 {
     float *dy = m->delta[0], *dx = m->delta[1];
     const float *scores;
     int rc;
 
+    m->pending_B = 0;
     if (B < 1 || B > m->max_batch)
         return -EINVAL;
-    scores = ps__forward(m, x, B, step, 1);
-    rc = ps_softmax_xent(B, m->classes, scores, y, dy, loss, correct);
-    if (rc < 0)
-        return rc;
-    for (int l = m->n_layers - 1; l >= m->first_param; l--) {
-        ps__layer *L = &m->layers[l];
-        const float *in = ps__input(m, l, x);
+    rc = m->ops->zero(m->dev, m->totals, sizeof(*m->totals));
+    if (rc == 0)
+        rc = ps__forward(m, x, B, step, 1, &scores);
+    if (rc == 0)
+        rc = m->ops->softmax_xent(m->dev, B, m->classes, scores, y, dy, m->rows, m->totals);
+    for (int l = m->n_layers - 1; l >= m->first_param && rc == 0; l--) {
         /* The layers below the first with parameters need no gradient. */
-        float *next = l > m->first_param ? dx : NULL;
-        size_t n = (size_t)B * L->out_n;
-        int w = L->weight, swap = 0;
+        int swap, w = m->layers[l].weight;
 
-        switch (L->kind) {
-        case PS_LAYER_DENSE:
-            ps_dense_backward(&L->g.dense, B, in, m->params[w], dy, next, m->grads[w],
-                              m->grads[w + 1]);
-            swap = 1;
-            break;
-        case PS_LAYER_CONV2D:
-            ps_conv2d_backward(&L->g.conv, B, in, m->params[w], dy, next, m->grads[w],
-                               m->grads[w + 1], m->ws);
-            swap = 1;
-            break;
-        case PS_LAYER_MAXPOOL:
-            ps_maxpool2d_backward(&L->g.pool, B, dy, L->argmax, dx);
-            swap = 1;
-            break;
-        case PS_LAYER_RELU:
-            ps_relu_backward(n, L->y ? L->y : in, dy, dy);
-            break;
-        case PS_LAYER_DROPOUT:
-            ps_dropout_backward(&L->g.drop, step, 1, n, dy, dy);
-            break;
-        case PS_LAYER_FLATTEN:
-            break;
-        }
-        if (w >= 0 && m->on_grads)
+        rc = ps__backward_layer(m, l, x, B, step, dy, l > m->first_param ? dx : NULL, &swap);
+        if (rc == 0 && w >= 0 && m->on_grads)
             m->on_grads(m->on_grads_arg, w, 2);
         if (swap) {
             float *t = dy;
@@ -341,46 +415,66 @@ int ps_model_train_step(ps_model *m, const float *x, const uint8_t *y, int B, ui
             dx = t;
         }
     }
+    if (rc == 0)
+        m->pending_B = B;
+    return rc;
+}
+
+/* Reads the totals of the pass in flight (waiting for it). */
+static int ps__read_totals(ps_model *m, ps_model_totals *t)
+{
+    return m->ops->read(m->dev, t, m->totals, sizeof(*t));
+}
+
+int ps_model_train_finish(ps_model *m, float *loss, int *correct)
+{
+    ps_model_totals t;
+    int B = m->pending_B, rc;
+
+    if (B == 0)
+        return -EINVAL;
+    m->pending_B = 0;
+    rc = ps__read_totals(m, &t);
+    if (rc < 0)
+        return rc;
+    *loss = (float)(t.loss_sum / B);
+    *correct = t.correct;
     return 0;
 }
 
-/* The first arg-max of each row of scores[B][C], as the loss counts it. */
-static void ps__predict(const float *scores, int B, int C, uint8_t *pred)
+int ps_model_train_step(ps_model *m, const float *x, const uint8_t *y, int B, uint64_t step,
+                        float *loss, int *correct)
 {
-    for (int i = 0; i < B; i++) {
-        const float *s = scores + (size_t)i * C;
-        int best = 0;
-        for (int c = 1; c < C; c++)
-            if (s[c] > s[best])
-                best = c;
-        pred[i] = (uint8_t)best;
-    }
+    int rc = ps_model_train_start(m, x, y, B, step);
+
+    return rc < 0 ? rc : ps_model_train_finish(m, loss, correct);
 }
 
 int ps_model_evaluate(ps_model *m, const float *x, const uint8_t *y, int n, float *loss,
                       int *correct, uint8_t *pred)
 {
-    double total = 0.0;
-    int right = 0;
+    ps_model_totals t;
+    int rc;
 
     if (n < 1)
         return -EINVAL;
-    for (int start = 0; start < n; start += m->max_batch) {
-        int B = n - start < m->max_batch ? n - start : m->max_batch, c, rc;
-        const float *scores = ps__forward(m, x + (size_t)start * m->input_n, B, 0, 0);
-        float l;
+    rc = m->ops->zero(m->dev, m->totals, sizeof(*m->totals));
+    for (int start = 0; start < n && rc == 0; start += m->max_batch) {
+        int B = n - start < m->max_batch ? n - start : m->max_batch;
+        const float *scores;
 
-        rc = ps_softmax_xent(B, m->classes, scores, y + start, NULL, &l, &c);
-        if (rc < 0)
-            return rc;
-        /* Weight each batch's mean by its size so a short last batch counts
-         * for exactly its samples. */
-        total += (double)l * B;
-        right += c;
-        if (pred)
-            ps__predict(scores, B, m->classes, pred + start);
+        rc = ps__forward(m, x + (size_t)start * m->input_n, B, 0, 0, &scores);
+        if (rc == 0)
+            rc = m->ops->softmax_xent(m->dev, B, m->classes, scores, y + start, NULL, m->rows,
+                                      m->totals);
+        if (rc == 0 && pred)
+            rc = m->ops->predict(m->dev, B, m->classes, scores, pred + start);
     }
-    *loss = (float)(total / n);
-    *correct = right;
+    if (rc == 0)
+        rc = ps__read_totals(m, &t);
+    if (rc < 0)
+        return rc;
+    *loss = (float)(t.loss_sum / n);
+    *correct = t.correct;
     return 0;
 }

@@ -29,7 +29,8 @@ struct ps_trainer {
     ps_backend *be;
     shardps *ps; /* the job's client, include/shardps.h */
     ps_dataset train, test;
-    float *test_x, *batch_x; /* the whole test set, and this step's batch */
+    float *test_x;  /* the whole test set */
+    float *batch_x; /* this step's batch: the backend's buffers (pinned on CUDA) */
     uint8_t *batch_y;
     uint32_t *order; /* this epoch's sample order */
     float *params[PS_MAX_TENSORS];
@@ -166,21 +167,6 @@ static int ps__pull(ps_trainer *t, uint64_t clock)
     return rc;
 }
 
-/* Scales each tensor's gradient to an L2 norm of at most max_norm. The worker
- * holds whole tensors, so the norm is the tensor's, not a chunk's. */
-static void ps__clip_tensor(float *g, size_t n, float max_norm)
-{
-    double sq = 0;
-
-    for (size_t i = 0; i < n; i++)
-        sq += (double)g[i] * g[i];
-    if (sq > (double)max_norm * max_norm) {
-        float scale = (float)(max_norm / sqrt(sq));
-        for (size_t i = 0; i < n; i++)
-            g[i] *= scale;
-    }
-}
-
 static int ps__save_model(ps_trainer *t)
 {
     const float *tensors[PS_MAX_TENSORS];
@@ -197,19 +183,16 @@ static int ps__save_model(ps_trainer *t)
     return rc;
 }
 
-/* Pushes each layer's gradients the moment backward has them, so they travel
- * while the layers below are computed (ps_backend_on_layer_grads); the last
- * tensor first, as the servers have always seen them. */
+/* Pushes each layer's gradients (clipped by the backend under --clip-norm)
+ * the moment backward has them, so they travel while the layers below are
+ * computed (ps_backend_on_layer_grads); the last tensor first, as the
+ * servers have always seen them. */
 static void ps__push_layer(void *arg, int first, int count)
 {
     ps_trainer *t = arg;
 
-    for (int i = first + count - 1; i >= first && t->push_rc == 0; i--) {
-        float *g = ps_backend_grads(t->be, i);
-        if (t->cfg.clip_norm > 0)
-            ps__clip_tensor(g, t->spec.tensors[i].numel, (float)t->cfg.clip_norm);
-        t->push_rc = shardps_push(t->ps, i, g, t->spec.tensors[i].numel);
-    }
+    for (int i = first + count - 1; i >= first && t->push_rc == 0; i--)
+        t->push_rc = shardps_push(t->ps, i, t->grads[i], t->spec.tensors[i].numel);
     if (t->push_rc == 0)
         t->push_rc = shardps_progress(t->ps);
 }
@@ -237,8 +220,6 @@ void ps_trainer_free(ps_trainer *t)
     ps_dataset_free(&t->train);
     ps_dataset_free(&t->test);
     free(t->test_x);
-    free(t->batch_x);
-    free(t->batch_y);
     free(t->order);
     free(t);
 }
@@ -292,9 +273,7 @@ static int ps__load_data(ps_trainer *t)
     if (o->steps > 0 && (uint64_t)o->steps < t->total)
         t->total = (uint64_t)o->steps;
     t->order = malloc((size_t)t->train.n * sizeof(uint32_t));
-    t->batch_x = malloc((size_t)o->batch * (size_t)features * sizeof(float));
-    t->batch_y = malloc((size_t)o->batch);
-    if (t->order == NULL || t->batch_x == NULL || t->batch_y == NULL)
+    if (t->order == NULL)
         return -ENOMEM;
     return o->eval ? ps__load_test_set(t, features) : 0;
 }
@@ -367,6 +346,8 @@ int ps_trainer_init(ps_trainer **out, const ps_trainer_config *cfg)
     t->cfg = *cfg;
     memset(&bc, 0, sizeof(bc));
     rc = ps_backend_parse_device(cfg->device, &bc.device);
+    if (rc == 0 && cfg->precision)
+        rc = ps_backend_parse_precision(cfg->precision, &bc.precision);
     if (rc < 0)
         goto fail;
     /* The data first: the model's shape follows from it. */
@@ -377,12 +358,16 @@ int ps_trainer_init(ps_trainer **out, const ps_trainer_config *cfg)
     bc.tf32 = cfg->tf32;
     bc.threads = cfg->threads;
     bc.device_index = cfg->rank;
+    bc.clip_norm = cfg->clip_norm;
+    bc.narrow_bf16 = cfg->compress && strcmp(cfg->compress, "bf16") == 0;
     /* Each worker its own dropout masks, repeatable from the job's seed. */
     bc.dropout_seed = ((uint64_t)cfg->seed << 32) ^ ((uint64_t)cfg->rank * 0x9E3779B97F4A7C15ull);
     rc = ps_backend_init(&t->be, &t->cfg.desc, &t->spec, &bc);
     if (rc < 0)
         goto fail;
     ps_info("compute on %s", ps_backend_describe(t->be));
+    t->batch_x = ps_backend_batch_x(t->be);
+    t->batch_y = ps_backend_batch_y(t->be);
     for (int i = 0; i < t->spec.n_tensors; i++) {
         t->params[i] = ps_backend_params(t->be, i);
         t->grads[i] = ps_backend_grads(t->be, i);
@@ -585,9 +570,6 @@ int ps_trainer_run(ps_trainer *t)
         if (rc < 0)
             break;
         if (o->slow_ms > 0) {
-            for (int i = 0; o->clip_norm > 0 && i < t->spec.n_tensors; i++)
-                ps__clip_tensor(ps_backend_grads(t->be, i), t->spec.tensors[i].numel,
-                                (float)o->clip_norm);
             /* Said before the nap: whoever watches knows this worker has
              * passed the boundary behind it and not yet pushed. */
             ps_info("step %" PRIu64 ": holding the pushes %d ms (--slow-ms)", clock + 1,

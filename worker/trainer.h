@@ -44,6 +44,7 @@ typedef struct {
     const char *metrics_file;    /* JSON lines, see train_metrics.h */
     const char *auth_token_file; /* shared secret with the servers */
     int tf32;                    /* CUDA: TF32 matrix products */
+    const char *precision;       /* "fp32" or "bf16" (CUDA only); NULL: fp32 */
     int threads;                 /* CPU: BLAS threads (0: the library's default) */
     int eval;                    /* evaluate on the test set (rank 0) */
     int eval_every;              /* also every N steps (0: once per epoch) */

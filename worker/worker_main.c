@@ -136,6 +136,7 @@ static int ps__train(const ps_job_options *j, const ps__worker_opts *o, const ps
         .metrics_file = o->metrics_file,
         .auth_token_file = j->auth_token_file,
         .tf32 = j->tf32,
+        .precision = j->precision,
         .threads = o->threads,
         .eval = o->rank == 0 && !o->no_eval,
         .eval_every = j->eval_every,

@@ -67,7 +67,7 @@
 
 typedef struct {
     int steps, servers, workers, batch, threads, logs, tf32;
-    const char *models, *device, *server_bin, *worker_bin, *data_dir;
+    const char *models, *device, *precision, *server_bin, *worker_bin, *data_dir;
 } ps__opts;
 
 typedef struct {
@@ -233,16 +233,17 @@ static int ps__wait_workers(ps_bench_child *wk, int n, ps__servers *sv, double t
 static int ps__compute_only(const ps__opts *o, ps__result *r, const ps_dataset *ds,
                             const uint32_t *order)
 {
-    size_t features = (size_t)ds->features;
     int per_epoch = ds->n / (o->batch * o->workers), correct, rc;
     ps_backend_config bc;
     ps_backend *be = NULL;
-    uint8_t *y = NULL;
-    float *x = NULL, loss;
+    uint8_t *y;
+    float *x, loss;
     double t0 = 0;
 
     memset(&bc, 0, sizeof(bc));
     rc = ps_backend_parse_device(o->device, &bc.device);
+    if (rc == 0)
+        rc = ps_backend_parse_precision(o->precision, &bc.precision);
     if (rc < 0)
         return rc;
     /* Sized as the worker sizes it, so the two run the same code. */
@@ -251,12 +252,9 @@ static int ps__compute_only(const ps__opts *o, ps__result *r, const ps_dataset *
     rc = ps_backend_init(&be, &r->desc, &r->spec, &bc);
     if (rc < 0)
         goto out;
-    rc = -ENOMEM;
-    x = malloc((size_t)o->batch * features * sizeof(float));
-    y = malloc((size_t)o->batch);
-    if (x == NULL || y == NULL)
-        goto out;
-    rc = 0;
+    /* The worker gathers into the backend's (on CUDA pinned) batch buffers. */
+    x = ps_backend_batch_x(be);
+    y = ps_backend_batch_y(be);
     for (int i = 0; rc == 0 && i < r->warmup + r->steps; i++) {
         size_t first = (size_t)(i % per_epoch) * (size_t)o->workers * (size_t)o->batch;
 
@@ -271,8 +269,6 @@ out:
         fprintf(stderr, "bench-train: %s: compute alone failed: %s\n", r->model->name,
                 ps_strerror(rc));
     ps_backend_free(be);
-    free(x);
-    free(y);
     return rc;
 }
 
@@ -503,6 +499,8 @@ static int ps__train(const ps__opts *o, ps__result *r, const char *dir)
                     (char *)o->device,
                     "--data-dir",
                     (char *)o->data_dir,
+                    "--precision",
+                    (char *)o->precision,
                     "--metrics-file",
                     NULL, /* path[rank] */
                     o->tf32 ? "--tf32" : NULL,
@@ -590,15 +588,16 @@ static void ps__report(const ps__opts *o, const ps__result *r, char *json, size_
     snprintf(json, len,
              "{\"bench\":\"train\",\"model\":\"%s\",\"hidden\":\"%s\",\"params\":%zu,"
              "\"model_bytes\":%zu,\"mode\":\"sync\",\"servers\":%d,\"workers\":%d,\"batch\":%d,"
-             "\"threads\":%d,\"device\":\"%s\",\"tf32\":%s,\"steps\":%d,\"warmup_steps\":%d,"
+             "\"threads\":%d,\"device\":\"%s\",\"tf32\":%s,\"precision\":\"%s\",\"steps\":%d,"
+             "\"warmup_steps\":%d,"
              "\"samples_per_s\":%.1f,\"step_ms\":%.3f,\"compute_ms\":%.3f,\"comm_ms\":%.3f,"
              "\"wait_ms\":%.3f,\"compute_only_ms\":%.3f,\"comm_only_ms\":%.3f,\"ratio\":%.4f,"
              "\"hidden_fraction\":%.4f,\"other_cpu_cores\":%.3f}",
              r->model->name, r->model->hidden, params, params * sizeof(float), o->servers,
-             o->workers, o->batch, o->threads, o->device, o->tf32 ? "true" : "false", r->steps,
-             r->warmup, r->samples_per_s, r->step_s * 1e3, r->compute_s * 1e3, r->comm_s * 1e3,
-             r->wait_s * 1e3, r->compute_only_s * 1e3, r->comm_only_s * 1e3, ratio, hidden,
-             r->other_cores);
+             o->workers, o->batch, o->threads, o->device, o->tf32 ? "true" : "false", o->precision,
+             r->steps, r->warmup, r->samples_per_s, r->step_s * 1e3, r->compute_s * 1e3,
+             r->comm_s * 1e3, r->wait_s * 1e3, r->compute_only_s * 1e3, r->comm_only_s * 1e3, ratio,
+             hidden, r->other_cores);
 }
 
 /* ---- main --------------------------------------------------------------- */
@@ -698,6 +697,7 @@ int main(int argc, char **argv)
                   .batch = 64,
                   .models = "default,wide",
                   .device = "cpu",
+                  .precision = "fp32",
                   .server_bin = PS_SERVER_BIN,
                   .worker_bin = PS_WORKER_BIN,
                   .data_dir = PS_DEFAULT_DATA_DIR};
@@ -723,6 +723,10 @@ int main(int argc, char **argv)
         {"tf32", PS_FLAG_BOOL, &o.tf32, NULL,
          "TF32 tensor-core products on a GPU (workers and compute alone; ignored on the CPU)", 0, 0,
          NULL, NULL, NULL},
+        {"precision", PS_FLAG_CHOICE, &o.precision, "P",
+         "bf16: products on bfloat16 inputs on a GPU (workers and compute alone; needs --device "
+         "cuda)",
+         0, 0, "fp32|bf16", NULL, NULL},
         {"data-dir", PS_FLAG_STRING, &o.data_dir, "DIR", "folder with the Fashion-MNIST IDX files",
          0, 0, NULL, NULL, NULL},
         {"server-bin", PS_FLAG_STRING, &o.server_bin, "PATH", "the shardps-server to start", 0, 0,
@@ -776,8 +780,9 @@ int main(int argc, char **argv)
     ps_dataset_epoch_order(1, 0, ds.n, order);
 
     printf("bench-train: sync, Adam, %d server(s), %d worker(s) x batch %d, %d BLAS thread(s) "
-           "per worker, device %s%s; per-step means over the measured steps\n\n",
-           o.servers, o.workers, o.batch, o.threads, o.device, o.tf32 ? " (TF32)" : "");
+           "per worker, device %s%s%s; per-step means over the measured steps\n\n",
+           o.servers, o.workers, o.batch, o.threads, o.device, o.tf32 ? " (TF32)" : "",
+           strcmp(o.precision, "bf16") == 0 ? " (bf16 products)" : "");
     ps__print_header();
     for (int i = 0; i < n_models && rc == 0; i++) {
         rc = ps__run_model(&o, &ps__models[models[i]], &ds, order, dir, json[n_json],

@@ -1,7 +1,7 @@
-/* What the CUDA test programs share: failure counting (CHECK), the
- * "no usable GPU" skip (exit 77, which ctest's SKIP_RETURN_CODE reports as
- * Skipped under each test's name), and running one named test or all of
- * them. Header-only, like test_rng.h, because each program is one file. */
+/* What the CUDA test programs share: ASan's setting for CUDA, random labels,
+ * failure counting (CHECK), the "no usable GPU" skip (exit 77, which ctest's
+ * SKIP_RETURN_CODE reports as Skipped under each test's name), and running
+ * one named test or all of them. Header-only, like test_rng.h, because each program is one file. */
 #ifndef PS_CUDA_TEST_H
 #define PS_CUDA_TEST_H
 
@@ -10,8 +10,33 @@
 #include <string.h>
 
 #include "cuda_kernels.h"
+#include "../test_rng.h"
 
 #define SKIPPED 77
+
+#ifndef PS_CUDA_TEST_LINKS_BACKEND
+/* CUDA under ASan needs the shadow gap left unprotected. A program that
+ * links the CUDA backend gets this from worker/backend_cuda.c (and defines
+ * PS_CUDA_TEST_LINKS_BACKEND before including this header); the others get
+ * it here. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+    return "protect_shadow_gap=0";
+}
+#endif
+
+/* n labels uniform in [0, classes), malloc'd (freed by the caller); a failed
+ * allocation aborts, which ctest reports as a failure. */
+static inline uint8_t *rng_labels(int n, int classes)
+{
+    uint8_t *y = (uint8_t *)malloc((size_t)n + 1);
+    if (!y)
+        abort();
+    for (int i = 0; i < n; i++)
+        y[i] = (uint8_t)(rng_uniform() * classes);
+    return y;
+}
 
 /* Failures of the test now running. */
 static int failures;

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # --device from the user's side: the worker's first log line says what
 # computes; --device cuda without a usable GPU is one clear line and exit 1
-# (with a GPU, it computes on CUDA); an unknown device is a usage error; and
-# shardps-cluster passes --device through to its workers. Nothing here needs
-# a server: the workers fail at connecting, after choosing their device.
+# (with a GPU, it computes on CUDA); --precision bf16 is one clear line and
+# exit 1 on the CPU (with a GPU, the first line says bf16); an unknown device
+# is a usage error; and shardps-cluster passes --device through to its
+# workers. Nothing here needs a server: the workers fail at connecting, after
+# choosing their device.
 source "$(dirname "$0")/../integration/lib.sh"
 
 WORKER="$BUILD/shardps-worker"
@@ -28,6 +30,29 @@ else
     [ "$rc" -eq 1 ] || { cat "$TMP/cuda" >&2; fail "--device cuda without a GPU exited $rc, not 1"; }
     [ "$(wc -l <"$TMP/cuda")" -eq 1 ] || { cat "$TMP/cuda" >&2; fail "--device cuda without a GPU printed more than one line"; }
     grep -q -- "--device cuda: .*; use --device cpu or auto" "$TMP/cuda" || { cat "$TMP/cuda" >&2; fail "--device cuda without a GPU did not say why"; }
+fi
+
+# One line and exit 1, before any connection: the CPU computes in float32.
+one_line_exit_1() {
+    local what=$1 pattern=$2
+    shift 2
+    set +e
+    "$WORKER" "$@" "${noserver[@]}" >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    set -e
+    [ "$rc" -eq 1 ] || { cat "$TMP/err" >&2; fail "$what exited $rc, not 1"; }
+    [ "$(wc -l <"$TMP/err")" -eq 1 ] || { cat "$TMP/err" >&2; fail "$what printed more than one line"; }
+    grep -q -- "$pattern" "$TMP/err" || { cat "$TMP/err" >&2; fail "$what did not say why"; }
+}
+one_line_exit_1 "--precision bf16 --device cpu" "--precision bf16 needs --device cuda" \
+    --precision bf16 --device cpu
+if [ "$gpu" = 1 ]; then
+    "$WORKER" --precision bf16 "${noserver[@]}" 2>"$TMP/bf16" && fail "worker ran without a server"
+    head -n 1 "$TMP/bf16" | grep -q "compute on cuda: .*bf16 products" ||
+        { cat "$TMP/bf16" >&2; fail "--precision bf16 did not compute in bf16 on the GPU"; }
+else
+    one_line_exit_1 "--precision bf16 without a GPU" "--precision bf16: .*; use --device cpu with --precision fp32" \
+        --precision bf16
 fi
 
 "$WORKER" --device cpu --tf32 "${noserver[@]}" 2>"$TMP/cpu" && fail "worker ran without a server"

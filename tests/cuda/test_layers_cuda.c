@@ -12,13 +12,25 @@
  * - maxpool (values and indices), relu, dropout, flatten: bit for bit. The
  *   same comparisons, the same single multiply, the same mask function, and
  *   max-pool backward adds in the CPU's order.
- * - conv2d, dense (outputs and every gradient): |gpu - cpu| <= 2 (t + 2)
+ * - conv2d, dense (outputs and every gradient), FP32: |gpu - cpu| <= 2 (t + 2)
  *   2^-23 A, where A is the CPU reference run on the inputs' absolute values
  *   (the magnitude of the terms behind each output) and t the number of
  *   terms: each side is within (t + 2) 2^-23 A of the exact sum, whatever
  *   order cuBLAS, OpenBLAS or the batch sums use (tests/unit/test_layers.c
- *   holds the CPU to the same bound). FP32 cuBLAS: the handle is created in
- *   its default math mode, which does not use TF32.
+ *   holds the CPU to the same bound).
+ * - the same layers with the products in bf16 or TF32, against the float32
+ *   CPU: (2u + u^2) A + 2 (t + 2) 2^-23 (1 + u)^2 A. Each of a product's two
+ *   inputs is rounded once to the narrow format, x(1 + d) with |d| <= u, so
+ *   each term x w of a sum moves by at most (2u + u^2) |x w|; the product of
+ *   two bf16 (8-bit) or TF32 (11-bit) significands is exact in float32, and
+ *   the float32 accumulation of those terms adds the FP32 bound above, on
+ *   terms up to (1 + u)^2 larger. bf16 rounds to nearest (u = 2^-8, half its
+ *   8-bit significand's last place); for TF32 cuBLAS does not say how the
+ *   tensor cores shorten float32, so u = 2^-10 covers truncation of 10 kept
+ *   bits. The bias and its gradient are float32 in every mode (u = 0). A
+ *   product computed in float32 would pass too (that is the bound's point:
+ *   the narrow formats may cost this much, no more); a wrong operand, stride
+ *   or transpose is off by about A.
  * - softmax cross-entropy: dlogits within (ceil(C/32) + 16) 2^-22
  *   (|cpu| + 1/B), the bound test_cuda.c states for the kernel this calls;
  *   the summed loss within 1e-5 (1 + |loss|); the correct count exact (the
@@ -48,14 +60,6 @@ static ps_cuda_ctx ctx;
         }                                                                                          \
     } while (0)
 
-/* CUDA under ASan needs the shadow gap left unprotected (as in
- * worker/backend_cuda.c, which this program does not link). */
-const char *__asan_default_options(void);
-const char *__asan_default_options(void)
-{
-    return "protect_shadow_gap=0";
-}
-
 /* A device buffer of n bytes, with host's bytes when host is not NULL;
  * NULL on failure (the caller's OK on the pointer test ends the test). */
 static void *dev(const void *src, size_t n)
@@ -76,14 +80,30 @@ static int download(void *dst, const void *d, size_t n)
            cudaMemcpy(dst, d, n, cudaMemcpyDeviceToHost) != cudaSuccess;
 }
 
-static void within(const char *what, const float *gpu, const float *cpu, const float *mag, size_t n,
-                   double terms)
+/* The rounding unit of the products' inputs under the context's math. */
+static double unit(void)
+{
+    return ctx.math == PS_CUDA_BF16 ? 0x1p-8 : ctx.math == PS_CUDA_TF32 ? 0x1p-10 : 0.0;
+}
+
+/* gpu within the bound stated above of cpu, for outputs of `terms` terms of
+ * magnitude mag, with inputs rounded by u. */
+static void within_u(const char *what, const float *gpu, const float *cpu, const float *mag,
+                     size_t n, double terms, double u)
 {
     for (size_t i = 0; i < n; i++) {
-        double tol = 2 * (terms + 2) * 0x1p-23 * mag[i] + 1e-37;
+        double tol =
+            ((2 * u + u * u) + 2 * (terms + 2) * 0x1p-23 * (1 + u) * (1 + u)) * mag[i] + 1e-37;
         CHECK(fabs((double)gpu[i] - cpu[i]) <= tol, "%s[%zu]: gpu %.9g, cpu %.9g (tol %.3g)", what,
               i, gpu[i], cpu[i], tol);
     }
+}
+
+/* An output of the context's products. */
+static void within(const char *what, const float *gpu, const float *cpu, const float *mag, size_t n,
+                   double terms)
+{
+    within_u(what, gpu, cpu, mag, n, terms, unit());
 }
 
 static void exact(const char *what, const void *gpu, const void *cpu, size_t bytes)
@@ -121,7 +141,7 @@ static void conv_case(const int *c)
     float *d_x = dev(x, nx * 4), *d_w = dev(w, nw * 4), *d_b = dev(b, nb * 4);
     float *d_dy = dev(dy, ny * 4), *d_y = dev(NULL, ny * 4), *d_dx = dev(NULL, nx * 4);
     float *d_dw = dev(NULL, nw * 4), *d_db = dev(NULL, nb * 4);
-    float *d_ws = dev(NULL, ps_cuda_conv2d_workspace(&g, B) * 4);
+    float *d_ws = dev(NULL, ps_cuda_conv2d_workspace(&ctx, &g, B) * 4);
 
     OK(!(d_x && d_w && d_b && d_dy && d_y && d_dx && d_dw && d_db && d_ws));
     ps_conv2d_forward(&g, B, x, w, b, y, ws);
@@ -136,7 +156,7 @@ static void conv_case(const int *c)
     OK(download(dxg, d_dx, nx * 4) || download(dwg, d_dw, nw * 4) || download(dbg, d_db, nb * 4));
     within("conv dx", dxg, dx, dxa, nx, (double)g.out_c * g.k_h * g.k_w);
     within("conv dw", dwg, dw, dwa, nw, (double)B * P);
-    within("conv db", dbg, db, dba, nb, (double)B * P);
+    within_u("conv db", dbg, db, dba, nb, (double)B * P, 0.0);
 
     void *all[] = {x,  w,  b,  dy, xa,  wa,  ba,  dya, y,   ya, yg,
                    ws, dx, dw, db, dxa, dwa, dba, dxg, dwg, dbg};
@@ -147,11 +167,28 @@ static void conv_case(const int *c)
         cudaFree(dall[i]);
 }
 
-static void test_conv2d(void)
+static void conv_cases_in(ps_cuda_math math)
 {
+    ctx.math = math;
     rng_state = 101;
     for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); i++)
         conv_case(conv_cases[i]);
+    ctx.math = PS_CUDA_FP32;
+}
+
+static void test_conv2d(void)
+{
+    conv_cases_in(PS_CUDA_FP32);
+}
+
+static void test_conv2d_tf32(void)
+{
+    conv_cases_in(PS_CUDA_TF32);
+}
+
+static void test_conv2d_bf16(void)
+{
+    conv_cases_in(PS_CUDA_BF16);
 }
 
 /* ---- dense ---------------------------------------------------------------------- */
@@ -174,38 +211,57 @@ static void dense_case(int B, int in, int outn)
     float *d_x = dev(x, nx * 4), *d_w = dev(w, nw * 4), *d_b = dev(b, outn * 4);
     float *d_dy = dev(dy, ny * 4), *d_y = dev(NULL, ny * 4), *d_dx = dev(NULL, nx * 4);
     float *d_dw = dev(NULL, nw * 4), *d_db = dev(NULL, outn * 4);
+    float *d_ws = dev(NULL, ps_cuda_dense_workspace(&ctx, &g, B) * 4);
 
-    OK(!(d_x && d_w && d_b && d_dy && d_y && d_dx && d_dw && d_db));
+    OK(!(d_x && d_w && d_b && d_dy && d_y && d_dx && d_dw && d_db && d_ws));
     ps_dense_forward(&g, B, x, w, b, y);
     ps_dense_forward_ref(&g, B, xa, wa, ba, ya);
-    OK(ps_cuda_dense_forward(&ctx, &g, B, d_x, d_w, d_b, d_y));
+    OK(ps_cuda_dense_forward(&ctx, &g, B, d_x, d_w, d_b, d_y, d_ws));
     OK(download(yg, d_y, ny * 4));
     within("dense y", yg, y, ya, ny, in + 1);
     ps_dense_backward(&g, B, x, w, dy, dx, dw, db);
     ps_dense_backward_ref(&g, B, xa, wa, dya, dxa, dwa, dba);
-    OK(ps_cuda_dense_backward(&ctx, &g, B, d_x, d_w, d_dy, d_dx, d_dw, d_db));
+    OK(ps_cuda_dense_backward(&ctx, &g, B, d_x, d_w, d_dy, d_dx, d_dw, d_db, d_ws));
     OK(download(dxg, d_dx, nx * 4) || download(dwg, d_dw, nw * 4) || download(dbg, d_db, outn * 4));
     within("dense dx", dxg, dx, dxa, nx, outn);
     within("dense dw", dwg, dw, dwa, nw, B);
     /* The bias-gradient kernel sums 16 strided partials and a 4-level tree. */
-    within("dense db", dbg, db, dba, outn, B + 4);
+    within_u("dense db", dbg, db, dba, outn, B + 4, 0.0);
 
     void *all[] = {x,  w,  b,  dy, xa,  wa,  ba,  dya, y,   ya,
                    yg, dx, dw, db, dxa, dwa, dba, dxg, dwg, dbg};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         free(all[i]);
-    void *dall[] = {d_x, d_w, d_b, d_dy, d_y, d_dx, d_dw, d_db};
+    void *dall[] = {d_x, d_w, d_b, d_dy, d_y, d_dx, d_dw, d_db, d_ws};
     for (size_t i = 0; i < sizeof(dall) / sizeof(dall[0]); i++)
         cudaFree(dall[i]);
 }
 
-static void test_dense(void)
+static void dense_cases_in(ps_cuda_math math)
 {
+    ctx.math = math;
     rng_state = 102;
     dense_case(1, 1, 1);
     dense_case(7, 13, 10);
     dense_case(64, 3136, 128);
     dense_case(33, 128, 10);
+    dense_case(64, 2048, 512);
+    ctx.math = PS_CUDA_FP32;
+}
+
+static void test_dense(void)
+{
+    dense_cases_in(PS_CUDA_FP32);
+}
+
+static void test_dense_tf32(void)
+{
+    dense_cases_in(PS_CUDA_TF32);
+}
+
+static void test_dense_bf16(void)
+{
+    dense_cases_in(PS_CUDA_BF16);
 }
 
 /* ---- max-pool ------------------------------------------------------------------- */
@@ -364,9 +420,83 @@ static void test_softmax_xent(void)
     xent_case(33, 100);
 }
 
+/* ---- predictions and clipping ----------------------------------------------- */
+
+static void test_predict(void)
+{
+    static const int shapes[][2] = {{1, 1}, {7, 10}, {257, 3}, {1000, 33}};
+
+    rng_state = 108;
+    for (int s = 0; s < 4; s++) {
+        int B = shapes[s][0], C = shapes[s][1];
+        size_t n = (size_t)B * C;
+        float *l = rng_floats(n, 1.0);
+        uint8_t *want = malloc((size_t)B + 1), *got = malloc((size_t)B + 1);
+        float *d_l = dev(NULL, n * 4);
+        uint8_t *d_p = dev(NULL, (size_t)B);
+
+        OK(!(want && got && d_l && d_p));
+        /* Four levels only, so ties are common and "first on ties" is tested. */
+        for (size_t i = 0; i < n; i++)
+            l[i] = floorf((l[i] + 1.0f) * 2.0f);
+        OK(cudaMemcpy(d_l, l, n * 4, cudaMemcpyHostToDevice));
+        ps_predict(B, C, l, want);
+        OK(ps_cuda_predict(&ctx, B, C, d_l, d_p));
+        OK(download(got, d_p, (size_t)B));
+        exact("predictions", got, want, (size_t)B);
+        free(l), free(want), free(got);
+        cudaFree(d_l), cudaFree(d_p);
+    }
+}
+
+/* Clipping: the norm is summed in double in another order than the CPU's,
+ * which moves it by about 1e-16 relative; the scale, rounded to float once,
+ * comes out the same unless that moves it across a rounding boundary, when
+ * it differs by one float ulp. So each element is within 2^-23 |cpu| of the
+ * CPU's (and equal almost always); under the bound nothing may change. */
+static void test_clip_norm(void)
+{
+    static const size_t sizes[] = {1, 255, 256 * 256 + 1, ((size_t)1 << 22) + 3};
+    double *d_part = dev(NULL, PS_CUDA_CLIP_PARTS * sizeof(double));
+
+    rng_state = 109;
+    OK(!d_part);
+    for (int s = 0; s < 4; s++)
+        for (int under = 0; under <= 1; under++) {
+            size_t n = sizes[s];
+            float *g = rng_floats(n, 1.0), *got = rng_floats(n, 1.0), *keep = malloc(n * 4 + 1);
+            float *d_g = dev(g, n * 4);
+            double sq = 0;
+
+            OK(!(keep && d_g));
+            memcpy(keep, g, n * 4);
+            for (size_t i = 0; i < n; i++)
+                sq += (double)g[i] * g[i];
+            /* Half the norm bites; twice the norm leaves g as it is. */
+            float max = (float)(under ? 2 * sqrt(sq) : sqrt(sq) / 2);
+            ps_clip_norm(n, g, max);
+            OK(ps_cuda_clip_norm(&ctx, n, d_g, max, d_part));
+            OK(download(got, d_g, n * 4));
+            if (under)
+                exact("clip under the bound", got, keep, n * 4);
+            for (size_t i = 0; i < n; i++)
+                CHECK(fabs((double)got[i] - g[i]) <= 0x1p-23 * fabs(g[i]),
+                      "n=%zu: g[%zu] = %.9g, CPU %.9g", n, i, got[i], g[i]);
+            free(g), free(got), free(keep);
+            cudaFree(d_g);
+        }
+    cudaFree(d_part);
+}
+
 static const cuda_test tests[] = {
     {"conv2d", test_conv2d},
+    {"conv2d_tf32", test_conv2d_tf32},
+    {"conv2d_bf16", test_conv2d_bf16},
     {"dense", test_dense},
+    {"dense_tf32", test_dense_tf32},
+    {"dense_bf16", test_dense_bf16},
+    {"predict", test_predict},
+    {"clip_norm", test_clip_norm},
     {"maxpool2d", test_maxpool2d},
     {"relu", test_relu},
     {"dropout", test_dropout},

@@ -5,13 +5,17 @@
  * whole model, the MLP model against the dense fast path composed by hand
  * (bit for bit: the default job must not change), the gradient callback's
  * order and tensor ids, dropout only in training and repeatable per step,
- * and argument checks. */
+ * argument checks, and that every computation goes through the table of
+ * operations the model is given (a counting table around the CPU's: the
+ * same numbers, and each layer kind's functions called as often as the
+ * model has such layers). */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_ops.h"
 #include "layers.h"
 #include "model.h"
 #include "../test_rng.h"
@@ -42,7 +46,7 @@ static ps_model *make_cnn(ps_model_desc *d, ps_model_spec *t, const char *text)
     ps_model *m;
 
     build(text, (ps_act_shape){3, {C_IN, HW, HW}}, CLASSES, d, t);
-    cr_assert_eq(ps_model_init(&m, d, t, MAX_B, 11), 0);
+    cr_assert_eq(ps_model_init(&m, &ps_backend_cpu_ops, NULL, d, t, MAX_B, 11), 0);
     /* Larger biases than the zero init, so ReLUs and the pool see both signs. */
     for (int i = 1; i < t->n_tensors; i += 2)
         fill_random(ps_model_param(m, i), t->tensors[i].numel, 0.3);
@@ -195,7 +199,7 @@ Test(model, mlp_is_the_dense_fast_path_bit_for_bit)
     rng_state = 9;
     build(text, (ps_act_shape){1, {IN, 0, 0}}, 3, &d, &t);
     cr_assert_eq(t.n_layers, 2, "the MLP view is filled");
-    cr_assert_eq(ps_model_init(&m, &d, &t, 16, 0), 0);
+    cr_assert_eq(ps_model_init(&m, &ps_backend_cpu_ops, NULL, &d, &t, 16, 0), 0);
     fill_random(x, B * IN, 1.0);
     for (int i = 0; i < B; i++)
         y[i] = (uint8_t)(rng_next() % 3);
@@ -297,8 +301,8 @@ Test(model, evaluate_in_batches_agrees_with_one_pass)
 
     rng_state = 8;
     build(text, (ps_act_shape){3, {C_IN, HW, HW}}, CLASSES, &d, &t);
-    cr_assert_eq(ps_model_init(&m, &d, &t, 4, 0), 0);
-    cr_assert_eq(ps_model_init(&big, &d, &t, N, 0), 0);
+    cr_assert_eq(ps_model_init(&m, &ps_backend_cpu_ops, NULL, &d, &t, 4, 0), 0);
+    cr_assert_eq(ps_model_init(&big, &ps_backend_cpu_ops, NULL, &d, &t, N, 0), 0);
     random_batch(x, y, N);
     /* 19 samples in batches of 4 (the last of 3) against one batch of 19. */
     cr_assert_eq(ps_model_evaluate(m, x, y, N, &a, &ca, pa), 0);
@@ -321,7 +325,7 @@ Test(model, params_start_at_the_tables_values_and_bad_arguments_are_refused)
     int c;
 
     build(cnn_text, (ps_act_shape){3, {C_IN, HW, HW}}, CLASSES, &d, &t);
-    cr_assert_eq(ps_model_init(&m, &d, &t, MAX_B, 0), 0);
+    cr_assert_eq(ps_model_init(&m, &ps_backend_cpu_ops, NULL, &d, &t, MAX_B, 0), 0);
     for (int i = 0; i < t.n_tensors; i++) {
         ps_model_spec_init_values(&t, i, 0, t.tensors[i].numel, want);
         cr_assert_eq(memcmp(ps_model_param(m, i), want, t.tensors[i].numel * sizeof(float)), 0);
@@ -331,14 +335,199 @@ Test(model, params_start_at_the_tables_values_and_bad_arguments_are_refused)
     y[1] = CLASSES;
     cr_assert_eq(ps_model_train_step(m, x, y, 2, 0, &loss, &c), -EINVAL, "label >= classes");
     cr_assert_eq(ps_model_evaluate(m, x, y, 0, &loss, &c, NULL), -EINVAL);
+    /* A finish needs a start, and reads its step once. */
+    cr_assert_eq(ps_model_train_finish(m, &loss, &c), -EINVAL);
+    y[1] = 0;
+    cr_assert_eq(ps_model_train_start(m, x, y, 2, 0), 0);
+    cr_assert_eq(ps_model_train_finish(m, &loss, &c), 0);
+    cr_assert_eq(ps_model_train_finish(m, &loss, &c), -EINVAL);
     ps_model_free(m);
     ps_model_free(NULL);
 
     cr_assert_eq(ps_model_desc_parse(&unresolved, cnn_text, "t", err, sizeof(err)), 0);
-    cr_assert_eq(ps_model_init(&m, &unresolved, &t, MAX_B, 0), -EINVAL);
+    cr_assert_eq(ps_model_init(&m, &ps_backend_cpu_ops, NULL, &unresolved, &t, MAX_B, 0), -EINVAL);
     cr_assert_null(m);
-    cr_assert_eq(ps_model_init(&m, &d, &t, 0, 0), -EINVAL);
+    cr_assert_eq(ps_model_init(&m, &ps_backend_cpu_ops, NULL, &d, &t, 0, 0), -EINVAL);
     t.tensors[2].numel--; /* a table that is not this model's */
-    cr_assert_eq(ps_model_init(&m, &d, &t, MAX_B, 0), -EINVAL);
+    cr_assert_eq(ps_model_init(&m, &ps_backend_cpu_ops, NULL, &d, &t, MAX_B, 0), -EINVAL);
     cr_assert_null(m);
+}
+
+/* ---- the executor computes only through its table ------------------------ */
+
+/* How often each entry of the CPU table was called through the counting
+ * table below. */
+enum {
+    N_ALLOC,
+    N_WRITE,
+    N_READ,
+    N_ZERO,
+    N_DENSE_F,
+    N_DENSE_B,
+    N_CONV_F,
+    N_CONV_B,
+    N_POOL_F,
+    N_POOL_B,
+    N_RELU_F,
+    N_RELU_B,
+    N_DROP_F,
+    N_DROP_B,
+    N_XENT,
+    N_PREDICT,
+    N_KINDS
+};
+static int counts[N_KINDS];
+static const ps_model_ops *cpu = &ps_backend_cpu_ops;
+
+static void *c_alloc(void *d, size_t n)
+{
+    counts[N_ALLOC]++;
+    return cpu->alloc(d, n);
+}
+static int c_write(void *d, void *dst, const void *src, size_t n)
+{
+    counts[N_WRITE]++;
+    return cpu->write(d, dst, src, n);
+}
+static int c_read(void *d, void *dst, const void *src, size_t n)
+{
+    counts[N_READ]++;
+    return cpu->read(d, dst, src, n);
+}
+static int c_zero(void *d, void *p, size_t n)
+{
+    counts[N_ZERO]++;
+    return cpu->zero(d, p, n);
+}
+static int c_dense_f(void *d, const ps_dense *g, int B, const float *x, const float *w,
+                     const float *b, float *y, float *ws)
+{
+    counts[N_DENSE_F]++;
+    return cpu->dense_forward(d, g, B, x, w, b, y, ws);
+}
+static int c_dense_b(void *d, const ps_dense *g, int B, const float *x, const float *w,
+                     const float *dy, float *dx, float *dw, float *db, float *ws)
+{
+    counts[N_DENSE_B]++;
+    return cpu->dense_backward(d, g, B, x, w, dy, dx, dw, db, ws);
+}
+static int c_conv_f(void *d, const ps_conv2d *g, int B, const float *x, const float *w,
+                    const float *b, float *y, float *ws)
+{
+    counts[N_CONV_F]++;
+    return cpu->conv2d_forward(d, g, B, x, w, b, y, ws);
+}
+static int c_conv_b(void *d, const ps_conv2d *g, int B, const float *x, const float *w,
+                    const float *dy, float *dx, float *dw, float *db, float *ws)
+{
+    counts[N_CONV_B]++;
+    return cpu->conv2d_backward(d, g, B, x, w, dy, dx, dw, db, ws);
+}
+static int c_pool_f(void *d, const ps_maxpool2d *g, int B, const float *x, float *y, int32_t *a)
+{
+    counts[N_POOL_F]++;
+    return cpu->maxpool2d_forward(d, g, B, x, y, a);
+}
+static int c_pool_b(void *d, const ps_maxpool2d *g, int B, const float *dy, const int32_t *a,
+                    float *dx)
+{
+    counts[N_POOL_B]++;
+    return cpu->maxpool2d_backward(d, g, B, dy, a, dx);
+}
+static int c_relu_f(void *d, size_t n, const float *x, float *y)
+{
+    counts[N_RELU_F]++;
+    return cpu->relu_forward(d, n, x, y);
+}
+static int c_relu_b(void *d, size_t n, const float *y, const float *dy, float *dx)
+{
+    counts[N_RELU_B]++;
+    return cpu->relu_backward(d, n, y, dy, dx);
+}
+static int c_drop_f(void *d, const ps_dropout *g, uint64_t s, int t, size_t n, const float *x,
+                    float *y)
+{
+    counts[N_DROP_F]++;
+    return cpu->dropout_forward(d, g, s, t, n, x, y);
+}
+static int c_drop_b(void *d, const ps_dropout *g, uint64_t s, int t, size_t n, const float *dy,
+                    float *dx)
+{
+    counts[N_DROP_B]++;
+    return cpu->dropout_backward(d, g, s, t, n, dy, dx);
+}
+static int c_xent(void *d, int B, int C, const float *l, const uint8_t *y, float *dl, float *rows,
+                  ps_model_totals *t)
+{
+    counts[N_XENT]++;
+    return cpu->softmax_xent(d, B, C, l, y, dl, rows, t);
+}
+static int c_predict(void *d, int B, int C, const float *l, uint8_t *p)
+{
+    counts[N_PREDICT]++;
+    return cpu->predict(d, B, C, l, p);
+}
+
+Test(model, computes_only_through_its_table)
+{
+    ps_model_ops counting = ps_backend_cpu_ops;
+    ps_model_desc d;
+    ps_model_spec t;
+    ps_model *ref, *m;
+    float x[MAX_B * IN_N], lr, lm;
+    uint8_t y[MAX_B], pr[MAX_B], pm[MAX_B];
+    int cr, cm;
+
+    counting.alloc = c_alloc, counting.write = c_write, counting.read = c_read;
+    counting.zero = c_zero, counting.dense_forward = c_dense_f;
+    counting.dense_backward = c_dense_b, counting.conv2d_forward = c_conv_f;
+    counting.conv2d_backward = c_conv_b, counting.maxpool2d_forward = c_pool_f;
+    counting.maxpool2d_backward = c_pool_b, counting.relu_forward = c_relu_f;
+    counting.relu_backward = c_relu_b, counting.dropout_forward = c_drop_f;
+    counting.dropout_backward = c_drop_b, counting.softmax_xent = c_xent;
+    counting.predict = c_predict;
+    rng_state = 12;
+    ref = make_cnn(&d, &t, cnn_text);
+    cr_assert_eq(ps_model_init(&m, &counting, NULL, &d, &t, MAX_B, 11), 0);
+    cr_assert_gt(counts[N_ALLOC], 2 * t.n_tensors, "every buffer from the table");
+    cr_assert_eq(counts[N_WRITE], t.n_tensors, "initial values written through the table");
+    for (int i = 0; i < t.n_tensors; i++)
+        memcpy(ps_model_param(m, i), ps_model_param(ref, i), t.tensors[i].numel * sizeof(float));
+    random_batch(x, y, MAX_B);
+
+    memset(counts, 0, sizeof(counts));
+    cr_assert_eq(ps_model_train_step(ref, x, y, MAX_B, 3, &lr, &cr), 0);
+    cr_assert_eq(ps_model_train_step(m, x, y, MAX_B, 3, &lm, &cm), 0);
+    cr_assert_eq(lr, lm);
+    cr_assert_eq(cr, cm);
+    for (int i = 0; i < t.n_tensors; i++)
+        cr_assert_eq(
+            memcmp(ps_model_grad(m, i), ps_model_grad(ref, i), t.tensors[i].numel * sizeof(float)),
+            0, "gradient of %s", t.tensors[i].name);
+    /* cnn_text: one conv2d, one max-pool, two dense, two ReLUs, one
+     * dropout, the loss, and the totals cleared and read once. */
+    cr_assert_eq(counts[N_CONV_F], 1);
+    cr_assert_eq(counts[N_CONV_B], 1);
+    cr_assert_eq(counts[N_POOL_F], 1);
+    cr_assert_eq(counts[N_POOL_B], 1);
+    cr_assert_eq(counts[N_DENSE_F], 2);
+    cr_assert_eq(counts[N_DENSE_B], 2);
+    cr_assert_eq(counts[N_RELU_F], 2);
+    cr_assert_eq(counts[N_RELU_B], 2);
+    cr_assert_eq(counts[N_DROP_F], 1);
+    cr_assert_eq(counts[N_DROP_B], 1);
+    cr_assert_eq(counts[N_XENT], 1);
+    cr_assert_eq(counts[N_ZERO], 1);
+    cr_assert_eq(counts[N_READ], 1);
+    cr_assert_eq(counts[N_ALLOC], 0, "a step allocates nothing");
+
+    memset(counts, 0, sizeof(counts));
+    cr_assert_eq(ps_model_evaluate(ref, x, y, MAX_B, &lr, &cr, pr), 0);
+    cr_assert_eq(ps_model_evaluate(m, x, y, MAX_B, &lm, &cm, pm), 0);
+    cr_assert_eq(lr, lm);
+    cr_assert_eq(memcmp(pr, pm, MAX_B), 0);
+    cr_assert_eq(counts[N_PREDICT], 1);
+    cr_assert_eq(counts[N_CONV_B] + counts[N_DENSE_B], 0, "evaluation runs no backward");
+    ps_model_free(m);
+    ps_model_free(ref);
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_ops.h"
 #include "dataset.h"
 #include "flags.h"
 #include "job_options.h"
@@ -46,7 +47,7 @@ static int ps__evaluate(const ps_saved_model *sm, const ps_dataset *ds, const ch
     uint8_t *labels = NULL, *pred = NULL;
     int correct, rc;
 
-    rc = ps_model_init(&m, &sm->desc, &sm->table, PS__EVAL_BATCH, 0);
+    rc = ps_model_init(&m, &ps_backend_cpu_ops, NULL, &sm->desc, &sm->table, PS__EVAL_BATCH, 0);
     if (rc < 0) {
         fprintf(stderr, "shardps-eval: cannot build the model: %s\n", strerror(-rc));
         return rc;
