@@ -19,9 +19,8 @@
  * was computed on.
  *
  * Training begins (pulls are answered) once all `world` ranks are present (a
- * rank that left before counts as never having said hello) and the tensors
- * are filled, so every run sees the same sequence of barriers whatever the
- * start-up order. */
+ * rank that left before counts as never having said hello), so every run
+ * sees the same sequence of barriers whatever the start-up order. */
 #ifndef PS_KV_SERVER_H
 #define PS_KV_SERVER_H
 

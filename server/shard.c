@@ -148,6 +148,8 @@ void ps_shard_accumulate(ps_shard *s, int local, const float *g)
     float *restrict acc = c->accum;
     size_t n = c->desc.numel;
 
+    if (acc == NULL)
+        return;
     for (size_t i = 0; i < n; i++)
         acc[i] += g[i];
 }
@@ -160,6 +162,8 @@ int ps_shard_apply_accumulated(ps_shard *s, int local, int count, float lr)
     float inv = 1.0f / (float)count;
     int rc;
 
+    if (acc == NULL)
+        return -ENOMEM;
     if (count > 1)
         for (size_t i = 0; i < n; i++)
             acc[i] *= inv;
@@ -174,6 +178,8 @@ int ps_shard_apply_grad(ps_shard *s, int local, const float *g, float lr)
     ps_optimizer_config opt = s->opt;
     int rc;
 
+    if (c->weights == NULL)
+        return -ENOMEM;
     opt.lr = lr;
     rc = ps_optimizer_apply_checked(&opt, c->weights, c->state, g, c->desc.numel, c->updates + 1,
                                     &c->bounds);

@@ -28,8 +28,9 @@ void ps_shard_free(ps_shard *s);
  * the last two zeroed) and, with initial_values, the spec's initial values
  * (else the weights are to be written, by a restore). Touches that chunk
  * alone, so chunks may be filled on several threads at once. Returns 0 (also
- * when it was filled already) or -ENOMEM with nothing kept. Every other call
- * on a chunk needs it filled. */
+ * when it was filled already) or -ENOMEM with nothing kept. A chunk that is
+ * not filled takes no update (accumulating does nothing, applying returns
+ * -ENOMEM); reading its weights or state needs it filled. */
 int ps_shard_fill(ps_shard *s, int local, int initial_values);
 int ps_shard_filled(const ps_shard *s, int local);
 

@@ -13,9 +13,10 @@
  * - declared: a HELLO's table passed every check and is held: the partition
  *   is cut, nothing is filled, no memory is committed for its values. Its
  *   declarers are the live peers whose HELLO carried it.
- * - filling / filled: every rank has joined, so the job may be real; the
- *   chunks get their memory and initial values off the event loop, and
- *   training starts once all are filled.
+ * - filling / filled: every rank has joined, so the job may be real and
+ *   training starts; the chunks get their memory and initial values off the
+ *   event loop, first in each chunk's queue (a pull is answered, an update
+ *   applied, only after its chunks' fills).
  * - committed: a step has been applied (or the table came from a verified
  *   checkpoint). Only now may it be checkpointed, and from now on it is the
  *   job's for good: workers that leave are waited for, not forgotten.

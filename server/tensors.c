@@ -111,6 +111,8 @@ fail:
  * checkpoint), rather than on every update. */
 static void ps__note_applied(ps_kv_server *s)
 {
+    /* A step applied while other chunks were still filling commits the
+     * table once they all are. */
     if (s->life.state == PS_TABLE_FILLED && s->n_applied > s->applied_base)
         ps_table_life_step(&s->life, PS_TABLE_APPLIED);
 }
@@ -194,9 +196,9 @@ static void ps__fill_done(ps_apply_job *j)
         ps__table_event(s, PS_TABLE_CHECK_FAILED, why, 1);
     } else if (s->life.state == PS_TABLE_FILLING && --s->fills_left == 0) {
         ps__table_event(s, PS_TABLE_FILL_DONE, NULL, 1);
+        ps__note_applied(s);
         ps_info("the %d chunks of this server are filled (%.1f MiB)", s->n_local,
                 (double)ps_shard_memory_bytes(s->shard) / (1 << 20));
-        ps__maybe_start(s);
     }
     free(f);
 }
@@ -300,8 +302,11 @@ void ps__maybe_start(ps_kv_server *s)
 {
     if (s->started || s->joined < s->cfg.world || !ps_table_life_holds(&s->life))
         return;
+    /* The fills begin (a declared table) and are first in every chunk's
+     * queue: a pull is answered once they have run, an update runs after
+     * its chunk's. */
     ps__table_event(s, PS_TABLE_START, NULL, 0);
-    if (!ps_table_life_filled(&s->life))
+    if (!ps_table_life_holds(&s->life))
         return;
     s->started = 1;
     ps__fix_span(s);
