@@ -64,19 +64,21 @@ const char *ps_flag_words_text(const ps_flag *f, char *buf, size_t len)
     return buf;
 }
 
-/* origin is how the user gave the value: "--lr", "SHARDPS_LR", "c.ini:3: lr". */
-static int ps__flag_error(const char *prog, const char *origin, const char *fmt, const char *value,
-                          const ps_flag *f)
+/* Writes "origin: <fmt with value> (accepted: ...)" into err; origin is how
+ * the user gave the value: "--lr", "SHARDPS_LR", "c.ini:3: lr". */
+static int ps__flag_error(char *err, size_t len, const char *origin, const char *fmt,
+                          const char *value, const ps_flag *f)
 {
-    fprintf(stderr, "%s: %s: ", prog, origin);
-    fprintf(stderr, fmt, value);
-    if (f && (f->type == PS_FLAG_INT || f->type == PS_FLAG_DOUBLE)) {
-        char words[128];
-        fprintf(stderr, " (accepted: %.15g to %.15g%s)", f->min, f->max,
-                ps_flag_words_text(f, words, sizeof(words)));
-    } else if (f && f->type == PS_FLAG_CHOICE)
-        fprintf(stderr, " (accepted: %s)", f->choices);
-    fprintf(stderr, "; see %s --help\n", prog);
+    char what[256], words[128];
+
+    snprintf(what, sizeof(what), fmt, value);
+    if (f && (f->type == PS_FLAG_INT || f->type == PS_FLAG_DOUBLE))
+        snprintf(err, len, "%s: %s (accepted: %.15g to %.15g%s)", origin, what, f->min, f->max,
+                 ps_flag_words_text(f, words, sizeof(words)));
+    else if (f && f->type == PS_FLAG_CHOICE)
+        snprintf(err, len, "%s: %s (accepted: %s)", origin, what, f->choices);
+    else
+        snprintf(err, len, "%s: %s", origin, what);
     return -PS_EUSAGE;
 }
 
@@ -96,7 +98,8 @@ int ps_flag_in_list(const char *list, const char *v)
     return 0;
 }
 
-int ps_flag_set(const ps_flag *f, const char *value, const char *prog, const char *origin)
+int ps_flag_check_set(const ps_flag *f, const char *value, const char *origin, char *err,
+                      size_t len)
 {
     char *end, word[64];
     double d;
@@ -115,7 +118,7 @@ int ps_flag_set(const ps_flag *f, const char *value, const char *prog, const cha
             *(int *)f->dest = 0;
             return 0;
         }
-        return ps__flag_error(prog, origin,
+        return ps__flag_error(err, len, origin,
                               f->words
                                   ? "'%s' is not a boolean (1/0/true/false) nor one of its words"
                                   : "'%s' is not a boolean (1/0/true/false)",
@@ -125,7 +128,7 @@ int ps_flag_set(const ps_flag *f, const char *value, const char *prog, const cha
         return 0;
     case PS_FLAG_CHOICE:
         if (!ps_flag_in_list(f->choices, value))
-            return ps__flag_error(prog, origin, "'%s' is not a known value", value, f);
+            return ps__flag_error(err, len, origin, "'%s' is not a known value", value, f);
         *(const char **)f->dest = value;
         return 0;
     case PS_FLAG_INT:
@@ -140,14 +143,14 @@ int ps_flag_set(const ps_flag *f, const char *value, const char *prog, const cha
         errno = 0;
         d = f->type == PS_FLAG_INT ? (double)strtoll(value, &end, 10) : strtod(value, &end);
         if (errno || end == value || *end != '\0' || !isfinite(d))
-            return ps__flag_error(prog, origin,
+            return ps__flag_error(err, len, origin,
                                   f->type == PS_FLAG_INT ? "'%s' is not an integer"
                                                          : "'%s' is not a number",
                                   value, f);
         /* A word's number is accepted as itself too ("-1" for "auto"). */
         if ((d < f->min || d > f->max) &&
             ps_flags_value_word(f->words, d, word, sizeof(word)) == NULL)
-            return ps__flag_error(prog, origin, "'%s' is out of range", value, f);
+            return ps__flag_error(err, len, origin, "'%s' is out of range", value, f);
         if (f->type == PS_FLAG_INT)
             *(int *)f->dest = (int)d;
         else
@@ -155,6 +158,16 @@ int ps_flag_set(const ps_flag *f, const char *value, const char *prog, const cha
         return 0;
     }
     return -PS_EUSAGE;
+}
+
+int ps_flag_set(const ps_flag *f, const char *value, const char *prog, const char *origin)
+{
+    char err[512];
+    int rc = ps_flag_check_set(f, value, origin, err, sizeof(err));
+
+    if (rc < 0)
+        fprintf(stderr, "%s: %s; see %s --help\n", prog, err, prog);
+    return rc;
 }
 
 /* "staleness" -> "SHARDPS_STALENESS", "chunk-bytes" -> "SHARDPS_CHUNK_BYTES". */

@@ -38,9 +38,14 @@ typedef struct {
 
 /* Sets f's variable from value (NULL: a switch given without one). STRING
  * and CHOICE variables point at value itself, so it must outlive them.
- * Returns 0, or -PS_EUSAGE after one line to stderr: "prog: origin: 'v' is
- * out of range (accepted: 0 to 1000); see prog --help", where origin says how
- * the user gave it ("--lr", "SHARDPS_LR", "c.ini:3: lr"). */
+ * Returns 0, or -PS_EUSAGE with the reason in err (cut to len): "origin: 'v'
+ * is out of range (accepted: 0 to 1000)", where origin says how the user gave
+ * it ("--lr", "SHARDPS_LR", "c.ini:3: lr", "option lr"); nothing is printed,
+ * so a library can keep the sentence for its caller. */
+int ps_flag_check_set(const ps_flag *f, const char *value, const char *origin, char *err,
+                      size_t len);
+/* ps_flag_check_set for a program: the reason goes to stderr as one line,
+ * "prog: <reason>; see prog --help". */
 int ps_flag_set(const ps_flag *f, const char *value, const char *prog, const char *origin);
 
 /* The index of the option called name in flags[0..n), or -ENOENT. */

@@ -11,6 +11,8 @@
 #define PS__S PS_JOB_SERVER
 #define PS__W PS_JOB_WORKER
 #define PS__L PS_JOB_LAUNCHER
+#define PS__C PS_JOB_LIBRARY
+#define PS__E PS_JOB_EVAL
 
 typedef struct {
     const char *name;
@@ -26,6 +28,8 @@ typedef struct {
 } ps__job_option;
 
 #define PS__AT(member) offsetof(ps_job_options, member)
+#define PS__STR2(x)    #x
+#define PS__STR(x)     PS__STR2(x)
 
 /* A new option that more than one program takes goes here, and nowhere else. */
 static const ps__job_option ps__table[] = {
@@ -42,7 +46,7 @@ static const ps__job_option ps__table[] = {
      0, 1000000, NULL, NULL, "cluster", 2, NULL, PS__S | PS__W | PS__L, 1},
     {"auth-token-file", PS_FLAG_STRING, PS__AT(auth_token_file), "FILE",
      "servers and workers prove to each other that they hold this shared secret", 0, 0, NULL, NULL,
-     "cluster", 0, NULL, PS__S | PS__W | PS__L, 0},
+     "cluster", 0, NULL, PS__S | PS__W | PS__L | PS__C, 0},
     /* [model] */
     {"model", PS_FLAG_STRING, PS__AT(model), "FILE",
      "the model file (docs/model.md, e.g. models/cnn.model); input shape and classes come from "
@@ -56,10 +60,10 @@ static const ps__job_option ps__table[] = {
      "--model",
      0, 0, NULL, NULL, "model", 0, "256,128", PS__W | PS__L, 0},
     {"seed", PS_FLAG_INT, PS__AT(seed), "N", "seed for the initial weights and the data order", 0,
-     2147483647, NULL, NULL, "model", 1, NULL, PS__S | PS__W | PS__L, 1},
+     2147483647, NULL, NULL, "model", 1, NULL, PS__S | PS__W | PS__L | PS__C, 1},
     {"chunk-bytes", PS_FLAG_DOUBLE, PS__AT(chunk_bytes), "BYTES",
      "largest chunk a tensor is cut into", 4, 1 << 30, NULL, NULL, "model", PS_DEFAULT_CHUNK_BYTES,
-     NULL, PS__S | PS__W | PS__L, 1},
+     NULL, PS__S | PS__W | PS__L | PS__C, 1},
     /* [optimizer] */
     {"optimizer", PS_FLAG_CHOICE, PS__AT(optimizer), "NAME", "the servers' update rule", 0, 0,
      "sgd|nesterov|adam|adamw|adagrad", NULL, "optimizer", 0, "adam", PS__S | PS__W | PS__L, 1},
@@ -78,7 +82,7 @@ static const ps__job_option ps__table[] = {
      PS__S | PS__W | PS__L, 1},
     {"total-steps", PS_FLAG_INT, PS__AT(total_steps), "N",
      "steps a cosine schedule spans (0: as planned by the workers)", 0, 2147483647, NULL, NULL,
-     "optimizer", 0, NULL, PS__S | PS__W | PS__L, 1},
+     "optimizer", 0, NULL, PS__S | PS__W | PS__L | PS__C, 1},
     {"lr-step-size", PS_FLAG_INT, PS__AT(lr_step_size), "N",
      "step schedule: multiply the rate by --lr-gamma every N steps", 0, 2147483647, NULL, NULL,
      "optimizer", 0, NULL, PS__S | PS__W | PS__L, 1},
@@ -107,13 +111,20 @@ static const ps__job_option ps__table[] = {
     /* How workers train. */
     {"batch", PS_FLAG_INT, PS__AT(batch), "B", "samples per step on each worker", 1, 65536, NULL,
      NULL, NULL, 64, NULL, PS__W | PS__L, 0},
-    {"epochs", PS_FLAG_INT, PS__AT(epochs), "E", "passes over the training data", 1, 100000, NULL,
-     NULL, NULL, 10, NULL, PS__W | PS__L, 0},
-    {"steps", PS_FLAG_INT, PS__AT(steps), "N", "stop after N steps in all (0: run every epoch)", 0,
-     2147483647, NULL, NULL, NULL, 0, NULL, PS__W | PS__L, 0},
-    {"data-dir", PS_FLAG_STRING, PS__AT(data_dir), "DIR",
+    {"epochs", PS_FLAG_INT, PS__AT(epochs), "E",
+     "passes over the training data (auto: " PS__STR(
+         PS_DEFAULT_EPOCHS) ", or as many as --steps "
+                            "takes; with --steps too, the run ends at whichever comes first)",
+     1, 100000, NULL, "auto=0", NULL, 0, NULL, PS__W | PS__L, 0},
+    {"steps", PS_FLAG_INT, PS__AT(steps), "N",
+     "run exactly N steps in all, however many epochs that takes (0: by --epochs)", 0, 2147483647,
+     NULL, NULL, NULL, 0, NULL, PS__W | PS__L, 0},
+    {"data", PS_FLAG_STRING, PS__AT(data), "DIR",
      "folder with the data: IDX or .npy files (docs/data.md)", 0, 0, NULL, NULL, NULL, 0,
-     PS_DEFAULT_DATA_DIR, PS__W | PS__L, 0},
+     PS_DEFAULT_DATA_DIR, PS__W | PS__L | PS__E, 0},
+    /* An alias: a row whose member an earlier row sets (never handed on). */
+    {"data-dir", PS_FLAG_STRING, PS__AT(data), "DIR", "the older name of --data", 0, 0, NULL, NULL,
+     NULL, 0, PS_DEFAULT_DATA_DIR, PS__W | PS__L | PS__E, 0},
     {"device", PS_FLAG_CHOICE, PS__AT(device), "DEV",
      "where workers compute: auto (CUDA if a usable GPU is present, else CPU), cpu, cuda", 0, 0,
      "auto|cpu|cuda", NULL, NULL, 0, "auto", PS__W | PS__L, 0},
@@ -127,7 +138,7 @@ static const ps__job_option ps__table[] = {
     {"compress", PS_FLAG_CHOICE, PS__AT(compress), "KIND",
      "how pushes carry gradients: none (float32), fp16 (IEEE half) or bf16 (bfloat16): the "
      "last two halve the bytes; the servers accumulate in float32",
-     0, 0, "none|fp16|bf16", NULL, NULL, 0, "none", PS__W | PS__L, 0},
+     0, 0, "none|fp16|bf16", NULL, NULL, 0, "none", PS__W | PS__L | PS__C, 0},
     {"clip-norm", PS_FLAG_DOUBLE, PS__AT(clip_norm), "NORM",
      "scale each tensor's gradient to at most this L2 norm", 0, 1e9, NULL, "off=0", NULL, 0, NULL,
      PS__W | PS__L, 0},
@@ -170,17 +181,17 @@ static const ps__job_option ps__table[] = {
      0, 2147483647, NULL, "off=0", NULL, 20, NULL, PS__W | PS__L, 0},
     {"connect-timeout", PS_FLAG_DOUBLE, PS__AT(connect_timeout), "SECONDS",
      "how long a worker keeps trying to reach the servers", 0, 86400, NULL, NULL, NULL, 30, NULL,
-     PS__W | PS__L, 0},
+     PS__W | PS__L | PS__C, 0},
     {"request-timeout", PS_FLAG_DOUBLE, PS__AT(request_timeout), "SECONDS",
      "a worker gives up on a server that owes it an answer this long (auto: 3 of the servers' "
      "heartbeat timeouts, or 30 s without one)",
-     0, 86400, NULL, "auto=0", NULL, 0, NULL, PS__W | PS__L, 0},
+     0, 86400, NULL, "auto=0", NULL, 0, NULL, PS__W | PS__L | PS__C, 0},
     {"max-reconnects", PS_FLAG_INT, PS__AT(max_reconnects), "N",
      "a worker rejoins the job at most N times after losing a server", 0, 1000000, NULL, NULL, NULL,
      10, NULL, PS__W | PS__L, 0},
     {"max-payload", PS_FLAG_DOUBLE, PS__AT(max_payload), "BYTES", "largest frame payload accepted",
      1024, 1ull << 40, NULL, NULL, NULL, (double)PS_DEFAULT_MAX_PAYLOAD, NULL,
-     PS__S | PS__W | PS__L, 0},
+     PS__S | PS__W | PS__L | PS__C, 0},
     {"max-model-bytes", PS_FLAG_DOUBLE, PS__AT(max_model_bytes), "BYTES",
      "a server refuses a declared tensor table of more float32 bytes in all", 4, 1ull << 50, NULL,
      NULL, NULL, (double)(4ull << 30), NULL, PS__S | PS__L, 0},
@@ -206,6 +217,15 @@ static const ps__job_option ps__table[] = {
 static void *ps__member(const ps_job_options *o, const ps__job_option *d)
 {
     return (char *)o + d->offset;
+}
+
+/* Whether row i is another name for a member an earlier row sets. */
+static int ps__is_alias(int i)
+{
+    for (int j = 0; j < i; j++)
+        if (ps__table[j].offset == ps__table[i].offset)
+            return 1;
+    return 0;
 }
 
 void ps_job_options_defaults(ps_job_options *o)
@@ -297,7 +317,7 @@ int ps_job_options_argv(const ps_job_options *o, unsigned from, unsigned to, cha
         const ps__job_option *d = &ps__table[i];
         int w;
 
-        if ((d->programs & from) == 0 || (d->programs & to) == 0)
+        if ((d->programs & from) == 0 || (d->programs & to) == 0 || ps__is_alias(i))
             continue;
         /* An unset path stays unset: "" would be a path. */
         if ((d->type == PS_FLAG_STRING || d->type == PS_FLAG_CHOICE) &&

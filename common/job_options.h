@@ -28,10 +28,17 @@
 /* --restore auto: resume from this job's newest checkpoint if there is one. */
 #define PS_RESTORE_AUTO 2
 
-/* Which programs take an option; a mask of these. */
+/* Passes over the data when neither --epochs nor --steps says otherwise. */
+#define PS_DEFAULT_EPOCHS 10
+
+/* Which programs take an option; a mask of these. The library
+ * (shardps_set_option) and shardps-eval take a few job options too, checked
+ * by the same rows. */
 #define PS_JOB_SERVER   1u
 #define PS_JOB_WORKER   2u
 #define PS_JOB_LAUNCHER 4u
+#define PS_JOB_LIBRARY  8u
+#define PS_JOB_EVAL     16u
 
 /* The values of every job option. STRING and CHOICE members point into
  * argv, the environment, a cluster file's values (ps_flags_ctx) or the
@@ -59,8 +66,9 @@ typedef struct {
     int sync_quorum, staleness_damping, apply_threads, reject_nonfinite;
     double apply_pool_min_bytes;
     /* How workers train. */
-    int batch, epochs, steps, eval_every, progress_every, tf32;
-    const char *data_dir, *device, *compress, *precision;
+    int batch, steps, eval_every, progress_every, tf32;
+    int epochs; /* 0: auto (PS_DEFAULT_EPOCHS, or as many as steps takes) */
+    const char *data, *device, *compress, *precision;
     double clip_norm;
     /* Checkpoints. */
     const char *checkpoint_dir;
@@ -93,8 +101,10 @@ int ps_job_options_flags(ps_job_options *o, unsigned program, ps_flag *out, int 
 int ps_job_options_others(unsigned program, char *buf, size_t len);
 
 /* Formats "--name" "value" pairs (a switch as "--name=1" or "--name=0") for
- * every job option that both from and to take, for the launcher to start a
- * to-program child with what it was given. The texts go into buf, argv points
+ * every job option that both from and to take (by its name, not an alias's),
+ * for the launcher to start a to-program child with what it was given, or the
+ * trainer to hand the library its options. Numbers have 17 digits, so each
+ * reads back as the very double. The texts go into buf, argv points
  * into it; returns the number of argv entries, or -ENOSPC. */
 int ps_job_options_argv(const ps_job_options *o, unsigned from, unsigned to, char *buf, size_t len,
                         char **argv, int max_argv);

@@ -76,24 +76,28 @@ const char *shardps_strerror(int code);
  * Returns 0, -EINVAL (bad rank/world/address) or -ENOMEM. */
 int shardps_new(shardps **out, const char *const *servers, int n_servers, int rank, int world);
 
-/* Sets an option before shardps_connect; value is text (copied):
+/* Sets an option before shardps_connect; value is text (copied). The job
+ * options are checked by the same table as shardps-worker's flags of the
+ * same names (bounds, defaults and words as its --help shows them):
  *   auth-token-file PATH   prove to the servers we share this secret
  *   seed N                 the initial weights' seed of declared tensors (default 1)
  *   chunk-bytes N          the job's chunk size (default 1048576); a joiner too
  *                          must give the job's, or the servers refuse it
  *   connect-timeout S      keep trying to reach the servers, and joining, to
  *                          find the tensors declared (default 30)
- *   request-timeout S      a server owing an answer this long fails (0: auto)
- *   total-steps N          the steps this worker plans: no clock past it is
- *                          believed; with job-settings given, the servers'
- *                          cosine schedule spans the most any rank plans
- *                          (without, it is theirs: --total-steps)
+ *   request-timeout S      a server owing an answer this long fails (0 or auto: auto)
+ *   total-steps N          the steps this worker plans, at most 2^31-1: no
+ *                          clock past it is believed; with job-settings given,
+ *                          the servers' cosine schedule spans the most any
+ *                          rank plans (without, it is theirs: --total-steps)
  *   compress none|fp16|bf16  how gradients travel
  *   max-payload N          the largest frame accepted
+ * and the library's own:
  *   job-settings TEXT      the job settings a shardps-worker sends
  *   log-level debug|info|warn|error|none   the library's lines on stderr
- * Returns 0, -EINVAL (unknown name, bad value; see shardps_last_error) or
- * -EBUSY (already connected). */
+ * Returns 0, -EINVAL (unknown name, bad value; see shardps_last_error: "option
+ * seed: '-1' is out of range (accepted: 0 to 2147483647)") or -EBUSY (already
+ * connected). */
 int shardps_set_option(shardps *h, const char *name, const char *value);
 
 /* Declares the next tensor of the table: name (at most 31 bytes), shape

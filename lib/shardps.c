@@ -10,7 +10,9 @@
 #include <string.h>
 
 #include "auth.h"
+#include "flag_table.h"
 #include "frame.h"
+#include "job_options.h"
 #include "kv_client.h"
 #include "model_spec.h"
 #include "partition.h"
@@ -28,8 +30,16 @@ _Static_assert(SHARDPS_INIT_ZERO == PS_INIT_ZERO && SHARDPS_INIT_HE_UNIFORM == P
 #define PS__MAX_SERVERS 4096
 #define PS__ADDR_MAX    256
 
+/* Room for the rows of the job options the library takes. */
+#define PS__MAX_OPTIONS 16
+
 struct shardps {
     ps_kv_client_config cfg;
+    /* The job options the library takes (PS_JOB_LIBRARY), checked and set
+     * through their rows of the one table; cfg is built from them. */
+    ps_job_options opts;
+    ps_flag options[PS__MAX_OPTIONS];
+    int n_options;
     ps_kv_client *kv; /* NULL until connected */
     char **servers;   /* owned copies; cfg.servers points here */
     uint8_t auth_key[PS_AUTH_KEY_BYTES];
@@ -84,6 +94,45 @@ const char *shardps_last_error(const shardps *h)
     return h ? h->error : ps__new_error;
 }
 
+/* The client's numbers from the job options the handle holds: one place,
+ * after every option set (the texts, the auth token file and compress, are
+ * taken the moment they are set). */
+static void ps__client_config(shardps *h)
+{
+    h->cfg.spec.seed = (uint64_t)h->opts.seed;
+    h->cfg.chunk_bytes = (size_t)h->opts.chunk_bytes;
+    h->cfg.max_payload = (size_t)h->opts.max_payload;
+    h->cfg.connect_timeout_s = h->opts.connect_timeout;
+    h->cfg.request_timeout_s = h->opts.request_timeout;
+    h->cfg.total_steps = (uint64_t)h->opts.total_steps;
+}
+
+/* A text option just set through its row: taken now, since value is only
+ * borrowed. Returns 0 or a negative code with the sentence. */
+static int ps__take_text(shardps *h, const char *name, const char *value)
+{
+    static const char *const names[] = {"none", "fp16", "bf16"};
+    static const ps_compress kinds[] = {PS_COMPRESS_NONE, PS_COMPRESS_FP16, PS_COMPRESS_BF16};
+    char why[512];
+    int loose = 0, rc;
+
+    if (strcmp(name, "compress") == 0) {
+        for (int i = 0; i < 3; i++)
+            if (strcmp(value, names[i]) == 0)
+                h->cfg.compress = kinds[i];
+        h->opts.compress = NULL;
+        return 0;
+    }
+    h->opts.auth_token_file = NULL;
+    rc = ps_auth_load_key(value, h->auth_key, &loose, why, sizeof(why));
+    if (rc < 0)
+        return ps__err(h, rc, "option auth-token-file: %s", why);
+    if (loose)
+        ps_warn("%s is readable by other users; chmod 600 it", value);
+    h->cfg.auth_key = h->auth_key;
+    return 0;
+}
+
 int shardps_new(shardps **out, const char *const *servers, int n_servers, int rank, int world)
 {
     shardps *h;
@@ -115,10 +164,11 @@ int shardps_new(shardps **out, const char *const *servers, int n_servers, int ra
     h->cfg.n_servers = n_servers;
     h->cfg.rank = rank;
     h->cfg.world = world;
-    h->cfg.chunk_bytes = PS_DEFAULT_CHUNK_BYTES;
-    h->cfg.max_payload = PS_DEFAULT_MAX_PAYLOAD;
-    h->cfg.connect_timeout_s = 30;
-    h->cfg.spec.seed = 1;
+    ps_job_options_defaults(&h->opts);
+    h->n_options = ps_job_options_flags(&h->opts, PS_JOB_LIBRARY, h->options, PS__MAX_OPTIONS);
+    if (h->n_options < 0)
+        goto fail;
+    ps__client_config(h);
     *out = h;
     return 0;
 fail:
@@ -126,20 +176,6 @@ fail:
         h->cfg.n_servers = n_servers;
     shardps_abandon(h);
     return ps__err(NULL, -ENOMEM, "shardps_new: out of memory");
-}
-
-/* value as a number in [lo, hi]. */
-static int ps__number(shardps *h, const char *name, const char *value, double lo, double hi,
-                      double *out)
-{
-    char *end;
-
-    errno = 0;
-    *out = strtod(value, &end);
-    if (errno || end == value || *end != '\0' || !(*out >= lo && *out <= hi))
-        return ps__err(h, -EINVAL, "option %s: '%s' is not a number in %g..%g", name, value, lo,
-                       hi);
-    return 0;
 }
 
 static int ps__log_level(shardps *h, const char *value)
@@ -161,8 +197,9 @@ static int ps__log_level(shardps *h, const char *value)
 
 int shardps_set_option(shardps *h, const char *name, const char *value)
 {
-    double v;
-    int rc;
+    char origin[64];
+    const ps_flag *f;
+    int i;
 
     if (h == NULL)
         return -EINVAL;
@@ -170,27 +207,7 @@ int shardps_set_option(shardps *h, const char *name, const char *value)
         return ps__err(h, -EINVAL, "shardps_set_option: name or value is NULL");
     if (h->kv)
         return ps__err(h, -EBUSY, "option %s: set options before shardps_connect", name);
-    if (strcmp(name, "auth-token-file") == 0) {
-        char why[512];
-        int loose = 0;
-        rc = ps_auth_load_key(value, h->auth_key, &loose, why, sizeof(why));
-        if (rc < 0)
-            return ps__err(h, rc, "option auth-token-file: %s", why);
-        if (loose)
-            ps_warn("%s is readable by other users; chmod 600 it", value);
-        h->cfg.auth_key = h->auth_key;
-        return 0;
-    }
-    if (strcmp(name, "compress") == 0) {
-        static const char *const names[] = {"none", "fp16", "bf16"};
-        static const ps_compress kinds[] = {PS_COMPRESS_NONE, PS_COMPRESS_FP16, PS_COMPRESS_BF16};
-        for (int i = 0; i < 3; i++)
-            if (strcmp(value, names[i]) == 0) {
-                h->cfg.compress = kinds[i];
-                return 0;
-            }
-        return ps__err(h, -EINVAL, "option compress: '%s' is not none, fp16 or bf16", value);
-    }
+    /* The library's own two; every other option is a job option. */
     if (strcmp(name, "job-settings") == 0) {
         char *copy = strdup(value);
         if (copy == NULL)
@@ -202,36 +219,19 @@ int shardps_set_option(shardps *h, const char *name, const char *value)
     }
     if (strcmp(name, "log-level") == 0)
         return ps__log_level(h, value);
-    if (strcmp(name, "seed") == 0) {
-        if (h->declared)
-            return ps__err(h, -EBUSY, "option seed: set it before declaring the tensors");
-        rc = ps__number(h, name, value, 0, 2147483647, &v);
-        if (rc == 0)
-            h->cfg.spec.seed = (uint64_t)v;
-    } else if (strcmp(name, "chunk-bytes") == 0) {
-        rc = ps__number(h, name, value, 4, 1 << 30, &v);
-        if (rc == 0)
-            h->cfg.chunk_bytes = (size_t)v;
-    } else if (strcmp(name, "connect-timeout") == 0) {
-        rc = ps__number(h, name, value, 0, 86400, &v);
-        if (rc == 0)
-            h->cfg.connect_timeout_s = v;
-    } else if (strcmp(name, "request-timeout") == 0) {
-        rc = ps__number(h, name, value, 0, 86400, &v);
-        if (rc == 0)
-            h->cfg.request_timeout_s = v;
-    } else if (strcmp(name, "total-steps") == 0) {
-        rc = ps__number(h, name, value, 0, 9007199254740992.0, &v);
-        if (rc == 0)
-            h->cfg.total_steps = (uint64_t)v;
-    } else if (strcmp(name, "max-payload") == 0) {
-        rc = ps__number(h, name, value, 1024, 1099511627776.0, &v);
-        if (rc == 0)
-            h->cfg.max_payload = (size_t)v;
-    } else {
-        rc = ps__err(h, -EINVAL, "unknown option '%s'", name);
-    }
-    return rc;
+    i = ps_flag_find(h->options, h->n_options, name);
+    if (i < 0)
+        return ps__err(h, -EINVAL, "unknown option '%s'", name);
+    f = &h->options[i];
+    if (strcmp(name, "seed") == 0 && h->declared)
+        return ps__err(h, -EBUSY, "option seed: set it before declaring the tensors");
+    snprintf(origin, sizeof(origin), "option %s", name);
+    if (ps_flag_check_set(f, value, origin, h->error, sizeof(h->error)) < 0)
+        return -EINVAL;
+    if (f->type == PS_FLAG_STRING || f->type == PS_FLAG_CHOICE)
+        return ps__take_text(h, name, value);
+    ps__client_config(h);
+    return 0;
 }
 
 int shardps_declare_mlp(shardps *h, const int *sizes, int n_sizes)

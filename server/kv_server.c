@@ -419,7 +419,6 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
     s->cfg = *cfg;
     s->done = done;
     s->done_arg = arg;
-    s->cfg.lr.base_lr = cfg->opt.lr;
     s->total_steps = cfg->lr.total_steps;
     s->max_connections = cfg->max_connections > 0 ? cfg->max_connections : 2 * cfg->world + 16;
     s->handshake_timeout_ms =

@@ -55,7 +55,7 @@ typedef struct {
     int reject_nonfinite;  /* drop pushes holding NaN or Inf (counted, logged) */
     int pool_updates;      /* large chunks' updates on libuv's thread pool; 0: all on the loop */
     size_t pool_min_bytes; /* with pool_updates: chunks from this size go to the pool */
-    ps_lr_schedule lr;     /* shape of the rate over steps; base_lr is opt.lr */
+    ps_lr_schedule lr;     /* the rate over steps, from base_lr (--lr); opt.lr is unused */
     const char *checkpoint_dir;    /* NULL: no checkpoints (borrowed, must outlive s) */
     uint32_t checkpoint_every;     /* steps between checkpoints; 0 = not by steps */
     double checkpoint_seconds;     /* seconds between checkpoints; 0 = not by time */

@@ -21,7 +21,7 @@ typedef enum {
 
 typedef struct {
     ps_optimizer_kind kind;
-    float lr;
+    float lr; /* this update's rate: the server's schedule (lr_schedule.h) gives it per step */
     float momentum;     /* SGD, Nesterov */
     float weight_decay; /* L2 added to the gradient; decoupled for AdamW */
     float beta1, beta2; /* Adam, AdamW */

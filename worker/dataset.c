@@ -35,7 +35,7 @@
 #define PS__IDX_MAX_DIMS 4
 #define PS__PIXEL_MEAN   0.2860f
 #define PS__PIXEL_STD    0.3530f
-#define PS__HINT         "; check the file or --data-dir"
+#define PS__HINT         "; check the file or --data"
 /* gzread takes an unsigned count; large bodies are read in pieces this big. */
 #define PS__READ_CHUNK (1u << 30)
 
@@ -513,6 +513,7 @@ static int ps__class_names(ps_dataset *ds, const char *dir, char *err, size_t er
     if (names < 1 || names > PS_DATASET_MAX_CLASSES)
         return ps__fail(-PS_EFORMAT, err, errlen, "%s: %d class names; 1..%d are supported", path,
                         names, PS_DATASET_MAX_CLASSES);
+    ds->named_classes = 1;
     if (ds->classes > names)
         return ps__fail(-PS_EFORMAT, err, errlen,
                         "%s names %d classes but the labels go up to %d" PS__HINT, path, names,
@@ -525,9 +526,18 @@ int ps_dataset_load_dir(ps_dataset *ds, const char *dir, int train, char *err, s
 {
     const char *split = train ? "train" : "t10k", *npy = train ? "train" : "test";
     char samples[PATH_MAX], labels[PATH_MAX], npx[PATH_MAX], npl[PATH_MAX];
+    struct stat st;
     int rc;
 
     memset(ds, 0, sizeof(*ds));
+    /* A folder that is not there is the mistake, not its first file. */
+    if (stat(dir, &st) < 0) {
+        int e = errno;
+        return ps__fail(-e, err, errlen, "--data %s: %s", dir,
+                        e == ENOENT ? "no such folder" : strerror(e));
+    }
+    if (!S_ISDIR(st.st_mode))
+        return ps__fail(-ENOTDIR, err, errlen, "--data %s: not a folder", dir);
     if (ps__pick(samples, sizeof(samples), dir, split, "images-idx3-ubyte") ||
         ps__pick(labels, sizeof(labels), dir, split, "labels-idx1-ubyte") ||
         snprintf(npx, sizeof(npx), "%s/%s_x.npy", dir, npy) >= (int)sizeof(npx) ||

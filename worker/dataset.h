@@ -23,8 +23,9 @@ typedef struct {
     ps_act_shape shape;
     int features; /* values per sample, the product of shape */
     /* Labels are 0..classes-1: the largest label + 1, or the number of names
-     * in the directory's classes.txt when it has one. */
+     * in the directory's classes.txt when it has one (named_classes). */
     int classes;
+    int named_classes;
     /* Float32 samples are used as given (values); uint8 ones (pixels) are
      * normalised when gathered. Exactly one of the two is set. */
     int is_float;

@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +24,8 @@
 
 struct ps_trainer {
     ps_trainer_config cfg;
-    ps_model_spec spec; /* the tensor table cfg.desc resolves to on this data */
+    const ps_job_options *job; /* cfg.job */
+    const ps_model_spec *spec; /* the tensor table: cfg.plan's model on this data */
     ps_backend *be;
     shardps *ps; /* the job's client, include/shardps.h */
     ps_dataset train, test;
@@ -36,6 +36,7 @@ struct ps_trainer {
     float *params[PS_MAX_TENSORS];
     const float *grads[PS_MAX_TENSORS];
     ps_train_metrics tm;
+    int eval; /* rank 0 evaluates on the test set */
     int steps_per_epoch;
     uint64_t start, total; /* the clock we joined at, and the last step */
     int push_rc;           /* the first push error of this step (ps__push_layer) */
@@ -93,7 +94,7 @@ static int ps__evaluate(ps_trainer *t, uint64_t step, double *acc_out, int repor
 static int ps__dump_weights(ps_trainer *t)
 {
     const char *path = t->cfg.dump_weights;
-    const ps_model_spec *spec = &t->spec;
+    const ps_model_spec *spec = t->spec;
     FILE *f = fopen(path, "wb");
     int rc = 0;
 
@@ -158,7 +159,7 @@ static uint64_t ps__step_after_pull(const ps_trainer *t, uint64_t clock)
 /* Pulls the weights of clock into the backend and waits for them. */
 static int ps__pull(ps_trainer *t, uint64_t clock)
 {
-    int rc = shardps_pull(t->ps, clock, t->params, t->spec.n_tensors);
+    int rc = shardps_pull(t->ps, clock, t->params, t->spec->n_tensors);
 
     if (rc == 0)
         rc = shardps_wait(t->ps);
@@ -173,13 +174,14 @@ static int ps__save_model(ps_trainer *t)
     char err[512];
     int rc;
 
-    for (int i = 0; i < t->spec.n_tensors; i++)
+    for (int i = 0; i < t->spec->n_tensors; i++)
         tensors[i] = ps_backend_params(t->be, i);
-    rc = ps_model_file_write(t->cfg.save_model, &t->cfg.desc, &t->spec, tensors, err, sizeof(err));
+    rc = ps_model_file_write(t->job->save_model, &t->cfg.plan->desc, t->spec, tensors, err,
+                             sizeof(err));
     if (rc < 0)
         ps_error("cannot write --save-model: %s", err);
     else
-        ps_info("saved the trained model to %s", t->cfg.save_model);
+        ps_info("saved the trained model to %s", t->job->save_model);
     return rc;
 }
 
@@ -192,7 +194,7 @@ static void ps__push_layer(void *arg, int first, int count)
     ps_trainer *t = arg;
 
     for (int i = first + count - 1; i >= first && t->push_rc == 0; i--)
-        t->push_rc = shardps_push(t->ps, i, t->grads[i], t->spec.tensors[i].numel);
+        t->push_rc = shardps_push(t->ps, i, t->grads[i], t->spec->tensors[i].numel);
     if (t->push_rc == 0)
         t->push_rc = shardps_progress(t->ps);
 }
@@ -241,81 +243,59 @@ static int ps__load_test_set(ps_trainer *t, int features)
     return 0;
 }
 
-/* Loads both splits (the class count is the larger of theirs, the same on
- * every worker whether it evaluates or not) and resolves the model against
- * the data's sample shape and class count. */
-static int ps__load_data(ps_trainer *t)
+/* Takes over the splits the job check read (the class count is the larger
+ * of theirs, the same on every worker whether it evaluates or not) and sizes
+ * the buffers; the check resolved the model against them and planned the
+ * steps. */
+static int ps__take_data(ps_trainer *t)
 {
-    const ps_trainer_config *o = &t->cfg;
-    char err[512];
-    int features, rc;
+    const ps_job_plan *plan = t->cfg.plan;
+    int features;
 
-    rc = ps_dataset_load_dir(&t->train, o->data_dir, 1, err, sizeof(err));
-    if (rc == 0)
-        rc = ps_dataset_load_dir(&t->test, o->data_dir, 0, err, sizeof(err));
-    if (rc == 0)
-        rc = ps_dataset_match(&t->train, &t->test, err, sizeof(err));
-    if (rc == 0)
-        rc = ps_model_desc_resolve(&t->cfg.desc, &t->train.shape, t->train.classes,
-                                   (uint64_t)o->seed, &t->spec, err, sizeof(err));
-    if (rc < 0) {
-        ps_error("%s", err);
-        return rc;
-    }
+    t->train = t->cfg.data->train;
+    t->test = t->cfg.data->test;
+    memset(&t->cfg.data->train, 0, sizeof(t->cfg.data->train));
+    memset(&t->cfg.data->test, 0, sizeof(t->cfg.data->test));
     features = t->train.features;
-    t->steps_per_epoch = t->train.n / (o->batch * o->workers);
-    if (t->steps_per_epoch == 0) {
-        ps_error("--batch %d x %d workers exceeds the %d training samples; use a smaller batch",
-                 o->batch, o->workers, t->train.n);
-        return -EINVAL;
-    }
-    t->total = (uint64_t)t->steps_per_epoch * (uint64_t)o->epochs;
-    if (o->steps > 0 && (uint64_t)o->steps < t->total)
-        t->total = (uint64_t)o->steps;
+    t->steps_per_epoch = plan->steps_per_epoch;
+    t->total = plan->total_steps;
     t->order = malloc((size_t)t->train.n * sizeof(uint32_t));
     if (t->order == NULL)
         return -ENOMEM;
-    return o->eval ? ps__load_test_set(t, features) : 0;
+    return t->eval ? ps__load_test_set(t, features) : 0;
 }
 
-/* One option of the client, as the text shardps_set_option takes. */
-__attribute__((format(printf, 3, 4))) static int ps__option(ps_trainer *t, const char *name,
-                                                            const char *fmt, ...)
+/* Hands the library every job option it takes, by walking the job table
+ * (the texts parse back to the very values), then what this worker plans. */
+static int ps__client_options(ps_trainer *t)
 {
-    char value[64];
-    va_list ap;
+    char text[2048], *argv[32], total[32];
+    int n = ps_job_options_argv(t->job, PS_JOB_WORKER, PS_JOB_LIBRARY, text, sizeof(text), argv,
+                                (int)(sizeof(argv) / sizeof(argv[0])));
+    int rc = n < 0 ? n : 0;
 
-    va_start(ap, fmt);
-    vsnprintf(value, sizeof(value), fmt, ap);
-    va_end(ap);
-    return shardps_set_option(t->ps, name, value);
+    for (int i = 0; rc == 0 && i + 1 < n; i += 2)
+        rc = shardps_set_option(t->ps, argv[i] + 2, argv[i + 1]);
+    /* The steps this worker plans: the servers' cosine spans them unless
+     * --total-steps says otherwise. */
+    snprintf(total, sizeof(total), "%" PRIu64, t->total);
+    if (rc == 0)
+        rc = shardps_set_option(t->ps, "total-steps", total);
+    if (rc == 0)
+        rc = shardps_set_option(t->ps, "job-settings", t->cfg.plan->settings);
+    return rc;
 }
 
 static int ps__setup_client(ps_trainer *t)
 {
-    const ps_trainer_config *o = &t->cfg;
-    int rc = shardps_new(&t->ps, o->servers, o->n_servers, o->rank, o->workers);
+    const ps_job_plan *plan = t->cfg.plan;
+    int rc = shardps_new(&t->ps, ps_server_list_entries(plan->servers), plan->num_servers,
+                         t->cfg.rank, t->job->workers);
 
     if (rc == 0)
-        rc = ps__option(t, "seed", "%" PRIu64, t->spec.seed);
-    if (rc == 0)
-        rc = ps__option(t, "chunk-bytes", "%zu", o->chunk_bytes);
-    if (rc == 0)
-        rc = ps__option(t, "max-payload", "%zu", o->max_payload);
-    if (rc == 0)
-        rc = ps__option(t, "connect-timeout", "%.17g", o->connect_timeout);
-    if (rc == 0)
-        rc = ps__option(t, "request-timeout", "%.17g", o->request_timeout);
-    if (rc == 0)
-        rc = ps__option(t, "total-steps", "%" PRIu64, t->total);
-    if (rc == 0 && o->compress)
-        rc = shardps_set_option(t->ps, "compress", o->compress);
-    if (rc == 0 && o->job_settings)
-        rc = shardps_set_option(t->ps, "job-settings", o->job_settings);
-    if (rc == 0 && o->auth_token_file)
-        rc = shardps_set_option(t->ps, "auth-token-file", o->auth_token_file);
-    for (int i = 0; rc == 0 && i < t->spec.n_tensors; i++) {
-        const ps_tensor_spec *ts = &t->spec.tensors[i];
+        rc = ps__client_options(t);
+    for (int i = 0; rc == 0 && i < t->spec->n_tensors; i++) {
+        const ps_tensor_spec *ts = &t->spec->tensors[i];
         int64_t shape[PS_MAX_DIMS];
         for (int d = 0; d < ts->ndim; d++)
             shape[d] = ts->shape[d];
@@ -338,37 +318,46 @@ int ps_trainer_init(ps_trainer **out, const ps_trainer_config *cfg)
 {
     ps_trainer *t = calloc(1, sizeof(*t));
     ps_backend_config bc;
+    char length[160];
     int rc;
 
     *out = NULL;
     if (t == NULL)
         return -ENOMEM;
     t->cfg = *cfg;
+    t->job = cfg->job;
+    t->spec = &cfg->plan->spec;
+    t->eval = cfg->rank == 0 && !cfg->no_eval;
     memset(&bc, 0, sizeof(bc));
-    rc = ps_backend_parse_device(cfg->device, &bc.device);
-    if (rc == 0 && cfg->precision)
-        rc = ps_backend_parse_precision(cfg->precision, &bc.precision);
+    rc = ps_backend_parse_device(t->job->device, &bc.device);
+    if (rc == 0 && t->job->precision)
+        rc = ps_backend_parse_precision(t->job->precision, &bc.precision);
     if (rc < 0)
         goto fail;
-    /* The data first: the model's shape follows from it. */
-    rc = ps__load_data(t);
+    rc = ps__take_data(t);
     if (rc < 0)
         goto fail;
-    bc.max_batch = cfg->batch > 256 ? cfg->batch : 256;
-    bc.tf32 = cfg->tf32;
+    bc.max_batch = t->job->batch > 256 ? t->job->batch : 256;
+    bc.tf32 = t->job->tf32;
     bc.threads = cfg->threads;
     bc.device_index = cfg->rank;
-    bc.clip_norm = cfg->clip_norm;
-    bc.narrow_bf16 = cfg->compress && strcmp(cfg->compress, "bf16") == 0;
+    bc.clip_norm = t->job->clip_norm;
+    bc.narrow_bf16 = t->job->compress && strcmp(t->job->compress, "bf16") == 0;
     /* Each worker its own dropout masks, repeatable from the job's seed. */
-    bc.dropout_seed = ((uint64_t)cfg->seed << 32) ^ ((uint64_t)cfg->rank * 0x9E3779B97F4A7C15ull);
-    rc = ps_backend_init(&t->be, &t->cfg.desc, &t->spec, &bc);
+    bc.dropout_seed =
+        ((uint64_t)t->job->seed << 32) ^ ((uint64_t)cfg->rank * 0x9E3779B97F4A7C15ull);
+    rc = ps_backend_init(&t->be, &cfg->plan->desc, t->spec, &bc);
     if (rc < 0)
         goto fail;
+    /* The first line says where it computes; then what it learns from. */
     ps_info("compute on %s", ps_backend_describe(t->be));
+    ps_info("data: %s: %s", t->job->data,
+            ps_job_data_describe(&cfg->plan->data, length, sizeof(length)));
+    if (cfg->plan->data.notes[0])
+        ps_warn("data: %s", cfg->plan->data.notes);
     t->batch_x = ps_backend_batch_x(t->be);
     t->batch_y = ps_backend_batch_y(t->be);
-    for (int i = 0; i < t->spec.n_tensors; i++) {
+    for (int i = 0; i < t->spec->n_tensors; i++) {
         t->params[i] = ps_backend_params(t->be, i);
         t->grads[i] = ps_backend_grads(t->be, i);
     }
@@ -380,9 +369,10 @@ int ps_trainer_init(ps_trainer **out, const ps_trainer_config *cfg)
     if (cfg->slow_ms == 0)
         ps_backend_on_layer_grads(t->be, ps__push_layer, t);
     ps_info("connected to %d server%s; %d steps per epoch of %d x %d samples, starting at step "
-            "%" PRIu64 " of %" PRIu64,
-            cfg->n_servers, cfg->n_servers == 1 ? "" : "s", t->steps_per_epoch, cfg->workers,
-            cfg->batch, t->start, t->total);
+            "%" PRIu64 " of %" PRIu64 " (%s)",
+            cfg->plan->num_servers, cfg->plan->num_servers == 1 ? "" : "s", t->steps_per_epoch,
+            t->job->workers, t->job->batch, t->start, t->total,
+            ps_job_plan_length(t->job, cfg->plan, length, sizeof(length)));
     ps__report(t, &(ps_report){.kind = PS_REPORT_START,
                                .u.start = {t->start, t->total, t->steps_per_epoch}});
     rc = ps_train_metrics_open(&t->tm, cfg->metrics_file, cfg->rank, t->steps_per_epoch);
@@ -401,9 +391,10 @@ fail:
 /* The first sample of this worker's slice of global batch clock. */
 static size_t ps__first_sample(const ps_trainer *t, uint64_t clock)
 {
-    return (size_t)(clock % (uint64_t)t->steps_per_epoch) * (size_t)t->cfg.workers *
-               (size_t)t->cfg.batch +
-           (size_t)t->cfg.rank * (size_t)t->cfg.batch;
+    size_t batch = (size_t)t->job->batch;
+
+    return (size_t)(clock % (uint64_t)t->steps_per_epoch) * (size_t)t->job->workers * batch +
+           (size_t)t->cfg.rank * batch;
 }
 
 /* The figures of one progress interval. */
@@ -421,7 +412,8 @@ static void ps__progress(ps_trainer *t, ps__interval *iv, int epoch, uint64_t st
     const ps_trainer_config *o = &t->cfg;
     shardps_stats ks;
     double now = ps_clock_now();
-    double sps = (double)(iv->steps_done - iv->steps_done_before) * o->batch / (now - iv->last_t);
+    double sps =
+        (double)(iv->steps_done - iv->steps_done_before) * t->job->batch / (now - iv->last_t);
     double stale;
 
     shardps_stats_get(t->ps, &ks);
@@ -430,8 +422,8 @@ static void ps__progress(ps_trainer *t, ps__interval *iv, int epoch, uint64_t st
     if (o->report_fd < 0)
         ps_info("epoch %d/%d step %" PRIu64 "/%" PRIu64 " loss %.4f %.0f samples/s "
                 "staleness mean %.2f max %" PRIu64,
-                epoch + 1, o->epochs, step, t->total, iv->loss_sum / iv->loss_n, sps, stale,
-                ks.staleness_max);
+                epoch + 1, t->cfg.plan->epochs, step, t->total, iv->loss_sum / iv->loss_n, sps,
+                stale, ks.staleness_max);
     ps__report(t,
                &(ps_report){.kind = PS_REPORT_PROGRESS,
                             .u.progress = {epoch + 1, step, t->total, iv->loss_sum / iv->loss_n,
@@ -449,7 +441,6 @@ static void ps__progress(ps_trainer *t, ps__interval *iv, int epoch, uint64_t st
  * has returned). Returns 0 or -ERANGE after one error line. */
 static int ps__check_divergence(ps_trainer *t, uint64_t step, float loss)
 {
-    const ps_trainer_config *o = &t->cfg;
     shardps_stats ks;
     uint64_t acked, rejected;
 
@@ -467,7 +458,7 @@ static int ps__check_divergence(ps_trainer *t, uint64_t step, float loss)
     if (acked == 0)
         return 0;
     t->rejected_steps = rejected == acked ? t->rejected_steps + 1 : 0;
-    if (o->max_rejected_steps > 0 && t->rejected_steps >= o->max_rejected_steps) {
+    if (t->job->max_rejected_steps > 0 && t->rejected_steps >= t->job->max_rejected_steps) {
         ps_error("the servers refused every chunk this worker pushed for %d steps in a row "
                  "(NaN/Inf or over --max-grad-norm), up to step %" PRIu64
                  "; stopping (--max-rejected-steps)",
@@ -496,10 +487,9 @@ static void ps__report_step(ps_trainer *t, uint64_t step)
 
 static void ps__done(ps_trainer *t, const ps__interval *iv, double t0, double acc)
 {
-    const ps_trainer_config *o = &t->cfg;
     shardps_stats ks;
     double secs = ps_clock_now() - t0;
-    double samples = (double)iv->steps_done * o->batch;
+    double samples = (double)iv->steps_done * t->job->batch;
 
     shardps_stats_get(t->ps, &ks);
     ps_train_metrics_close(&t->tm, t->total, &ks);
@@ -515,6 +505,7 @@ static void ps__done(ps_trainer *t, const ps__interval *iv, double t0, double ac
 int ps_trainer_run(ps_trainer *t)
 {
     const ps_trainer_config *o = &t->cfg;
+    const ps_job_options *j = t->job;
     ps__interval iv = {0};
     int rc, epoch = -1, reconnects = 0, stop;
     uint64_t clock;
@@ -530,7 +521,7 @@ int ps_trainer_run(ps_trainer *t)
         if (rc < 0) {
             /* The connection to a server was lost: rejoin at the job's current
              * clock, or give up if it cannot be reached again. */
-            if (!ps__is_connection_loss(rc) || ++reconnects > o->max_reconnects)
+            if (!ps__is_connection_loss(rc) || ++reconnects > j->max_reconnects)
                 break;
             /* Asked to stop: the servers going away is most likely part of
              * the same shutdown (a launcher's death signals every process),
@@ -541,7 +532,7 @@ int ps_trainer_run(ps_trainer *t)
                 return -EINTR;
             }
             ps_warn("reconnecting to the servers (attempt %d of %d)", reconnects,
-                    o->max_reconnects);
+                    j->max_reconnects);
             rc = ps__reconnect(t, &clock);
             if (rc == 0)
                 rc = ps__pull(t, clock);
@@ -553,20 +544,20 @@ int ps_trainer_run(ps_trainer *t)
             e = (int)(clock / (uint64_t)t->steps_per_epoch);
         }
         if (e != epoch) {
-            if (o->eval && clock > t->start && (rc = ps__evaluate(t, clock, &acc, 1)) < 0)
+            if (t->eval && clock > t->start && (rc = ps__evaluate(t, clock, &acc, 1)) < 0)
                 break;
             epoch = e;
-            ps_dataset_epoch_order((uint64_t)o->seed, epoch, t->train.n, t->order);
-        } else if (o->eval && o->eval_every > 0 && clock > t->start &&
-                   clock % (uint64_t)o->eval_every == 0 &&
+            ps_dataset_epoch_order((uint64_t)j->seed, epoch, t->train.n, t->order);
+        } else if (t->eval && j->eval_every > 0 && clock > t->start &&
+                   clock % (uint64_t)j->eval_every == 0 &&
                    (rc = ps__evaluate(t, clock, &acc, 0)) < 0) {
             break;
         }
         t_step = ps_clock_now();
-        ps_dataset_gather(&t->train, t->order + ps__first_sample(t, clock), o->batch, t->batch_x,
+        ps_dataset_gather(&t->train, t->order + ps__first_sample(t, clock), j->batch, t->batch_x,
                           t->batch_y);
         t->push_rc = 0;
-        rc = ps_backend_train_step(t->be, t->batch_x, t->batch_y, o->batch, clock, &loss, &correct);
+        rc = ps_backend_train_step(t->be, t->batch_x, t->batch_y, j->batch, clock, &loss, &correct);
         if (rc < 0)
             break;
         if (o->slow_ms > 0) {
@@ -575,8 +566,8 @@ int ps_trainer_run(ps_trainer *t)
             ps_info("step %" PRIu64 ": holding the pushes %d ms (--slow-ms)", clock + 1,
                     o->slow_ms);
             ps__slow_down(o->slow_ms);
-            for (int i = t->spec.n_tensors - 1; i >= 0 && t->push_rc == 0; i--)
-                t->push_rc = shardps_push(t->ps, i, t->grads[i], t->spec.tensors[i].numel);
+            for (int i = t->spec->n_tensors - 1; i >= 0 && t->push_rc == 0; i--)
+                t->push_rc = shardps_push(t->ps, i, t->grads[i], t->spec->tensors[i].numel);
         }
         t_exchange = ps_clock_now();
         iv.loss_sum += loss;
@@ -591,7 +582,7 @@ int ps_trainer_run(ps_trainer *t)
             break;
         iv.steps_done++;
         ps_train_metrics_step(&t->tm, t_exchange - t_step, ps_clock_now() - t_exchange, loss,
-                              correct, o->batch);
+                              correct, j->batch);
         /* Sync with backup workers: the step may have been applied without
          * us; the pull brought newer weights, so skip to where they are. */
         clock = ps__step_after_pull(t, clock + 1) - 1;
@@ -601,7 +592,7 @@ int ps_trainer_run(ps_trainer *t)
          * boundary, which the other workers reach too, not at this one,
          * which they may have passed already. */
         stop = o->stop ? *o->stop : 0;
-        if ((clock + 1) % (uint64_t)o->progress_every == 0 || clock + 1 >= t->total)
+        if ((clock + 1) % (uint64_t)j->progress_every == 0 || clock + 1 >= t->total)
             ps__progress(t, &iv, epoch, clock + 1);
         ps__report_step(t, clock + 1);
         if (stop) {
@@ -613,11 +604,11 @@ int ps_trainer_run(ps_trainer *t)
     }
     if (rc < 0)
         return rc;
-    if (o->eval && (rc = ps__evaluate(t, t->total, &acc, 1)) < 0)
+    if (t->eval && (rc = ps__evaluate(t, t->total, &acc, 1)) < 0)
         return rc;
     if (o->dump_weights && (rc = ps__dump_weights(t)) < 0)
         return rc;
-    if (o->save_model && o->rank == 0 && (rc = ps__save_model(t)) < 0)
+    if (j->save_model && o->rank == 0 && (rc = ps__save_model(t)) < 0)
         return rc;
     t->finished = 1;
     ps__done(t, &iv, t0, acc);

@@ -20,66 +20,52 @@
 
 #include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 
-#include "model_desc.h"
+#include "job_check.h"
+#include "job_data.h"
+#include "job_options.h"
 
+/* The most --report-steps a worker takes. */
+#define PS_TRAINER_MAX_REPORT_STEPS 16
+
+/* What the trainer runs: the checked job, and this worker's own options.
+ * shardps-worker's flag table writes the own options straight into it, so
+ * nothing is copied by hand from one struct into another. */
 typedef struct {
-    /* The model, parsed but not resolved (copied): the trainer resolves it
-     * against the data's sample shape and class count, which gives the
-     * tensor table the servers are told in the handshake. */
-    ps_model_desc desc;
-    /* "host:port" in server-index order; the array and strings are borrowed
-     * until ps_trainer_free. */
-    const char *const *servers;
-    int n_servers;
-    int rank, workers, seed;
-    int batch;  /* samples per step on this worker */
-    int epochs; /* passes over the data */
-    int steps;  /* stop after this many steps in all (0: every epoch) */
-    /* The strings below are borrowed until ps_trainer_free; NULL: not used. */
-    const char *data_dir;        /* the data (dataset.h) */
-    const char *device;          /* "auto", "cpu" or "cuda" */
-    const char *dump_weights;    /* write the final weights here */
-    const char *save_model;      /* rank 0: write the trained model here (model_file.h) */
-    const char *metrics_file;    /* JSON lines, see train_metrics.h */
-    const char *auth_token_file; /* shared secret with the servers */
-    int tf32;                    /* CUDA: TF32 matrix products */
-    const char *precision;       /* "fp32" or "bf16" (CUDA only); NULL: fp32 */
-    int threads;                 /* CPU: BLAS threads (0: the library's default) */
-    int eval;                    /* evaluate on the test set (rank 0) */
-    int eval_every;              /* also every N steps (0: once per epoch) */
-    int report_fd;               /* the launcher's pipe (-1: log progress instead) */
-    int progress_every;          /* a progress report every N steps */
+    /* The job's options and what ps_job_check worked out from them (the
+     * servers, the model resolved against the data, the steps to run);
+     * both borrowed until ps_trainer_free. */
+    const ps_job_options *job;
+    const ps_job_plan *plan;
+    /* The splits the check read; ps_trainer_init takes them over (they are
+     * left zeroed here, freed with the trainer), so the data are read once. */
+    ps_job_datasets *data;
+    int rank;
+    int threads;   /* CPU: BLAS threads (0: the library's default) */
+    int no_eval;   /* rank 0 skips the test-set evaluations */
+    int report_fd; /* the launcher's pipe (-1: log progress instead) */
+    int slow_ms;   /* wait this long every step (straggler experiments) */
+    /* Borrowed until ps_trainer_free; NULL: not written. */
+    const char *dump_weights; /* the final weights, raw float32 */
+    const char *metrics_file; /* JSON lines, see train_metrics.h */
     /* Steps to report the moment they are reached (the launcher's fault
-     * drills), ascending; borrowed until ps_trainer_free. */
-    const uint64_t *report_steps;
+     * drills), ascending. */
+    uint64_t report_steps[PS_TRAINER_MAX_REPORT_STEPS];
     int n_report_steps;
-    int slow_ms;        /* wait this long every step (straggler experiments) */
-    int max_reconnects; /* rejoin at most this many times */
-    /* Stop once every chunk we pushed was refused for this many steps in a
-     * row (0: never); a NaN or infinite loss stops the run at once. */
-    int max_rejected_steps;
     /* Set (to the signal's number) by a SIGTERM/SIGINT handler: the run
      * stops at the end of the step in progress, so every server is left at
      * the same step boundary, where its checkpoint resumes exactly.
      * Borrowed; NULL: never. */
     volatile sig_atomic_t *stop;
-    double clip_norm; /* per-tensor L2 clip (0: off) */
-    size_t chunk_bytes, max_payload;
-    double connect_timeout; /* seconds to keep trying to reach the servers */
-    double request_timeout; /* seconds a server may owe an answer (0: from its heartbeats) */
-    const char *compress;   /* "none", "fp16" or "bf16" (borrowed) */
-    /* The job's settings for the servers to compare (ps_job_settings_format);
-     * borrowed until ps_trainer_free; NULL: none sent. */
-    const char *job_settings;
 } ps_trainer_config;
 
 typedef struct ps_trainer ps_trainer;
 
-/* Loads the data (every split: the class count is the largest label of
- * both), resolves the model against it, sets up the backend and joins the
- * job. Returns 0 or a negative code, having logged why;
- * -PS_EREJECTED when a server refused us (the caller may log its own side). */
+/* Takes over the data, sets up the backend and joins the job (cfg is
+ * copied; what it points to is borrowed, see above). Returns 0 or a negative
+ * code, having logged why; -PS_EREJECTED when a server refused us (the
+ * caller may log its own side). */
 int ps_trainer_init(ps_trainer **out, const ps_trainer_config *cfg);
 
 /* Trains to the planned step, evaluates, writes --dump-weights, --save-model

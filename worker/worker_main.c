@@ -1,6 +1,7 @@
 /* shardps-worker: one worker of a data-parallel job. main() reads the
- * options and hands them to the training loop (trainer.h), which does the
- * work. */
+ * options, has the job checked (job_check.h: the rules, the files, the data
+ * read and the model built on them; --check stops there) and hands the
+ * checked job to the training loop (trainer.h), which does the work. */
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -10,15 +11,13 @@
 
 #include "flags.h"
 #include "flags_help.h"
+#include "job_check.h"
+#include "job_data.h"
 #include "job_options.h"
-#include "model_desc.h"
 #include "ps_error.h"
 #include "ps_log.h"
 #include "parent_watch.h"
-#include "server_list.h"
 #include "trainer.h"
-
-#define PS__MAX_REPORT_STEPS 16
 
 /* The signal that asked this worker to stop, for the trainer to see at the
  * end of its step; 0: none. */
@@ -49,15 +48,6 @@ static void ps__catch_stop_signals(void)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
 }
-
-/* The worker's own options; the job's are in a ps_job_options. */
-typedef struct {
-    const char *dump_weights, *metrics_file;
-    int rank, threads, report_fd, no_eval, slow_ms;
-    const char *report_steps; /* --report-steps, parsed into steps_to_report */
-    uint64_t steps_to_report[PS__MAX_REPORT_STEPS];
-    int n_steps_to_report;
-} ps__worker_opts;
 
 /* --report-steps "20,50": ascending step numbers, at most max of them.
  * Returns the count or -EINVAL. */
@@ -101,63 +91,11 @@ static void ps__log_own_side(const ps_flags_ctx *ctx, const ps_job_options *o, i
              ps_flags_describe_origin(ctx, "chunk-bytes", from[4], sizeof(from[4])));
 }
 
-/* The model without --model: --hidden's MLP as a model description, so the
- * worker has one way to build a model. */
-static int ps__hidden_desc(const char *hidden, ps_model_desc *desc, char *err, size_t errlen)
+/* Trains with the checked job; the trainer takes the data over. */
+static int ps__train(const ps_trainer_config *tc)
 {
-    int sizes[PS_MAX_LAYERS], nh = ps_model_spec_parse_sizes(hidden, sizes, PS_MAX_LAYERS - 1);
-    char source[sizeof(desc->source)];
-
-    if (nh < 0) {
-        snprintf(err, errlen, "--hidden '%s' is not a list of positive sizes like 256,128", hidden);
-        return -EINVAL;
-    }
-    snprintf(source, sizeof(source), "--hidden %s", hidden);
-    return ps_model_desc_mlp(desc, sizes, nh, source, err, errlen);
-}
-
-static int ps__train(const ps_job_options *j, const ps__worker_opts *o, const ps_model_desc *desc,
-                     const ps_server_list *sl, const char *settings)
-{
-    ps_trainer_config tc = {
-        .desc = *desc,
-        .servers = ps_server_list_entries(sl),
-        .n_servers = ps_server_list_count(sl),
-        .rank = o->rank,
-        .workers = j->workers,
-        .seed = j->seed,
-        .batch = j->batch,
-        .epochs = j->epochs,
-        .steps = j->steps,
-        .data_dir = j->data_dir,
-        .device = j->device,
-        .dump_weights = o->dump_weights,
-        .save_model = j->save_model,
-        .metrics_file = o->metrics_file,
-        .auth_token_file = j->auth_token_file,
-        .tf32 = j->tf32,
-        .precision = j->precision,
-        .threads = o->threads,
-        .eval = o->rank == 0 && !o->no_eval,
-        .eval_every = j->eval_every,
-        .report_fd = o->report_fd,
-        .progress_every = j->progress_every,
-        .report_steps = o->steps_to_report,
-        .n_report_steps = o->n_steps_to_report,
-        .slow_ms = o->slow_ms,
-        .max_reconnects = j->max_reconnects,
-        .max_rejected_steps = j->max_rejected_steps,
-        .stop = &ps__stop_signal,
-        .clip_norm = j->clip_norm,
-        .chunk_bytes = (size_t)j->chunk_bytes,
-        .max_payload = (size_t)j->max_payload,
-        .connect_timeout = j->connect_timeout,
-        .request_timeout = j->request_timeout,
-        .compress = j->compress,
-        .job_settings = settings,
-    };
     ps_trainer *t;
-    int rc = ps_trainer_init(&t, &tc);
+    int rc = ps_trainer_init(&t, tc);
 
     if (rc == 0)
         rc = ps_trainer_run(t);
@@ -172,46 +110,53 @@ int main(int argc, char **argv)
     static ps_job_options jo;
     static ps_flags_ctx ctx;
     static ps_flag flags[96];
-    static char settings[PS_JOB_SETTINGS_MAX];
-    ps__worker_opts o = {.report_fd = -1};
-    const char *cluster = NULL;
-    int print_config = 0, nflags, parent_pid = 0;
+    static ps_job_plan plan;
+    static ps_job_datasets data;
+    /* The worker's own options land straight in the trainer's config. */
+    static ps_trainer_config tc = {
+        .job = &jo, .plan = &plan, .data = &data, .report_fd = -1, .stop = &ps__stop_signal};
+    const char *cluster = NULL, *report_steps = NULL;
+    int print_config = 0, check = 0, nflags, parent_pid = 0;
     const ps_flag own[] = {
         {"cluster", PS_FLAG_STRING, &cluster, "FILE",
          "cluster file (INI) shared by the job's servers and workers; see docs/deploy.md", 0, 0,
          NULL, NULL, NULL},
-        {"rank", PS_FLAG_INT, &o.rank, "R", "this worker's rank, 0..workers-1", 0, 65535, NULL,
+        {"rank", PS_FLAG_INT, &tc.rank, "R", "this worker's rank, 0..workers-1", 0, 65535, NULL,
          NULL, NULL},
-        {"threads", PS_FLAG_INT, &o.threads, "N", "BLAS threads (0: OpenBLAS's default)", 0, 1024,
+        {"threads", PS_FLAG_INT, &tc.threads, "N", "BLAS threads (0: OpenBLAS's default)", 0, 1024,
          NULL, NULL, NULL},
-        {"no-eval", PS_FLAG_BOOL, &o.no_eval, NULL, "skip the test-set evaluation on rank 0", 0, 0,
+        {"no-eval", PS_FLAG_BOOL, &tc.no_eval, NULL, "skip the test-set evaluation on rank 0", 0, 0,
          NULL, NULL, NULL},
-        {"metrics-file", PS_FLAG_STRING, &o.metrics_file, "FILE",
+        {"metrics-file", PS_FLAG_STRING, &tc.metrics_file, "FILE",
          "write JSON lines of progress, time split and evaluations here", 0, 0, NULL, NULL, NULL},
-        {"dump-weights", PS_FLAG_STRING, &o.dump_weights, "FILE",
+        {"dump-weights", PS_FLAG_STRING, &tc.dump_weights, "FILE",
          "write the final weights (raw float32, tensor order) here", 0, 0, NULL, NULL, NULL},
-        {"report-fd", PS_FLAG_INT, &o.report_fd, "FD",
+        {"report-fd", PS_FLAG_INT, &tc.report_fd, "FD",
          "write JSON progress lines to this descriptor (used by shardps-cluster)", -1, 1 << 20,
          NULL, NULL, NULL},
         {"parent-pid", PS_FLAG_INT, &parent_pid, "PID",
          "exit when process PID, its parent, does (set by shardps-cluster)", 0, 2147483647, NULL,
          NULL, NULL},
-        {"report-steps", PS_FLAG_STRING, &o.report_steps, "N,N,...",
+        {"report-steps", PS_FLAG_STRING, &report_steps, "N,N,...",
          "with --report-fd: also report each of these steps the moment it is done (the "
          "launcher's fault drills)",
          0, 0, NULL, NULL, NULL},
-        {"slow-ms", PS_FLAG_INT, &o.slow_ms, "MS",
+        {"slow-ms", PS_FLAG_INT, &tc.slow_ms, "MS",
          "wait this long every step: an artificial straggler for experiments", 0, 3600000, NULL,
          NULL, NULL},
         {"print-config", PS_FLAG_BOOL, &print_config, NULL,
          "print the effective settings and where each came from, then exit", 0, 0, NULL, NULL,
          NULL},
+        {"check", PS_FLAG_BOOL, &check, NULL,
+         "check every option and the files they name as a run would (the data read, the model "
+         "built on it), start nothing, exit 0 if the worker would start (2 and the reason if "
+         "not)",
+         0, 0, NULL, NULL, NULL},
     };
     int n_own = (int)(sizeof(own) / sizeof(own[0])), max = (int)(sizeof(flags) / sizeof(flags[0]));
-    char rank_from[PATH_MAX + 64], workers_from[PATH_MAX + 64];
-    ps_server_list *sl;
-    ps_model_desc desc;
-    char role[32], err[512];
+    ps_job_process proc = {
+        .program = PS_JOB_WORKER, .flags = &ctx, .load_data = ps_job_data_load, .data_arg = &data};
+    char role[32], err[1024];
     int rc;
 
     /* A peer that resets while we write must cost a connection, not the
@@ -241,58 +186,37 @@ int main(int argc, char **argv)
         ps_flags_print_config(&ctx, stdout);
         return 0;
     }
-    if (o.rank >= jo.workers) {
+    if (report_steps && (tc.n_report_steps = ps__parse_steps(report_steps, tc.report_steps,
+                                                             PS_TRAINER_MAX_REPORT_STEPS)) < 0) {
         fprintf(stderr,
-                "shardps-worker: --rank %d must be below --workers %d (rank from %s, workers "
-                "from %s)\n",
-                o.rank, jo.workers,
-                ps_flags_describe_origin(&ctx, "rank", rank_from, sizeof(rank_from)),
-                ps_flags_describe_origin(&ctx, "workers", workers_from, sizeof(workers_from)));
+                "shardps-worker: --report-steps '%s' must be up to %d ascending step numbers, "
+                "e.g. 20,50\n",
+                report_steps, PS_TRAINER_MAX_REPORT_STEPS);
         return 2;
     }
-    /* --model decides the model; --hidden only when there is none (the
-     * launcher forwards every job option, --hidden included). */
-    rc = jo.model ? ps_model_desc_load(&desc, jo.model, err, sizeof(err))
-                  : ps__hidden_desc(jo.hidden, &desc, err, sizeof(err));
-    if (rc < 0) {
-        fprintf(stderr, "shardps-worker: %s\n", err);
-        return 2;
-    }
-    if (o.report_steps) {
-        o.n_steps_to_report =
-            ps__parse_steps(o.report_steps, o.steps_to_report, PS__MAX_REPORT_STEPS);
-        if (o.n_steps_to_report < 0) {
-            fprintf(stderr,
-                    "shardps-worker: --report-steps '%s' must be up to %d ascending step "
-                    "numbers, e.g. 20,50\n",
-                    o.report_steps, PS__MAX_REPORT_STEPS);
-            return 2;
-        }
-    }
-    rc = ps_server_list_parse(&sl, jo.servers, PS_MAX_SERVERS, 0, err, sizeof(err));
-    if (rc < 0) {
-        char from[PATH_MAX + 64];
-        fprintf(stderr, "shardps-worker: servers '%s' (from %s): %s\n", jo.servers,
-                ps_flags_describe_origin(&ctx, "servers", from, sizeof(from)), err);
-        return rc == -ENOMEM ? 1 : 2;
-    }
-    snprintf(role, sizeof(role), "worker %d", o.rank);
+    snprintf(role, sizeof(role), "worker %d", tc.rank);
     ps_log_set_role(role);
     if (jo.verbose)
         ps_log_set_level(PS_LOG_DEBUG);
-    if (ps_job_settings_format(&jo, ps_server_list_count(sl), settings, sizeof(settings)) < 0) {
-        fprintf(stderr, "shardps-worker: the job's settings do not fit in %zu bytes\n",
-                sizeof(settings));
-        ps_server_list_free(sl);
-        return 2;
+    proc.rank = tc.rank;
+    proc.dump_weights = tc.dump_weights;
+    rc = ps_job_check(&jo, &proc, &plan, err, sizeof(err));
+    if (rc == 0 && check)
+        ps_job_data_say_valid(ctx.prog, &jo, &plan);
+    if (rc == 0 && !check) {
+        ps__catch_stop_signals();
+        rc = ps__train(&tc);
+        if (rc == -PS_EREJECTED)
+            ps__log_own_side(&ctx, &jo, plan.num_servers);
+    } else if (rc < 0) {
+        fprintf(stderr, "shardps-worker: %s\n", err);
+        rc = rc == -ENOMEM ? 1 : 2;
     }
-    ps__catch_stop_signals();
-    rc = ps__train(&jo, &o, &desc, sl, settings);
-    if (rc == -PS_EREJECTED)
-        ps__log_own_side(&ctx, &jo, ps_server_list_count(sl));
-    ps_server_list_free(sl);
+    ps_job_plan_free(&plan);
+    ps_dataset_free(&data.train);
+    ps_dataset_free(&data.test);
     /* Stopped by a signal: the status a shell gives a process it killed. */
     if (rc == -EINTR && ps__stop_signal)
         return 128 + ps__stop_signal;
-    return rc < 0 ? 1 : 0;
+    return rc < 0 ? 1 : rc;
 }

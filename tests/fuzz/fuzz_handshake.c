@@ -73,7 +73,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     psf_spec(&spec);
     cfg.table = &spec;
     ps_optimizer_defaults(&cfg.opt, PS_OPT_SGD);
-    cfg.opt.lr = 0.01f;
+    cfg.lr.base_lr = 0.01;
     cfg.server_index = 0;
     cfg.num_servers = 1;
     cfg.chunk_bytes = PSF_CHUNK_BYTES;

@@ -5,8 +5,8 @@
 # --metrics-dir asked for, the four plots as PNG files (against epochs: the
 # job's samples seen), and a note that the two sync runs' curves coincide.
 # A malformed grid, an unknown key or a bad value anywhere in the grid is
-# refused before anything runs, --dry-run included; a grid whose every run
-# fails writes no plot.
+# refused before anything runs, --dry-run included (a grid pointing at no
+# data too: --check reads it); a grid whose every run fails writes no plot.
 source "$(dirname "$0")/lib.sh"
 command -v gnuplot >/dev/null || fail "gnuplot is missing; deploy/install-deps.sh installs gnuplot-nox"
 RUNNER="$BUILD/shardps-experiment"
@@ -93,16 +93,26 @@ if "$RUNNER" --grid "$TMP/name" --dry-run >"$TMP/out" 2>"$TMP/err"; then
 fi
 grep -q "'wrokers' is not a shardps-cluster option" "$TMP/err" || fail "the misspelt key is not named"
 
-# Every run fails (no data where the grid points): a table of failures, no
-# plot at all (not an empty one), and a failing exit.
-printf 'workers = 1\nservers = 1\nsteps = 5\ndata_dir = %s/no-data\n' "$TMP" >"$TMP/nodata"
+# No data where the grid points: --check reads the data, so nothing runs.
+printf 'workers = 1\nservers = 1\nsteps = 5\ndata = %s/no-data\n' "$TMP" >"$TMP/nodata"
 if "$RUNNER" --grid "$TMP/nodata" --out "$TMP/nodata-report" >"$TMP/out" 2>"$TMP/err"; then
+    fail "a grid pointing at no data was run"
+fi
+grep -qF "run 1 (" "$TMP/err" && grep -qF "shardps-cluster: --data $TMP/no-data: no such folder" "$TMP/err" ||
+    fail "the missing data is not named: $(cat "$TMP/err")"
+[ ! -e "$TMP/nodata-report" ] || fail "a report folder was made for a grid without data"
+
+# Every run fails where no check can tell before training (the servers
+# refuse every gradient, over --max-grad-norm): a table of failures, no plot
+# at all (not an empty one), and a failing exit.
+printf 'workers = 1\nservers = 1\nsteps = 5\nmax_grad_norm = 1e-30\nmax_rejected_steps = 1\n' >"$TMP/failing"
+if "$RUNNER" --grid "$TMP/failing" --out "$TMP/failing-report" >"$TMP/out" 2>"$TMP/err"; then
     fail "a grid whose every run failed reported success"
 fi
 grep -q "every run failed; no plots" "$TMP/err" || fail "no word that every run failed: $(cat "$TMP/err")"
-grep -q "^| run | workers=1, servers=1, steps=5, .* | failed (exit [1-9][0-9]*) |" "$TMP/nodata-report/summary.md" ||
+grep -q "^| run | workers=1, servers=1, steps=5, .* | failed (exit [1-9][0-9]*) |" "$TMP/failing-report/summary.md" ||
     fail "the failed run is not in the table"
-grep -q "No run finished, so there are no plots" "$TMP/nodata-report/summary.md" ||
+grep -q "No run finished, so there are no plots" "$TMP/failing-report/summary.md" ||
     fail "summary.md does not say why there are no plots"
-! ls "$TMP/nodata-report"/*.png 2>/dev/null || fail "plots were written for a grid whose every run failed"
+! ls "$TMP/failing-report"/*.png 2>/dev/null || fail "plots were written for a grid whose every run failed"
 echo "PASS: the runner ran 4 clusters, wrote the table, 4 plots and a note; bad grids ran nothing"

@@ -8,14 +8,15 @@ for bin in shardps-server shardps-worker shardps-cluster; do
     grep -q "^Usage: $bin" "$TMP/help" || fail "$bin --help printed no usage"
 done
 
+# ... and --check refuses it alike (same status, same line).
 expect_error() { # expected-substring command...
-    local want=$1
+    local want=$1 rc=0
     shift
-    if "$@" >"$TMP/out" 2>"$TMP/err"; then
-        fail "'$*' succeeded"
-    fi
+    "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
+    [ "$rc" -ne 0 ] || fail "'$*' succeeded"
     [ "$(wc -l <"$TMP/err")" -eq 1 ] || { cat "$TMP/err" >&2; fail "'$*' printed more than one line"; }
     grep -q -- "$want" "$TMP/err" || { cat "$TMP/err" >&2; fail "'$*' did not mention '$want'"; }
+    same_with_check "$TMP/err" "$rc" "$@"
 }
 
 expect_error "unknown option '--bogus'" "$BUILD/shardps-worker" --bogus
@@ -55,10 +56,11 @@ for bin in shardps-server shardps-worker; do
     done <"$TMP/names"
 done
 
-# A data folder without the files: the error names the missing file.
+# A data folder without the files: the error names the missing file, and
+# --check says the same (the older name --data-dir still works).
 mkdir "$TMP/nodata"
-"$BUILD/shardps-worker" --data-dir "$TMP/nodata" 2>"$TMP/err" && fail "worker ran without data"
-grep -q "$TMP/nodata/train-[a-z]*-idx[13]-ubyte" "$TMP/err" || { cat "$TMP/err" >&2; fail "missing data file not named"; }
+expect_error "$TMP/nodata/train-[a-z]*-idx[13]-ubyte" "$BUILD/shardps-worker" --data-dir "$TMP/nodata"
+expect_error "$TMP/nodata/train-[a-z]*-idx[13]-ubyte" "$BUILD/shardps-cluster" --data "$TMP/nodata"
 
 # A worker pointed at a port where nobody listens gives up after its timeout
 # and names the address.

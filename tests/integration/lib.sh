@@ -45,3 +45,24 @@ wait_gone() {
 at_least() {
     awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 >= b + 0) }'
 }
+
+# same_with_check ERRFILE COMMAND...: runs COMMAND again with --check right
+# after the shardps program, and fails unless it exits with the same status
+# and prints the same stderr as the run did into ERRFILE (timestamps and the
+# run's own log lines aside: a refusal is one plain line). --check must
+# refuse exactly what the run refuses, in the same words.
+same_with_check() {
+    local errfile=$1 want_rc=$2 rc args=()
+    shift 2
+    for a in "$@"; do
+        args+=("$a")
+        case $a in */shardps-*) args+=(--check) ;; esac
+    done
+    set +e
+    timeout 60 "${args[@]}" >/dev/null 2>"$errfile.check"
+    rc=$?
+    set -e
+    [ "$rc" -eq "$want_rc" ] || { cat "$errfile.check" >&2; fail "'${args[*]}' exited $rc, the run $want_rc"; }
+    cmp -s "$errfile" "$errfile.check" ||
+        { diff "$errfile" "$errfile.check" >&2; fail "'${args[*]}' does not say what the run says"; }
+}

@@ -7,7 +7,8 @@
 # stating its own settings and their sources beside the server's), the
 # server must log each refusal and still stop cleanly on SIGTERM. Mistakes
 # caught before any connection (a server index missing from the file, a rank
-# out of range, a misspelt key) exit 2 with one line naming the source.
+# out of range, a misspelt key) exit 2 with one line naming the source, and
+# --check refuses each with the same line.
 source "$(dirname "$0")/lib.sh"
 SERVER="$BUILD/shardps-server"
 WORKER="$BUILD/shardps-worker"
@@ -111,7 +112,8 @@ expect_usage() { # want command...
     [ "$rc" -eq 2 ] || { cat "$TMP/usage.err" >&2; fail "'$*' exited $rc, not 2"; }
     [ "$(wc -l <"$TMP/usage.err")" -eq 1 ] || { cat "$TMP/usage.err" >&2; fail "'$*': more than one line"; }
     grep -q -- "$want" "$TMP/usage.err" || { cat "$TMP/usage.err" >&2; fail "'$*': no '$want'"; }
-    echo "ok: $(cat "$TMP/usage.err")"
+    same_with_check "$TMP/usage.err" 2 "$@"
+    echo "ok (and with --check): $(cat "$TMP/usage.err")"
 }
 expect_usage "server-index 1 (from the command line) has no entry in the servers list (from $TMP/server.ini:2)" \
     "$SERVER" --cluster "$TMP/server.ini" --server-index 1

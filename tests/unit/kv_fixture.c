@@ -61,7 +61,7 @@ void kv_fixture_config(ps_kv_server_config *cfg)
     memset(cfg, 0, sizeof(*cfg));
     cfg->table = &fx.spec;
     ps_optimizer_defaults(&cfg->opt, PS_OPT_SGD);
-    cfg->opt.lr = LR;
+    cfg->lr.base_lr = LR;
     cfg->opt.momentum = 0.0f;
     cfg->server_index = 0;
     cfg->num_servers = 1;

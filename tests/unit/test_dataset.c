@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -327,10 +328,16 @@ Test(dataset, load_dir_prefers_gzip_then_plain)
     ps_dataset_free(&ds);
 
     /* Neither: the error names the preferred .gz file. */
-    snprintf(dir, sizeof(dir), "%s/nowhere", tmpdir);
+    snprintf(dir, sizeof(dir), "%s/empty", tmpdir);
+    cr_assert_eq(mkdir(dir, 0755), 0);
     snprintf(want, sizeof(want), "%s/train-labels-idx1-ubyte.gz", dir);
     cr_assert_eq(ps_dataset_load_dir(&ds, dir, 1, err, sizeof(err)), -ENOENT, "%s", err);
     cr_assert_not_null(strstr(err, want), "%s", err);
+    /* No folder at all: that is the mistake to name, not a file in it. */
+    snprintf(dir, sizeof(dir), "%s/nowhere", tmpdir);
+    snprintf(want, sizeof(want), "--data %s: no such folder", dir);
+    cr_assert_eq(ps_dataset_load_dir(&ds, dir, 1, err, sizeof(err)), -ENOENT, "%s", err);
+    cr_assert_str_eq(err, want);
 }
 
 Test(dataset, real_fashion_mnist, .timeout = 60)

@@ -196,3 +196,36 @@ Test(job_options, fingerprint_tells_jobs_apart)
     cr_assert_neq(ps_job_fingerprint("a=1\n", 7), ps_job_fingerprint("a=1\n", 8));
     cr_assert_eq(ps_job_fingerprint(NULL, 7), ps_job_fingerprint("", 7));
 }
+
+/* An alias row (--data-dir, the older name of --data) is taken but never
+ * handed on; the library and shardps-eval take their rows of the same
+ * table. */
+Test(job_options, aliases_and_the_library)
+{
+    ps_job_options o;
+    ps_flag lib[16], ev[8];
+    char buf[16384], *argv[200];
+    const char *want[] = {"auth-token-file", "seed",       "chunk-bytes",
+                          "total-steps",     "compress",   "connect-timeout",
+                          "request-timeout", "max-payload"};
+    int n, has_data = 0;
+
+    ps_job_options_defaults(&o);
+    n = ps_job_options_flags(&o, PS_JOB_LIBRARY, lib, 16);
+    cr_assert_eq(n, 8);
+    for (int i = 0; i < 8; i++)
+        cr_assert(has_flag(lib, n, want[i]), "the library lacks %s", want[i]);
+    n = ps_job_options_flags(&o, PS_JOB_EVAL, ev, 8);
+    cr_assert(n == 2 && has_flag(ev, n, "data") && has_flag(ev, n, "data-dir"));
+    cr_assert_eq(ev[0].dest, ev[1].dest, "an alias sets the same member");
+    o.data = "/somewhere";
+    n = ps_job_options_argv(&o, PS_JOB_LAUNCHER, PS_JOB_WORKER, buf, sizeof(buf), argv, 200);
+    cr_assert_gt(n, 0);
+    for (int i = 0; i < n; i++) {
+        cr_assert(strcmp(argv[i], "--data-dir") != 0, "an alias was handed on");
+        has_data |= strcmp(argv[i], "--data") == 0 && strcmp(argv[i + 1], "/somewhere") == 0;
+    }
+    cr_assert(has_data);
+    /* --epochs is auto unless given: --steps alone then means its steps. */
+    cr_assert_eq(o.epochs, 0);
+}

@@ -374,7 +374,7 @@ Test(hostile, adam_state_stays_finite)
 
     kv_fixture_config(&cfg);
     ps_optimizer_defaults(&cfg.opt, PS_OPT_ADAM);
-    cfg.opt.lr = 0.01f;
+    cfg.lr.base_lr = 0.01;
     up(&cfg, 1, 0, "sync");
     cr_assert_leq(ks.total, 4096);
     peer_join(&r0, 0, 1);

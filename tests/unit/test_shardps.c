@@ -82,10 +82,14 @@ Test(shardps, options_refuse_bad_values)
     expect_err(h, shardps_set_option(h, "seed", "1x"), -EINVAL, "'1x'");
     expect_err(h, shardps_set_option(h, "chunk-bytes", "2"), -EINVAL, "option chunk-bytes");
     expect_err(h, shardps_set_option(h, "connect-timeout", "nan"), -EINVAL, "connect-timeout");
-    expect_err(h, shardps_set_option(h, "compress", "zip"), -EINVAL, "none, fp16 or bf16");
+    expect_err(h, shardps_set_option(h, "compress", "zip"), -EINVAL, "accepted: none|fp16|bf16");
     expect_err(h, shardps_set_option(h, "log-level", "loud"), -EINVAL, "log-level");
     expect_err(h, shardps_set_option(h, "auth-token-file", "/nonexistent/token"), -ENOENT,
                "/nonexistent/token");
+    /* Bounds and words are the job table's, as shardps-worker --help shows. */
+    expect_err(h, shardps_set_option(h, "total-steps", "3000000000"), -EINVAL,
+               "accepted: 0 to 2147483647");
+    cr_assert_eq(shardps_set_option(h, "request-timeout", "auto"), 0);
     cr_assert_eq(shardps_set_option(h, "compress", "fp16"), 0);
     cr_assert_eq(shardps_set_option(h, "job-settings", "anything"), 0);
     /* Declaring: a bad table, then a good one; the seed is fixed by then. */

@@ -11,9 +11,12 @@
 #include "backend_ops.h"
 #include "dataset.h"
 #include "flags.h"
+#include "job_check.h"
+#include "job_data.h"
 #include "job_options.h"
 #include "model.h"
 #include "model_file.h"
+#include "ps_error.h"
 
 /* The worker evaluates in batches of at least this many (trainer.c), and so
  * do we: the same batches give the same loss to the last bit. */
@@ -85,23 +88,50 @@ out:
     return rc;
 }
 
+/* The saved model's input must be this data's sample, value for value; a
+ * label it has no score for cannot be judged. Returns 0 or -EINVAL after
+ * the error line. */
+static int ps__model_fits(const ps_saved_model *sm, const ps_dataset *ds, const char *model_path,
+                          const char *data)
+{
+    char shape[2][64];
+
+    if (ds->shape.ndim == sm->desc.input.ndim &&
+        memcmp(ds->shape.d, sm->desc.input.d, sizeof(int) * (size_t)ds->shape.ndim) == 0 &&
+        ds->classes <= sm->desc.classes)
+        return 0;
+    fprintf(stderr,
+            "shardps-eval: %s was trained on samples of %s and %d classes, but %s has %s and %d\n",
+            model_path, ps_act_shape_str(&sm->desc.input, shape[0], sizeof(shape[0])),
+            sm->desc.classes, data, ps_act_shape_str(&ds->shape, shape[1], sizeof(shape[1])),
+            ds->classes);
+    return -EINVAL;
+}
+
 int main(int argc, char **argv)
 {
-    const char *model_path = NULL, *data_dir = PS_DEFAULT_DATA_DIR, *pred_path = NULL;
-    ps_saved_model sm;
-    ps_dataset ds;
-    char err[512], shape[2][64];
-    int rc;
-    const ps_flag flags[] = {
+    static ps_job_options jo;
+    static ps_job_plan plan;
+    static ps_job_datasets data = {.test_only = 1};
+    const char *model_path = NULL, *pred_path = NULL;
+    ps_flag flags[8];
+    const ps_flag own[] = {
         {"model-file", PS_FLAG_STRING, &model_path, "FILE",
          "the saved model (shardps-worker --save-model)", 0, 0, NULL, NULL, NULL},
-        {"data", PS_FLAG_STRING, &data_dir, "DIR",
-         "folder with the data; its test split is scored (docs/data.md)", 0, 0, NULL, NULL, NULL},
         {"predictions", PS_FLAG_STRING, &pred_path, "OUT.csv",
          "also write index,label,predicted for every test sample here", 0, 0, NULL, NULL, NULL},
     };
+    ps_saved_model sm;
+    char err[1024];
+    int n, rc;
 
-    rc = ps_flags_parse(flags, (int)(sizeof(flags) / sizeof(flags[0])), argc, argv, "shardps-eval",
+    /* --data is the job's option, by the same row as the worker's. */
+    ps_job_options_defaults(&jo);
+    n = ps_job_options_flags(&jo, PS_JOB_EVAL, flags, (int)(sizeof(flags) / sizeof(flags[0])) - 2);
+    if (n < 0)
+        return 1;
+    memcpy(flags + n, own, sizeof(own));
+    rc = ps_flags_parse(flags, n + 2, argc, argv, "shardps-eval",
                         "Reports a saved model's test accuracy and loss on a data directory's "
                         "test split.");
     if (rc != 0)
@@ -110,31 +140,21 @@ int main(int argc, char **argv)
         fprintf(stderr, "shardps-eval: name the saved model with --model-file (see --help)\n");
         return 2;
     }
-    memset(&ds, 0, sizeof(ds));
-    rc = ps_model_file_read(model_path, &sm, err, sizeof(err));
-    if (rc == 0)
-        rc = ps_dataset_load_dir(&ds, data_dir, 0, err, sizeof(err));
-    if (rc < 0) {
-        fprintf(stderr, "shardps-eval: %s\n", err);
-        goto out;
-    }
-    /* The saved model's input must be this data's sample, value for value;
-     * a label it has no score for cannot be judged. */
-    if (ds.shape.ndim != sm.desc.input.ndim ||
-        memcmp(ds.shape.d, sm.desc.input.d, sizeof(int) * (size_t)ds.shape.ndim) != 0 ||
-        ds.classes > sm.desc.classes) {
-        fprintf(stderr,
-                "shardps-eval: %s was trained on samples of %s and %d classes, but %s has %s "
-                "and %d\n",
-                model_path, ps_act_shape_str(&sm.desc.input, shape[0], sizeof(shape[0])),
-                sm.desc.classes, data_dir, ps_act_shape_str(&ds.shape, shape[1], sizeof(shape[1])),
-                ds.classes);
+    memset(&sm, 0, sizeof(sm));
+    rc = ps_job_check(
+        &jo,
+        &(ps_job_process){.program = PS_JOB_EVAL, .load_data = ps_job_data_load, .data_arg = &data},
+        &plan, err, sizeof(err));
+    if (rc == 0 && (rc = ps_model_file_read(model_path, &sm, err, sizeof(err))) < 0)
         rc = -EINVAL;
-        goto out;
-    }
-    rc = ps__evaluate(&sm, &ds, pred_path);
-out:
-    ps_dataset_free(&ds);
+    if (rc < 0)
+        fprintf(stderr, "shardps-eval: %s\n", err);
+    if (rc == 0)
+        rc = ps__model_fits(&sm, &data.test, model_path, jo.data);
+    if (rc == 0)
+        rc = ps__evaluate(&sm, &data.test, pred_path);
+    ps_job_plan_free(&plan);
+    ps_dataset_free(&data.test);
     ps_saved_model_free(&sm);
-    return rc < 0 ? 1 : 0;
+    return rc == -PS_EUSAGE ? 2 : rc < 0 ? 1 : 0;
 }
