@@ -13,6 +13,7 @@
 
 #include "cpu.h"
 #include "crc32c.h"
+#include "pb_strings.h"
 #include "ps_error.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -367,6 +368,7 @@ static int ps__dec_accept_header(ps_frame_decoder *d)
 int ps_frame_decoder_next(ps_frame_decoder *d, ps_frame *f)
 {
     const uint8_t *p;
+    char why[160];
     int rc;
 
     for (;;) {
@@ -405,6 +407,11 @@ int ps_frame_decoder_next(ps_frame_decoder *d, ps_frame *f)
             if (d->hdr == NULL)
                 return ps__dec_fail(d, -PS_EPROTO, "header of %u bytes is not a valid Header",
                                     d->header_len);
+            /* protobuf-c would cut a string at a NUL byte without a word. */
+            rc = ps_pb_strings_check(&shardps__header__descriptor, d->stage + d->stage_pos,
+                                     d->header_len, why, sizeof(why));
+            if (rc < 0)
+                return ps__dec_fail(d, rc, "%s", why);
             d->stage_pos += d->header_len;
             rc = ps__dec_accept_header(d);
             if (rc < 0)

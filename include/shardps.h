@@ -88,7 +88,10 @@ int shardps_new(shardps **out, const char *const *servers, int n_servers, int ra
  *   connect-timeout S      keep trying to reach the servers, and joining, to
  *                          find the tensors declared (default 30)
  *   request-timeout S      a server owing an answer this long fails (0 or auto: auto)
- *   total-steps N          the steps this worker plans (lr schedules), at most 2^31-1
+ *   total-steps N          the steps this worker plans, at most 2^31-1: no
+ *                          clock past it is believed; with job-settings given,
+ *                          the servers' cosine schedule spans the most any
+ *                          rank plans (without, it is theirs: --total-steps)
  *   compress none|fp16|bf16  how gradients travel
  *   max-payload N          the largest frame accepted
  * and the library's own:

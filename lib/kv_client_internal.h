@@ -124,9 +124,11 @@ void ps__start_connect(ps__server *sv);
 /* Closes sv's connection and tries again with backoff until the connect
  * deadline. Returns 1 when a retry is scheduled, 0 when none is left. */
 int ps__retry_later(ps__server *sv, const char *reason);
-/* ps__retry_later for a joiner at a server that holds no tensors yet, saying
- * now and then that it waits. Returns 1 when a retry is scheduled. */
-int ps__wait_for_table(ps__server *sv, const char *reason);
+/* ps__retry_later for a server that asked us to come back (-EAGAIN: no
+ * tensors yet for a joiner, its handshake slots taken, a table being
+ * withdrawn), saying now and then that it waits. Returns 1 when a retry is
+ * scheduled. */
+int ps__wait_and_retry(ps__server *sv, const char *reason);
 
 /* kv_handshake.c. Each handler takes a frame kv_conn routed to it; whatever
  * fails the handshake is recorded with ps__failf or ps__distrust. */

@@ -63,10 +63,12 @@ int ps__retry_later(ps__server *sv, const char *reason)
     return 1;
 }
 
-/* A joiner reached a server that holds no tensors yet: wait for a worker to
- * declare them, saying so now and then, until the connect deadline. Returns 1
- * when a retry is scheduled. */
-int ps__wait_for_table(ps__server *sv, const char *reason)
+/* A server asks us to come back (-EAGAIN): a joiner reached it before any
+ * worker declared the tensors, or all its handshake slots were taken, or
+ * the table it held is being withdrawn. Wait and try again, saying so now
+ * and then, until the connect deadline. Returns 1 when a retry is
+ * scheduled. */
+int ps__wait_and_retry(ps__server *sv, const char *reason)
 {
     if (!ps__retry_later(sv, reason))
         return 0;

@@ -18,6 +18,7 @@
 #ifndef PS_KV_INTERNAL_H
 #define PS_KV_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "apply_queue.h"
@@ -26,6 +27,7 @@
 #include "kv_server.h"
 #include "partition.h"
 #include "shard.h"
+#include "table_life.h"
 #include "transport.h"
 
 /* Queued reply bytes past which a peer's requests are no longer read: two
@@ -51,7 +53,10 @@ typedef struct ps__peer {
     ps_kv_server *srv;
     ps_conn *conn;
     ps__peer_state state;
-    int failed; /* an ERROR is on its way; ignore further frames */
+    int failed;       /* an ERROR is on its way; ignore further frames */
+    int declarer;     /* admitted with a HELLO that declared the tensors (tensors.c) */
+    int agreed;       /* its HELLO's job settings were compared and agree (1) or absent (0) */
+    uint64_t planned; /* steps it plans, from an agreeing HELLO (0: none counted) */
     uint32_t rank;
     uint64_t clock;   /* steps fully pushed to this server */
     uint64_t earned;  /* its join clock, or 1 + the step of its last complete push */
@@ -120,8 +125,16 @@ struct ps_kv_server {
     uv_loop_t *loop;
     ps_kv_server_config cfg;
     /* The job's tensors, once declared (tensors.c); until then there is no
-     * partition or shard, n_local is 0 and no worker is admitted. */
+     * partition or shard, n_local is 0 and no worker is admitted. has_table:
+     * they are built (also while a withdrawn table drains); life: where the
+     * table is in its life (table_life.h). */
     int has_table;
+    ps_table_life life;
+    uint64_t applied_base; /* n_applied when the table was adopted */
+    int fills_left;        /* chunks whose fill has not finished yet */
+    /* Set when the table is withdrawn: fills not yet begun on the pool skip
+     * their work (read there, hence atomic). */
+    atomic_int fills_cancelled;
     ps_model_spec table;
     ps_partition *part;
     ps_shard *shard;
@@ -155,6 +168,7 @@ struct ps_kv_server {
     char ckpt_why[32], ckpt_again_why[32];
     uint64_t *ckpt_clocks, *ckpt_newest; /* per chunk, written and restored from here */
     int foreign_logged;                  /* other jobs' files in the directory were named */
+    int restoring;                       /* a restore adopted the table of the file it is reading */
     /* ps_kv_server_quiesce: who to tell at the next step boundary, and the
      * deadline for it. */
     ps_kv_server_done_cb quiesce_cb;
@@ -166,7 +180,7 @@ struct ps_kv_server {
     int joined;              /* ranks that have joined at least once */
     uint64_t resume_clock;   /* where a worker joining with nobody live starts */
     uint64_t restored_clock; /* the clock of the checkpoint restored (0: none) */
-    int n_peers;             /* open connections, for --max-connections */
+    int n_peers;             /* open connections */
     ps__pull *pulls;         /* waiting pulls, oldest first */
     ps__peer *peers;         /* every open connection */
     ps_kv_server_done_cb done;
@@ -182,7 +196,8 @@ struct ps_kv_server {
     uv_timer_t ckpt_timer;
     int ckpt_timer_on;
     uint64_t ckpt_clock;  /* progress clock of the last checkpoint written or restored */
-    uint64_t total_steps; /* for the lr schedule: configured, or the largest a worker planned */
+    uint64_t total_steps; /* the lr schedule's span: configured, restored, or fixed at the
+                             start from the plans of the ranks there (tensors.c) */
     uint64_t stale_hist[PS__STALE_BINS];
     uint64_t stale_sum, stale_max;
     /* Counters for the summary line. */
@@ -190,7 +205,7 @@ struct ps_kv_server {
     uint64_t n_nonfinite;
     uint64_t n_unstable;  /* updates refused: they would make a chunk non-finite */
     uint64_t n_too_large; /* chunks refused by --max-grad-norm */
-    uint64_t n_capped;    /* connections refused by --max-connections */
+    uint64_t n_capped;    /* connections closed to make room (--max-connections) */
 };
 
 /* peer.c */
@@ -224,21 +239,50 @@ long long ps__resolve_keys(ps_kv_server *s, ps__peer *p, const Shardps__Header *
 
 /* The handlers, called by kv_server.c (and each other). */
 
-/* tensors.c: the table this server holds. */
-/* Builds the partition, shard and per-chunk state of spec (copied). Returns
- * 0, -EEXIST when a table is held already, or a negative code with nothing
- * built. */
-int ps__adopt_table(ps_kv_server *s, const ps_model_spec *spec);
+/* membership.c: who is in the job. */
+/* Takes a worker out of every barrier (BYE, a lost connection, silence, its
+ * table withdrawn): its pending pulls are dropped, its pushes for unapplied
+ * steps stay, and chunks that only waited for it are applied. */
+void ps__worker_leave(ps_kv_server *s, ps__peer *p, const char *why);
+/* Ranks that left unfinished more than the rejoin timeout before now (loop
+ * ms) are counted as lost. */
+void ps__check_rejoins(ps_kv_server *s, uint64_t now);
+/* Calls the done callback once the job has started, nobody is live and every
+ * rank has finished or is lost. */
+void ps__maybe_done(ps_kv_server *s);
+
+/* tensors.c: the table this server holds, through its life (table_life.h). */
+/* Builds the partition, shard and per-chunk state of spec (copied), the
+ * table's life starting with how (PS_TABLE_DECLARE, _CONFIGURE or
+ * _RESTORE). Returns 0, -EEXIST when a table is built already, or a
+ * negative code with nothing built. */
+int ps__adopt_table(ps_kv_server *s, const ps_model_spec *spec, ps_table_event how);
 /* Frees what ps__adopt_table built; the server holds no table after. */
 void ps__free_table(ps_kv_server *s);
 /* The HELLO's table: checked against the limits, then compared with the one
  * held (refused with the first difference) or adopted. Returns 0, or -1
  * after failing the peer. */
 int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello);
+/* p, admitted, declared the table. */
+void ps__table_declarer_joined(ps_kv_server *s, ps__peer *p);
+/* A table adopted for a HELLO whose sender was then not admitted: withdrawn
+ * if nobody else declared it. */
+void ps__table_abandoned(ps_kv_server *s);
+/* p, an admitted worker, is leaving (from ps__worker_leave): before the
+ * start its rank counts as never having joined; if it was the table's last
+ * declarer and no step was applied, the table is withdrawn. */
+void ps__table_peer_left(ps_kv_server *s, ps__peer *p);
+/* Training starts once every rank has joined and the table is filled
+ * (filling it if need be); call after a join and after a fill. */
+void ps__maybe_start(ps_kv_server *s);
+/* Only a committed table (a step applied, or restored) is checkpointed. */
+int ps__table_may_checkpoint(ps_kv_server *s);
 
 /* handshake.c: the first frames of a connection. */
 void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f);
 void ps__handle_auth(ps_kv_server *s, ps__peer *p, const ps_frame *f);
+/* At start, without auth: one line (server 0's) on what a stranger can do. */
+void ps__say_strangers(const ps_kv_server *s);
 
 /* pulls.c */
 void ps__handle_pull(ps_kv_server *s, ps__peer *p, const ps_frame *f);

@@ -1,11 +1,10 @@
 /* The key-value server's front: the listener, one peer per connection,
- * dispatch of each frame to its handler (handshake.c, pulls.c, pushes.c),
- * membership (who is live, who finished, when the job is done), liveness
- * timeouts, lifecycle and stats. It is the top of the front: it calls the
- * handlers and the shared files below them (peer.c, clocks.c, keys.c), and
- * nothing calls it back (kv_internal.h). The rules live in consistency.c,
- * checkpoints in durability.c. Everything runs on the libuv loop thread, so
- * shard state needs no locks. */
+ * dispatch of each frame to its handler (handshake.c, pulls.c, pushes.c,
+ * membership.c for who leaves), liveness timeouts, lifecycle and stats. It
+ * is the top of the front: it calls the handlers and the shared files below
+ * them (peer.c, clocks.c, keys.c), and nothing calls it back (kv_internal.h).
+ * The rules live in consistency.c, checkpoints in durability.c. Everything
+ * runs on the libuv loop thread, so shard state needs no locks. */
 #include "kv_server.h"
 
 #include <errno.h>
@@ -27,84 +26,6 @@
  * is explained every wait_report_ms it waits (pulls.c). */
 #define PS__WAIT_CHECK_MS 1000
 
-/* The job is over once it has started, nobody is live, and every rank has
- * finished or is lost. */
-static void ps__maybe_done(ps_kv_server *s)
-{
-    if (!s->started || s->live > 0)
-        return;
-    for (int r = 0; r < s->cfg.world; r++) {
-        if (!s->finished[r] && !s->lost[r]) {
-            ps_info("worker %d left without finishing; waiting up to %.1f s for it to rejoin "
-                    "(--rejoin-timeout)",
-                    r, s->rejoin_timeout_ms / 1000.0);
-            return;
-        }
-    }
-    if (s->n_lost > 0)
-        ps_warn("the job ends without %d lost worker%s (see the summary)", s->n_lost,
-                s->n_lost == 1 ? "" : "s");
-    if (s->done)
-        s->done(s, s->done_arg);
-}
-
-/* A rank that left unfinished and has not rejoined within the timeout is
- * lost: barriers already go on without it; now the job's end does too. */
-static void ps__check_rejoins(ps_kv_server *s, uint64_t now)
-{
-    int changed = 0;
-
-    for (int r = 0; r < s->cfg.world; r++) {
-        if (s->workers[r] || s->finished[r] || s->lost[r] || s->left_at[r] == 0 ||
-            now - s->left_at[r] < s->rejoin_timeout_ms)
-            continue;
-        s->lost[r] = 1;
-        s->n_lost++;
-        changed = 1;
-        ps_warn("worker %d left without finishing and did not rejoin within %.1f s "
-                "(--rejoin-timeout): counted as lost; the job finishes without it",
-                r, s->rejoin_timeout_ms / 1000.0);
-    }
-    if (changed)
-        ps__maybe_done(s);
-}
-
-/* Takes a worker out of every barrier: its pending pulls are dropped, its
- * pushes for unapplied steps stay in the average, and chunks that were only
- * waiting for it are applied now. */
-static void ps__worker_leave(ps_kv_server *s, ps__peer *p, const char *why)
-{
-    if (p->state != PS__PEER_WORKER)
-        return;
-    p->state = PS__PEER_GONE;
-    s->workers[p->rank] = NULL;
-    s->live--;
-    s->resume_clock = ps_consistency_resume_clock(s->resume_clock, p->earned);
-    ps__drop_pulls(s, p);
-    for (int i = 0; i < s->n_local; i++)
-        if (p->pushed[i] == s->sync[i].clock + 1 && s->sync[i].pushes > 0)
-            s->sync[i].live_pushes--;
-    /* With nobody live, a step half pushed stays as it is: the ranks that
-     * fed it rejoin, their repeats are dropped and the rest completes it
-     * exactly once, rather than the part that came being applied alone. */
-    if (s->cfg.staleness == 0 && s->live > 0)
-        for (int i = 0; i < s->n_local; i++)
-            ps__maybe_apply(s, i);
-    if (s->live > 0)
-        ps_info("%s left at clock %" PRIu64 " (%s); %d worker%s still live", p->name, p->clock, why,
-                s->live, s->live == 1 ? "" : "s");
-    else
-        ps_info("%s left at clock %" PRIu64 " (%s); no workers live", p->name, p->clock, why);
-    ps__release_pulls(s);
-    ps__maybe_quiesced(s);
-    if (s->started && !s->finished[p->rank]) {
-        s->left_at[p->rank] = uv_now(s->loop);
-        if (s->left_at[p->rank] == 0)
-            s->left_at[p->rank] = 1;
-    }
-    ps__maybe_done(s);
-}
-
 /* A goodbye ends the connection. It counts as the rank finishing only once
  * the job has started: before that, a rank that says hello and goodbye
  * (anyone, without a token) is as if it never came, and training still waits
@@ -115,8 +36,6 @@ static void ps__handle_bye(ps_kv_server *s, ps__peer *p)
         s->finished[p->rank] = 1;
         ps__worker_leave(s, p, "finished");
     } else {
-        s->has_joined[p->rank] = 0;
-        s->joined--;
         ps__worker_leave(s, p, "said goodbye before the job started");
     }
     ps_conn_close(p->conn, 0);
@@ -233,6 +152,42 @@ static void ps__on_waits_timer(uv_timer_t *t)
     ps__report_waits(t->data);
 }
 
+/* Connection slots: admitted workers hold one each (at most one per rank),
+ * and the rest of --max-connections is for connections still in their
+ * handshake. When those are all taken, the one that has waited longest
+ * gives way to the newcomer (told -EAGAIN: come back), rather than the
+ * newcomer being refused: a worker's handshake takes a round trip or two,
+ * so connections that idle until their deadline cannot keep it out (with
+ * --auth-token-file, nobody without the token gets past a handshake slot).
+ * The log names the first and every hundredth, so a flood cannot flood it. */
+static void ps__make_room(ps_kv_server *s, ps__peer *newcomer)
+{
+    int slots = s->max_connections - s->cfg.world, waiting = 0;
+    ps__peer *oldest = NULL;
+    char reason[160];
+
+    if (slots < 1)
+        slots = 1;
+    for (ps__peer *p = s->peers; p; p = p->next)
+        if ((p->state == PS__PEER_HANDSHAKE || p->state == PS__PEER_AUTH) && !p->failed) {
+            waiting++;
+            if (p != newcomer)
+                oldest = p; /* the list is newest first */
+        }
+    if (waiting <= slots || oldest == NULL)
+        return;
+    s->n_capped++;
+    snprintf(reason, sizeof(reason),
+             "all %d handshake slots of this server are taken (--max-connections %d, %d for the "
+             "workers): the connection that waited longest gives way; come back",
+             slots, s->max_connections, s->cfg.world);
+    if (s->n_capped == 1 || s->n_capped % 100 == 0)
+        ps_warn("closing %s for %s: %s (%" PRIu64 " so far)", oldest->name, newcomer->name, reason,
+                s->n_capped);
+    s->n_refused++;
+    ps__peer_refuse(oldest, -EAGAIN, reason);
+}
+
 static void ps__on_connection(uv_stream_t *listener, int status)
 {
     ps_kv_server *s = listener->data;
@@ -270,19 +225,8 @@ static void ps__on_connection(uv_stream_t *listener, int status)
     if (s->peers)
         s->peers->prev = p;
     s->peers = p;
-    /* Over the cap the connection is refused at once, with the reason; the
-     * log names the first and every hundredth, so a flood cannot flood it. */
-    if (++s->n_peers > s->max_connections) {
-        char reason[128];
-        s->n_capped++;
-        s->n_refused++;
-        snprintf(reason, sizeof(reason), "this server takes at most %d connections",
-                 s->max_connections);
-        if (s->n_capped == 1 || s->n_capped % 100 == 0)
-            ps_warn("refusing %s: %s (--max-connections; %" PRIu64 " refused so far)", p->name,
-                    reason, s->n_capped);
-        ps__peer_refuse(p, -PS_EREJECTED, reason);
-    }
+    s->n_peers++;
+    ps__make_room(s, p);
 }
 
 int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_config *cfg,
@@ -328,7 +272,7 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
         s->rank_pushed == NULL || s->finished == NULL || s->has_joined == NULL ||
         s->left_at == NULL || s->lost == NULL)
         goto fail;
-    if (cfg->table && (rc = ps__adopt_table(s, cfg->table)) < 0)
+    if (cfg->table && (rc = ps__adopt_table(s, cfg->table, PS_TABLE_CONFIGURE)) < 0)
         goto fail;
     *out = s;
     return 0;
@@ -379,6 +323,7 @@ int ps_kv_server_start(ps_kv_server *s, const struct sockaddr *addr, int *bound_
     if (!s->has_table)
         ps_info("server %d of %d (mode %s) waits for the first worker to declare the tensors",
                 s->cfg.server_index, s->cfg.num_servers, s->cfg.mode);
+    ps__say_strangers(s);
     return 0;
 }
 

@@ -1099,3 +1099,52 @@ Test(frame, impossible_length_after_a_frame_is_a_broken_stream, .timeout = 30)
     free(head);
     free(stream);
 }
+
+/* Issue 22, cause 8: protobuf-c hands strings to C NUL-terminated, so a
+ * tensor named "ab\0cd" arrived as "ab". The decoder now refuses any header
+ * whose string fields hold a NUL byte, naming the field; the same name
+ * without the NUL passes. */
+Test(frame, string_field_with_a_nul_is_refused, .timeout = 30)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    Shardps__Hello hello = SHARDPS__HELLO__INIT;
+    Shardps__TensorTable t = SHARDPS__TENSOR_TABLE__INIT;
+    Shardps__TensorDecl d = SHARDPS__TENSOR_DECL__INIT, *dp = &d;
+    uint32_t dims[1] = {4};
+    uint8_t *buf, *at;
+    size_t len;
+
+    d.name = "abXcd";
+    d.n_dims = 1;
+    d.dims = dims;
+    d.fan_in = d.fan_out = 1;
+    t.n_tensors = 1;
+    t.tensors = &dp;
+    hello.role = SHARDPS__ROLE__ROLE_WORKER;
+    hello.table = &t;
+    h.type = SHARDPS__MSG_TYPE__HELLO;
+    h.hello = &hello;
+    cr_assert_eq(ps_frame_encode(&h, NULL, 0, &buf, &len), 0);
+    at = memmem(buf, len, "abXcd", 5);
+    cr_assert_not_null(at);
+    for (int nul = 0; nul < 2; nul++) {
+        ps_frame_decoder *dec = new_decoder(PS_DEFAULT_MAX_PAYLOAD);
+        got_frames g = {0};
+
+        at[2] = nul ? '\0' : 'X';
+        if (!nul) {
+            cr_assert_eq(feed_all(dec, buf, len, SIZE_MAX, &g), 0);
+            cr_assert_eq(g.n, 1);
+        } else {
+            cr_assert_eq(feed_all(dec, buf, len, SIZE_MAX, &g), -PS_EPROTO);
+            cr_assert_eq(g.n, 0);
+            cr_assert(strstr(ps_frame_decoder_error(dec), "Header.hello.table.tensors.name holds "
+                                                          "a NUL byte"),
+                      "%s", ps_frame_decoder_error(dec));
+            check_stays_failed(dec);
+        }
+        got_free(&g);
+        ps_frame_decoder_free(dec);
+    }
+    free(buf);
+}
