@@ -102,6 +102,8 @@ def load_library():
         "shardps_wait": (c_int, [c_void_p]),
         "shardps_close": (c_int, [c_void_p]),
         "shardps_abandon": (None, [c_void_p]),
+        "shardps_new_from_env": (c_int, [ctypes.POINTER(c_void_p)]),
+        "shardps_report": (c_int, [c_void_p, ctypes.c_uint64, ctypes.c_double, ctypes.c_uint64]),
     }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)
@@ -126,6 +128,23 @@ class Client:
         h = ctypes.c_void_p()
         self._check(self._lib.shardps_new(ctypes.byref(h), addrs, len(servers), rank, world),
                     None)
+        self._start(h, options)
+
+    @classmethod
+    def from_env(cls, **options):
+        """The worker of the job shardps-run (or a person, by hand) put in the
+        environment: SHARDPS_SERVERS, SHARDPS_RANK, SHARDPS_WORKERS, each option
+        as SHARDPS_<NAME>, SHARDPS_REPORT_FD (shardps_new_from_env). Keyword
+        options are set after, and win."""
+        self = cls.__new__(cls)
+        self._lib = load_library()
+        self._h = None
+        h = ctypes.c_void_p()
+        self._check(self._lib.shardps_new_from_env(ctypes.byref(h)), None)
+        self._start(h, options)
+        return self
+
+    def _start(self, h, options):
         self._h = h
         self._borrowed = []  # arrays in flight until wait()
         self._clock = None   # the step to pull next
@@ -251,6 +270,13 @@ class Client:
         self._pulling = True
         if block:
             self.wait()
+
+    def report(self, step, loss, samples):
+        """Tells the launcher how training goes: step steps of the job done,
+        loss the latest one's training loss (nan: not known), samples trained
+        since the last call; a progress line every progress_every steps
+        (shardps_report)."""
+        self._check(self._lib.shardps_report(self._handle(), step, loss, samples))
 
     def progress(self):
         """Moves what can move without blocking and sends the heartbeats the
