@@ -1,0 +1,174 @@
+/* libshardps under a launcher (include/shardps.h, 1.2), linked as the shared
+ * library, against a real server in a thread (kv_fixture): a handle made
+ * from the environment shardps-run sets (each variable checked, and named
+ * when it is wrong), and the report lines it writes to the launcher's pipe:
+ * "start" on connect, a progress line every progress-every steps with the
+ * interval's mean loss and throughput, "done" on close, each read back with
+ * the launcher's parser (common/report). */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "kv_fixture.h"
+#include "report.h"
+#include "shardps.h"
+
+static const int sizes[] = {5, 16, 3};
+
+/* shardps_new_from_env fails with code, its sentence holding words. */
+static void refused(int code, const char *words)
+{
+    shardps *h = (shardps *)&h;
+    int rc = shardps_new_from_env(&h);
+
+    cr_assert_eq(rc, code, "returned %d, not %d (%s)", rc, code, shardps_last_error(NULL));
+    cr_assert_null(h);
+    cr_assert(strstr(shardps_last_error(NULL), words) != NULL, "'%s' not in '%s'", words,
+              shardps_last_error(NULL));
+}
+
+static void job_env(const char *servers)
+{
+    setenv("SHARDPS_SERVERS", servers, 1);
+    setenv("SHARDPS_RANK", "0", 1);
+    setenv("SHARDPS_WORKERS", "1", 1);
+}
+
+Test(shardps_env, every_variable_is_checked_and_named)
+{
+    char fd[16];
+    int fds[2];
+
+    unsetenv("SHARDPS_SERVERS");
+    cr_assert_eq(shardps_new_from_env(NULL), -EINVAL);
+    refused(-EINVAL, "SHARDPS_SERVERS is not set: start the program under shardps-run");
+    job_env("127.0.0.1");
+    refused(-EINVAL, "SHARDPS_SERVERS '127.0.0.1'");
+    job_env("127.0.0.1:7000,127.0.0.1:7001");
+    unsetenv("SHARDPS_WORKERS");
+    refused(-EINVAL, "SHARDPS_WORKERS is not set");
+    setenv("SHARDPS_WORKERS", "2", 1);
+    setenv("SHARDPS_RANK", "2", 1);
+    refused(-EINVAL, "SHARDPS_RANK: '2' is not an integer in 0..1");
+    setenv("SHARDPS_RANK", "1", 1);
+    setenv("SHARDPS_SEED", "-1", 1);
+    refused(-EINVAL, "SHARDPS_SEED: '-1' is out of range");
+    unsetenv("SHARDPS_SEED");
+    setenv("SHARDPS_AUTH_TOKEN_FILE", "/nonexistent/token", 1);
+    refused(-ENOENT, "SHARDPS_AUTH_TOKEN_FILE: ");
+    unsetenv("SHARDPS_AUTH_TOKEN_FILE");
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    close(fds[1]);
+    snprintf(fd, sizeof(fd), "%d", fds[1]);
+    setenv("SHARDPS_REPORT_FD", fd, 1);
+    refused(-EINVAL, "is not open");
+    setenv("SHARDPS_REPORT_FD", "three", 1);
+    refused(-EINVAL, "SHARDPS_REPORT_FD: 'three' is not a descriptor");
+    close(fds[0]);
+}
+
+/* The next line the handle wrote to the launcher's end, parsed. */
+static void next_report(int fd, ps_report *r)
+{
+    char line[PS_REPORT_MAX_LINE], err[160];
+    size_t n = 0;
+
+    for (;;) {
+        cr_assert_eq(read(fd, line + n, 1), 1, "no report line");
+        if (line[n] == '\n')
+            break;
+        cr_assert_lt(++n, sizeof(line) - 1);
+    }
+    line[n] = '\0';
+    cr_assert_eq(ps_report_parse(line, r, err, sizeof(err)), 0, "%s: %s", line, err);
+}
+
+Test(shardps_env, reports_reach_the_launcher, .timeout = 30)
+{
+    struct timeval tv = {.tv_sec = 10};
+    shardps *h;
+    ps_report r;
+    int fds[2];
+    char fd[16];
+
+    server_up();
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    setsockopt(fds[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    snprintf(fd, sizeof(fd), "%d", fds[1]);
+    job_env(fx.addr);
+    setenv("SHARDPS_SEED", "1234", 1);
+    setenv("SHARDPS_CHUNK_BYTES", "64", 1);
+    setenv("SHARDPS_TOTAL_STEPS", "10", 1);
+    setenv("SHARDPS_PROGRESS_EVERY", "5", 1);
+    setenv("SHARDPS_REPORT_FD", fd, 1);
+    cr_assert_eq(shardps_new_from_env(&h), 0, "%s", shardps_last_error(NULL));
+    cr_assert_eq(shardps_report(h, 1, 0.5, 8), -EINVAL, "a report before connecting");
+    cr_assert_eq(shardps_set_option(h, "log-level", "none"), 0);
+    cr_assert_eq(shardps_declare_mlp(h, sizes, 3), 0);
+    cr_assert_eq(shardps_connect(h), 0, "%s", shardps_last_error(h));
+    next_report(fds[0], &r);
+    cr_assert(r.kind == PS_REPORT_START && r.rank == 0 && r.u.start.step == 0 &&
+              r.u.start.steps == 10 && r.u.start.steps_per_epoch == 0);
+    for (int step = 1; step <= 10; step++)
+        cr_assert_eq(shardps_report(h, (uint64_t)step, step == 2 ? NAN : 0.1 * step, 32), 0);
+    next_report(fds[0], &r);
+    /* Steps 1..5, the unknown loss of step 2 left out of the mean. */
+    cr_assert(r.kind == PS_REPORT_PROGRESS && r.u.progress.step == 5 && r.u.progress.steps == 10 &&
+              r.u.progress.epoch == 0);
+    cr_assert_float_eq(r.u.progress.loss, (0.1 + 0.3 + 0.4 + 0.5) / 4, 1e-12);
+    cr_assert_gt(r.u.progress.samples_per_second, 0);
+    next_report(fds[0], &r);
+    cr_assert(r.kind == PS_REPORT_PROGRESS && r.u.progress.step == 10);
+    cr_assert_float_eq(r.u.progress.loss, 0.8, 1e-12);
+    cr_assert_eq(shardps_report(h, 9, 0.1, 32), -EINVAL);
+    cr_assert(strstr(shardps_last_error(h), "step 9 is before step 10") != NULL, "%s",
+              shardps_last_error(h));
+    cr_assert_eq(shardps_close(h), 0);
+    next_report(fds[0], &r);
+    cr_assert(r.kind == PS_REPORT_DONE && r.u.done.steps == 10 && r.u.done.samples == 320 &&
+              r.u.done.test_accuracy == -1);
+    close(fds[0]);
+    close(fds[1]);
+    server_down();
+}
+
+/* Without a launcher nothing is written anywhere but the log, and a handle
+ * abandoned says no "done": the launcher must not take it as finished. */
+Test(shardps_env, an_abandoned_handle_says_no_done, .timeout = 30)
+{
+    struct timeval tv = {.tv_usec = 200000};
+    shardps *h;
+    ps_report r;
+    int fds[2];
+    char fd[16], byte;
+
+    server_up();
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    setsockopt(fds[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    snprintf(fd, sizeof(fd), "%d", fds[1]);
+    job_env(fx.addr);
+    setenv("SHARDPS_SEED", "1234", 1);
+    setenv("SHARDPS_CHUNK_BYTES", "64", 1);
+    setenv("SHARDPS_REPORT_FD", fd, 1);
+    cr_assert_eq(shardps_new_from_env(&h), 0, "%s", shardps_last_error(NULL));
+    cr_assert_eq(shardps_set_option(h, "log-level", "none"), 0);
+    cr_assert_eq(shardps_declare_mlp(h, sizes, 3), 0);
+    cr_assert_eq(shardps_connect(h), 0, "%s", shardps_last_error(h));
+    next_report(fds[0], &r);
+    cr_assert_eq(r.kind, PS_REPORT_START);
+    cr_assert_eq(r.u.start.steps, 0, "the run's length is not known");
+    shardps_abandon(h);
+    /* Nothing more: the read times out (the socket's other end is still
+     * open here, so silence is not an end of file). */
+    cr_assert_eq(read(fds[0], &byte, 1), -1);
+    cr_assert(errno == EAGAIN || errno == EWOULDBLOCK);
+    close(fds[0]);
+    close(fds[1]);
+    server_down();
+}
