@@ -89,12 +89,14 @@ static void next_report(int fd, ps_report *r)
     cr_assert_eq(ps_report_parse(line, r, err, sizeof(err)), 0, "%s: %s", line, err);
 }
 
-Test(shardps_env, reports_reach_the_launcher, .timeout = 30)
+/* Rank 0 of 1 with the job in the environment (and extra, a variable or
+ * NULL), to the fixture's server, connected and reporting to a socket pair
+ * whose launcher's end is fds[0] (reads time out after timeout_ms); its
+ * "start" report read into *start. */
+static shardps *launched(int fds[2], int timeout_ms, const char *extra, ps_report *start)
 {
-    struct timeval tv = {.tv_sec = 10};
+    struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = timeout_ms % 1000 * 1000};
     shardps *h;
-    ps_report r;
-    int fds[2];
     char fd[16];
 
     server_up();
@@ -104,17 +106,28 @@ Test(shardps_env, reports_reach_the_launcher, .timeout = 30)
     job_env(fx.addr);
     setenv("SHARDPS_SEED", "1234", 1);
     setenv("SHARDPS_CHUNK_BYTES", "64", 1);
-    setenv("SHARDPS_TOTAL_STEPS", "10", 1);
     setenv("SHARDPS_PROGRESS_EVERY", "5", 1);
     setenv("SHARDPS_REPORT_FD", fd, 1);
+    if (extra)
+        cr_assert_eq(putenv((char *)extra), 0);
     cr_assert_eq(shardps_new_from_env(&h), 0, "%s", shardps_last_error(NULL));
     cr_assert_eq(shardps_report(h, 1, 0.5, 8), -EINVAL, "a report before connecting");
     cr_assert_eq(shardps_set_option(h, "log-level", "none"), 0);
     cr_assert_eq(shardps_declare_mlp(h, sizes, 3), 0);
     cr_assert_eq(shardps_connect(h), 0, "%s", shardps_last_error(h));
-    next_report(fds[0], &r);
-    cr_assert(r.kind == PS_REPORT_START && r.rank == 0 && r.u.start.step == 0 &&
-              r.u.start.steps == 10 && r.u.start.steps_per_epoch == 0);
+    next_report(fds[0], start);
+    cr_assert(start->kind == PS_REPORT_START && start->rank == 0 && start->u.start.step == 0 &&
+              start->u.start.steps_per_epoch == 0);
+    return h;
+}
+
+Test(shardps_env, reports_reach_the_launcher, .timeout = 30)
+{
+    ps_report r;
+    int fds[2];
+    shardps *h = launched(fds, 10000, "SHARDPS_TOTAL_STEPS=10", &r);
+
+    cr_assert_eq(r.u.start.steps, 10);
     for (int step = 1; step <= 10; step++)
         cr_assert_eq(shardps_report(h, (uint64_t)step, step == 2 ? NAN : 0.1 * step, 32), 0);
     next_report(fds[0], &r);
@@ -142,26 +155,11 @@ Test(shardps_env, reports_reach_the_launcher, .timeout = 30)
  * abandoned says no "done": the launcher must not take it as finished. */
 Test(shardps_env, an_abandoned_handle_says_no_done, .timeout = 30)
 {
-    struct timeval tv = {.tv_usec = 200000};
-    shardps *h;
     ps_report r;
     int fds[2];
-    char fd[16], byte;
+    char byte;
+    shardps *h = launched(fds, 200, NULL, &r);
 
-    server_up();
-    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
-    setsockopt(fds[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    snprintf(fd, sizeof(fd), "%d", fds[1]);
-    job_env(fx.addr);
-    setenv("SHARDPS_SEED", "1234", 1);
-    setenv("SHARDPS_CHUNK_BYTES", "64", 1);
-    setenv("SHARDPS_REPORT_FD", fd, 1);
-    cr_assert_eq(shardps_new_from_env(&h), 0, "%s", shardps_last_error(NULL));
-    cr_assert_eq(shardps_set_option(h, "log-level", "none"), 0);
-    cr_assert_eq(shardps_declare_mlp(h, sizes, 3), 0);
-    cr_assert_eq(shardps_connect(h), 0, "%s", shardps_last_error(h));
-    next_report(fds[0], &r);
-    cr_assert_eq(r.kind, PS_REPORT_START);
     cr_assert_eq(r.u.start.steps, 0, "the run's length is not known");
     shardps_abandon(h);
     /* Nothing more: the read times out (the socket's other end is still
