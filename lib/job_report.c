@@ -51,28 +51,15 @@ static double ps__staleness_mean(const shardps_stats *st)
     return st->staleness_count ? (double)st->staleness_sum / (double)st->staleness_count : 0.0;
 }
 
-int ps_job_report_step(ps_job_report *r, uint64_t step, double loss, uint64_t samples,
-                       const shardps_stats *st, char *err, size_t len)
+/* The progress line of the steps since the last one, to the launcher or
+ * the log. */
+static void ps__line(ps_job_report *r, const shardps_stats *st)
 {
-    double now, sps, mean_loss;
+    double now = ps_clock_now();
+    double sps = now > r->t_line ? (double)r->samples_line / (now - r->t_line) : 0.0;
+    double mean_loss = r->loss_n ? r->loss_sum / r->loss_n : NAN;
+    uint64_t step = r->step;
 
-    if (step < r->step)
-        return ps_err_printf(err, len, -EINVAL,
-                             "shardps_report: step %" PRIu64 " is before step %" PRIu64
-                             " reported earlier",
-                             step, r->step);
-    r->step = step;
-    r->samples_line += samples;
-    r->samples_total += samples;
-    if (isfinite(loss)) {
-        r->loss_sum += loss;
-        r->loss_n++;
-    }
-    if (step / (uint64_t)r->every <= r->line_step / (uint64_t)r->every)
-        return 0;
-    now = ps_clock_now();
-    sps = now > r->t_line ? (double)r->samples_line / (now - r->t_line) : 0.0;
-    mean_loss = r->loss_n ? r->loss_sum / r->loss_n : NAN;
     if (r->fd < 0) {
         char of[32] = "";
         if (r->total)
@@ -89,6 +76,25 @@ int ps_job_report_step(ps_job_report *r, uint64_t step, double loss, uint64_t sa
     r->samples_line = 0;
     r->loss_sum = 0;
     r->loss_n = 0;
+}
+
+int ps_job_report_step(ps_job_report *r, uint64_t step, double loss, uint64_t samples,
+                       const shardps_stats *st, char *err, size_t len)
+{
+    if (step < r->step)
+        return ps_err_printf(err, len, -EINVAL,
+                             "shardps_report: step %" PRIu64 " is before step %" PRIu64
+                             " reported earlier",
+                             step, r->step);
+    r->step = step;
+    r->samples_line += samples;
+    r->samples_total += samples;
+    if (isfinite(loss)) {
+        r->loss_sum += loss;
+        r->loss_n++;
+    }
+    if (step / (uint64_t)r->every > r->line_step / (uint64_t)r->every)
+        ps__line(r, st);
     return 0;
 }
 
@@ -96,6 +102,10 @@ void ps_job_report_done(ps_job_report *r, const shardps_stats *st)
 {
     if (!r->started)
         return;
+    /* The last steps, short of an interval, still make a line: the
+     * launcher learns where the worker stopped. */
+    if (r->step > r->line_step)
+        ps__line(r, st);
     ps__write(r, &(ps_report){.kind = PS_REPORT_DONE,
                               .u.done = {r->step - r->start, (double)r->samples_total,
                                          ps_clock_now() - r->t_start, -1, st->dropped, st->rejected,

@@ -6,7 +6,8 @@
  * program reports (shardps_report: its step, loss and samples), and "done"
  * when it leaves with a goodbye (shardps_close). Without a descriptor the
  * progress lines go to the log instead, as shardps-worker's do when nobody
- * launched it.
+ * launched it. The last progress line says where the program stopped, so the
+ * launcher can tell a program that stopped before the length it announced.
  *
  * A library worker knows neither epochs nor, unless told (total-steps), the
  * run's length: its lines say epoch 0 and steps 0 for "not known". Plain
@@ -47,7 +48,8 @@ void ps_job_report_start(ps_job_report *r, uint64_t start, uint64_t total, int e
 int ps_job_report_step(ps_job_report *r, uint64_t step, double loss, uint64_t samples,
                        const shardps_stats *st, char *err, size_t len);
 
-/* The worker leaves the job with a goodbye: writes "done". */
+/* The worker leaves the job with a goodbye: writes a progress line of the
+ * steps since the last one, if any, then "done". */
 void ps_job_report_done(ps_job_report *r, const shardps_stats *st);
 
 #endif

@@ -9,7 +9,8 @@
 #     and a summary, and the fit converges through the servers;
 #  2. a worker that fails ends the job with its message and a non-zero exit;
 #  3. a worker that exits 0 without leaving the job, or a command that never
-#     joins it, ends the job with one line saying so;
+#     joins it, ends the job with one line saying so; one that leaves before
+#     the steps it announced is said, and the job goes on;
 #  4. Ctrl-C (SIGINT to the launcher) stops the workers, then the servers,
 #     and leaves no process behind;
 #  5. by hand, as across hosts: servers started alone, workers with the
@@ -77,6 +78,13 @@ fi
 grep -qE "\[run\] worker [01] exited \(status 0\) without joining the job" "$TMP/never.err" ||
     { cat "$TMP/never.err" >&2; fail "a worker that never joined is not reported"; }
 echo "ok: a worker that exits 0 early or never joins fails the job, saying so"
+# One that leaves well but before the length it announced (early stopping,
+# or a loop that ends too soon) does not fail the job, and is said.
+"$RUN" "${opts[@]}" -- "${PY[@]}" "$WORKER" short 2 2 "$TMP/token" >"$TMP/short.out" \
+    2>"$TMP/short.err" || { cat "$TMP/short.err" >&2; fail "short: the job failed"; }
+grep -q "\[run\] worker 1 left the job at step 3 of the 30 it announced" "$TMP/short.err" ||
+    { cat "$TMP/short.err" >&2; fail "a worker that stopped before its last step is not said"; }
+echo "ok: a worker that stops before the steps it announced is said"
 
 # 4. Ctrl-C: the workers train until stopped.
 "$RUN" "${opts[@]}" -- "${PY[@]}" "$WORKER" forever 2 2 "$TMP/token" \

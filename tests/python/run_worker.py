@@ -17,6 +17,7 @@ of the launcher's own environment (SHARDPS_STRAY). Then, by MODE:
            prints "rank R: loss L" (the loss of its points at the end)
   fail     train, but rank 1 raises at step 3
   early    train, but rank 1 exits 0 at step 3 without closing the client
+  short    train, but rank 1 closes the client and exits 0 at step 3
   forever  trains until a signal ends the process
 """
 import os
@@ -81,6 +82,8 @@ def main():
             raise RuntimeError("rank 1 fails on purpose at step 3")
         if rank == 1 and step == 3 and mode == "early":
             os._exit(0)
+        if rank == 1 and step == 3 and mode == "short":
+            break
         c.pull([w])
     err = w[0] * x + w[1] - y
     print(f"rank {rank}: loss {float(np.mean(err * err) / 2):.6f}", flush=True)

@@ -142,9 +142,15 @@ Test(shardps_env, reports_reach_the_launcher, .timeout = 30)
     cr_assert_eq(shardps_report(h, 9, 0.1, 32), -EINVAL);
     cr_assert(strstr(shardps_last_error(h), "step 9 is before step 10") != NULL, "%s",
               shardps_last_error(h));
+    /* Steps short of an interval make their line when the handle closes,
+     * so the launcher learns where the worker stopped. */
+    cr_assert_eq(shardps_report(h, 12, 0.25, 32), 0);
     cr_assert_eq(shardps_close(h), 0);
     next_report(fds[0], &r);
-    cr_assert(r.kind == PS_REPORT_DONE && r.u.done.steps == 10 && r.u.done.samples == 320 &&
+    cr_assert(r.kind == PS_REPORT_PROGRESS && r.u.progress.step == 12);
+    cr_assert_float_eq(r.u.progress.loss, 0.25, 1e-12);
+    next_report(fds[0], &r);
+    cr_assert(r.kind == PS_REPORT_DONE && r.u.done.steps == 12 && r.u.done.samples == 352 &&
               r.u.done.test_accuracy == -1);
     close(fds[0]);
     close(fds[1]);

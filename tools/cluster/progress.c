@@ -17,7 +17,8 @@
 /* A worker's latest figures. */
 typedef struct {
     double samples_per_second;
-    uint64_t step; /* the furthest step it reported */
+    uint64_t step;  /* the furthest step it reported */
+    uint64_t total; /* the step it said it stops at (0: not known) */
     int started, done;
     double samples, seconds;
     uint64_t steps_done;                  /* steps it computed, from its "done" report */
@@ -151,6 +152,7 @@ int ps_progress_report(ps_progress *p, int rank, const char *line, uint64_t *ste
     case PS_REPORT_START:
         c->started = 1;
         c->step = r.u.start.step > c->step ? r.u.start.step : c->step;
+        c->total = r.u.start.steps;
         if (rank == 0) {
             p->total_steps = r.u.start.steps;
             p->steps_per_epoch = r.u.start.steps_per_epoch;
@@ -209,6 +211,11 @@ int ps_progress_worker_done(const ps_progress *p, int rank)
 uint64_t ps_progress_worker_step(const ps_progress *p, int rank)
 {
     return p->w[rank].step;
+}
+
+uint64_t ps_progress_worker_total(const ps_progress *p, int rank)
+{
+    return p->w[rank].total;
 }
 
 void ps_progress_summary(const ps_progress *p, ps_summary *s)

@@ -33,10 +33,12 @@ void ps_progress_free(ps_progress *p);
 int ps_progress_report(ps_progress *p, int rank, const char *line, uint64_t *step);
 
 /* Whether worker rank has reported "start" (it joined the job), "done"
- * (it left it, finished), and the furthest step it reported (0: none). */
+ * (it left it, finished), the furthest step it reported (0: none), and the
+ * step it said it stops at (0: not known). */
 int ps_progress_worker_started(const ps_progress *p, int rank);
 int ps_progress_worker_done(const ps_progress *p, int rank);
 uint64_t ps_progress_worker_step(const ps_progress *p, int rank);
+uint64_t ps_progress_worker_total(const ps_progress *p, int rank);
 
 /* Fills the report-borne half of s (accuracy, steps per epoch, the
  * workers' totals); the caller fills the job's half. */

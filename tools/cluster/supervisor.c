@@ -265,6 +265,20 @@ static int ps__left_early(const ps__cluster *cl, int rank, char *why, size_t len
     return 1;
 }
 
+/* A worker that left the job well but before the step it announced
+ * (early stopping, or a loop that ended too soon): not a failure, since
+ * only the program knows which, but said. */
+static void ps__say_short(const ps__cluster *cl, int rank)
+{
+    uint64_t step = ps_progress_worker_step(cl->cfg.progress, rank);
+    uint64_t total = ps_progress_worker_total(cl->cfg.progress, rank);
+
+    if (total > 0 && step < total)
+        ps_warn("worker %d left the job at step %" PRIu64 " of the %" PRIu64
+                " it announced: it stopped before its last step",
+                rank, step, total);
+}
+
 static void ps__on_exit(uv_process_t *p, int64_t status, int term_signal)
 {
     ps__child *c = p->data;
@@ -296,6 +310,8 @@ static void ps__on_exit(uv_process_t *p, int64_t status, int term_signal)
     } else if (c->role == PS__WORKER && !cl->stopping && !cl->interrupted &&
                ps__left_early(cl, c->index, why, sizeof(why))) {
         ps__fail(cl, why);
+    } else if (c->role == PS__WORKER && !cl->stopping && !cl->interrupted) {
+        ps__say_short(cl, c->index);
     }
     if (c->role == PS__WORKER && ++cl->workers_exited == cl->cfg.job->workers && !cl->stopping)
         cl->interrupted ? ps__shutdown(cl) : ps__stop_servers(cl);
