@@ -274,9 +274,9 @@ class Client:
     def report(self, step, loss, samples):
         """Tells the launcher how training goes: step steps of the job done,
         loss the latest one's training loss (nan: not known), samples trained
-        since the last call; a progress line every progress_every steps
-        (shardps_report)."""
-        self._check(self._lib.shardps_report(self._handle(), step, loss, samples))
+        since the last call (NumPy or PyTorch scalars too); a progress line
+        every progress_every steps (shardps_report)."""
+        self._check(self._lib.shardps_report(self._handle(), int(step), float(loss), int(samples)))
 
     def progress(self):
         """Moves what can move without blocking and sends the heartbeats the
