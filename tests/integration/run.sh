@@ -70,12 +70,12 @@ echo "ok: a failing worker ends the job with its message"
 
 # 3. Leaving early, or never joining, is said in one line.
 run_fails early early
-grep -q "\[run\] worker 1 exited (status 0) without leaving the job" "$TMP/early.err" ||
+grep -q "\[run\] worker 1 exited (status 0) without leaving the job (the last step it reported: [0-9]*): it stopped early, or never closed its connection (shardps_close, Client.close); stopping" "$TMP/early.err" ||
     { cat "$TMP/early.err" >&2; fail "a worker that exited 0 early is not reported"; }
 if "$RUN" "${opts[@]}" -- true >"$TMP/never.out" 2>"$TMP/never.err"; then
     fail "a job whose workers never joined exited 0"
 fi
-grep -qE "\[run\] worker [01] exited \(status 0\) without joining the job" "$TMP/never.err" ||
+grep -qE "\[run\] worker [01] exited \(status 0\) without joining the job: it never connected to the servers with the launcher's environment \(shardps_new_from_env, Client.from_env\); stopping" "$TMP/never.err" ||
     { cat "$TMP/never.err" >&2; fail "a worker that never joined is not reported"; }
 echo "ok: a worker that exits 0 early or never joins fails the job, saying so"
 # One that leaves well but before the length it announced (early stopping,

@@ -283,7 +283,7 @@ static void ps__on_exit(uv_process_t *p, int64_t status, int term_signal)
 {
     ps__child *c = p->data;
     ps__cluster *cl = c->cl;
-    char name[32], why[160];
+    char name[32], why[320];
 
     c->running = 0;
     uv_close((uv_handle_t *)p, NULL);
