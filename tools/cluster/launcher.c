@@ -50,8 +50,9 @@ int ps_launcher_parse(ps_launcher *l, const char *prog, const char *summary, con
     };
     const ps_flag tail[] = {
         {"metrics-dir", PS_FLAG_STRING, &sup->metrics_dir, "DIR",
-         "write JSON-lines metrics of every process here (server-I.jsonl, worker-R.jsonl)", 0, 0,
-         NULL, NULL, NULL},
+         "write JSON-lines metrics here: the servers' (server-I.jsonl) and shardps-cluster's "
+         "workers' (worker-R.jsonl)",
+         0, 0, NULL, NULL, NULL},
         {"metrics-port", PS_FLAG_INT, &sup->metrics_port, "PORT",
          "servers serve Prometheus /metrics on PORT+index (0: any free port, logged)", 0, 65535,
          NULL, "off=-1", NULL},
