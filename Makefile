@@ -11,7 +11,7 @@ EXPERIMENT ?= runs/experiment
 BENCH_ARGS ?=
 BENCH_TRAIN_ARGS ?=
 
-.PHONY: all deps build build-san build-tsan demo test bench experiment clean format install
+.PHONY: all deps build build-san build-tsan demo test bench experiment clean format install install-files uninstall
 
 all: build
 
@@ -22,11 +22,22 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# libshardps (shared library, include/shardps.h, shardps.pc) and the programs
-# under PREFIX; the Python package stays in python/ (PYTHONPATH).
+# The programs (bin/), libshardps (lib/, include/shardps.h, the pkg-config
+# file) under PREFIX, and the Python package in the site-packages where
+# PYTHON finds it for PREFIX (/usr/local/lib/python3.X/dist-packages for
+# Debian's); ldconfig when run as root; a manifest in
+# PREFIX/share/shardps/ that uninstall removes everything by. DESTDIR
+# stages it for packaging. install-files is the step after the build (the
+# tests run it on their own build folder). See deploy/install.sh.
 PREFIX ?= /usr/local
+PYTHON ?= /usr/bin/python3
+DESTDIR ?=
 install: build
-	@cmake --install $(BUILD) --prefix $(PREFIX)
+	@$(MAKE) --no-print-directory install-files
+install-files:
+	@DESTDIR="$(DESTDIR)" bash deploy/install.sh install $(BUILD) $(PREFIX) $(PYTHON)
+uninstall:
+	@DESTDIR="$(DESTDIR)" bash deploy/install.sh uninstall $(PREFIX)
 
 build-san: deps
 	@cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DPS_SANITIZE=ON >/dev/null

@@ -3,7 +3,10 @@
 
     python3 examples/torch_fmnist.py --mode sync|async [--epochs E] [--steps N]
 
-starts 2 shardps-servers and 2 PyTorch workers on 127.0.0.1, trains, and ends
+starts 2 shardps-servers and 2 PyTorch workers on 127.0.0.1 from a build
+folder (--build, default build/ beside examples/: its programs, its
+libshardps and this tree's python/shardps, unless SHARDPS_LIB names
+another library), trains, and ends
 with one JSON line: test_accuracy, seconds_to_target (training seconds until
 rank 0's test every --eval-every steps first reached --target; null if never),
 train_seconds (evaluations excluded), wall_seconds (everything),
@@ -122,7 +125,7 @@ def train(a):
     torch.set_num_threads(1)
     x, y = load("train")
     model = CNN() if a.model == "cnn" else MLP()
-    ps = shardps.torch.attach(model, a.addrs.split(","), a.rank, a.workers,
+    ps = shardps.torch.attach(model, a.servers, a.rank, a.workers,
                               total_steps=a.steps)                    # the one line
     clock = Clock(a, a.rank, settle=ps.sync)  # measuring only, as the DDP baseline does
     for step, idx in enumerate(batches(len(x), a, a.rank), 1):
@@ -148,11 +151,13 @@ def start_server(a, build, index, n):
 
 def launch(a):
     build = a.build or os.path.join(HERE, "..", "build")
+    # The workers' library is the one built with these servers.
+    os.environ.setdefault("SHARDPS_LIB", build)
     t0 = time.time()
     servers = [start_server(a, build, i, 2) for i in range(2)]
     addrs = ",".join(addr for _, addr in servers)
     workers = [subprocess.Popen([sys.executable, __file__, "--worker", "--rank", str(r),
-                                 "--addrs", addrs, "--workers", str(a.workers),
+                                 "--servers", addrs, "--workers", str(a.workers),
                                  "--steps", str(a.steps), "--batch", str(a.batch), "--seed",
                                  str(a.seed), "--model", a.model, "--eval-every",
                                  str(a.eval_every), "--target", str(a.target)],
@@ -210,7 +215,7 @@ def main():
     p.add_argument("--build", help="the build folder (default: build/ beside examples/)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
-    p.add_argument("--addrs", help=argparse.SUPPRESS)
+    p.add_argument("--servers", help=argparse.SUPPRESS)
     a = parse(p)
     train(a) if a.worker else launch(a)
 

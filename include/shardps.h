@@ -95,7 +95,8 @@ int shardps_new(shardps **out, const char *const *servers, int n_servers, int ra
  *   job-settings TEXT      the job settings a shardps-worker sends
  *   log-level debug|info|warn|error|none   the library's lines on stderr
  *   report-fd FD           report to the launcher on this open descriptor
- *                          (shardps_report; -1, the default: to the log)
+ *                          (shardps_report; default: SHARDPS_REPORT_FD when
+ *                          it names one, else -1: to the log)
  * Returns 0, -EINVAL (unknown name, bad value; see shardps_last_error: "option
  * seed: '-1' is out of range (accepted: 0 to 2147483647)") or -EBUSY (already
  * connected). */
@@ -184,11 +185,14 @@ void shardps_abandon(shardps *h);
  *   SHARDPS_<NAME>    any option of shardps_set_option's job options by its
  *                     name (SHARDPS_AUTH_TOKEN_FILE: a file's path, never the
  *                     token; SHARDPS_CHUNK_BYTES, SHARDPS_SEED, ...)
- *   SHARDPS_REPORT_FD the launcher's report pipe (report-fd)
+ *   SHARDPS_REPORT_FD the launcher's report pipe
  * shardps_new_from_env is shardps_new with those, each option checked as
  * shardps-worker checks the same variable; the process's log lines name it
- * "worker R". Returns 0, -EINVAL (a variable missing or wrong:
- * shardps_last_error(NULL) names it) or -ENOMEM. */
+ * "worker R". Every handle, however made, reports to SHARDPS_REPORT_FD
+ * (report-fd): "start" on connect, "done" on close, so the launcher knows
+ * a worker that finished from one that left early. Returns 0, -EINVAL (a
+ * variable missing or wrong: shardps_last_error(NULL) names it) or
+ * -ENOMEM. */
 int shardps_new_from_env(shardps **out);
 
 /* Tells the launcher how training goes: the program has done step steps of

@@ -137,6 +137,38 @@ static int ps__take_text(shardps *h, const char *name, const char *value, const 
     return 0;
 }
 
+/* report-fd: the launcher's pipe (job_report.h); it must be open now.
+ * origin names how it was given. */
+static int ps__report_fd(shardps *h, const char *value, const char *origin)
+{
+    char *end;
+    long fd = strtol(value, &end, 10);
+
+    if (end == value || *end != '\0' || fd < -1 || fd > 1 << 20)
+        return ps__err(h, -EINVAL, "%s: '%s' is not a descriptor (accepted: -1 to %d)", origin,
+                       value, 1 << 20);
+    if (fd >= 0 && fcntl((int)fd, F_GETFD) < 0)
+        return ps__err(h, -EINVAL, "%s: descriptor %ld is not open (%s)", origin, fd,
+                       strerror(errno));
+    h->report.fd = (int)fd;
+    return 0;
+}
+
+/* Under a launcher (shardps-run, shardps-cluster) every handle reports to
+ * it, whatever made it: the launcher tells a worker that finished from one
+ * that left early by these lines. A descriptor that is not open (a child
+ * process of the worker's, which did not inherit it) means no reports, said
+ * once; a program that reports by itself sets report-fd -1. */
+static void ps__report_to_launcher(shardps *h)
+{
+    const char *v = getenv("SHARDPS_REPORT_FD");
+
+    if (v && *v && ps__report_fd(h, v, "SHARDPS_REPORT_FD") < 0) {
+        ps_warn("%s; not reporting to a launcher", h->error);
+        h->error[0] = '\0';
+    }
+}
+
 int shardps_new(shardps **out, const char *const *servers, int n_servers, int rank, int world)
 {
     shardps *h;
@@ -169,6 +201,7 @@ int shardps_new(shardps **out, const char *const *servers, int n_servers, int ra
     h->cfg.rank = rank;
     h->cfg.world = world;
     ps_job_report_init(&h->report, -1, rank);
+    ps__report_to_launcher(h);
     ps_job_options_defaults(&h->opts);
     h->n_options = ps_job_options_flags(&h->opts, PS_JOB_LIBRARY, h->options, PS__MAX_OPTIONS);
     if (h->n_options < 0)
@@ -198,23 +231,6 @@ static int ps__log_level(shardps *h, const char *value)
     }
     return ps__err(h, -EINVAL, "option log-level: '%s' is not debug, info, warn, error or none",
                    value);
-}
-
-/* report-fd: the launcher's pipe (job_report.h); it must be open now.
- * origin names how it was given. */
-static int ps__report_fd(shardps *h, const char *value, const char *origin)
-{
-    char *end;
-    long fd = strtol(value, &end, 10);
-
-    if (end == value || *end != '\0' || fd < -1 || fd > 1 << 20)
-        return ps__err(h, -EINVAL, "%s: '%s' is not a descriptor (accepted: -1 to %d)", origin,
-                       value, 1 << 20);
-    if (fd >= 0 && fcntl((int)fd, F_GETFD) < 0)
-        return ps__err(h, -EINVAL, "%s: descriptor %ld is not open (%s)", origin, fd,
-                       strerror(errno));
-    h->report.fd = (int)fd;
-    return 0;
 }
 
 /* Sets the job option of row f (a row of h->options) from value, given as
@@ -571,8 +587,7 @@ static int ps__env_int(const char *name, int min, int max, int *out)
 }
 
 /* The options of h from the environment: each job option the library takes
- * as SHARDPS_<NAME> (through its row, as shardps-worker reads it), and the
- * launcher's report pipe. */
+ * as SHARDPS_<NAME> (through its row, as shardps-worker reads it). */
 static int ps__options_from_env(shardps *h)
 {
     char name[96];
@@ -585,8 +600,7 @@ static int ps__options_from_env(shardps *h)
         if (v && *v && (rc = ps__set_row(h, &h->options[i], v, name)) < 0)
             return rc;
     }
-    v = getenv("SHARDPS_REPORT_FD");
-    return v && *v ? ps__report_fd(h, v, "SHARDPS_REPORT_FD") : 0;
+    return 0;
 }
 
 int shardps_new_from_env(shardps **out)

@@ -5,12 +5,19 @@ handed to it as they are, without copies: pushes send from the array, pulls
 write into it, so an array given to a non-blocking call must stay untouched
 until wait() returns (the client keeps a reference until then).
 
-Errors are raised as ShardpsError, carrying the library's code and sentence.
+Errors are raised as ShardpsError, carrying the library's code and sentence;
+arguments of the wrong type as TypeError.
+
+Which libshardps: $SHARDPS_LIB when set (a file, or a build folder holding
+libshardps.so.1: how the tests and a source tree point at a build), else the
+library `make install` put beside this package, else the system's
+libshardps.so.1. A library whose shardps_version() is not this package's
+__version__ is refused, so a stale copy is never used by mistake.
 
 A client that declares nothing joins the job whose tensors another worker
 declared: after connect(), tensors and shapes describe them.
 
-    with shardps.Client(["127.0.0.1:7000"], rank=0, world=1) as c:
+    with shardps.Client("127.0.0.1:7000", rank=0, world=1) as c:
         c.declare_mlp([784, 256, 128, 10])
         c.connect()
         weights = [np.empty(n, np.float32) for _, n in c.tensors]
@@ -21,65 +28,102 @@ declared: after connect(), tensors and shapes describe them.
         c.pull(weights)                # the next step's weights; waits
 """
 
+from __future__ import annotations
+
 import ctypes
-import ctypes.util
+import operator
 import os
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Dict, List, Optional, Tuple, Type, Union
 
 import numpy as np
+from numpy.typing import NDArray
 
-__all__ = ["Client", "ShardpsError", "load_library", "INIT_ZERO", "INIT_HE_UNIFORM",
-           "INIT_XAVIER_UNIFORM"]
+__version__ = "1.2.0"
 
+__all__ = ["Client", "ShardpsError", "Float32Array", "load_library", "library_path", "INIT_ZERO",
+           "INIT_HE_UNIFORM", "INIT_XAVIER_UNIFORM", "__version__"]
+
+#: Initial values of a declared tensor (include/shardps.h's SHARDPS_INIT_*).
 INIT_ZERO, INIT_HE_UNIFORM, INIT_XAVIER_UNIFORM = 0, 1, 2
 
-_lib = None
+# include/shardps.h's SHARDPS_EVERSION: a library of another version.
+_EVERSION = -10002
+_SONAME = "libshardps.so.1"
+
+_lib: Optional[ctypes.CDLL] = None
 
 
 class ShardpsError(Exception):
-    """A libshardps call failed: code is its negative return value."""
+    """A libshardps call failed: code is its negative return value (a negated
+    errno value or one of include/shardps.h's SHARDPS_E*), the message the
+    library's sentence."""
 
-    def __init__(self, code, message):
+    def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
 
 
-def _candidates():
+def _candidates() -> List[Tuple[str, str]]:
+    """(path or soname, where it comes from), in the order they are tried."""
     env = os.environ.get("SHARDPS_LIB")
     if env:
-        yield env
-        return
-    # A source tree: python/shardps/ beside build/ (make) or build-san/.
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    for build in ("build", "build-san"):
-        yield os.path.join(root, build, "libshardps.so.1")
-    found = ctypes.util.find_library("shardps")
-    yield found or "libshardps.so.1"
+        return [(os.path.join(env, _SONAME) if os.path.isdir(env) else env, "$SHARDPS_LIB")]
+    try:
+        # Written by `make install` beside the installed copy of this package.
+        from . import _installed  # type: ignore[attr-defined]
+        return [(_installed.LIBRARY, "installed with this package")]
+    except ImportError:
+        # A source tree's copy: the system's library (ldconfig), never a
+        # build folder nobody named.
+        return [(_SONAME, "the system's")]
 
 
-def load_library():
-    """Loads libshardps once: $SHARDPS_LIB, else the source tree's build/,
-    else the system's. Returns the ctypes library."""
+def load_library() -> ctypes.CDLL:
+    """Loads libshardps once (see the module text for which one) and checks
+    that its version is this package's. Returns the ctypes library; raises
+    ShardpsError when none loads or its version differs."""
     global _lib
     if _lib is not None:
         return _lib
     errors = []
-    for path in _candidates():
+    for path, origin in _candidates():
         if os.sep in path and not os.path.exists(path):
-            errors.append(f"{path}: not found")
+            errors.append(f"{path} ({origin}): not found")
             continue
         try:
             lib = ctypes.CDLL(path)
             break
         except OSError as e:
-            errors.append(str(e))
+            errors.append(f"{origin}: {e}")
     else:
-        raise ShardpsError(-2, "cannot load libshardps (build it with make, or set "
-                               "SHARDPS_LIB): " + "; ".join(errors))
+        raise ShardpsError(-2, "cannot load libshardps (make install, or set SHARDPS_LIB to a "
+                               "build folder): " + "; ".join(errors))
+    lib.shardps_version.restype, lib.shardps_version.argtypes = ctypes.c_char_p, []
+    version = lib.shardps_version().decode()
+    if version != __version__:
+        raise ShardpsError(_EVERSION, f"{lib._name} ({origin}) is libshardps {version}; this "
+                                      f"shardps package ({os.path.dirname(__file__)}) is "
+                                      f"{__version__}: install both from one tree (make install), "
+                                      "or point SHARDPS_LIB at the matching build")
+    _declare(lib)
+    _lib = lib
+    return lib
+
+
+def library_path() -> str:
+    """The path (or soname) of the libshardps this package loaded (loading
+    it first)."""
+    return load_library()._name
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    """Gives each function of include/shardps.h its C signature."""
     c_int, c_char_p, c_void_p = ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p
     u64p = ctypes.POINTER(ctypes.c_uint64)
     fptr = ctypes.POINTER(ctypes.c_float)
     sigs = {
-        "shardps_version": (c_char_p, []),
         "shardps_strerror": (c_char_p, [c_int]),
         "shardps_last_error": (c_char_p, [c_void_p]),
         "shardps_new": (c_int, [ctypes.POINTER(c_void_p), ctypes.POINTER(c_char_p), c_int,
@@ -108,50 +152,77 @@ def load_library():
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)
         f.restype, f.argtypes = res, args
-    _lib = lib
-    return lib
 
 
-def _float_ptr(a):
+def _server_list(servers: Union[str, Sequence[str]]) -> List[str]:
+    """The servers as the programs take them (--servers H:P,H:P): one string,
+    comma-separated, or a sequence of "HOST:PORT" strings. The library checks
+    each address; anything else is a TypeError here, before a string is
+    taken apart character by character."""
+    if isinstance(servers, str):
+        return servers.split(",")
+    if isinstance(servers, Sequence) and not isinstance(servers, (bytes, bytearray)):
+        bad = [s for s in servers if not isinstance(s, str)]
+        if not bad:
+            return list(servers)
+        raise TypeError(f"servers: every address must be a str \"HOST:PORT\"; got "
+                        f"{type(bad[0]).__name__} {bad[0]!r}")
+    raise TypeError("servers: a str \"HOST:PORT[,HOST:PORT...]\" or a sequence of such str; "
+                    f"got {type(servers).__name__}")
+
+
+#: What pushes read and pulls write: C-contiguous float32 arrays.
+Float32Array = NDArray[np.float32]
+
+
+def _float_ptr(a: Float32Array) -> Any:
     return a.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
 
 
 class Client:
-    """One worker of a job: rank of world, to the servers "host:port" in the
-    job's order. Options are shardps_set_option's (include/shardps.h), given
-    as keywords with _ for - (auth_token_file="...", seed=1, ...)."""
+    """One worker of a job: rank of world, to the job's servers in index
+    order, as one str "HOST:PORT,HOST:PORT" (the programs' --servers) or a
+    sequence of "HOST:PORT". Options are shardps_set_option's
+    (include/shardps.h), given as keywords with _ for -
+    (auth_token_file="...", seed=1, chunk_bytes=65536, ...). Use it as a
+    context manager, or call close() (leave the job) or abandon()."""
 
-    def __init__(self, servers, rank, world, **options):
+    def __init__(self, servers: Union[str, Sequence[str]], rank: int, world: int,
+                 **options: Union[str, int, float, bool]) -> None:
+        self._h: Optional[ctypes.c_void_p] = None
+        addrs = _server_list(servers)
+        rank, world = operator.index(rank), operator.index(world)
         self._lib = load_library()
-        self._h = None
-        addrs = (ctypes.c_char_p * len(servers))(*[s.encode() for s in servers])
+        arr = (ctypes.c_char_p * len(addrs))(*[s.encode() for s in addrs])
         h = ctypes.c_void_p()
-        self._check(self._lib.shardps_new(ctypes.byref(h), addrs, len(servers), rank, world),
-                    None)
-        self._start(h, options)
+        self._check(self._lib.shardps_new(ctypes.byref(h), arr, len(addrs), rank, world), None)
+        self._start(h, tuple(addrs), options)
 
     @classmethod
-    def from_env(cls, **options):
+    def from_env(cls, **options: Union[str, int, float, bool]) -> "Client":
         """The worker of the job shardps-run (or a person, by hand) put in the
-        environment: SHARDPS_SERVERS, SHARDPS_RANK, SHARDPS_WORKERS, each option
-        as SHARDPS_<NAME>, SHARDPS_REPORT_FD (shardps_new_from_env). Keyword
-        options are set after, and win."""
+        environment: SHARDPS_SERVERS, SHARDPS_RANK, SHARDPS_WORKERS, each
+        option as SHARDPS_<NAME>, SHARDPS_REPORT_FD (shardps_new_from_env).
+        Keyword options are set after, and win."""
         self = cls.__new__(cls)
-        self._lib = load_library()
         self._h = None
+        self._lib = load_library()
         h = ctypes.c_void_p()
         self._check(self._lib.shardps_new_from_env(ctypes.byref(h)), None)
-        self._start(h, options)
+        self._start(h, tuple(os.environ["SHARDPS_SERVERS"].split(",")), options)
         return self
 
-    def _start(self, h, options):
+    def _start(self, h: ctypes.c_void_p, servers: Tuple[str, ...],
+               options: Dict[str, Union[str, int, float, bool]]) -> None:
         self._h = h
-        self._borrowed = []  # arrays in flight until wait()
-        self._clock = None   # the step to pull next
+        self._servers = servers
+        self._borrowed: List[Any] = []  # arrays in flight until wait()
+        self._clock: Optional[int] = None  # the step to pull next
+        self._pulling = False
         for name, value in options.items():
             self.set_option(name.replace("_", "-"), value)
 
-    def _check(self, rc, h="self"):
+    def _check(self, rc: int, h: Optional[str] = "self") -> int:
         if rc < 0:
             handle = self._h if h == "self" else None
             msg = self._lib.shardps_last_error(handle).decode(errors="replace")
@@ -160,28 +231,40 @@ class Client:
             raise ShardpsError(rc, msg)
         return rc
 
-    def _handle(self):
+    def _handle(self) -> ctypes.c_void_p:
         if self._h is None:
             raise ShardpsError(-22, "the client is closed")
         return self._h
 
-    def set_option(self, name, value):
+    @property
+    def servers(self) -> Tuple[str, ...]:
+        """The servers' addresses, in the job's order."""
+        return self._servers
+
+    def set_option(self, name: str, value: Union[str, int, float, bool]) -> None:
+        """Sets one of shardps_set_option's options by its name ("chunk-bytes")
+        before connect(); a bool is given as 1 or 0."""
         if isinstance(value, bool):
             value = int(value)
         self._check(self._lib.shardps_set_option(self._handle(), name.encode(),
                                                  str(value).encode()))
 
-    def declare(self, name, shape, init, fan_in, fan_out):
-        """Declares the next tensor of the table (shardps_declare)."""
+    def declare(self, name: str, shape: Sequence[int], init: int, fan_in: int,
+                fan_out: int) -> None:
+        """Declares the next tensor of the table (shardps_declare): name, shape
+        (1 to 4 dimensions, row-major), init one of INIT_*, and the fans its
+        bound comes from."""
         dims = (ctypes.c_int64 * len(shape))(*shape)
         self._check(self._lib.shardps_declare(self._handle(), name.encode(), len(shape), dims,
                                               init, fan_in, fan_out))
 
-    def declare_mlp(self, sizes):
+    def declare_mlp(self, sizes: Sequence[int]) -> None:
+        """Declares an MLP's table (shardps_declare_mlp): layer sizes from the
+        input to the classes."""
         arr = (ctypes.c_int * len(sizes))(*sizes)
         self._check(self._lib.shardps_declare_mlp(self._handle(), arr, len(sizes)))
 
-    def connect(self):
+    def connect(self) -> None:
         """Joins the job; the first pull() asks for the clock it welcomed us at.
         With nothing declared, it adopts the tensors the servers hold (waiting
         within connect_timeout for a worker to declare them): see tensors and
@@ -189,13 +272,15 @@ class Client:
         self._check(self._lib.shardps_connect(self._handle()))
         self._clock = self.start_clock
 
-    def reconnect(self):
+    def reconnect(self) -> None:
+        """Connects again after a server went away (SHARDPS_ECLOSED): the
+        servers kept this worker's place."""
         self._check(self._lib.shardps_reconnect(self._handle()))
         self._borrowed = []
         self._clock = self.start_clock
 
     @property
-    def tensors(self):
+    def tensors(self) -> List[Tuple[str, int]]:
         """[(name, numel)] in the table's order."""
         n = self._check(self._lib.shardps_tensor_count(self._handle()))
         out = []
@@ -207,7 +292,7 @@ class Client:
         return out
 
     @property
-    def shapes(self):
+    def shapes(self) -> List[Tuple[int, ...]]:
         """[shape tuple] in the table's order."""
         n = self._check(self._lib.shardps_tensor_count(self._handle()))
         out = []
@@ -217,22 +302,23 @@ class Client:
             out.append(tuple(dims[:ndim]))
         return out
 
-    def _clock_of(self, fn):
+    def _clock_of(self, fn: Any) -> int:
         v = ctypes.c_uint64()
         self._check(fn(self._handle(), ctypes.byref(v)))
         return v.value
 
     @property
-    def start_clock(self):
+    def start_clock(self) -> int:
+        """The clock the job welcomed this worker at (after connect())."""
         return self._clock_of(self._lib.shardps_start_clock)
 
     @property
-    def weights_clock(self):
+    def weights_clock(self) -> int:
         """The clock of the weights of the last pull."""
         return self._clock_of(self._lib.shardps_weights_clock)
 
     @staticmethod
-    def _as_buffer(a, writable):
+    def _as_buffer(a: Any, writable: bool) -> Float32Array:
         if not isinstance(a, np.ndarray) or a.dtype != np.float32 or not a.flags.c_contiguous:
             raise TypeError("shardps moves C-contiguous float32 NumPy arrays (no copies are "
                             "made); got " + (f"{a.dtype} {'C' if a.flags.c_contiguous else 'non-C'}"
@@ -242,7 +328,7 @@ class Client:
             raise TypeError("a pull needs writable arrays")
         return a
 
-    def push(self, tensor, grad, block=True):
+    def push(self, tensor: int, grad: Float32Array, block: bool = True) -> None:
         """Pushes tensor's gradient (float32, its numel elements), computed on
         the weights of the last pull. block=False: returns at once; the array
         is borrowed until wait()."""
@@ -254,7 +340,8 @@ class Client:
         if block:
             self.wait()
 
-    def pull(self, dest, clock=None, block=True):
+    def pull(self, dest: Sequence[Float32Array], clock: Optional[int] = None,
+             block: bool = True) -> None:
         """Pulls every tensor into dest (a list of float32 arrays, one per
         tensor). clock: the step whose weights to pull; None: the next one
         (the welcome clock first, then one past the weights last pulled).
@@ -271,53 +358,54 @@ class Client:
         if block:
             self.wait()
 
-    def report(self, step, loss, samples):
+    def report(self, step: int, loss: float, samples: int) -> None:
         """Tells the launcher how training goes: step steps of the job done,
         loss the latest one's training loss (nan: not known), samples trained
         since the last call (NumPy or PyTorch scalars too); a progress line
         every progress_every steps (shardps_report)."""
         self._check(self._lib.shardps_report(self._handle(), int(step), float(loss), int(samples)))
 
-    def progress(self):
+    def progress(self) -> None:
         """Moves what can move without blocking and sends the heartbeats the
         servers asked for: call it now and then in a long computation or
         test, or the servers count the silence as a worker gone."""
         self._check(self._lib.shardps_progress(self._handle()))
 
-    def wait(self):
+    def wait(self) -> None:
         """Completes every push and pull started (each has a deadline)."""
         # After a failure the arrays stay borrowed: the requests may still
         # be queued, and closing the client flushes them.
         self._check(self._lib.shardps_wait(self._handle()))
         self._borrowed = []
-        if getattr(self, "_pulling", False):
+        if self._pulling and self._clock is not None:
             self._pulling = False
             # In sync mode a worker that fell behind gets newer weights than
             # it asked for; it continues from them.
             self._clock = max(self._clock, self.weights_clock) + 1
 
-    def close(self):
+    def close(self) -> None:
         """Leaves the job (barriers stop counting this worker) and frees the
         client."""
         if self._h is not None:
             self._lib.shardps_close(self._h)
             self._h = None
 
-    def abandon(self):
+    def abandon(self) -> None:
         """Frees the client without a goodbye: the servers keep its place."""
         if self._h is not None:
             self._lib.shardps_abandon(self._h)
             self._h = None
 
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
         if exc_type is None:
             self.close()
         else:
             self.abandon()
 
-    def __del__(self):
+    def __del__(self) -> None:
         if getattr(self, "_h", None) is not None and getattr(self, "_lib", None) is not None:
             self.abandon()

@@ -19,24 +19,31 @@ CUDA parameters are staged through pinned host buffers (a copy each way per
 step). That path is untested: the machine this was written on has no GPU.
 """
 
-import math
+from __future__ import annotations
 
-import numpy as np
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
 import torch
 
 from . import INIT_HE_UNIFORM, INIT_XAVIER_UNIFORM, INIT_ZERO, Client
 
+#: (kind, fan_in, fan_out) of one parameter: kind one of shardps.INIT_*.
+Init = Tuple[int, int, int]
+
 __all__ = ["attach", "Attached", "default_init"]
 
 
-def default_init(named_params):
+def default_init(named_params: Iterable[Tuple[str, torch.nn.Parameter]]) -> Dict[str, Init]:
     """{name: (kind, fan_in, fan_out)} by the servers' conventions: weights
     (2 or more dimensions) He-uniform, the last one Xavier-uniform; biases
     zero. Fans are those of a dense [out, in] or conv [out, in, kh, kw]
     weight."""
     named = list(named_params)
     weights = [n for n, p in named if p.dim() >= 2]
-    out, fans = {}, None
+    out: Dict[str, Init] = {}
+    fans: Optional[Tuple[int, int]] = None
     for name, p in named:
         if p.dim() >= 2:
             rf = math.prod(p.shape[2:])
@@ -52,7 +59,7 @@ def default_init(named_params):
 class Attached:
     """A model hooked to a job (see attach). close() leaves the job."""
 
-    def __init__(self, model, client):
+    def __init__(self, model: torch.nn.Module, client: Client) -> None:
         self.client = client
         self._params = [p for _, p in model.named_parameters()]
         self._cuda = any(p.is_cuda for p in self._params)
@@ -64,15 +71,15 @@ class Attached:
             # Pulls land in the parameters' own storage.
             self._host = [p.data.view(-1) for p in self._params]
         self._dest = [h.numpy() for h in self._host]
-        self._held = []      # gradients being pushed, alive until the wait
+        self._held: List[Any] = []  # gradients being pushed, alive until the wait
         self._pushed = 0     # this step's pushes so far
         self._pulled = False
         self._handles = [p.register_hook(self._grad_hook(i)) for i, p in enumerate(self._params)]
         self._handles.append(model.register_forward_pre_hook(lambda m, inp: self.sync()))
         self.sync()
 
-    def _grad_hook(self, i):
-        def hook(grad):
+    def _grad_hook(self, i: int) -> Callable[[torch.Tensor], None]:
+        def hook(grad: torch.Tensor) -> None:
             g = grad.detach().reshape(-1)
             if g.is_cuda:
                 self._grad_host[i].copy_(g)  # synchronous: the bytes are there after
@@ -86,7 +93,7 @@ class Attached:
             self._pushed += 1
         return hook
 
-    def sync(self):
+    def sync(self) -> None:
         """Completes this step's pushes and pulls the next weights into the
         parameters: called before every forward, so a loop never calls it."""
         if self._pulled and self._pushed == 0:
@@ -107,7 +114,7 @@ class Attached:
                     p.data.view(-1).copy_(h, non_blocking=False)
                 p.grad = None
 
-    def close(self):
+    def close(self) -> None:
         """Completes the last step (its pushes, and the pull of the weights
         they make), unhooks the model and leaves the job: the model keeps the
         final weights."""
@@ -119,11 +126,15 @@ class Attached:
         self.client.close()
 
 
-def attach(model, servers, rank, world, init=None, **options):
+def attach(model: torch.nn.Module, servers: Union[str, Sequence[str]], rank: int, world: int,
+           init: Optional[Dict[str, Init]] = None,
+           **options: Union[str, int, float, bool]) -> Attached:
     """Declares model's parameters as the job's tensors, joins the job, pulls
     the current weights into the model and hooks it (see the module text).
+    servers: as Client's ("HOST:PORT,HOST:PORT" or a sequence of "HOST:PORT").
     init: {name: (kind, fan_in, fan_out)} overriding default_init. options:
-    Client's (auth_token_file=..., seed=..., total_steps=..., ...)."""
+    Client's (auth_token_file=..., seed=..., total_steps=..., ...). Returns
+    the Attached model; its close() leaves the job."""
     params = list(model.named_parameters())
     for name, p in params:
         if p.dtype != torch.float32:

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The Python package (python/shardps, NumPy) on libshardps against real
-# servers: alone, every weight after a push is w - lr * g bit for bit; beside
+# servers: it loads a build folder only when SHARDPS_LIB names it; alone,
+# with the server given as one "HOST:PORT" string, every weight after a push
+# is w - lr * g bit for bit, a list in a string is split at its commas and a
+# servers argument of another type is a TypeError; beside
 # a shardps-worker in one sync job, its last pull equals the C worker's
 # --dump-weights byte for byte, and so does a Python client that declares
 # nothing and joins the C worker's tensors (it may reach the servers first,
@@ -16,6 +19,20 @@ start_server() { # name index count args...
         "${@:4}" 3>"$TMP/port.$1" 2>"$TMP/server.$1.err" &
     read -r port <"$TMP/port.$1"
 }
+
+# Without SHARDPS_LIB, the source tree's package loads the installed or the
+# system's libshardps, never a build folder of the tree nobody named.
+SRC="$(cd "$(dirname "$0")/../.." && pwd)"
+out=$(cd "$TMP" && env -u SHARDPS_LIB LD_PRELOAD="$PY_PRELOAD" ASAN_OPTIONS=detect_leaks=0 "$PYTHON" -c '
+import shardps
+try:
+    print(shardps.library_path())
+except shardps.ShardpsError as e:
+    print("not loaded:", e)') || fail "loading without SHARDPS_LIB crashed"
+case "$out" in
+"$SRC"/*) fail "without SHARDPS_LIB the package loaded the tree's $out" ;;
+esac
+echo "PASS: without SHARDPS_LIB no build folder is loaded ($out)"
 
 start_server a 0 1 --workers 1 --optimizer sgd --momentum 0 --lr 0.1 \
     --lr-schedule constant --chunk-bytes 4096

@@ -75,7 +75,7 @@ grep -q "\[run\] worker 1 exited (status 0) without leaving the job (the last st
 if "$RUN" "${opts[@]}" -- true >"$TMP/never.out" 2>"$TMP/never.err"; then
     fail "a job whose workers never joined exited 0"
 fi
-grep -qE "\[run\] worker [01] exited \(status 0\) without joining the job: it never connected to the servers with the launcher's environment \(shardps_new_from_env, Client.from_env\); stopping" "$TMP/never.err" ||
+grep -qE "\[run\] worker [01] exited \(status 0\) without joining the job: it never connected to the servers through libshardps, which tells the launcher \(SHARDPS_REPORT_FD\); stopping" "$TMP/never.err" ||
     { cat "$TMP/never.err" >&2; fail "a worker that never joined is not reported"; }
 echo "ok: a worker that exits 0 early or never joins fails the job, saying so"
 # One that leaves well but before the length it announced (early stopping,

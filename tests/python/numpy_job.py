@@ -39,7 +39,9 @@ def alone(addr, hidden, lr):
     c = shardps.Client([addr], rank=0, world=1, connect_timeout=0.3, chunk_bytes=4096)
     expect_error(c.connect, -10009, "no worker has declared the job's tensors")
     c.abandon()
-    c = shardps.Client([addr], rank=0, world=1, connect_timeout=10, chunk_bytes=4096)
+    # The server as one "HOST:PORT" string, as the programs' --servers takes it.
+    c = shardps.Client(addr, rank=0, world=1, connect_timeout=10, chunk_bytes=4096)
+    assert c.servers == (addr,), c.servers
     expect_error(lambda: c.push(0, np.zeros(1, np.float32)), -22, "not connected")
     c.declare_mlp(sizes_of(hidden))
     c.connect()
@@ -82,6 +84,20 @@ def alone(addr, hidden, lr):
     expect_error(c.connect, -10009, "cannot reach server 0 at 127.0.0.1:1")
     c.abandon()
     expect_error(lambda: shardps.Client(["nohost"], rank=0, world=1), -22, "'nohost'")
+    # A list in one string is split at its commas, each address checked by
+    # the library; anything but a str or a sequence of str is a TypeError.
+    two = shardps.Client("127.0.0.1:7000,[::1]:7001", rank=0, world=1)
+    assert two.servers == ("127.0.0.1:7000", "[::1]:7001"), two.servers
+    two.abandon()
+    expect_error(lambda: shardps.Client("127.0.0.1:7000,", rank=0, world=1), -22,
+                 "server address 1 ('')")
+    for bad, words in ((b"127.0.0.1:7000", "got bytes"), (7000, "got int"), (None, "got NoneType"),
+                       (["127.0.0.1:7000", 7001], "got int 7001")):
+        try:
+            shardps.Client(bad, rank=0, world=1)
+            raise AssertionError(f"servers={bad!r} accepted")
+        except TypeError as e:
+            assert str(e).startswith("servers: ") and words in str(e), e
     expect_error(lambda: shardps.Client([addr], rank=2, world=2), -22, "rank 2")
     expect_error(lambda: shardps.Client([addr], rank=0, world=1, compress="zip"), -22,
                  "option compress")
@@ -89,7 +105,7 @@ def alone(addr, hidden, lr):
 
 
 def share(addrs, hidden, steps, out, join=False):
-    c = shardps.Client(addrs.split(","), rank=1, world=2, connect_timeout=30,
+    c = shardps.Client(addrs, rank=1, world=2, connect_timeout=30,
                        chunk_bytes=65536, total_steps=steps)
     sizes = sizes_of(hidden)
     if not join:

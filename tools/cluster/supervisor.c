@@ -241,9 +241,9 @@ static int ps__workers_finished(const ps__cluster *cl)
 static void ps__spawn_server(ps__cluster *cl, int i, int restore);
 
 /* Whether worker rank, which exited 0, left before its job was done: it
- * never joined (no "start" report: it never connected with the launcher's
- * environment) or never said it finished (no "done": it did not close its
- * handle, or stopped before its last step). Writes the sentence into why. */
+ * never joined (no "start" report: it never connected through libshardps) or never said it finished
+ * (no "done": it did not close its handle, or stopped before its last step). Writes the sentence
+ * into why. */
 static int ps__left_early(const ps__cluster *cl, int rank, char *why, size_t len)
 {
     const ps_progress *p = cl->cfg.progress;
@@ -251,8 +251,7 @@ static int ps__left_early(const ps__cluster *cl, int rank, char *why, size_t len
     if (!ps_progress_worker_started(p, rank))
         snprintf(why, len,
                  "worker %d exited (status 0) without joining the job: it never connected to "
-                 "the servers with the launcher's environment (shardps_new_from_env, "
-                 "Client.from_env)",
+                 "the servers through libshardps, which tells the launcher (SHARDPS_REPORT_FD)",
                  rank);
     else if (!ps_progress_worker_done(p, rank))
         snprintf(why, len,
