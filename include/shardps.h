@@ -26,6 +26,7 @@
 #ifndef SHARDPS_H
 #define SHARDPS_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -66,7 +67,8 @@ typedef struct {
 } shardps_stats;
 
 /* The library's version, "1.2.0" (1.1 added joining and shardps_tensor_shape;
- * 1.2 shardps_new_from_env and shardps_report, for programs a launcher starts). */
+ * 1.2 shardps_set_stop_flag, and shardps_new_from_env and shardps_report for
+ * programs a launcher starts). */
 const char *shardps_version(void);
 
 /* A static description of code ("timed out"); never NULL. */
@@ -101,6 +103,21 @@ int shardps_new(shardps **out, const char *const *servers, int n_servers, int ra
  * seed: '-1' is out of range (accepted: 0 to 2147483647)") or -EBUSY (already
  * connected). */
 int shardps_set_option(shardps *h, const char *name, const char *value);
+
+/* A way to stop a handle that waits on its servers (Ctrl-C while it
+ * connects, or while the job waits for another worker): once *flag is
+ * non-zero, shardps_connect and shardps_reconnect return -EINTR at once,
+ * shardps_last_error saying what they waited for. shardps_wait (and so a
+ * pull) lets the step end as it would, so that the program stops at the
+ * step's boundary: every push is acknowledged first, and the pull is given
+ * up (-EINTR) only when a server said it holds it for other workers, or it
+ * has not come 5 s after the stop was seen. A program's SIGINT/SIGTERM
+ * handler sets the flag; a signal does not wake the handle, so while it
+ * waits it looks at the flag every 100 ms. Nothing is logged. After -EINTR
+ * the handle is done: shardps_abandon (come back later) or shardps_close.
+ * The flag is borrowed and must outlive h; NULL removes it. Any time.
+ * Returns 0 or -EINVAL. (1.2) */
+int shardps_set_stop_flag(shardps *h, const volatile sig_atomic_t *flag);
 
 /* Declares the next tensor of the table: name (at most 31 bytes), shape
  * [shape[0], ..., shape[ndim-1]] row-major (ndim 1..4), initialisation

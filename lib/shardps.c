@@ -279,6 +279,17 @@ int shardps_set_option(shardps *h, const char *name, const char *value)
     return ps__set_row(h, &h->options[i], value, origin);
 }
 
+int shardps_set_stop_flag(shardps *h, const volatile sig_atomic_t *flag)
+{
+    if (h == NULL)
+        return -EINVAL;
+    /* Kept for the clients a reconnect creates, and given to this one. */
+    h->cfg.stop = flag;
+    if (h->kv)
+        ps_kv_client_set_stop_flag(h->kv, flag);
+    return 0;
+}
+
 int shardps_declare_mlp(shardps *h, const int *sizes, int n_sizes)
 {
     uint64_t seed;

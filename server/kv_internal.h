@@ -1,7 +1,20 @@
-/* The key-value server's shared state, for its own files only (handshake.c,
- * pulls.c, pushes.c, durability.c, kv_server.c); nothing outside server/
- * includes this. Everything here is touched on the libuv loop thread only,
- * except what an update job reads on the pool (see apply_queue.h). */
+/* The key-value server's shared state, for its own files only; nothing
+ * outside server/ includes this. Everything here is touched on the libuv
+ * loop thread only, except what an update job reads on the pool (see
+ * apply_queue.h).
+ *
+ * The front's files call in one direction, top to bottom:
+ *   kv_server.c   the dispatcher: listener, one peer per connection, each
+ *                 frame to its handler, membership, timers, lifecycle;
+ *   handshake.c · pulls.c · pushes.c · durability.c · tensors.c
+ *                 the handlers, each one job; they may call each other;
+ *   peer.c · clocks.c · keys.c
+ *                 what the handlers and the dispatcher share: a peer's
+ *                 refusal, the job's clocks and membership view, a request's
+ *                 keys.
+ * Nothing calls up: tests/docs/server_layers.sh (ctest server_layers) fails
+ * on a call from a handler into kv_server.c, or from a shared file into
+ * either. */
 #ifndef PS_KV_INTERNAL_H
 #define PS_KV_INTERNAL_H
 
@@ -20,6 +33,11 @@
  * worker (one pull in flight) never waits on it and a peer that never reads
  * costs little; before admission, the headroom alone. */
 #define PS__WRITE_QUEUE_HEADROOM ((size_t)16 << 20)
+/* A pull held this long is explained by default: its worker is told why (a
+ * WAITING frame naming the ranks the job waits for) and the log says so,
+ * again at this interval while it waits. Silence for longer looks like a
+ * hang. */
+#define PS__WAIT_REPORT_MS 5000
 
 typedef enum {
     PS__PEER_HANDSHAKE, /* waiting for HELLO */
@@ -60,6 +78,8 @@ typedef struct ps__pull {
     ps__peer *peer;
     uint64_t request_id;
     uint64_t clock;
+    uint64_t since; /* loop time (ms) it was queued */
+    uint64_t told;  /* loop time (ms) its worker was last told why it waits; 0: never */
     size_t n_keys;
     int *locals; /* local chunk indices, in the order requested */
     /* 0 until the clock rule allows an answer; then the apply queue's number
@@ -114,6 +134,7 @@ struct ps_kv_server {
     int stopping;
     ps__peer **workers;    /* by rank; NULL while not live */
     uint64_t *live_clocks; /* scratch for ps__view: the live workers' clocks */
+    uint8_t *wait_ranks;   /* scratch for ps__wait_reason: by rank, waited for */
     /* By rank, per local chunk: 1 + the step of its last push (0: none). Kept
      * across reconnects, so a rank that rejoins and repeats a push for a step
      * it already fed is recognised and the repeat dropped: exactly once. */
@@ -152,8 +173,11 @@ struct ps_kv_server {
     void *done_arg;
     uv_timer_t liveness; /* every connection's deadlines, see ps__on_liveness_check */
     int liveness_on;
+    uv_timer_t waits; /* every second: ps__report_waits */
+    int waits_on;
     int max_connections;           /* cfg's, or its default */
     uint32_t handshake_timeout_ms; /* cfg's, or its default */
+    uint32_t wait_report_ms;       /* cfg's, or PS__WAIT_REPORT_MS */
     uint64_t clock_lead;           /* cfg's max_clock_lead, or its default */
     uv_timer_t ckpt_timer;
     int ckpt_timer_on;
@@ -169,19 +193,36 @@ struct ps_kv_server {
     uint64_t n_capped;    /* connections refused by --max-connections */
 };
 
-/* kv_server.c: peers, membership, the job's clocks. */
-/* A protocol violation: tell the peer why (REJECT during the handshake,
- * ERROR after), log it, and close once the reason is written. */
+/* peer.c */
+/* Refuses p with reason (REJECT during the handshake, ERROR after) and
+ * closes once it is written; nothing p sends after this is looked at. Not
+ * logged or counted: the caller does that. */
+void ps__peer_refuse(ps__peer *p, int err, char *reason);
+/* A protocol violation: tell the peer why, log it, count it, and close once
+ * the reason is written. */
 void ps__peer_fail(ps__peer *p, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* clocks.c */
 /* The numbers the consistency rules need, as of now. */
 void ps__view(const ps_kv_server *s, ps_consistency_view *v);
 uint64_t ps__server_clock(const ps_kv_server *s);
 uint64_t ps__progress_clock(const ps_kv_server *s);
+/* Why a pull for clock (from a worker that fed step fed - 1) cannot be
+ * answered yet, in words for the log and the worker: "waiting for ranks 1, 3
+ * of 4 to join", "step 12 is waiting for rank 1 of 2 to push it", "step 16
+ * is waiting for rank 2 of 4 to come within --staleness 4". Returns how many
+ * ranks it names; 0 (why "") when no rank holds it (the updates before it
+ * are being applied, or a checkpoint written). */
+int ps__wait_reason(const ps_kv_server *s, uint64_t clock, uint64_t fed, char *why, size_t len);
+
+/* keys.c */
 /* Resolves and checks a request's keys: each must exist on this server and
  * appear once. Fills locals; returns the payload bytes they span, or -1
  * after failing the peer. */
 long long ps__resolve_keys(ps_kv_server *s, ps__peer *p, const Shardps__Header *h, int *locals);
+
+/* The handlers, called by kv_server.c (and each other). */
 
 /* tensors.c: the table this server holds. */
 /* Builds the partition, shard and per-chunk state of spec (copied). Returns
@@ -205,6 +246,11 @@ void ps__handle_pull(ps_kv_server *s, ps__peer *p, const ps_frame *f);
 void ps__release_pulls(ps_kv_server *s);
 /* The apply queue's "settled" callback (arg: the server). */
 void ps__on_updates_settled(void *arg);
+/* Tells each worker whose pull the job holds what it waits for (a WAITING
+ * frame): every wait_report_ms, the first time after wait_report_ms (before
+ * the job starts: at once); and logs the pulls held wait_report_ms or more
+ * once for them all. */
+void ps__report_waits(ps_kv_server *s);
 /* Forgets p's waiting pulls (p NULL: everyone's). */
 void ps__drop_pulls(ps_kv_server *s, ps__peer *p);
 

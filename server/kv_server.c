@@ -1,14 +1,15 @@
 /* The key-value server's front: the listener, one peer per connection,
- * dispatch of each frame to its room (handshake.c, pulls.c, pushes.c),
+ * dispatch of each frame to its handler (handshake.c, pulls.c, pushes.c),
  * membership (who is live, who finished, when the job is done), liveness
- * timeouts, lifecycle and stats. The rules live in consistency.c,
+ * timeouts, lifecycle and stats. It is the top of the front: it calls the
+ * handlers and the shared files below them (peer.c, clocks.c, keys.c), and
+ * nothing calls it back (kv_internal.h). The rules live in consistency.c,
  * checkpoints in durability.c. Everything runs on the libuv loop thread, so
  * shard state needs no locks. */
 #include "kv_server.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,109 +23,9 @@
 #define PS__HANDSHAKE_TIMEOUT_MS 10000
 /* Default wait for a rank that left unfinished (see --rejoin-timeout). */
 #define PS__REJOIN_TIMEOUT_MS 30000
-
-static void ps__on_error_sent(ps_conn *c, int status, void *arg)
-{
-    (void)status;
-    (void)arg;
-    ps_conn_close(c, 0);
-}
-
-/* Sends the reason a peer is refused (REJECT during the handshake, ERROR
- * after) and closes once it is written; nothing it sends after this is
- * looked at. */
-static void ps__send_refusal(ps__peer *p, int err, char *reason)
-{
-    Shardps__Header h = SHARDPS__HEADER__INIT;
-
-    p->failed = 1;
-    h.type = p->state == PS__PEER_HANDSHAKE || p->state == PS__PEER_AUTH ? SHARDPS__MSG_TYPE__REJECT
-                                                                         : SHARDPS__MSG_TYPE__ERROR;
-    h.status = err;
-    h.reason = reason;
-    if (ps_conn_send(p->conn, &h, NULL, 0, ps__on_error_sent, NULL) < 0)
-        ps_conn_close(p->conn, err);
-}
-
-/* A protocol violation: tell the peer why, log it, and close. */
-void ps__peer_fail(ps__peer *p, int err, const char *fmt, ...)
-{
-    char reason[1280];
-    va_list ap;
-
-    if (p->failed)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(reason, sizeof(reason), fmt, ap);
-    va_end(ap);
-    /* A joiner told to come back until the tensors are declared is no
-     * fault, and it asks again every second. */
-    ps_log(err == -EAGAIN ? PS_LOG_INFO : PS_LOG_WARN, "closing %s: %s", p->name, reason);
-    p->srv->n_refused++;
-    ps__send_refusal(p, err, reason);
-}
-
-uint64_t ps__server_clock(const ps_kv_server *s)
-{
-    return ps_consistency_server_clock(s->sync, s->n_local);
-}
-
-uint64_t ps__progress_clock(const ps_kv_server *s)
-{
-    return ps_consistency_progress_clock(s->cfg.staleness, s->sync, s->n_local);
-}
-
-void ps__view(const ps_kv_server *s, ps_consistency_view *v)
-{
-    int n = 0;
-
-    for (int r = 0; r < s->cfg.world; r++)
-        if (s->workers[r])
-            s->live_clocks[n++] = s->workers[r]->clock;
-    v->staleness = s->cfg.staleness;
-    v->started = s->started;
-    v->server_clock = ps__server_clock(s);
-    v->min_live_clock = ps_consistency_min_clock(s->live_clocks, n);
-    v->progress_clock = ps__progress_clock(s);
-    v->restored_clock = s->restored_clock;
-    v->clock_lead = s->clock_lead;
-}
-
-/* Resolves and checks a request's keys: each must exist on this server and
- * appear once. Fills locals; returns the payload bytes they span, or -1 after
- * failing the peer. */
-long long ps__resolve_keys(ps_kv_server *s, ps__peer *p, const Shardps__Header *h, int *locals)
-{
-    long long bytes = 0;
-
-    if (h->n_keys == 0 || h->n_keys > (size_t)s->n_local) {
-        ps__peer_fail(p, -PS_EPROTO, "request names %zu keys; this server holds %d", h->n_keys,
-                      s->n_local);
-        return -1;
-    }
-    if (++s->seen_stamp == 0) {
-        memset(s->seen, 0, (size_t)s->n_local * sizeof(*s->seen));
-        s->seen_stamp = 1;
-    }
-    for (size_t i = 0; i < h->n_keys; i++) {
-        int local = ps_shard_find(s->shard, h->keys[i]);
-        if (local < 0) {
-            ps__peer_fail(p, -PS_EPROTO,
-                          "key %" PRIu64 ":%" PRIu64 " is not held by server %d (wrong partition?)",
-                          h->keys[i] >> 32, h->keys[i] & 0xffffffffu, s->cfg.server_index);
-            return -1;
-        }
-        if (s->seen[local] == s->seen_stamp) {
-            ps__peer_fail(p, -PS_EPROTO, "key %" PRIu64 ":%" PRIu64 " named twice in one request",
-                          h->keys[i] >> 32, h->keys[i] & 0xffffffffu);
-            return -1;
-        }
-        s->seen[local] = s->seen_stamp;
-        locals[i] = local;
-        bytes += (long long)(ps_shard_chunk(s->shard, local)->numel * sizeof(float));
-    }
-    return bytes;
-}
+/* How often (at most) the pulls held for other workers are looked at; each
+ * is explained every wait_report_ms it waits (pulls.c). */
+#define PS__WAIT_CHECK_MS 1000
 
 /* The job is over once it has started, nobody is live, and every rank has
  * finished or is lost. */
@@ -327,6 +228,11 @@ static void ps__on_liveness_check(uv_timer_t *t)
     ps__check_rejoins(s, now);
 }
 
+static void ps__on_waits_timer(uv_timer_t *t)
+{
+    ps__report_waits(t->data);
+}
+
 static void ps__on_connection(uv_stream_t *listener, int status)
 {
     ps_kv_server *s = listener->data;
@@ -375,7 +281,7 @@ static void ps__on_connection(uv_stream_t *listener, int status)
         if (s->n_capped == 1 || s->n_capped % 100 == 0)
             ps_warn("refusing %s: %s (--max-connections; %" PRIu64 " refused so far)", p->name,
                     reason, s->n_capped);
-        ps__send_refusal(p, -PS_EREJECTED, reason);
+        ps__peer_refuse(p, -PS_EREJECTED, reason);
     }
 }
 
@@ -401,6 +307,7 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
         cfg->handshake_timeout_ms > 0 ? cfg->handshake_timeout_ms : PS__HANDSHAKE_TIMEOUT_MS;
     s->rejoin_timeout_ms =
         cfg->rejoin_timeout_ms > 0 ? cfg->rejoin_timeout_ms : PS__REJOIN_TIMEOUT_MS;
+    s->wait_report_ms = cfg->wait_report_ms > 0 ? cfg->wait_report_ms : PS__WAIT_REPORT_MS;
     /* Servers see a worker's push of a step one after the other, so a worker
      * joining now may be welcomed one step further by another server; and a
      * server restored from a checkpoint taken every N steps may be up to N
@@ -411,13 +318,15 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
     s->cfg.table = NULL;
     s->workers = calloc((size_t)cfg->world, sizeof(*s->workers));
     s->live_clocks = calloc((size_t)cfg->world, sizeof(*s->live_clocks));
+    s->wait_ranks = calloc((size_t)cfg->world, 1);
     s->rank_pushed = calloc((size_t)cfg->world, sizeof(*s->rank_pushed));
     s->finished = calloc((size_t)cfg->world, 1);
     s->has_joined = calloc((size_t)cfg->world, 1);
     s->left_at = calloc((size_t)cfg->world, sizeof(*s->left_at));
     s->lost = calloc((size_t)cfg->world, 1);
-    if (s->workers == NULL || s->live_clocks == NULL || s->rank_pushed == NULL ||
-        s->finished == NULL || s->has_joined == NULL || s->left_at == NULL || s->lost == NULL)
+    if (s->workers == NULL || s->live_clocks == NULL || s->wait_ranks == NULL ||
+        s->rank_pushed == NULL || s->finished == NULL || s->has_joined == NULL ||
+        s->left_at == NULL || s->lost == NULL)
         goto fail;
     if (cfg->table && (rc = ps__adopt_table(s, cfg->table)) < 0)
         goto fail;
@@ -456,6 +365,14 @@ int ps_kv_server_start(ps_kv_server *s, const struct sockaddr *addr, int *bound_
         s->liveness_on = 1;
         uv_timer_start(&s->liveness, ps__on_liveness_check, every, every);
     }
+    uv_timer_init(s->loop, &s->waits);
+    s->waits.data = s;
+    s->waits_on = 1;
+    {
+        uint64_t every =
+            s->wait_report_ms < PS__WAIT_CHECK_MS ? s->wait_report_ms : PS__WAIT_CHECK_MS;
+        uv_timer_start(&s->waits, ps__on_waits_timer, every, every);
+    }
     ps__durability_start(s);
     *bound_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                  : ((struct sockaddr_in *)&ss)->sin_port);
@@ -474,6 +391,8 @@ void ps_kv_server_stop(ps_kv_server *s)
         uv_close((uv_handle_t *)&s->listener, NULL);
     if (s->liveness_on)
         uv_close((uv_handle_t *)&s->liveness, NULL);
+    if (s->waits_on)
+        uv_close((uv_handle_t *)&s->waits, NULL);
     ps__durability_stop(s);
     for (ps__peer *p = s->peers; p; p = p->next)
         ps_conn_close(p->conn, 0);
@@ -494,6 +413,7 @@ void ps_kv_server_close(ps_kv_server *s)
     free(s->lost);
     free(s->workers);
     free(s->live_clocks);
+    free(s->wait_ranks);
     free(s);
 }
 

@@ -62,6 +62,9 @@ typedef struct {
     int auth;                      /* peers must prove they hold the token behind auth_key */
     int max_connections;           /* open connections at most; 0 = 2 * world + 16 */
     uint32_t handshake_timeout_ms; /* before HELLO, mid-handshake, after a refusal; 0 = 10 s */
+    /* A pull held this long by other workers is explained to its worker
+     * (WAITING) and in the log, again at this interval; 0 = 5 s. */
+    uint32_t wait_report_ms;
     double max_grad_norm;          /* refuse a chunk's gradient of larger L2 norm; 0 = no limit */
     uint64_t max_clock_lead;       /* async, ssp: clocks a worker may be past this server; 0 = 1 +
                                       checkpoint_every */

@@ -6,7 +6,8 @@
 # 2^64-1 or in mode "bogus", a PULL_REPLY with dtype 99, clock 2^64-1 or NaN
 # weights, a PUSH_REPLY saying 2^31-1 chunks were dropped, an ERROR with a
 # connection-loss status and escape codes in its reason, and a reply far
-# larger than any answer can be. Each time the worker must exit non-zero, not
+# larger than any answer can be, a WAITING for a pull never made, and an
+# HTTP server's answer to the HELLO. Each time the worker must exit non-zero, not
 # hang and not reconnect, with one line naming the server (index and
 # address) and what it did wrong; the silent ones after --request-timeout
 # (plus --connect-timeout for a first pull, which may wait for the job to
@@ -123,4 +124,7 @@ run_case pull-nan 0 "weights that are not all finite"
 run_case push-status 0 "says it dropped 2147483647 chunks of a push of 1"
 run_case error-reset 0 "refused us: all is well?\[2J?worker 0: done"
 run_case oversized-reply 0 "sent a malformed frame (frame exceeds size limit"
+run_case waiting-stranger 0 "says a pull we are not waiting for is held (request"
+# Another program at the port: said at its first answer, never retried.
+run_case http 0 'is not a shardps server: it answered like an HTTP server ("HTTP/1.1 400 Bad Request")'
 echo "PASS: every lying or silent server made the worker give up on it, naming it"

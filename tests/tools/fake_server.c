@@ -49,6 +49,8 @@ static const fs_case fs_cases[] = {
     {"push-status", "PUSH_REPLY with status 2^31-1 (chunks dropped)"},
     {"error-reset", "ERROR with status -ECONNRESET and a reason with escape codes"},
     {"oversized-reply", "PUSH_REPLY announcing a 1 MiB payload"},
+    {"waiting-stranger", "WAITING for a pull the worker did not make"},
+    {"http", "answers the HELLO like an HTTP server: \"HTTP/1.1 400 Bad Request\""},
 };
 
 static struct {
@@ -166,18 +168,47 @@ static int answer_error(int fd, const Shardps__Header *req)
     return send_frame(fd, &h, NULL, 0, 0);
 }
 
+/* A WAITING for a pull the worker did not make (the one after req). */
+static int answer_waiting(int fd, const Shardps__Header *req)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+
+    h.type = SHARDPS__MSG_TYPE__WAITING;
+    h.request_id = req->request_id + 1;
+    h.clock = req->clock;
+    h.reason = "waiting for rank 1 of 2 to join";
+    return send_frame(fd, &h, NULL, 0, 0);
+}
+
+/* What a web server says to bytes that are no HTTP request. */
+static int answer_http(int fd)
+{
+    static const char r[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n"
+                            "Connection: close\r\n\r\n";
+
+    return send_all(fd, r, sizeof(r) - 1);
+}
+
 /* Answers one request the way the case says. Returns -1 to stop answering
  * (the client then hears nothing more until it closes). */
 static int answer(int fd, const Shardps__Header *req)
 {
     switch (req->type) {
     case SHARDPS__MSG_TYPE__HELLO:
+        if (fs_is("http")) {
+            answer_http(fd);
+            return -1;
+        }
         return fs_is("silent") ? -1 : answer_hello(fd, req);
     case SHARDPS__MSG_TYPE__PULL:
         if (fs_is("silent-after-welcome"))
             return -1;
         if (fs_is("error-reset"))
             return answer_error(fd, req);
+        if (fs_is("waiting-stranger")) {
+            answer_waiting(fd, req);
+            return -1;
+        }
         return answer_pull(fd, req) < 0 || fs_is("stall-mid-frame") ? -1 : 0;
     case SHARDPS__MSG_TYPE__PUSH:
         return answer_push(fd, req);
