@@ -146,7 +146,7 @@ static const ps__job_option ps__table[] = {
      "rank 0 also evaluates on the test set every N steps (0: once per epoch)", 0, 2147483647, NULL,
      NULL, NULL, 0, NULL, PS__W | PS__L, 0},
     {"progress-every", PS_FLAG_INT, PS__AT(progress_every), "N", "report progress every N steps", 1,
-     1000000, NULL, NULL, NULL, 100, NULL, PS__W | PS__L, 0},
+     1000000, NULL, NULL, NULL, 100, NULL, PS__W | PS__L | PS__C, 0},
     /* Checkpoints. */
     {"checkpoint-dir", PS_FLAG_STRING, PS__AT(checkpoint_dir), "DIR",
      "servers checkpoint here (periodically, on SIGTERM/SIGINT and at the end)", 0, 0, NULL, NULL,

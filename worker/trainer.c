@@ -289,6 +289,10 @@ static int ps__client_options(ps_trainer *t)
         rc = shardps_set_option(t->ps, "total-steps", total);
     if (rc == 0)
         rc = shardps_set_option(t->ps, "job-settings", t->cfg.plan->settings);
+    /* The trainer writes its own reports (--report-fd, with epochs and
+     * evaluations): the library must not report for it too. */
+    if (rc == 0)
+        rc = shardps_set_option(t->ps, "report-fd", "-1");
     return rc;
 }
 
