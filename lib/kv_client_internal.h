@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "tensor_table.h"
+
 #include "auth.h"
 #include "frame.h"
 #include "kv_client.h"
@@ -58,6 +60,9 @@ typedef struct {
     int retrying; /* this connection was refused for now; a new one is coming */
     uint8_t client_nonce[PS_AUTH_NONCE_BYTES];
     int server_proved; /* the server showed it holds the auth token */
+    /* Joining: the table this server sent in its TABLE frame (owned), until
+     * its WELCOME confirms it by digest. */
+    ps_model_spec told;
     /* This server's keys in key order and their chunks. */
     int n_keys;
     uint64_t *keys;
@@ -99,6 +104,11 @@ struct ps_kv_client {
      * cfg.spec, every other server must hold the same, and the chunks are
      * laid out once all have welcomed us (ps__layout). */
     int joining;
+    /* Declaring: the table as a TABLE frame's payload (owned) and its
+     * digest, which the HELLO carries and every WELCOME must repeat. */
+    uint8_t *table_packed;
+    size_t table_len;
+    uint8_t digest[PS_TABLE_DIGEST_BYTES];
     ps_kv_client_stats stats;
     uint64_t stop_seen_ms; /* loop time a wait first saw the stop flag set; 0: not yet */
     char last_error[512];  /* the sentence behind error */
@@ -139,6 +149,8 @@ void ps__send_hello(ps__server *sv);
 void ps__handle_challenge(ps__server *sv, const ps_frame *f);
 /* WELCOME: sv is admitted; a joiner learns the job's table from it. */
 void ps__handle_welcome(ps__server *sv, const ps_frame *f);
+/* Joining: the job's table, sent just before the WELCOME. */
+void ps__handle_told_table(ps__server *sv, const ps_frame *f);
 /* REJECT or ERROR: a retry where the refusal is for now, else a failure. */
 void ps__handle_refusal(ps__server *sv, const ps_frame *f);
 

@@ -301,6 +301,7 @@ int shardps_declare_mlp(shardps *h, const int *sizes, int n_sizes)
     if (sizes == NULL)
         return ps__err(h, -EINVAL, "shardps_declare_mlp: sizes is NULL");
     seed = h->cfg.spec.seed;
+    ps_model_spec_free(&h->cfg.spec);
     if (ps_model_spec_init_mlp(&h->cfg.spec, sizes, n_sizes, seed) < 0) {
         h->cfg.spec.seed = seed;
         h->declared = 0;
@@ -361,7 +362,9 @@ static int ps__connect(shardps *h)
         return ps__kv_err(h, rc, "cannot join the job");
     /* A joiner now holds the job's table: the calls that follow, and a
      * reconnect (which declares it), use it. */
-    h->cfg.spec = *ps_kv_client_spec(h->kv);
+    if (h->cfg.spec.n_tensors == 0 &&
+        (rc = ps_model_spec_copy(&h->cfg.spec, ps_kv_client_spec(h->kv))) < 0)
+        return ps__err(h, rc, "out of memory");
     h->declared = 1;
     /* Once per handle: a reconnect goes on with the same run. */
     if (!h->report.started)
@@ -537,6 +540,7 @@ static void ps__free(shardps *h, int goodbye)
         free(h->servers[s]);
     free(h->servers);
     free(h->job_settings);
+    ps_model_spec_free(&h->cfg.spec);
     free(h);
 }
 

@@ -44,6 +44,7 @@
 typedef enum {
     PS__PEER_HANDSHAKE, /* waiting for HELLO */
     PS__PEER_AUTH,      /* challenged; waiting for AUTH_RESPONSE */
+    PS__PEER_TABLE,     /* proven (or no auth), declaring: waiting for its TABLE */
     PS__PEER_WORKER,
     PS__PEER_GONE,
 } ps__peer_state;
@@ -67,9 +68,9 @@ typedef struct ps__peer {
     uint64_t n_pushes, n_pulls, bytes_in, bytes_out;
     uint64_t last_seen; /* loop time (ms) of its last frame */
     char name[96];      /* "worker 1 (127.0.0.1:40000)" for logs */
-    /* Authentication in progress: the HELLO waits here until it is proven,
-     * a deep copy (owned: shardps__hello__free_unpacked), as the frame goes
-     * away. */
+    /* Authentication or the declared table in progress: the HELLO waits
+     * here until it is proven and its TABLE has come, a deep copy (owned:
+     * shardps__hello__free_unpacked), as the frame goes away. */
     Shardps__Hello *hello;
     uint64_t hello_id;
     uint8_t client_nonce[PS_AUTH_NONCE_BYTES], server_nonce[PS_AUTH_NONCE_BYTES];
@@ -135,7 +136,8 @@ struct ps_kv_server {
     /* Set when the table is withdrawn: fills not yet begun on the pool skip
      * their work (read there, hence atomic). */
     atomic_int fills_cancelled;
-    ps_model_spec table;
+    ps_model_spec table;                         /* owned while has_table */
+    uint8_t table_digest[PS_TABLE_DIGEST_BYTES]; /* ps_model_spec_digest(&table) */
     ps_partition *part;
     ps_shard *shard;
     int n_local;
@@ -259,10 +261,12 @@ void ps__maybe_done(ps_kv_server *s);
 int ps__adopt_table(ps_kv_server *s, const ps_model_spec *spec, ps_table_event how);
 /* Frees what ps__adopt_table built; the server holds no table after. */
 void ps__free_table(ps_kv_server *s);
-/* The HELLO's table: checked against the limits, then compared with the one
- * held (refused with the first difference) or adopted. Returns 0, or -1
- * after failing the peer. */
-int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello);
+/* A HELLO's declared table (spec, from its TABLE frame, already checked
+ * against the limits; NULL for a joiner, who declares none): compared with
+ * the one held (refused with the first difference) or adopted (copied).
+ * Returns 0, or -1 after failing the peer. */
+int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
+                    const ps_model_spec *spec);
 /* p, admitted, declared the table. */
 void ps__table_declarer_joined(ps_kv_server *s, ps__peer *p);
 /* A table adopted for a HELLO whose sender was then not admitted: withdrawn
@@ -281,6 +285,10 @@ int ps__table_may_checkpoint(ps_kv_server *s);
 /* handshake.c: the first frames of a connection. */
 void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f);
 void ps__handle_auth(ps_kv_server *s, ps__peer *p, const ps_frame *f);
+/* The declarer's TABLE frame, after its HELLO (and proof). */
+void ps__handle_table(ps_kv_server *s, ps__peer *p, const ps_frame *f);
+/* In the handshake still: HELLO, AUTH_RESPONSE or TABLE awaited. */
+int ps__peer_handshaking(const ps__peer *p);
 /* At start, without auth: one line (server 0's) on what a stranger can do. */
 void ps__say_strangers(const ps_kv_server *s);
 

@@ -262,6 +262,14 @@ int ps__place_push(ps_conn *c, const Shardps__Header *h, const ps_frame_piece **
     long long bytes;
     int *locals;
 
+    /* A declarer's table lands in the connection's buffer, once its size
+     * passes. */
+    if (!p->failed && p->state == PS__PEER_TABLE) {
+        int rc = ps_validate_table_frame(h->type, h->n_keys, h->payload_bytes, why, sizeof(why));
+        if (rc < 0)
+            ps__peer_fail(p, rc, "%s", why);
+        return rc;
+    }
     /* Nothing more is read from a peer already refused or gone. */
     if (p->failed || p->state != PS__PEER_WORKER)
         return -PS_EPROTO;

@@ -43,6 +43,7 @@ void ps__free_table(ps_kv_server *s)
     s->seen = NULL;
     s->n_local = 0;
     s->has_table = 0;
+    ps_model_spec_free(&s->table);
     memset(&s->life, 0, sizeof(s->life));
 }
 
@@ -70,7 +71,10 @@ int ps__adopt_table(ps_kv_server *s, const ps_model_spec *spec, ps_table_event h
 
     if (s->has_table)
         return -EEXIST;
-    s->table = *spec;
+    rc = ps_model_spec_copy(&s->table, spec);
+    if (rc < 0)
+        goto fail;
+    ps_model_spec_digest(&s->table, s->table_digest);
     rc = ps_partition_init(&s->part, &s->table, s->cfg.num_servers, s->cfg.chunk_bytes);
     if (rc < 0)
         goto fail;
@@ -314,10 +318,11 @@ void ps__maybe_start(ps_kv_server *s)
     ps__release_pulls(s);
 }
 
-int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
+int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
+                    const ps_model_spec *spec)
 {
-    ps_model_spec spec;
-    char why[256];
+    uint8_t digest[PS_TABLE_DIGEST_BYTES];
+    char why[512];
     int rc;
 
     /* A table being withdrawn is neither compared with nor replaced until
@@ -329,10 +334,10 @@ int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
         return -1;
     }
     /* No table: the client joins the job as declared (and learns the
-     * tensors from the WELCOME), which needs a table to join. Until a worker
-     * declares one, -EAGAIN tells a joiner to come back (ps_kv_client waits
-     * within its connect timeout); nothing about it is kept here. */
-    if (hello->table == NULL || hello->table->n_tensors == 0) {
+     * tensors from a TABLE frame), which needs a table to join. Until a
+     * worker declares one, -EAGAIN tells a joiner to come back (ps_kv_client
+     * waits within its connect timeout); nothing about it is kept here. */
+    if (spec == NULL) {
         if (s->has_table)
             return 0;
         ps__peer_fail(p, -EAGAIN,
@@ -340,22 +345,21 @@ int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
                       "server, so there is nothing to join");
         return -1;
     }
-    rc = ps_tensor_table_from_wire(hello->table, s->cfg.max_model_bytes, &spec, why, sizeof(why));
-    if (rc < 0) {
-        ps__peer_fail(p, rc == -E2BIG ? -PS_ETOOBIG : -PS_EPROTO, "tensor table refused: %s", why);
-        return -1;
-    }
     if (s->has_table) {
-        if (ps_tensor_table_diff(&spec, &s->table, "from the worker", "on this server", why,
-                                 sizeof(why)) == 0)
+        ps_model_spec_digest(spec, digest);
+        if (memcmp(digest, s->table_digest, sizeof(digest)) == 0)
             return 0;
+        /* Both tables are here: the refusal names the first difference. */
+        if (ps_tensor_table_diff(spec, &s->table, "from the worker", "on this server", why,
+                                 sizeof(why)) == 0)
+            snprintf(why, sizeof(why), "the tables' digests differ");
         ps__peer_fail(p, -PS_EMISMATCH,
                       "model mismatch: %s; every process of a job must declare the same "
                       "tensors and --seed",
                       why);
         return -1;
     }
-    rc = ps__adopt_table(s, &spec, PS_TABLE_DECLARE);
+    rc = ps__adopt_table(s, spec, PS_TABLE_DECLARE);
     if (rc < 0) {
         ps__peer_fail(p, rc == -ENOMEM ? -ENOMEM : -PS_EPROTO,
                       "this server cannot hold the declared tensors in %d servers of "
@@ -366,6 +370,6 @@ int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
     ps_info(
         "tensor table of %d tensors (%zu bytes) declared by worker %u (%s); it is the job's once "
         "a step is applied, and withdrawn if every worker that declared it leaves before",
-        spec.n_tensors, spec.total_numel * sizeof(float), hello->rank, ps_conn_peer(p->conn));
+        spec->n_tensors, spec->total_words * sizeof(float), hello->rank, ps_conn_peer(p->conn));
     return 0;
 }

@@ -15,24 +15,22 @@
 #include "ps_error.h"
 #include "tensor_table.h"
 
-/* The table of the HELLO made last by stranger_hello. */
-static ps_tensor_table_wire ht_table;
-
 /* A HELLO for ctx's job and rank, but declaring one tensor x[numel]. */
 static int stranger_hello(hc_ctx *ctx, hc_conn *c, int numel)
 {
     Shardps__Header h;
     Shardps__Hello hello;
     ps_model_spec x;
+    int rc;
 
     memset(&x, 0, sizeof(x));
     x.seed = 1;
     if (ps_model_spec_add_tensor(&x, "x", 1, &numel, PS_INIT_ZERO, 1, 1) < 0)
         return -EINVAL;
-    make_hello(ctx, &h, &hello);
-    ps_tensor_table_to_wire(&x, &ht_table);
-    hello.table = &ht_table.msg;
-    return send_frame(c, &h, NULL, 0);
+    make_hello_table(ctx, &h, &hello, &x);
+    ps_model_spec_free(&x);
+    rc = send_hello(c, &h);
+    return rc;
 }
 
 /* Reads the answer to a HELLO: 1 for a WELCOME, 0 for a refusal (noted),

@@ -114,7 +114,7 @@ Test(kv_tensors, a_refused_hello_declares_nothing, .timeout = 30)
         ps_frame f;
         int fd = raw_connect();
         make_hello_as(&h, &hello, &small, 0, 2);
-        hello.table = NULL;
+        hello.table_digest.len = 0;
         raw_send_frame(fd, &h);
         raw_read_frame(fd, dec, &f, "no table");
         cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__REJECT);
@@ -137,6 +137,7 @@ Test(kv_tensors, a_hello_without_a_table_joins_and_is_told_the_tensors, .timeout
     Shardps__Header h;
     Shardps__Hello hello;
     ps_model_spec told;
+    uint8_t digest[PS_TABLE_DIGEST_BYTES];
     ps_frame f;
     char reason[512], why[256];
     int w0 = -1, fd;
@@ -145,15 +146,21 @@ Test(kv_tensors, a_hello_without_a_table_joins_and_is_told_the_tensors, .timeout
     cr_assert_eq(hello_as(&fx.spec, 0, 2, reason, &w0), SHARDPS__MSG_TYPE__WELCOME, "%s", reason);
     fd = raw_connect();
     make_hello_as(&h, &hello, &fx.spec, 1, 2);
-    hello.table = NULL;
+    hello.table_digest.len = 0;
     raw_send_frame(fd, &h);
+    /* The table comes in a TABLE frame, then the WELCOME names its digest. */
     raw_read_frame(fd, dec, &f, "join without a table");
-    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__WELCOME, "%s", f.hdr->reason ? f.hdr->reason : "");
-    cr_assert_not_null(f.hdr->welcome->table);
-    cr_assert_eq(ps_tensor_table_from_wire(f.hdr->welcome->table, 0, &told, why, sizeof(why)), 0,
+    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__TABLE, "%s", f.hdr->reason ? f.hdr->reason : "");
+    cr_assert_eq(ps_tensor_table_decode(f.payload, f.payload_len, 0, &told, why, sizeof(why)), 0,
                  "%s", why);
     cr_assert_eq(ps_tensor_table_diff(&told, &fx.spec, "told", "declared", why, sizeof(why)), 0,
                  "%s", why);
+    ps_model_spec_digest(&told, digest);
+    ps_model_spec_free(&told);
+    raw_read_frame(fd, dec, &f, "the WELCOME after the table");
+    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__WELCOME);
+    cr_assert_eq(f.hdr->welcome->table_digest.len, sizeof(digest));
+    cr_assert_eq(memcmp(f.hdr->welcome->table_digest.data, digest, sizeof(digest)), 0);
     close(fd);
     close(w0);
     stop();
@@ -204,8 +211,10 @@ Test(kv_tensors, a_declaration_leaves_with_its_declarer, .timeout = 30)
     /* A joiner (no table) is welcomed to the stranger's table... */
     joiner = raw_connect();
     make_hello_as(&h, &hello, &fx.spec, 0, 2);
-    hello.table = NULL;
+    hello.table_digest.len = 0;
     raw_send_frame(joiner, &h);
+    raw_read_frame(joiner, dec, &f, "joiner's table");
+    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__TABLE);
     raw_read_frame(joiner, dec, &f, "joiner");
     cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__WELCOME);
     /* ...and closed, told why, once the stranger has gone. */
