@@ -98,16 +98,19 @@ compose-check:
 	@bash deploy/compose-check.sh $(COMPOSE_CHECK_ARGS)
 
 # libFuzzer (clang, ASan + UBSan) on the frame decoder, on a real server's
-# handshake and on the worker's client, FUZZ_SECONDS per target: three
-# targets, a minute and a half in all by default. Its own build folder, since every object there is instrumented;
-# not part of `make test`. Results are recorded in docs/reliability.md.
+# handshake, on the worker's client, and on the readers of tensor tables,
+# checkpoint files and model files, FUZZ_SECONDS per target: six targets,
+# three minutes in all by default. Its own build folder, since every object
+# there is instrumented; `make test` only replays the last three's corpora
+# (fuzz_replay_*). Results are recorded in docs/reliability.md.
 BUILD_FUZZ   ?= build-fuzz
 FUZZ_SECONDS ?= 30
 .PHONY: fuzz fuzz-clean
 fuzz: deps
 	@cmake -S . -B $(BUILD_FUZZ) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	    -DPS_FUZZ=ON -DPS_TESTS=OFF -DPS_CUDA=OFF >/dev/null
-	@cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_frame fuzz_handshake fuzz_client
+	@cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_frame fuzz_handshake fuzz_client \
+	    fuzz_table fuzz_checkpoint fuzz_model
 	@bash tests/fuzz/run.sh $(BUILD_FUZZ) $(FUZZ_SECONDS)
 
 # The CPU half of the GPU check (deploy/gpu-check.sh --no-gpu) inside a bare

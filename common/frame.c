@@ -13,6 +13,7 @@
 
 #include "cpu.h"
 #include "crc32c.h"
+#include "pb_strings.h"
 #include "ps_error.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -55,6 +56,7 @@ struct ps_frame_decoder {
     uint32_t scan_bad;
     uint8_t carry[4];
     size_t carry_n;
+    int delivered; /* a frame was handed out: the peer speaks shardps */
     char error[160];
 };
 
@@ -366,6 +368,7 @@ static int ps__dec_accept_header(ps_frame_decoder *d)
 int ps_frame_decoder_next(ps_frame_decoder *d, ps_frame *f)
 {
     const uint8_t *p;
+    char why[160];
     int rc;
 
     for (;;) {
@@ -381,6 +384,14 @@ int ps_frame_decoder_next(ps_frame_decoder *d, ps_frame *f)
             p = d->stage + d->stage_pos;
             d->header_len =
                 (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+            /* An impossible length before any frame is most likely another
+             * protocol (an HTTP port given by mistake): say which. */
+            if ((d->header_len == 0 || d->header_len > PS_MAX_HEADER_BYTES) && !d->delivered) {
+                ps_frame_describe_foreign(p, d->stage_end - d->stage_pos, d->error,
+                                          sizeof(d->error));
+                d->state = PS__DEC_FAILED;
+                return d->header_len == 0 ? -PS_EPROTO : -PS_ETOOBIG;
+            }
             if (d->header_len == 0)
                 return ps__dec_fail(d, -PS_EPROTO, "empty header");
             if (d->header_len > PS_MAX_HEADER_BYTES)
@@ -396,6 +407,11 @@ int ps_frame_decoder_next(ps_frame_decoder *d, ps_frame *f)
             if (d->hdr == NULL)
                 return ps__dec_fail(d, -PS_EPROTO, "header of %u bytes is not a valid Header",
                                     d->header_len);
+            /* protobuf-c would cut a string at a NUL byte without a word. */
+            rc = ps_pb_strings_check(&shardps__header__descriptor, d->stage + d->stage_pos,
+                                     d->header_len, why, sizeof(why));
+            if (rc < 0)
+                return ps__dec_fail(d, rc, "%s", why);
             d->stage_pos += d->header_len;
             rc = ps__dec_accept_header(d);
             if (rc < 0)
@@ -413,10 +429,74 @@ int ps_frame_decoder_next(ps_frame_decoder *d, ps_frame *f)
             f->nonfinite = d->scan_bad != 0;
             d->n_pieces = 0;
             d->state = PS__DEC_DELIVERED;
+            d->delivered = 1;
             return 1;
         case PS__DEC_FAILED:
             return -PS_EPROTO;
         }
+    }
+}
+
+/* The bytes' first line, printable characters only, at most 40. */
+static void ps__first_line(const uint8_t *p, size_t n, char *out, size_t len)
+{
+    size_t k = 0;
+
+    for (size_t i = 0; i < n && p[i] != '\r' && p[i] != '\n' && k < 40 && k + 1 < len; i++)
+        out[k++] = p[i] >= 0x20 && p[i] < 0x7f ? (char)p[i] : '?';
+    out[k < len ? k : len - 1] = '\0';
+}
+
+static int ps__starts(const uint8_t *p, size_t n, const char *word)
+{
+    size_t w = strlen(word);
+
+    return memcmp(p, word, n < w ? n : w) == 0 && n >= 4;
+}
+
+void ps_frame_describe_foreign(const uint8_t *p, size_t n, char *out, size_t len)
+{
+    static const char *const methods[] = {"GET ",    "POST ",  "PUT ",     "HEAD ",
+                                          "DELETE ", "PATCH ", "OPTIONS ", "CONNECT "};
+    char line[48];
+    size_t text = 0;
+
+    ps__first_line(p, n, line, sizeof(line));
+    /* An HTTP server's answer: a status line, or (to a request too broken
+     * for one, as Python's http.server answers) an HTML page alone. */
+    if (ps__starts(p, n, "HTTP/") || ps__starts(p, n, "<!DOCTYPE") || ps__starts(p, n, "<html") ||
+        ps__starts(p, n, "<HTML")) {
+        snprintf(out, len, "it answered like an HTTP server (\"%s\")", line);
+        return;
+    }
+    for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
+        if (ps__starts(p, n, methods[i])) {
+            snprintf(out, len, "it spoke like an HTTP client (\"%s\")", line);
+            return;
+        }
+    }
+    if (ps__starts(p, n, "SSH-")) {
+        snprintf(out, len, "it answered like an SSH server (\"%s\")", line);
+        return;
+    }
+    if (n >= 2 && p[0] == 0x16 && p[1] == 0x03) {
+        snprintf(out, len, "it spoke TLS");
+        return;
+    }
+    /* Text, UTF-8 included: no control character but line ends and tabs. */
+    while (text < n && ((p[text] >= 0x20 && p[text] != 0x7f) || p[text] == '\r' ||
+                        p[text] == '\n' || p[text] == '\t'))
+        text++;
+    if (text == n) {
+        snprintf(out, len, "it sent text, not a shardps frame (\"%s\")", line);
+        return;
+    }
+    {
+        char hex[32] = "";
+        size_t at = 0;
+        for (size_t i = 0; i < n && i < 8; i++)
+            at += (size_t)snprintf(hex + at, sizeof(hex) - at, "%s%02x", i ? " " : "", p[i]);
+        snprintf(out, len, "its first bytes (%s) are no shardps frame", hex);
     }
 }
 

@@ -15,7 +15,8 @@
 
 #include "shardps.pb-c.h"
 
-#define PS_PROTOCOL_VERSION    2
+/* 3: WAITING (a server says why a pull is held). */
+#define PS_PROTOCOL_VERSION    3
 #define PS_MAX_HEADER_BYTES    (64u * 1024u)
 #define PS_DEFAULT_MAX_PAYLOAD ((size_t)1 << 30)
 #define PS_FRAME_PREFIX_BYTES  4
@@ -96,6 +97,14 @@ void ps_frame_decoder_commit(ps_frame_decoder *d, size_t n);
  * ps_frame_decoder_error() then says why in words. */
 int ps_frame_decoder_next(ps_frame_decoder *d, ps_frame *f);
 const char *ps_frame_decoder_error(const ps_frame_decoder *d);
+
+/* A peer's first n (at least 4) bytes that are no shardps frame (their
+ * length prefix is impossible), in words for a log line: "it answered like
+ * an HTTP server (\"HTTP/1.1 400 Bad Request\")", "it spoke like an HTTP
+ * client (...)", "it answered like an SSH server (...)", "it spoke TLS", "it
+ * sent text, ..." or the bytes in hex. The decoder fails a first frame with
+ * these words (its code is as for any impossible length). Pure. */
+void ps_frame_describe_foreign(const uint8_t *p, size_t n, char *out, size_t len);
 
 /* For tests and tools: one buf/commit round over a copy of data. Returns the
  * bytes taken (<= len, 0 once failed); the caller collects frames with

@@ -239,6 +239,30 @@ static int ps__writable_file(const char *path, const char *what, char *err, size
     return 0;
 }
 
+/* A launcher's workers' command, found as it will be started (execvp): a
+ * name with a '/' as that path, any other on PATH. */
+static int ps__command(const char *cmd, char *err, size_t len)
+{
+    const char *path = getenv("PATH"), *p;
+    char full[PATH_MAX];
+
+    if (strchr(cmd, '/') != NULL) {
+        if (access(cmd, X_OK) < 0)
+            return ps__refuse(err, len, "the command %s cannot be run: %s", cmd, strerror(errno));
+        return 0;
+    }
+    for (p = path ? path : "/usr/local/bin:/usr/bin:/bin"; p != NULL;) {
+        const char *colon = strchr(p, ':');
+        int n = colon ? (int)(colon - p) : (int)strlen(p);
+        /* An empty entry is the current folder. */
+        snprintf(full, sizeof(full), "%.*s/%s", n ? n : 1, n ? p : ".", cmd);
+        if (access(full, X_OK) == 0)
+            return 0;
+        p = colon ? colon + 1 : NULL;
+    }
+    return ps__refuse(err, len, "the command %s is no program on PATH", cmd);
+}
+
 /* The files the options name that a program opens before training. */
 static int ps__files(const ps_job_options *o, const ps_job_process *p, char *err, size_t len)
 {
@@ -265,7 +289,9 @@ static int ps__files(const ps_job_options *o, const ps_job_process *p, char *err
         return rc;
     if ((p->program & PS_JOB_LAUNCHER) && p->bin_dir == NULL)
         return ps__refuse(err, len, "cannot tell where the shardps programs are; pass --bin-dir");
-    for (int i = 0; p->bin_dir && i < 2; i++) {
+    if (p->command && (rc = ps__command(p->command, err, len)) < 0)
+        return rc;
+    for (int i = 0; p->bin_dir && i < (p->command ? 1 : 2); i++) {
         const char *prog = i == 0 ? "shardps-server" : "shardps-worker";
         char path[PATH_MAX];
         snprintf(path, sizeof(path), "%s/%s", p->bin_dir, prog);

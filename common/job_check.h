@@ -7,9 +7,9 @@
  * --checkpoint-dir, the batch against the data, ...) and every file an
  * option names (the model file, the data, the auth token, the checkpoint
  * directory, where --save-model and --dump-weights will write, the
- * launcher's programs). What it works out on the way (the server count, the
- * model resolved against the data, the steps to run) is the plan each
- * program builds its modules' configurations from.
+ * launcher's programs and its workers' command). What it works out on the way (the server count,
+ * the model resolved against the data, the steps to run) is the plan each program builds its
+ * modules' configurations from.
  *
  * --check runs exactly this and stops, so a job that --check accepts is one
  * that starts, and a refusal reads the same either way: the run and --check
@@ -66,6 +66,9 @@ typedef struct {
     /* Worker, launcher: written at the end of the run; checked now. */
     const char *dump_weights;
     const char *bin_dir; /* launcher: where shardps-server and shardps-worker are */
+    /* Launcher: the program its workers run (shardps-run's command: a path,
+     * or a name looked up on PATH); NULL: shardps-worker from bin_dir. */
+    const char *command;
     /* Worker, launcher, eval: reads the data; NULL: the data are not read
      * (nor the model resolved). */
     ps_job_data_fn load_data;

@@ -146,7 +146,7 @@ static const ps__job_option ps__table[] = {
      "rank 0 also evaluates on the test set every N steps (0: once per epoch)", 0, 2147483647, NULL,
      NULL, NULL, 0, NULL, PS__W | PS__L, 0},
     {"progress-every", PS_FLAG_INT, PS__AT(progress_every), "N", "report progress every N steps", 1,
-     1000000, NULL, NULL, NULL, 100, NULL, PS__W | PS__L, 0},
+     1000000, NULL, NULL, NULL, 100, NULL, PS__W | PS__L | PS__C, 0},
     /* Checkpoints. */
     {"checkpoint-dir", PS_FLAG_STRING, PS__AT(checkpoint_dir), "DIR",
      "servers checkpoint here (periodically, on SIGTERM/SIGINT and at the end)", 0, 0, NULL, NULL,
@@ -196,8 +196,8 @@ static const ps__job_option ps__table[] = {
      "a server refuses a declared tensor table of more float32 bytes in all", 4, 1ull << 50, NULL,
      NULL, NULL, (double)(4ull << 30), NULL, PS__S | PS__L, 0},
     {"max-connections", PS_FLAG_INT, PS__AT(max_connections), "N",
-     "a server keeps at most N connections open; more are refused and logged (0: 2 x --workers "
-     "+ 16)",
+     "a server keeps at most N connections open: one per worker, the rest for handshakes, whose "
+     "longest-waiting gives way to a newcomer (0: 2 x --workers + 16)",
      0, 1 << 20, NULL, NULL, NULL, 0, NULL, PS__S | PS__L, 0},
     {"handshake-timeout", PS_FLAG_DOUBLE, PS__AT(handshake_timeout), "SECONDS",
      "a connection must finish its handshake this soon (and a refused one go)", 0.01, 86400, NULL,

@@ -313,9 +313,19 @@ const char *ps_act_shape_str(const ps_act_shape *s, char *out, size_t len)
     return out;
 }
 
+/* Values per sample, or PS__MAX_ACT + 1 for anything larger: dimensions
+ * may each be up to 2^31-1 (a model file's input), so a product taken whole
+ * would overflow even a long long. */
 static long long ps__numel(const ps_act_shape *s)
 {
-    return s->ndim == 3 ? (long long)s->d[0] * s->d[1] * s->d[2] : s->d[0];
+    long long n = 1;
+
+    for (int i = 0; i < (s->ndim == 3 ? 3 : 1); i++) {
+        n *= s->d[i];
+        if (n > PS__MAX_ACT)
+            return PS__MAX_ACT + 1LL;
+    }
+    return n;
 }
 
 /* The output side of a window of size k with stride and pad over n inputs,

@@ -1,6 +1,7 @@
 /* Saved model files (see model_file.h). Writing streams through stdio while
- * the CRC accumulates; reading loads the whole file, checks the CRC over it,
- * and only then parses, every length checked against the bytes left. */
+ * the CRC accumulates; reading checks the magic and version from the first
+ * bytes, then loads the whole file, checks the CRC over it, and only then
+ * parses, every length checked against the bytes left. */
 #include "model_file.h"
 
 #include <errno.h>
@@ -190,7 +191,34 @@ static int ps__get64(ps__reader *r, uint64_t *v)
     return 0;
 }
 
-/* Reads the whole file into *buf (caller frees). */
+/* The magic and format version from the first bytes of fd, before anything
+ * else is read: a file that is not a model file of this version costs no
+ * more than that, whatever its size. */
+static int ps__check_magic(int fd, const char *path, char *err, size_t errlen)
+{
+    uint8_t head[sizeof(ps__magic) + sizeof(uint32_t)];
+    ssize_t n;
+    uint32_t version;
+
+    do
+        n = pread(fd, head, sizeof(head), 0);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return ps__fail(-errno, err, errlen, path, "read failed: %s", strerror(errno));
+    if ((size_t)n < sizeof(head))
+        return ps__fail(-PS_EFORMAT, err, errlen, path, "too short for a model file");
+    if (memcmp(head, ps__magic, sizeof(ps__magic)) != 0)
+        return ps__fail(-PS_EFORMAT, err, errlen, path, "not a shardps model file (wrong magic)");
+    memcpy(&version, head + sizeof(ps__magic), sizeof(version));
+    if (version != PS_MODEL_FILE_VERSION)
+        return ps__fail(-PS_EVERSION, err, errlen, path,
+                        "format version %u; this build reads version %d", version,
+                        PS_MODEL_FILE_VERSION);
+    return 0;
+}
+
+/* Reads the whole file into *buf (caller frees), once its magic and version
+ * are known to be right. */
 static int ps__slurp(const char *path, uint8_t **buf, size_t *len, char *err, size_t errlen)
 {
     struct stat st;
@@ -211,6 +239,9 @@ static int ps__slurp(const char *path, uint8_t **buf, size_t *len, char *err, si
         rc = ps__fail(-PS_EFORMAT, err, errlen, path, "not a regular file of at most 64 GiB");
         goto out;
     }
+    rc = ps__check_magic(fd, path, err, errlen);
+    if (rc < 0)
+        goto out;
     *len = (size_t)st.st_size;
     *buf = malloc(*len ? *len : 1);
     if (!*buf) {
@@ -301,7 +332,7 @@ int ps_model_file_read(const char *path, ps_saved_model *out, char *err, size_t 
 {
     uint8_t *buf = NULL;
     ps__reader r;
-    uint32_t version, flags, crc;
+    uint32_t flags, crc;
     size_t len = 0, bytes;
     const uint8_t *data;
     int rc;
@@ -316,20 +347,10 @@ int ps_model_file_read(const char *path, ps_saved_model *out, char *err, size_t 
         rc = ps__fail(-PS_EFORMAT, err, errlen, path, "too short for a model file");
         goto fail;
     }
-    if (memcmp(buf, ps__magic, sizeof(ps__magic)) != 0) {
-        rc = ps__fail(-PS_EFORMAT, err, errlen, path, "not a shardps model file (wrong magic)");
-        goto fail;
-    }
-    r.p = buf + sizeof(ps__magic);
+    /* Magic and version were checked before the file was read (ps__slurp). */
+    r.p = buf + sizeof(ps__magic) + sizeof(uint32_t);
     r.end = buf + len - sizeof(crc);
-    ps__get32(&r, &version);
     ps__get32(&r, &flags);
-    if (version != PS_MODEL_FILE_VERSION) {
-        rc = ps__fail(-PS_EVERSION, err, errlen, path,
-                      "format version %u; this build reads version %d", version,
-                      PS_MODEL_FILE_VERSION);
-        goto fail;
-    }
     memcpy(&crc, buf + len - sizeof(crc), sizeof(crc));
     if (ps_crc32c(0, buf, len - sizeof(crc)) != crc) {
         rc = ps__fail(-PS_ECRC, err, errlen, path, "checksum mismatch: the file is damaged");

@@ -12,8 +12,9 @@
  *     float count u64 · the tensors' values, float32, in table order
  *     CRC32C u32 of every byte before it
  *
- * Reading checks the size, magic, version and CRC before it looks at
- * anything else, then rebuilds the table from the text, input shape, classes
+ * Reading checks the magic and version before it reads further (a large
+ * file of something else costs 12 bytes), then the size and CRC before it
+ * looks at anything else, then rebuilds the table from the text, input shape, classes
  * and seed and insists that it names and shapes the same tensors the file
  * lists, so a file can never be loaded into a model it was not written for. */
 #ifndef PS_MODEL_FILE_H

@@ -170,7 +170,8 @@ void ps_model_spec_init_values(const ps_model_spec *spec, int tensor_id, size_t 
         bound = sqrt(6.0 / t->fan_in);
         break;
     case PS_INIT_XAVIER_UNIFORM:
-        bound = sqrt(6.0 / (t->fan_in + t->fan_out));
+        /* In double: each fan may be up to 2^31-1, their sum is not an int. */
+        bound = sqrt(6.0 / ((double)t->fan_in + (double)t->fan_out));
         break;
     default:
         memset(out, 0, n * sizeof(float));

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "ps_error.h"
@@ -152,7 +153,11 @@ int ps_report_write(int fd, const ps_report *r)
 
     if (n < 0)
         return n;
-    w = write(fd, line, (size_t)n);
+    /* The launcher's pipe is a socket pair: a launcher gone must give
+     * EPIPE, not a SIGPIPE that kills a program which never ignored it. */
+    w = send(fd, line, (size_t)n, MSG_NOSIGNAL);
+    if (w < 0 && errno == ENOTSOCK)
+        w = write(fd, line, (size_t)n);
     if (w < 0)
         return -errno;
     return w == n ? 0 : -EIO;

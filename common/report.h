@@ -28,6 +28,9 @@ typedef struct {
     int steps_per_epoch; /* steps per pass over the data */
 } ps_report_start;
 
+/* A program on libshardps (lib/job_report.h) knows no epochs and, unless
+ * told, not the run's length: it says epoch 0 and steps 0 for "not known",
+ * in "start" (steps, steps_per_epoch) and "progress" (epoch, steps). */
 typedef struct {
     int epoch;     /* 1-based epoch of step */
     uint64_t step; /* steps done by the job as this worker knows it */
@@ -80,8 +83,8 @@ typedef struct {
  * line's length without the NUL, or -ENOSPC. */
 int ps_report_format(const ps_report *r, char *buf, size_t len);
 
-/* Writes r to fd in one write(2). Returns 0, -EIO for a short write, or
- * -errno. */
+/* Writes r to fd in one write (a socket's send without SIGPIPE: a reader
+ * gone is -EPIPE). Returns 0, -EIO for a short write, or -errno. */
 int ps_report_write(int fd, const ps_report *r);
 
 /* Reads one line (without its '\n') into out. Returns 0, or -EINVAL with the

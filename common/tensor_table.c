@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "pb_strings.h"
 #include "ps_error.h"
 
 static const ps_init_kind ps__init_of[] = {
@@ -139,6 +140,19 @@ int ps_tensor_table_from_wire(const Shardps__TensorTable *t, size_t max_bytes, p
         }
     }
     return 0;
+}
+
+Shardps__TensorTable *ps_tensor_table_unpack(const uint8_t *buf, size_t len, char *why,
+                                             size_t why_len)
+{
+    Shardps__TensorTable *t;
+
+    if (ps_pb_strings_check(&shardps__tensor_table__descriptor, buf, len, why, why_len) < 0)
+        return NULL;
+    t = shardps__tensor_table__unpack(NULL, len, buf);
+    if (t == NULL)
+        snprintf(why, why_len, "the tensor table does not decode");
+    return t;
 }
 
 const char *ps_tensor_table_shape_text(const ps_tensor_spec *t, char *buf, size_t len)

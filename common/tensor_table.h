@@ -39,6 +39,14 @@ void ps_tensor_table_to_wire(const ps_model_spec *spec, ps_tensor_table_wire *w)
 int ps_tensor_table_from_wire(const Shardps__TensorTable *t, size_t max_bytes, ps_model_spec *spec,
                               char *why, size_t why_len);
 
+/* Unpacks a packed TensorTable (what a checkpoint stores) once its string
+ * fields are known to hold no NUL byte (pb_strings.h: protobuf-c would cut a
+ * name there). Returns the message (free it with
+ * shardps__tensor_table__free_unpacked) or NULL with the reason in why.
+ * Its contents are still to be checked with ps_tensor_table_from_wire. */
+Shardps__TensorTable *ps_tensor_table_unpack(const uint8_t *buf, size_t len, char *why,
+                                             size_t why_len);
+
 /* Compares two tables (tensor order, names, shapes, initialisation, seed).
  * Returns 0 when they are equal, else 1 with the first difference written
  * into msg as "tensor fc1.weight: 256x784 from the worker, 128x784 on this

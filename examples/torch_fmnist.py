@@ -140,6 +140,7 @@ def start_server(a, build, index, n):
     p = subprocess.Popen([f"{build}/shardps-server", "--listen", "127.0.0.1:0",
                           "--server-index", str(index), "--num-servers", str(n), "--workers",
                           str(a.workers), "--mode", a.mode, "--lr", str(a.lr),
+                          "--total-steps", str(a.steps),  # the cosine schedule's span
                           "--ready-fd", str(w)], pass_fds=(w,))
     os.close(w)
     with os.fdopen(r) as f:

@@ -26,6 +26,7 @@
 #ifndef SHARDPS_H
 #define SHARDPS_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,7 +35,7 @@ extern "C" {
 #endif
 
 #define SHARDPS_VERSION_MAJOR 1
-#define SHARDPS_VERSION_MINOR 1
+#define SHARDPS_VERSION_MINOR 2
 
 /* Codes beyond errno's (values as in the servers' logs). */
 #define SHARDPS_EPROTO    (-10001) /* a server broke the protocol or lied */
@@ -65,7 +66,9 @@ typedef struct {
     uint64_t rejected; /* of dropped, those refused as non-finite or over --max-grad-norm */
 } shardps_stats;
 
-/* The library's version, "1.1.0" (1.1 added joining and shardps_tensor_shape). */
+/* The library's version, "1.2.0" (1.1 added joining and shardps_tensor_shape;
+ * 1.2 shardps_set_stop_flag, and shardps_new_from_env and shardps_report for
+ * programs a launcher starts). */
 const char *shardps_version(void);
 
 /* A static description of code ("timed out"); never NULL. */
@@ -86,16 +89,38 @@ int shardps_new(shardps **out, const char *const *servers, int n_servers, int ra
  *   connect-timeout S      keep trying to reach the servers, and joining, to
  *                          find the tensors declared (default 30)
  *   request-timeout S      a server owing an answer this long fails (0 or auto: auto)
- *   total-steps N          the steps this worker plans (lr schedules), at most 2^31-1
+ *   total-steps N          the steps this worker plans, at most 2^31-1: no
+ *                          clock past it is believed; with job-settings given,
+ *                          the servers' cosine schedule spans the most any
+ *                          rank plans (without, it is theirs: --total-steps)
  *   compress none|fp16|bf16  how gradients travel
  *   max-payload N          the largest frame accepted
+ *   progress-every N       shardps_report: a progress line every N steps (default 100)
  * and the library's own:
  *   job-settings TEXT      the job settings a shardps-worker sends
  *   log-level debug|info|warn|error|none   the library's lines on stderr
+ *   report-fd FD           report to the launcher on this open descriptor
+ *                          (shardps_report; default: SHARDPS_REPORT_FD when
+ *                          it names one, else -1: to the log)
  * Returns 0, -EINVAL (unknown name, bad value; see shardps_last_error: "option
  * seed: '-1' is out of range (accepted: 0 to 2147483647)") or -EBUSY (already
  * connected). */
 int shardps_set_option(shardps *h, const char *name, const char *value);
+
+/* A way to stop a handle that waits on its servers (Ctrl-C while it
+ * connects, or while the job waits for another worker): once *flag is
+ * non-zero, shardps_connect and shardps_reconnect return -EINTR at once,
+ * shardps_last_error saying what they waited for. shardps_wait (and so a
+ * pull) lets the step end as it would, so that the program stops at the
+ * step's boundary: every push is acknowledged first, and the pull is given
+ * up (-EINTR) only when a server said it holds it for other workers, or it
+ * has not come 5 s after the stop was seen. A program's SIGINT/SIGTERM
+ * handler sets the flag; a signal does not wake the handle, so while it
+ * waits it looks at the flag every 100 ms. Nothing is logged. After -EINTR
+ * the handle is done: shardps_abandon (come back later) or shardps_close.
+ * The flag is borrowed and must outlive h; NULL removes it. Any time.
+ * Returns 0 or -EINVAL. (1.2) */
+int shardps_set_stop_flag(shardps *h, const volatile sig_atomic_t *flag);
 
 /* Declares the next tensor of the table: name (at most 31 bytes), shape
  * [shape[0], ..., shape[ndim-1]] row-major (ndim 1..4), initialisation
@@ -171,6 +196,36 @@ const char *shardps_last_error(const shardps *h);
 int shardps_close(shardps *h);
 /* Frees h without a goodbye: the servers keep waiting for this rank. */
 void shardps_abandon(shardps *h);
+
+/* Under a launcher (1.2). shardps-run starts each copy of a program with the
+ * job in its environment (docs/run.md), as a person may set it by hand:
+ *   SHARDPS_SERVERS   HOST:PORT,... in the job's server order
+ *   SHARDPS_RANK      this worker's rank, 0..SHARDPS_WORKERS-1
+ *   SHARDPS_WORKERS   the worker count (the world)
+ *   SHARDPS_<NAME>    any option of shardps_set_option's job options by its
+ *                     name (SHARDPS_AUTH_TOKEN_FILE: a file's path, never the
+ *                     token; SHARDPS_CHUNK_BYTES, SHARDPS_SEED, ...)
+ *   SHARDPS_REPORT_FD the launcher's report pipe
+ * shardps_new_from_env is shardps_new with those, each option checked as
+ * shardps-worker checks the same variable; the process's log lines name it
+ * "worker R". Every handle, however made, reports to SHARDPS_REPORT_FD
+ * (report-fd): "start" on connect, "done" on close, so the launcher knows
+ * a worker that finished from one that left early. Returns 0, -EINVAL (a
+ * variable missing or wrong: shardps_last_error(NULL) names it) or
+ * -ENOMEM. */
+int shardps_new_from_env(shardps **out);
+
+/* Tells the launcher how training goes: the program has done step steps of
+ * the job (a count that never goes back: the clock of the weights it will
+ * pull next), with loss the training loss of the latest of them (NaN: not
+ * known) over samples samples since its last call. Every progress-every
+ * steps that becomes one progress line: the launcher shows the whole job's
+ * (step, loss, samples/s) and sums them up at the end; without report-fd
+ * the line goes to the log. After shardps_connect, which reports the start;
+ * shardps_close reports the end (shardps_abandon does not: the launcher
+ * then knows the program left without finishing). Returns 0 or -EINVAL
+ * (not connected, or step before the last one reported). */
+int shardps_report(shardps *h, uint64_t step, double loss, uint64_t samples);
 
 #ifdef __cplusplus
 }

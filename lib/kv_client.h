@@ -12,6 +12,7 @@
 #ifndef PS_KV_CLIENT_H
 #define PS_KV_CLIENT_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -63,6 +64,10 @@ typedef struct {
      * the servers to compare with theirs; NULL: none sent. Borrowed: must
      * outlive the client. */
     const char *job_settings;
+    /* Set by the program (a signal handler) to ask the client to stop
+     * waiting: connect and wait then fail with -EINTR, see
+     * ps_kv_client_set_stop_flag. Borrowed; NULL: never. */
+    const volatile sig_atomic_t *stop;
 } ps_kv_client_config;
 
 /* Running totals since the client was created. */
@@ -116,6 +121,20 @@ int ps_kv_client_progress(ps_kv_client *c);
  * checks, the server's code for a refused request. Every error is logged
  * with the server's index and address. */
 int ps_kv_client_wait(ps_kv_client *c);
+
+/* Once *flag is non-zero, the calls that wait (connect, wait) give up with
+ * -EINTR (the sentence says what they waited for; nothing is logged: the
+ * program asked for it). Connecting, at once. Waiting, the step is let end
+ * as it would, so that the program stops at its boundary: every push of
+ * ours is acknowledged first, and the pull is given up only when a server
+ * said it holds it for other workers (WAITING) or it has not come
+ * PS_KV_STOP_GRACE_MS after the stop was seen. A signal does not wake the
+ * client's loop, so while a flag is set the loop looks at it every
+ * PS_KV_STOP_CHECK_MS. After -EINTR the client is done: close or abandon
+ * it. flag NULL: no flag. */
+#define PS_KV_STOP_CHECK_MS 100
+#define PS_KV_STOP_GRACE_MS 5000
+void ps_kv_client_set_stop_flag(ps_kv_client *c, const volatile sig_atomic_t *flag);
 
 /* The sentence behind the client's first error (it was also logged): ""
  * while there is none. Owned by the client, valid until it is freed. */

@@ -37,6 +37,7 @@ typedef struct {
     char addr_text[96];
     struct sockaddr_storage addr;
     ps_conn *conn;
+    int heard; /* a frame came on this connection: it speaks shardps */
     int welcomed;
     ps_reply_welcome welcome;
     uint64_t hello_id;
@@ -45,6 +46,12 @@ typedef struct {
     /* The time from which the answer this server owes us is counted: the
      * HELLO, the start of a wait, or its last frame, whichever is latest. */
     uint64_t owed_since_ms;
+    /* The server's last word on why our pull waits (a WAITING frame): the
+     * reason, for the pull with id waiting_id, said at waiting_ms. It is no
+     * answer, so the deadline stands; but a timeout then names what the
+     * server waited for rather than blaming it. */
+    char waiting[256];
+    uint64_t waiting_id, waiting_ms;
     uint64_t retry_ms;
     uint64_t next_wait_log_ms; /* loop time of the next "waiting for server" line */
     uv_timer_t retry;
@@ -93,7 +100,8 @@ struct ps_kv_client {
      * laid out once all have welcomed us (ps__layout). */
     int joining;
     ps_kv_client_stats stats;
-    char last_error[512]; /* the sentence behind error */
+    uint64_t stop_seen_ms; /* loop time a wait first saw the stop flag set; 0: not yet */
+    char last_error[512];  /* the sentence behind error */
 };
 
 /* kv_client.c */
@@ -116,9 +124,11 @@ void ps__start_connect(ps__server *sv);
 /* Closes sv's connection and tries again with backoff until the connect
  * deadline. Returns 1 when a retry is scheduled, 0 when none is left. */
 int ps__retry_later(ps__server *sv, const char *reason);
-/* ps__retry_later for a joiner at a server that holds no tensors yet, saying
- * now and then that it waits. Returns 1 when a retry is scheduled. */
-int ps__wait_for_table(ps__server *sv, const char *reason);
+/* ps__retry_later for a server that asked us to come back (-EAGAIN: no
+ * tensors yet for a joiner, its handshake slots taken, a table being
+ * withdrawn), saying now and then that it waits. Returns 1 when a retry is
+ * scheduled. */
+int ps__wait_and_retry(ps__server *sv, const char *reason);
 
 /* kv_handshake.c. Each handler takes a frame kv_conn routed to it; whatever
  * fails the handshake is recorded with ps__failf or ps__distrust. */
@@ -148,6 +158,9 @@ int ps__run_until_done(ps_kv_client *c);
 /* The heartbeat timer's callback: a HEARTBEAT to every welcomed server that
  * asked for them. */
 void ps__on_heartbeat(uv_timer_t *t);
+/* WAITING: the server explains why it holds our pull; said in our log and
+ * kept for a timeout's message. */
+void ps__handle_waiting(ps__server *sv, const ps_frame *f);
 /* A timer callback that does nothing: the timer only wakes the loop. */
 void ps__on_deadline(uv_timer_t *t);
 

@@ -63,10 +63,12 @@ int ps__retry_later(ps__server *sv, const char *reason)
     return 1;
 }
 
-/* A joiner reached a server that holds no tensors yet: wait for a worker to
- * declare them, saying so now and then, until the connect deadline. Returns 1
- * when a retry is scheduled. */
-int ps__wait_for_table(ps__server *sv, const char *reason)
+/* A server asks us to come back (-EAGAIN): a joiner reached it before any
+ * worker declared the tensors, or all its handshake slots were taken, or
+ * the table it held is being withdrawn. Wait and try again, saying so now
+ * and then, until the connect deadline. Returns 1 when a retry is
+ * scheduled. */
+int ps__wait_and_retry(ps__server *sv, const char *reason)
 {
     if (!ps__retry_later(sv, reason))
         return 0;
@@ -74,8 +76,8 @@ int ps__wait_for_table(ps__server *sv, const char *reason)
     return 1;
 }
 
-/* Routes a server's frame to its handler. Any frame shows the server alive,
- * so what it owes us is counted from here. */
+/* Routes a server's frame to its handler. Any frame but a WAITING is part
+ * of an answer, so what the server owes us is counted from here. */
 static void ps__on_frame(ps_conn *conn, const ps_frame *f)
 {
     ps__server *sv = ps_conn_data(conn);
@@ -85,7 +87,11 @@ static void ps__on_frame(ps_conn *conn, const ps_frame *f)
 
     if (c->error != 0)
         return;
-    sv->owed_since_ms = uv_now(&c->loop);
+    sv->heard = 1;
+    /* A WAITING says the server is alive but not that it will answer: the
+     * deadline on what it owes us stands. */
+    if (h->type != SHARDPS__MSG_TYPE__WAITING)
+        sv->owed_since_ms = uv_now(&c->loop);
     switch (h->type) {
     case SHARDPS__MSG_TYPE__WELCOME:
         ps__handle_welcome(sv, f);
@@ -102,6 +108,9 @@ static void ps__on_frame(ps_conn *conn, const ps_frame *f)
         break;
     case SHARDPS__MSG_TYPE__PUSH_REPLY:
         ps__handle_push_reply(sv, f);
+        break;
+    case SHARDPS__MSG_TYPE__WAITING:
+        ps__handle_waiting(sv, f);
         break;
     default:
         snprintf(why, sizeof(why), "sent a %s, which no server sends",
@@ -124,11 +133,28 @@ static void ps__on_close(ps_conn *conn, int err)
     /* Bytes that are not a frame (a bad length, version or checksum, or more
      * payload than any answer of ours can carry) are a broken server, not a
      * lost connection: reconnecting would meet the same server. */
+    if ((err == -PS_EPROTO || err == -PS_ETOOBIG) && !sv->heard) {
+        /* Not one frame yet: most likely another program at that port (an
+         * HTTP server given by mistake), which retrying cannot change. */
+        ps__failf(c, -PS_EPROTO, "server %d (%s) is not a shardps server: %s", sv->index,
+                  sv->addr_text, *detail ? detail : ps_strerror(err));
+        return;
+    }
     if (err == -PS_EPROTO || err == -PS_EVERSION || err == -PS_ETOOBIG || err == -PS_ECRC) {
         char why[320];
         snprintf(why, sizeof(why), "sent a malformed frame (%s%s%s)", ps_strerror(err),
                  *detail ? ": " : "", detail);
         ps__distrust(sv, why);
+        return;
+    }
+    /* A shardps server says why before it closes on a HELLO; a program
+     * that closes without a word is most likely not one (an HTTP port given
+     * by mistake). */
+    if (err == -PS_ECLOSED && !sv->heard && !sv->welcomed) {
+        ps__failf(c, err,
+                  "server %d (%s) closed the connection without answering our HELLO: another "
+                  "program at that address (a server's --metrics-port?), or a server stopping",
+                  sv->index, sv->addr_text);
         return;
     }
     ps__failf(c, err, "lost connection to server %d (%s): %s%s%s", sv->index, sv->addr_text,
@@ -153,6 +179,7 @@ static void ps__on_connect(ps_conn *conn, int status, void *data)
         return;
     }
     sv->conn = conn;
+    sv->heard = 0;
     ps__send_hello(sv);
 }
 

@@ -1,13 +1,15 @@
 /* The client's handshake with every server (kv_client_internal.h): the
  * HELLO that declares our tensors (or, joining, none), the auth challenge and
- * our proof, the WELCOME with the server's mode and clock (a joiner learns the
- * job's table from it), a REJECT or ERROR that refuses us, and
+ * our proof, the WELCOME with the server's mode, clock and table (a joiner
+ * learns the job's table from it, a declarer checks it is the one it
+ * declared), a REJECT or ERROR that refuses us, and
  * ps_kv_client_connect, which runs it on every server and settles what the
  * WELCOMEs decide: a joiner's chunk layout, the request timeout, the clock we
  * start at. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 #include <uv.h>
 
 #include "kv_client_internal.h"
@@ -101,20 +103,24 @@ void ps__handle_challenge(ps__server *sv, const ps_frame *f)
                   ps_strerror(rc));
 }
 
-/* A joiner's tensors: those of the first server to welcome it, checked as a
- * server checks a declared table; every other server must hold the same. */
-static int ps__learn_table(ps__server *sv, const Shardps__TensorTable *t)
+/* The table a WELCOME carries, checked as a server checks a declared one
+ * (and against what these servers can answer in one frame), whoever we
+ * are: a joiner takes the first server's as the job's, and every other
+ * server must hold the same; a declarer's servers must hold exactly the
+ * table it declared, since a server that adopted another would have
+ * refused its HELLO. */
+static int ps__check_table(ps__server *sv, const Shardps__TensorTable *t)
 {
     ps_kv_client *c = sv->cl;
     ps_model_spec spec;
-    char why[256], side[128];
+    char why[256], text[320], side[128];
 
     if (t == NULL || t->n_tensors == 0) {
-        ps__distrust(sv, "sent a WELCOME without the tensor table we joined to learn");
+        ps__distrust(sv, c->joining ? "sent a WELCOME without the tensor table we joined to learn"
+                                    : "sent a WELCOME without the tensor table it holds");
         return -1;
     }
     if (ps_tensor_table_from_wire(t, 0, &spec, why, sizeof(why)) < 0) {
-        char text[320];
         snprintf(text, sizeof(text), "sent a tensor table that fails our checks (%s)", why);
         ps__distrust(sv, text);
         return -1;
@@ -129,16 +135,23 @@ static int ps__learn_table(ps__server *sv, const Shardps__TensorTable *t)
         ps__distrust(sv, why);
         return -1;
     }
-    if (c->welcomes == 0) {
+    if (c->joining && c->welcomes == 0) {
         c->cfg.spec = spec;
         return 0;
     }
     snprintf(side, sizeof(side), "on server %d (%s)", sv->index, sv->addr_text);
-    if (ps_tensor_table_diff(&spec, &c->cfg.spec, side, "on the first server to welcome us", why,
-                             sizeof(why)) == 0)
+    if (ps_tensor_table_diff(&spec, &c->cfg.spec, side,
+                             c->joining ? "on the first server to welcome us" : "as we declared it",
+                             why, sizeof(why)) == 0)
         return 0;
-    ps__failf(c, -PS_EMISMATCH,
-              "the servers hold different tensor tables: %s; are they servers of one job?", why);
+    if (c->joining) {
+        ps__failf(c, -PS_EMISMATCH,
+                  "the servers hold different tensor tables: %s; are they servers of one job?",
+                  why);
+        return -1;
+    }
+    snprintf(text, sizeof(text), "welcomed us with another tensor table than we declared: %s", why);
+    ps__distrust(sv, text);
     return -1;
 }
 
@@ -163,7 +176,7 @@ void ps__handle_welcome(ps__server *sv, const ps_frame *f)
         ps__distrust(sv, why);
         return;
     }
-    if (c->joining && ps__learn_table(sv, f->hdr->welcome->table) < 0)
+    if (ps__check_table(sv, f->hdr->welcome->table) < 0)
         return;
     if (c->welcomes > 0 && w.staleness != c->mode.staleness) {
         snprintf(why, sizeof(why),
@@ -204,14 +217,24 @@ void ps__handle_refusal(ps__server *sv, const ps_frame *f)
          * rank, and waiting would only hide the mistake. */
         if (h->status == -EADDRINUSE && sv->cl->cfg.rejoining && ps__retry_later(sv, reason))
             return;
-        if (h->status == -EAGAIN && sv->cl->joining && ps__wait_for_table(sv, reason))
+        /* -EAGAIN: come back (no tensors declared yet, for a joiner; all
+         * handshake slots taken, or a table being withdrawn, for anyone),
+         * until the connect deadline. */
+        if (h->status == -EAGAIN && ps__wait_and_retry(sv, reason))
             return;
-        if (h->status == -EAGAIN && sv->cl->joining) {
+        if (h->status == -EAGAIN && sv->cl->joining && strstr(reason, "no tensor table yet")) {
             ps__failf(sv->cl, -PS_ETIMEOUT,
                       "server %d (%s) still holds no tensors after the connect timeout (%.0f s): "
                       "no worker has declared the job's tensors, so there is nothing to join; "
                       "start a worker that declares them (or declare them here)",
                       sv->index, sv->addr_text, sv->cl->cfg.connect_timeout_s);
+            return;
+        }
+        if (h->status == -EAGAIN) {
+            ps__failf(sv->cl, -PS_ETIMEOUT,
+                      "server %d (%s) still asks us to come back after the connect timeout (%.0f "
+                      "s): %s",
+                      sv->index, sv->addr_text, sv->cl->cfg.connect_timeout_s, reason);
             return;
         }
         if (h->status == -EADDRINUSE && !sv->cl->cfg.rejoining && sv->cl->error == 0)

@@ -2,12 +2,16 @@
  * connect, wait and progress, until every request started is answered or a
  * server fails us. Each server has a deadline on the answer it owes (the
  * request timeout), and the servers that asked for heartbeats get them while
- * the worker waits. */
+ * the worker waits. A server holding our pull for other workers says so
+ * (WAITING), and we say it too. */
+#include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <uv.h>
 
 #include "kv_client_internal.h"
 #include "ps_error.h"
+#include "ps_log.h"
 
 void ps__on_heartbeat(uv_timer_t *t)
 {
@@ -69,6 +73,52 @@ void ps__on_deadline(uv_timer_t *t)
     (void)t;
 }
 
+void ps__handle_waiting(ps__server *sv, const ps_frame *f)
+{
+    ps_kv_client *c = sv->cl;
+    char why[256];
+
+    if (ps_reply_check_waiting(f, sv->pull_dest ? &sv->pull : NULL, sv->waiting,
+                               sizeof(sv->waiting), why, sizeof(why)) < 0) {
+        ps__distrust(sv, why);
+        return;
+    }
+    sv->waiting_id = f->hdr->request_id;
+    sv->waiting_ms = uv_now(&c->loop);
+    ps_info("waiting for server %d (%s): %s (%.0f s so far)", sv->index, sv->addr_text, sv->waiting,
+            (double)(sv->waiting_ms - sv->owed_since_ms) / 1000);
+}
+
+/* Whether sv said why it holds the pull in flight (a WAITING for it). */
+static int ps__said_why(const ps__server *sv)
+{
+    return sv->pull_dest != NULL && sv->waiting_ms != 0 && sv->waiting_id == sv->pull.request_id;
+}
+
+/* A server that owes us an answer has sent nothing for too long. If it said
+ * it holds our pull for other workers, they are the ones named: the server
+ * is alive and waiting too. */
+static void ps__fail_overdue(ps__server *sv, const char *what)
+{
+    ps_kv_client *c = sv->cl;
+    uint64_t now = uv_now(&c->loop);
+    double waited = (double)(now - sv->owed_since_ms) / 1000;
+
+    if (ps__said_why(sv) && sv->waiting_ms >= sv->owed_since_ms) {
+        ps__failf(c, -PS_ETIMEOUT,
+                  "gave up after %.1f s waiting for %s from server %d (%s), which is waiting for "
+                  "other workers: %s (said %.0f s ago); are they running? (--request-timeout "
+                  "%.1f s, and before training starts also --connect-timeout)",
+                  waited, what, sv->index, sv->addr_text, sv->waiting,
+                  (double)(now - sv->waiting_ms) / 1000, (double)c->request_ms / 1000);
+        return;
+    }
+    ps__failf(c, -PS_ETIMEOUT,
+              "server %d (%s) sent nothing for %.1f s while we waited for %s (request timeout "
+              "%.1f s, --request-timeout); giving up on it",
+              sv->index, sv->addr_text, waited, what, (double)c->request_ms / 1000);
+}
+
 /* A deadline passed. Whatever already arrived is read first: a process that
  * was stopped (SIGSTOP, a suspended VM) wakes with its timers overdue and the
  * server's answer, or the server closing on it, already in the socket. Only a
@@ -81,14 +131,63 @@ static void ps__check_overdue(ps_kv_client *c)
         ps__server *sv = &c->servers[s];
         const char *what = "";
         uint64_t due = ps__owed_until(sv, &what);
-        if (due > uv_now(&c->loop))
-            continue;
-        ps__failf(c, -PS_ETIMEOUT,
-                  "server %d (%s) sent nothing for %.1f s while we waited for %s (request timeout "
-                  "%.1f s, --request-timeout); giving up on it",
-                  sv->index, sv->addr_text, (double)(uv_now(&c->loop) - sv->owed_since_ms) / 1000,
-                  what, (double)c->request_ms / 1000);
+        if (due <= uv_now(&c->loop))
+            ps__fail_overdue(sv, what);
     }
+}
+
+void ps_kv_client_set_stop_flag(ps_kv_client *c, const volatile sig_atomic_t *flag)
+{
+    c->cfg.stop = flag;
+}
+
+/* The program asked us to stop (see ps_kv_client_set_stop_flag): gives up
+ * on what is owed, connecting at once, waiting once the wait is a long one.
+ * Returns 1 when the client has failed with -EINTR. */
+static int ps__stop_asked(ps_kv_client *c)
+{
+    const ps__server *owes = NULL;
+    const char *what = "";
+
+    uint64_t now = uv_now(&c->loop);
+    int held = 0;
+
+    if (c->cfg.stop == NULL || *c->cfg.stop == 0 || c->error != 0)
+        return 0;
+    if (c->stop_seen_ms == 0)
+        c->stop_seen_ms = now ? now : 1;
+    /* Waiting, the step ends as it would: our pushes are delivered, and a
+     * pull the servers answer soon is taken (the program then stops at the
+     * step's boundary), unless they said they hold it for other workers,
+     * or it has not come within the grace. */
+    if (c->connecting == 0) {
+        for (int s = 0; s < c->n_servers; s++) {
+            if (c->servers[s].conn != NULL && c->servers[s].push_n > 0)
+                return 0;
+            held |= ps__said_why(&c->servers[s]);
+        }
+        if (!held && now - c->stop_seen_ms < PS_KV_STOP_GRACE_MS)
+            return 0;
+    }
+    for (int s = 0; s < c->n_servers && owes == NULL; s++) {
+        const ps__server *sv = &c->servers[s];
+        if (!sv->welcomed)
+            what = sv->conn ? "to welcome us" : "to accept a connection";
+        else if (sv->pull_dest != NULL)
+            what = "to answer a pull";
+        else
+            continue;
+        owes = sv;
+    }
+    c->error = -EINTR;
+    if (owes)
+        snprintf(c->last_error, sizeof(c->last_error),
+                 "stopped on request while waiting for server %d (%s) %s%s%s", owes->index,
+                 owes->addr_text, what, ps__said_why(owes) ? "; it said: " : "",
+                 ps__said_why(owes) ? owes->waiting : "");
+    else
+        snprintf(c->last_error, sizeof(c->last_error), "stopped on request");
+    return 1;
 }
 
 /* The loop only runs inside connect, wait and progress, so the heartbeat
@@ -114,15 +213,20 @@ int ps__run_until_done(ps_kv_client *c)
     if (every && (!uv_is_active((uv_handle_t *)&c->heartbeat) ||
                   uv_timer_get_repeat(&c->heartbeat) != every))
         uv_timer_start(&c->heartbeat, ps__on_heartbeat, every, every);
-    while (c->error == 0 && (c->outstanding > 0 || c->connecting > 0)) {
-        uint64_t due = ps__next_deadline(c);
+    while (c->error == 0 && (c->outstanding > 0 || c->connecting > 0) && !ps__stop_asked(c)) {
+        uint64_t due = ps__next_deadline(c), now;
         uv_update_time(&c->loop);
-        if (due <= uv_now(&c->loop)) {
+        now = uv_now(&c->loop);
+        if (due <= now) {
             ps__check_overdue(c);
             continue;
         }
+        /* A signal does not wake the loop (libuv polls again after EINTR):
+         * with a stop flag, the loop wakes to look at it. */
+        if (c->cfg.stop && (due == UINT64_MAX || due - now > PS_KV_STOP_CHECK_MS))
+            due = now + PS_KV_STOP_CHECK_MS;
         if (due != UINT64_MAX)
-            uv_timer_start(&c->deadline, ps__on_deadline, due - uv_now(&c->loop), 0);
+            uv_timer_start(&c->deadline, ps__on_deadline, due - now, 0);
         else
             uv_timer_stop(&c->deadline);
         uv_run(&c->loop, UV_RUN_ONCE);

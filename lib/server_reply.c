@@ -148,21 +148,44 @@ int ps_reply_check_push(const ps_frame *f, const ps_reply_push *e, char *why, si
     return 0;
 }
 
+/* A reason goes into our log: escape sequences and line breaks of a hostile
+ * server are kept out of it. Returns the characters copied. */
+static size_t ps__copy_reason(const Shardps__Header *h, char *reason, size_t reason_len)
+{
+    const char *r = h->reason ? h->reason : "";
+    size_t n = 0;
+
+    for (; r[n] != '\0' && n + 1 < reason_len; n++)
+        reason[n] = r[n] >= 0x20 && r[n] < 0x7f ? r[n] : '?';
+    if (reason_len > 0)
+        reason[n] = '\0';
+    return n;
+}
+
+int ps_reply_check_waiting(const ps_frame *f, const ps_reply_pull *e, char *reason,
+                           size_t reason_len, char *why, size_t why_len)
+{
+    const Shardps__Header *h = f->hdr;
+
+    if (e == NULL || h->request_id != e->request_id || h->clock != e->clock)
+        return ps__bad(why, why_len,
+                       "says a pull we are not waiting for is held (request %" PRIu64
+                       ", step %" PRIu64 ")",
+                       h->request_id, h->clock);
+    if (ps__no_payload(f, "WAITING", why, why_len) < 0)
+        return -PS_EPROTO;
+    if (ps__copy_reason(h, reason, reason_len) == 0)
+        return ps__bad(why, why_len, "says our pull is held without saying why");
+    return 0;
+}
+
 int ps_reply_refusal(const ps_frame *f, char *reason, size_t reason_len)
 {
     static const int known[] = {-PS_EPROTO,  -PS_EMISMATCH, -PS_EREJECTED, -PS_EVERSION,
                                 -PS_ETOOBIG, -PS_ECRC,      -EINVAL};
     const Shardps__Header *h = f->hdr;
-    const char *r = h->reason ? h->reason : "";
-    size_t n = 0;
 
-    /* A reason goes into our log: keep escape sequences and line breaks of a
-     * hostile server out of it. */
-    for (; r[n] != '\0' && n + 1 < reason_len; n++)
-        reason[n] = r[n] >= 0x20 && r[n] < 0x7f ? r[n] : '?';
-    if (reason_len > 0)
-        reason[n] = '\0';
-    if (n == 0)
+    if (ps__copy_reason(h, reason, reason_len) == 0)
         snprintf(reason, reason_len, "(no reason given)");
     if (h->type == SHARDPS__MSG_TYPE__REJECT)
         return -PS_EREJECTED;

@@ -77,6 +77,12 @@ typedef struct {
  * bound, no payload. */
 int ps_reply_check_push(const ps_frame *f, const ps_reply_push *e, char *why, size_t why_len);
 
+/* A WAITING: the server holds the pull in flight (e NULL: none is) for
+ * other workers; same id and step, no payload, a reason, copied into reason
+ * (printable ASCII only, cut to fit). */
+int ps_reply_check_waiting(const ps_frame *f, const ps_reply_pull *e, char *reason,
+                           size_t reason_len, char *why, size_t why_len);
+
 /* A REJECT or ERROR: copies the server's reason into reason (printable ASCII
  * only, cut to fit; "(no reason given)" when empty) and returns the code to
  * fail with: -PS_EREJECTED for a REJECT; for an ERROR the server's status

@@ -4,6 +4,7 @@
 #include "shardps.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,11 +14,13 @@
 #include "flag_table.h"
 #include "frame.h"
 #include "job_options.h"
+#include "job_report.h"
 #include "kv_client.h"
 #include "model_spec.h"
 #include "partition.h"
 #include "ps_error.h"
 #include "ps_log.h"
+#include "server_list.h"
 #include "transport.h"
 
 _Static_assert(SHARDPS_EPROTO == -PS_EPROTO && SHARDPS_ETIMEOUT == -PS_ETIMEOUT &&
@@ -51,6 +54,7 @@ struct shardps {
     unsigned char pushed[PS_MAX_TENSORS];
     int started; /* a push or pull was started since the last wait */
     uint64_t start_clock;
+    ps_job_report report; /* to the launcher that started us, if one did */
     char error[512];
 };
 
@@ -81,7 +85,7 @@ static int ps__kv_err(shardps *h, int rc, const char *doing)
 
 const char *shardps_version(void)
 {
-    return "1.1.0";
+    return "1.2.0";
 }
 
 const char *shardps_strerror(int code)
@@ -109,7 +113,7 @@ static void ps__client_config(shardps *h)
 
 /* A text option just set through its row: taken now, since value is only
  * borrowed. Returns 0 or a negative code with the sentence. */
-static int ps__take_text(shardps *h, const char *name, const char *value)
+static int ps__take_text(shardps *h, const char *name, const char *value, const char *origin)
 {
     static const char *const names[] = {"none", "fp16", "bf16"};
     static const ps_compress kinds[] = {PS_COMPRESS_NONE, PS_COMPRESS_FP16, PS_COMPRESS_BF16};
@@ -126,11 +130,43 @@ static int ps__take_text(shardps *h, const char *name, const char *value)
     h->opts.auth_token_file = NULL;
     rc = ps_auth_load_key(value, h->auth_key, &loose, why, sizeof(why));
     if (rc < 0)
-        return ps__err(h, rc, "option auth-token-file: %s", why);
+        return ps__err(h, rc, "%s: %s", origin, why);
     if (loose)
         ps_warn("%s is readable by other users; chmod 600 it", value);
     h->cfg.auth_key = h->auth_key;
     return 0;
+}
+
+/* report-fd: the launcher's pipe (job_report.h); it must be open now.
+ * origin names how it was given. */
+static int ps__report_fd(shardps *h, const char *value, const char *origin)
+{
+    char *end;
+    long fd = strtol(value, &end, 10);
+
+    if (end == value || *end != '\0' || fd < -1 || fd > 1 << 20)
+        return ps__err(h, -EINVAL, "%s: '%s' is not a descriptor (accepted: -1 to %d)", origin,
+                       value, 1 << 20);
+    if (fd >= 0 && fcntl((int)fd, F_GETFD) < 0)
+        return ps__err(h, -EINVAL, "%s: descriptor %ld is not open (%s)", origin, fd,
+                       strerror(errno));
+    h->report.fd = (int)fd;
+    return 0;
+}
+
+/* Under a launcher (shardps-run, shardps-cluster) every handle reports to
+ * it, whatever made it: the launcher tells a worker that finished from one
+ * that left early by these lines. A descriptor that is not open (a child
+ * process of the worker's, which did not inherit it) means no reports, said
+ * once; a program that reports by itself sets report-fd -1. */
+static void ps__report_to_launcher(shardps *h)
+{
+    const char *v = getenv("SHARDPS_REPORT_FD");
+
+    if (v && *v && ps__report_fd(h, v, "SHARDPS_REPORT_FD") < 0) {
+        ps_warn("%s; not reporting to a launcher", h->error);
+        h->error[0] = '\0';
+    }
 }
 
 int shardps_new(shardps **out, const char *const *servers, int n_servers, int rank, int world)
@@ -164,6 +200,8 @@ int shardps_new(shardps **out, const char *const *servers, int n_servers, int ra
     h->cfg.n_servers = n_servers;
     h->cfg.rank = rank;
     h->cfg.world = world;
+    ps_job_report_init(&h->report, -1, rank);
+    ps__report_to_launcher(h);
     ps_job_options_defaults(&h->opts);
     h->n_options = ps_job_options_flags(&h->opts, PS_JOB_LIBRARY, h->options, PS__MAX_OPTIONS);
     if (h->n_options < 0)
@@ -195,10 +233,23 @@ static int ps__log_level(shardps *h, const char *value)
                    value);
 }
 
+/* Sets the job option of row f (a row of h->options) from value, given as
+ * origin ("option seed", "SHARDPS_SEED"). */
+static int ps__set_row(shardps *h, const ps_flag *f, const char *value, const char *origin)
+{
+    if (strcmp(f->name, "seed") == 0 && h->declared)
+        return ps__err(h, -EBUSY, "%s: set the seed before declaring the tensors", origin);
+    if (ps_flag_check_set(f, value, origin, h->error, sizeof(h->error)) < 0)
+        return -EINVAL;
+    if (f->type == PS_FLAG_STRING || f->type == PS_FLAG_CHOICE)
+        return ps__take_text(h, f->name, value, origin);
+    ps__client_config(h);
+    return 0;
+}
+
 int shardps_set_option(shardps *h, const char *name, const char *value)
 {
     char origin[64];
-    const ps_flag *f;
     int i;
 
     if (h == NULL)
@@ -207,7 +258,8 @@ int shardps_set_option(shardps *h, const char *name, const char *value)
         return ps__err(h, -EINVAL, "shardps_set_option: name or value is NULL");
     if (h->kv)
         return ps__err(h, -EBUSY, "option %s: set options before shardps_connect", name);
-    /* The library's own two; every other option is a job option. */
+    snprintf(origin, sizeof(origin), "option %.40s", name);
+    /* The library's own three; every other option is a job option. */
     if (strcmp(name, "job-settings") == 0) {
         char *copy = strdup(value);
         if (copy == NULL)
@@ -219,18 +271,22 @@ int shardps_set_option(shardps *h, const char *name, const char *value)
     }
     if (strcmp(name, "log-level") == 0)
         return ps__log_level(h, value);
+    if (strcmp(name, "report-fd") == 0)
+        return ps__report_fd(h, value, origin);
     i = ps_flag_find(h->options, h->n_options, name);
     if (i < 0)
         return ps__err(h, -EINVAL, "unknown option '%s'", name);
-    f = &h->options[i];
-    if (strcmp(name, "seed") == 0 && h->declared)
-        return ps__err(h, -EBUSY, "option seed: set it before declaring the tensors");
-    snprintf(origin, sizeof(origin), "option %s", name);
-    if (ps_flag_check_set(f, value, origin, h->error, sizeof(h->error)) < 0)
+    return ps__set_row(h, &h->options[i], value, origin);
+}
+
+int shardps_set_stop_flag(shardps *h, const volatile sig_atomic_t *flag)
+{
+    if (h == NULL)
         return -EINVAL;
-    if (f->type == PS_FLAG_STRING || f->type == PS_FLAG_CHOICE)
-        return ps__take_text(h, name, value);
-    ps__client_config(h);
+    /* Kept for the clients a reconnect creates, and given to this one. */
+    h->cfg.stop = flag;
+    if (h->kv)
+        ps_kv_client_set_stop_flag(h->kv, flag);
     return 0;
 }
 
@@ -307,6 +363,10 @@ static int ps__connect(shardps *h)
      * reconnect (which declares it), use it. */
     h->cfg.spec = *ps_kv_client_spec(h->kv);
     h->declared = 1;
+    /* Once per handle: a reconnect goes on with the same run. */
+    if (!h->report.started)
+        ps_job_report_start(&h->report, h->start_clock, (uint64_t)h->opts.total_steps,
+                            h->opts.progress_every);
     return 0;
 }
 
@@ -482,11 +542,15 @@ static void ps__free(shardps *h, int goodbye)
 
 int shardps_close(shardps *h)
 {
+    shardps_stats st;
+
     /* Requests still in flight complete first (within their deadlines):
      * a server answering a push after our goodbye would find the connection
      * gone and count us as lost, not finished. */
     if (h && h->kv && h->started)
         ps_kv_client_wait(h->kv);
+    if (h && shardps_stats_get(h, &st) == 0)
+        ps_job_report_done(&h->report, &st);
     ps__free(h, 1);
     return 0;
 }
@@ -494,4 +558,96 @@ int shardps_close(shardps *h)
 void shardps_abandon(shardps *h)
 {
     ps__free(h, 0);
+}
+
+int shardps_report(shardps *h, uint64_t step, double loss, uint64_t samples)
+{
+    shardps_stats st;
+    int rc = ps__ready(h, "shardps_report");
+
+    if (rc < 0)
+        return rc;
+    shardps_stats_get(h, &st);
+    return ps_job_report_step(&h->report, step, loss, samples, &st, h->error, sizeof(h->error));
+}
+
+/* A variable of the job's place that the environment lacks. */
+static int ps__env_missing(const char *name)
+{
+    return ps__err(NULL, -EINVAL,
+                   "shardps_new_from_env: %s is not set: start the program under shardps-run, "
+                   "or set SHARDPS_SERVERS, SHARDPS_RANK and SHARDPS_WORKERS (docs/run.md)",
+                   name);
+}
+
+/* An integer variable of the environment, in [min, max]. */
+static int ps__env_int(const char *name, int min, int max, int *out)
+{
+    const char *v = getenv(name);
+    char *end;
+    long n;
+
+    if (v == NULL || *v == '\0')
+        return ps__env_missing(name);
+    n = strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n < min || n > max)
+        return ps__err(NULL, -EINVAL, "shardps_new_from_env: %s: '%s' is not an integer in %d..%d",
+                       name, v, min, max);
+    *out = (int)n;
+    return 0;
+}
+
+/* The options of h from the environment: each job option the library takes
+ * as SHARDPS_<NAME> (through its row, as shardps-worker reads it). */
+static int ps__options_from_env(shardps *h)
+{
+    char name[96];
+    const char *v;
+    int rc;
+
+    for (int i = 0; i < h->n_options; i++) {
+        ps_flag_env_name(h->options[i].name, name, sizeof(name));
+        v = getenv(name);
+        if (v && *v && (rc = ps__set_row(h, &h->options[i], v, name)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int shardps_new_from_env(shardps **out)
+{
+    const char *servers = getenv("SHARDPS_SERVERS");
+    ps_server_list *sl = NULL;
+    char why[256], role[32];
+    int rank, world, rc;
+
+    if (out == NULL)
+        return ps__err(NULL, -EINVAL, "shardps_new_from_env: out is NULL");
+    *out = NULL;
+    if (servers == NULL || *servers == '\0')
+        return ps__env_missing("SHARDPS_SERVERS");
+    rc = ps__env_int("SHARDPS_WORKERS", 1, 65536, &world);
+    if (rc == 0)
+        rc = ps__env_int("SHARDPS_RANK", 0, world - 1, &rank);
+    if (rc < 0)
+        return rc;
+    rc = ps_server_list_parse(&sl, servers, PS__MAX_SERVERS, 0, why, sizeof(why));
+    if (rc < 0)
+        return ps__err(NULL, rc, "shardps_new_from_env: SHARDPS_SERVERS '%s': %s", servers,
+                       rc == -ENOMEM ? "out of memory" : why);
+    rc = shardps_new(out, ps_server_list_entries(sl), ps_server_list_count(sl), rank, world);
+    ps_server_list_free(sl);
+    if (rc < 0)
+        return rc;
+    rc = ps__options_from_env(*out);
+    if (rc < 0) {
+        ps__err(NULL, rc, "shardps_new_from_env: %s", (*out)->error);
+        shardps_abandon(*out);
+        *out = NULL;
+        return rc;
+    }
+    /* This process is that worker: its log lines say so. */
+    snprintf(role, sizeof(role), "worker %d", rank);
+    ps_log_set_role(role);
+    return 0;
 }

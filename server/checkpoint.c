@@ -1,7 +1,9 @@
 /* Checkpoint files (see checkpoint.h). Writing streams through stdio while
  * the CRC accumulates; reading checks the header and the tensor table first,
- * then loads the whole file and checks its size against what the shard of
- * that table needs, then the CRC and the chunk layout, and only then copies. */
+ * then the file's size against what this server's share of that table needs
+ * (computed from the partition, nothing allocated for it), then streams the
+ * file once through the CRC, checking each chunk header, and only then has
+ * the table adopted and reads the file again straight into its shard. */
 #include "checkpoint.h"
 
 #include <dirent.h>
@@ -17,6 +19,7 @@
 
 #include "crc32c.h"
 #include "crc_writer.h"
+#include "partition.h"
 #include "ps_error.h"
 #include "tensor_table.h"
 
@@ -28,6 +31,9 @@ static const char ps__magic[8] = {'S', 'H', 'P', 'S', 'C', 'K', 'P', 'T'};
 /* The packed tensor table's bytes at most: PS_MAX_TENSORS declarations fit
  * many times over. */
 #define PS__MAX_TABLE_BYTES (64u * 1024u)
+/* A file is checked by streaming it through the CRC in blocks of this size
+ * before anything of it is kept. */
+#define PS__BLOCK_BYTES ((size_t)1 << 20)
 
 static void ps__file_name(char *buf, size_t len, const char *dir, uint32_t server, uint64_t clock)
 {
@@ -36,59 +42,105 @@ static void ps__file_name(char *buf, size_t len, const char *dir, uint32_t serve
 
 /* The job a checkpoint file belongs to, from its header: 1 with *job set;
  * 2 for a checkpoint of an older format (its job cannot be told); 0 when it
- * is not a checkpoint at all. */
-static int ps__file_job(const char *path, uint64_t *job)
+ * cannot be one of any job, with what is wrong in why. */
+static int ps__file_job(const char *path, uint64_t *job, char *why, size_t why_len)
 {
     uint8_t h[PS__HEADER_BYTES];
     FILE *f = fopen(path, "rb");
+    uint32_t version;
     size_t got;
 
-    if (f == NULL)
+    if (f == NULL) {
+        snprintf(why, why_len, "cannot open: %s", strerror(errno));
         return 0;
+    }
     got = fread(h, 1, sizeof(h), f);
     fclose(f);
-    if (got != sizeof(h) || memcmp(h, ps__magic, sizeof(ps__magic)) != 0)
+    if (got != sizeof(h)) {
+        snprintf(why, why_len, "truncated: %zu bytes, shorter than a checkpoint's header (%d)", got,
+                 PS__HEADER_BYTES);
         return 0;
-    {
-        uint32_t version;
-        memcpy(&version, h + 8, sizeof(version));
-        if (version < PS_CHECKPOINT_FORMAT)
-            return 2;
-        if (version != PS_CHECKPOINT_FORMAT)
-            return 0;
+    }
+    if (memcmp(h, ps__magic, sizeof(ps__magic)) != 0) {
+        snprintf(why, why_len, "not a shardps checkpoint (bad magic)");
+        return 0;
+    }
+    memcpy(&version, h + 8, sizeof(version));
+    if (version < PS_CHECKPOINT_FORMAT)
+        return 2;
+    if (version != PS_CHECKPOINT_FORMAT) {
+        snprintf(why, why_len,
+                 "format version %" PRIu32 ", which this build (version %d) cannot read", version,
+                 PS_CHECKPOINT_FORMAT);
+        return 0;
     }
     memcpy(job, h + PS__JOB_OFFSET, sizeof(*job));
     return 1;
 }
 
-/* Appends a file name to a "; "-separated list, as long as it fits. */
-static void ps__name_append(char *list, size_t len, const char *name)
+/* Whether the file's CRC holds: another job's file is told from one whose
+ * header was damaged (its job field too, perhaps) only by its checksum.
+ * Streams the file in blocks; 1, or 0 with the reason in why. */
+static int ps__crc_holds(const char *path, char *why, size_t why_len)
+{
+    uint8_t *blk = malloc(PS__BLOCK_BYTES + 4);
+    FILE *f = fopen(path, "rb");
+    uint32_t crc = 0, want;
+    size_t got, kept = 0;
+    int ok = 0;
+
+    if (blk == NULL || f == NULL) {
+        snprintf(why, why_len, "cannot read it to check its checksum");
+        goto out;
+    }
+    /* The last 4 bytes read are the stored CRC; everything before is summed. */
+    while ((got = fread(blk + kept, 1, PS__BLOCK_BYTES, f)) > 0) {
+        size_t have = kept + got;
+        kept = have < 4 ? have : 4;
+        crc = ps_crc32c(crc, blk, have - kept);
+        memmove(blk, blk + have - kept, kept);
+    }
+    memcpy(&want, blk, sizeof(want));
+    ok = kept == 4 && crc == want;
+    if (!ok)
+        snprintf(why, why_len, "checksum mismatch (the file is corrupt; its header may be too)");
+out:
+    if (f)
+        fclose(f);
+    free(blk);
+    return ok;
+}
+
+/* Appends "FILE" or "FILE: reason" to a ", "- or "; "-separated list, as long
+ * as it fits. */
+static void ps__name_append(char *list, size_t len, const char *name, const char *why)
 {
     size_t used = strlen(list);
 
     if (used + 1 < len)
-        snprintf(list + used, len - used, "%s%s", used ? ", " : "", name);
+        snprintf(list + used, len - used, "%s%s%s%s", used ? (why ? "; " : ", ") : "", name,
+                 why ? ": " : "", why ? why : "");
 }
 
 /* Checkpoint clocks of this server and job found in dir, newest first; the
- * caller frees *out. The files of this server that belong to another job
- * (or to none this build can tell) are counted in *foreign and named in
- * foreign_names (may be NULL). With with_old, files of an older format are
- * listed too, so that a restore refuses them with their reason; pruning
- * leaves them alone. Returns the count or a negative errno. */
+ * caller frees *out. With with_old, files of an older format are listed
+ * too, so that a restore refuses them with their reason; pruning leaves
+ * them alone. The files of this server that are not this job's go into
+ * survey (may be NULL): another job's, whose CRC is checked so that a
+ * damaged header is not taken for one, and damaged ones with what is wrong.
+ * Returns the count or a negative errno. */
 static int ps__list(const char *dir, uint32_t server, uint64_t job, int with_old, uint64_t **out,
-                    int *foreign, char *foreign_names, size_t names_len)
+                    ps_checkpoint_survey *survey)
 {
-    char prefix[48], path[4096];
+    char prefix[48], path[4096], why[160];
     size_t plen;
     DIR *d = opendir(dir);
     struct dirent *e;
     uint64_t *clocks = NULL;
     int n = 0, cap = 0;
 
-    *foreign = 0;
-    if (foreign_names && names_len)
-        foreign_names[0] = '\0';
+    if (survey)
+        memset(survey, 0, sizeof(*survey));
     if (d == NULL)
         return -errno;
     plen = (size_t)snprintf(prefix, sizeof(prefix), "server-%" PRIu32 "-clock-", server);
@@ -102,11 +154,17 @@ static int ps__list(const char *dir, uint32_t server, uint64_t job, int with_old
         if (end == e->d_name + plen || strcmp(end, ".ckpt") != 0)
             continue;
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        kind = ps__file_job(path, &file_job);
+        kind = ps__file_job(path, &file_job, why, sizeof(why));
         if (!(kind == 2 && with_old) && (kind != 1 || file_job != job)) {
-            (*foreign)++;
-            if (foreign_names)
-                ps__name_append(foreign_names, names_len, e->d_name);
+            if (survey == NULL)
+                continue;
+            if (kind == 0 || (kind == 1 && !ps__crc_holds(path, why, sizeof(why)))) {
+                survey->n_damaged++;
+                ps__name_append(survey->damaged, sizeof(survey->damaged), e->d_name, why);
+            } else {
+                survey->n_other++;
+                ps__name_append(survey->other, sizeof(survey->other), e->d_name, NULL);
+            }
             continue;
         }
         if (n == cap) {
@@ -132,15 +190,14 @@ static int ps__list(const char *dir, uint32_t server, uint64_t job, int with_old
     return n;
 }
 
-int ps_checkpoint_foreign(const char *dir, const ps_checkpoint_meta *meta, char *names,
-                          size_t names_len)
+int ps_checkpoint_survey_dir(const char *dir, const ps_checkpoint_meta *meta,
+                             ps_checkpoint_survey *out)
 {
     uint64_t *mine = NULL;
-    int foreign = 0,
-        n = ps__list(dir, meta->server_index, meta->job, 0, &mine, &foreign, names, names_len);
+    int n = ps__list(dir, meta->server_index, meta->job, 0, &mine, out);
 
     free(mine);
-    return n < 0 ? n : foreign;
+    return n < 0 ? n : 0;
 }
 
 static int ps__fsync_dir(const char *dir)
@@ -163,11 +220,14 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
     char final[4096], tmp[4200];
     ps_crc_writer w = {NULL, 0, 0};
     uint64_t *old = NULL;
-    int n = ps_shard_chunk_count(shard), rc, n_old, foreign;
+    int n = ps_shard_chunk_count(shard), rc, n_old;
     ps_tensor_table_wire tw;
     uint8_t packed[PS__MAX_TABLE_BYTES];
     size_t packed_len;
 
+    for (int i = 0; i < n; i++)
+        if (!ps_shard_filled(shard, i))
+            return -EINVAL;
     ps_tensor_table_to_wire(table, &tw);
     packed_len = shardps__tensor_table__get_packed_size(&tw.msg);
     if (packed_len > sizeof(packed))
@@ -228,7 +288,7 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
         snprintf(path, path_len, "%s", final);
     /* Only this job's files count against keep: another job's are left
      * alone, however new. */
-    n_old = ps__list(dir, meta->server_index, meta->job, 0, &old, &foreign, NULL, 0);
+    n_old = ps__list(dir, meta->server_index, meta->job, 0, &old, NULL);
     for (int i = keep > 0 ? keep : 1; i < n_old; i++) {
         ps__file_name(final, sizeof(final), dir, meta->server_index, old[i]);
         unlink(final);
@@ -269,17 +329,49 @@ static uint64_t ps__get64(const uint8_t *p)
     return v;
 }
 
-/* Bytes a checkpoint of this shard must have, exactly, with a packed table
- * of table_len bytes. */
-static size_t ps__expected_size(const ps_shard *shard, size_t table_len)
-{
-    size_t bytes = PS__HEADER_BYTES + 4 + table_len + sizeof(uint32_t);
+/* What a file of this server must hold for a table, known before anything
+ * is adopted: this server's chunks of the table's partition, in key order
+ * (the shard's local order), each with the optimizer's state, and so the
+ * file's exact size. */
+typedef struct {
+    ps_partition *part;
+    const ps_chunk **chunk; /* this server's, borrowed from part */
+    int n;
+    size_t state_per_weight;
+    size_t bytes;
+} ps__layout;
 
-    for (int i = 0; i < ps_shard_chunk_count(shard); i++)
-        bytes +=
-            PS__CHUNK_HEADER_BYTES +
-            (ps_shard_chunk(shard, i)->numel + ps_shard_state_floats(shard, i)) * sizeof(float);
-    return bytes;
+static void ps__layout_free(ps__layout *l)
+{
+    free(l->chunk);
+    ps_partition_free(l->part);
+}
+
+static int ps__layout_init(ps__layout *l, const ps_model_spec *spec, const ps_checkpoint_meta *meta,
+                           size_t table_len)
+{
+    int rc;
+
+    memset(l, 0, sizeof(*l));
+    rc = ps_partition_init(&l->part, spec, (int)meta->num_servers, (size_t)meta->chunk_bytes);
+    if (rc < 0)
+        return rc;
+    l->chunk = calloc((size_t)ps_partition_server_chunk_count(l->part, (int)meta->server_index) + 1,
+                      sizeof(*l->chunk));
+    if (l->chunk == NULL) {
+        ps__layout_free(l);
+        return -ENOMEM;
+    }
+    l->state_per_weight = meta->state_per_weight;
+    l->bytes = PS__HEADER_BYTES + 4 + table_len + sizeof(uint32_t);
+    for (int i = 0; i < ps_partition_chunk_count(l->part); i++) {
+        const ps_chunk *c = ps_partition_chunk(l->part, i);
+        if (c->server != (int)meta->server_index)
+            continue;
+        l->chunk[l->n++] = c;
+        l->bytes += PS__CHUNK_HEADER_BYTES + c->numel * (1 + l->state_per_weight) * sizeof(float);
+    }
+    return 0;
 }
 
 /* Reads the fixed header and the tensor table of an open file into head
@@ -345,12 +437,12 @@ static int ps__read_identity(FILE *f, const ps_checkpoint_meta *meta, uint8_t *h
                  PS__MAX_TABLE_BYTES);
         return -PS_EFORMAT;
     }
-    t = shardps__tensor_table__unpack(NULL, *table_len, head + PS__HEADER_BYTES + 4);
+    t = ps_tensor_table_unpack(head + PS__HEADER_BYTES + 4, *table_len, reason, sizeof(reason));
     if (t == NULL) {
-        snprintf(why, why_len, "its tensor table does not decode (corrupt)");
+        snprintf(why, why_len, "its tensor table is corrupt: %s", reason);
         return -PS_EFORMAT;
     }
-    rc = ps_tensor_table_from_wire(t, 0, spec, reason, sizeof(reason));
+    rc = ps_tensor_table_from_wire(t, meta->max_table_bytes, spec, reason, sizeof(reason));
     shardps__tensor_table__free_unpacked(t, NULL);
     if (rc < 0) {
         snprintf(why, why_len, "its tensor table is refused: %s", reason);
@@ -365,17 +457,105 @@ static int ps__read_identity(FILE *f, const ps_checkpoint_meta *meta, uint8_t *h
     return 0;
 }
 
-/* Reads and checks one file completely; copies into the shard that table_fn
- * gives for the file's table only when every check has passed. Returns 0 or
- * a negative code with the reason in why. */
-static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_checkpoint_table_fn table_fn,
-                        void *arg, ps_checkpoint_clocks *clocks, char *why, size_t why_len)
+/* Streams n bytes of f through the CRC, into dst when it is not NULL, else
+ * through blk (PS__BLOCK_BYTES). Returns 0, or -1 on a short read. */
+static int ps__stream(FILE *f, size_t n, uint8_t *dst, uint8_t *blk, uint32_t *crc)
 {
-    size_t want = 0, got, head_len;
-    int n = 0, rc;
-    uint8_t *buf = NULL, *head = NULL, *p;
+    while (n > 0) {
+        size_t take = dst ? n : n < PS__BLOCK_BYTES ? n : PS__BLOCK_BYTES;
+        uint8_t *at = dst ? dst : blk;
+        if (fread(at, 1, take, f) != take)
+            return -1;
+        *crc = ps_crc32c(*crc, at, take);
+        n -= take;
+        if (dst)
+            dst += take;
+    }
+    return 0;
+}
+
+/* The body after head (head_len bytes, already read and in the CRC), read
+ * once to check it: every chunk header against the layout, and the CRC over
+ * the whole file. Nothing is kept. A damaged file is called damaged (the
+ * CRC) before its chunk layout is judged. Returns 0 or a negative code with
+ * the reason in why. */
+static int ps__verify(FILE *f, const uint8_t *head, size_t head_len, const ps__layout *l,
+                      uint8_t *blk, char *why, size_t why_len)
+{
+    uint32_t crc = ps_crc32c(0, head, head_len), want;
+    uint8_t ch[PS__CHUNK_HEADER_BYTES];
+    int bad_chunk = -1;
+
+    for (int i = 0; i < l->n; i++) {
+        const ps_chunk *c = l->chunk[i];
+        if (ps__stream(f, sizeof(ch), ch, NULL, &crc) < 0 ||
+            ps__stream(f, c->numel * (1 + l->state_per_weight) * sizeof(float), NULL, blk, &crc) <
+                0)
+            goto short_read;
+        if (bad_chunk < 0 && (ps__get64(ch) != c->key || ps__get64(ch + 8) != c->numel ||
+                              ps__get64(ch + 16) != c->numel * l->state_per_weight))
+            bad_chunk = i;
+    }
+    if (fread(&want, 1, sizeof(want), f) != sizeof(want))
+        goto short_read;
+    if (crc != want) {
+        snprintf(why, why_len, "checksum mismatch (the file is corrupt)");
+        return -PS_EFORMAT;
+    }
+    if (bad_chunk >= 0) {
+        snprintf(why, why_len, "chunk %d does not match this shard's layout", bad_chunk);
+        return -PS_EMISMATCH;
+    }
+    return 0;
+short_read:
+    snprintf(why, why_len, "short read (the file shrank while it was read)");
+    return -PS_EFORMAT;
+}
+
+/* The verified body, read again straight into the shard adopted for it,
+ * with its clocks; the CRC is taken again, so a file that changed since it
+ * was verified is caught (the caller then withdraws the table). */
+static int ps__copy(FILE *f, const uint8_t *head, size_t head_len, ps_shard *shard,
+                    ps_checkpoint_clocks *clocks, char *why, size_t why_len)
+{
+    uint32_t crc = ps_crc32c(0, head, head_len), want;
+    uint8_t ch[PS__CHUNK_HEADER_BYTES];
+
+    if (fseek(f, (long)head_len, SEEK_SET) != 0)
+        goto changed;
+    for (int i = 0; i < ps_shard_chunk_count(shard); i++) {
+        size_t numel = ps_shard_chunk(shard, i)->numel, state_n = ps_shard_state_floats(shard, i);
+        if (ps__stream(f, sizeof(ch), ch, NULL, &crc) < 0 ||
+            ps__stream(f, numel * sizeof(float), (uint8_t *)ps_shard_weights_mut(shard, i), NULL,
+                       &crc) < 0 ||
+            (state_n && ps__stream(f, state_n * sizeof(float),
+                                   (uint8_t *)ps_shard_state_mut(shard, i), NULL, &crc) < 0))
+            goto changed;
+        clocks->clock[i] = ps__get64(ch + 24);
+        clocks->newest[i] = ps__get64(ch + 32);
+        ps_shard_set_updates(shard, i, ps__get64(ch + 40));
+    }
+    if (fread(&want, 1, sizeof(want), f) == sizeof(want) && want == crc)
+        return 0;
+changed:
+    snprintf(why, why_len, "the file changed while it was read");
+    return -PS_EFORMAT;
+}
+
+/* Reads and checks one file completely (identity, table, the size its
+ * table's shard needs, every chunk header, the CRC), and only then asks the
+ * sink to adopt its table and copies the body into the shard it gives. A
+ * file refused at any step leaves nothing adopted. Returns 0 or a negative
+ * code with the reason in why. */
+static int ps__load_one(const char *file, ps_checkpoint_meta *meta, const ps_checkpoint_sink *sink,
+                        ps_checkpoint_clocks *clocks, char *why, size_t why_len)
+{
+    size_t head_len;
+    int rc, adopted = 0;
+    uint8_t *blk = NULL, *head = NULL;
     uint32_t table_len = 0;
     ps_model_spec spec;
+    ps__layout l = {0};
     ps_shard *shard;
     struct stat st;
     FILE *f = fopen(file, "rb");
@@ -385,7 +565,8 @@ static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_checkpoin
         return -errno;
     }
     head = malloc(PS__HEADER_BYTES + 4 + PS__MAX_TABLE_BYTES);
-    if (head == NULL) {
+    blk = malloc(PS__BLOCK_BYTES);
+    if (head == NULL || blk == NULL) {
         rc = -ENOMEM;
         snprintf(why, why_len, "out of memory");
         goto out;
@@ -395,84 +576,58 @@ static int ps__load_one(const char *file, ps_checkpoint_meta *meta, ps_checkpoin
     rc = ps__read_identity(f, meta, head, &spec, &table_len, why, why_len);
     if (rc < 0)
         goto out;
-    rc = -PS_EMISMATCH;
-    shard = table_fn(arg, &spec, clocks, why, why_len);
-    if (shard == NULL)
+    head_len = PS__HEADER_BYTES + 4 + table_len;
+    rc = ps__layout_init(&l, &spec, meta, table_len);
+    if (rc < 0) {
+        snprintf(why, why_len, "cannot cut its tensors into %" PRIu64 "-byte chunks: %s",
+                 meta->chunk_bytes, ps_strerror(rc));
         goto out;
-    n = ps_shard_chunk_count(shard);
-    if (ps__get64(head + 56) != (uint64_t)n) {
-        snprintf(why, why_len, "holds %" PRIu64 " chunks where this shard has %d",
-                 ps__get64(head + 56), n);
+    }
+    rc = -PS_EMISMATCH;
+    if (ps__get64(head + 56) != (uint64_t)l.n) {
+        snprintf(why, why_len, "holds %" PRIu64 " chunks where its table's shard has %d",
+                 ps__get64(head + 56), l.n);
         goto out;
     }
     rc = -PS_EFORMAT;
-    head_len = PS__HEADER_BYTES + 4 + table_len;
-    want = ps__expected_size(shard, table_len);
-    if (fstat(fileno(f), &st) < 0 || (size_t)st.st_size != want) {
-        snprintf(why, why_len, "%lld bytes where this shard's checkpoint has %zu (truncated)",
-                 (long long)st.st_size, want);
+    if (fstat(fileno(f), &st) < 0 || (size_t)st.st_size != l.bytes) {
+        snprintf(why, why_len, "%lld bytes where its table's shard needs %zu (truncated)",
+                 (long long)st.st_size, l.bytes);
         goto out;
     }
-    buf = malloc(want);
-    if (buf == NULL) {
-        rc = -ENOMEM;
-        snprintf(why, why_len, "no memory for %zu bytes", want);
+    rc = ps__verify(f, head, head_len, &l, blk, why, why_len);
+    if (rc < 0)
         goto out;
-    }
-    memcpy(buf, head, head_len);
-    got = head_len + fread(buf + head_len, 1, want - head_len, f);
-    if (got != want) {
-        snprintf(why, why_len, "short read (%zu of %zu bytes)", got, want);
-        goto out;
-    }
-    if (ps_crc32c(0, buf, want - 4) != ps__get32(buf + want - 4)) {
-        snprintf(why, why_len, "checksum mismatch (the file is corrupt)");
-        goto out;
-    }
+    /* Every check passed: only now is the table adopted and the shard
+     * touched. */
     rc = -PS_EMISMATCH;
-    p = buf + head_len;
-    for (int i = 0; i < n; i++, p += PS__CHUNK_HEADER_BYTES) {
-        const ps_chunk *c = ps_shard_chunk(shard, i);
-        if (ps__get64(p) != c->key || ps__get64(p + 8) != c->numel ||
-            ps__get64(p + 16) != ps_shard_state_floats(shard, i)) {
-            snprintf(why, why_len, "chunk %d does not match this shard's layout", i);
-            goto out;
-        }
-        p += (c->numel + ps_shard_state_floats(shard, i)) * sizeof(float);
-    }
-    /* Every check passed: only now touch the shard. */
-    meta->clock = ps__get64(buf + 40);
-    if (ps__get64(buf + 48) > meta->total_steps)
-        meta->total_steps = ps__get64(buf + 48);
-    p = buf + head_len;
-    for (int i = 0; i < n; i++) {
-        const ps_chunk *c = ps_shard_chunk(shard, i);
-        size_t state_n = ps_shard_state_floats(shard, i);
-        clocks->clock[i] = ps__get64(p + 24);
-        clocks->newest[i] = ps__get64(p + 32);
-        ps_shard_set_updates(shard, i, ps__get64(p + 40));
-        p += PS__CHUNK_HEADER_BYTES;
-        memcpy(ps_shard_weights_mut(shard, i), p, c->numel * sizeof(float));
-        p += c->numel * sizeof(float);
-        if (state_n)
-            memcpy(ps_shard_state_mut(shard, i), p, state_n * sizeof(float));
-        p += state_n * sizeof(float);
-    }
-    rc = 0;
+    shard = sink->adopt(sink->arg, &spec, clocks, why, why_len);
+    if (shard == NULL)
+        goto out;
+    adopted = 1;
+    rc = ps__copy(f, head, head_len, shard, clocks, why, why_len);
+    if (rc < 0)
+        goto out;
+    meta->clock = ps__get64(head + 40);
+    if (ps__get64(head + 48) > meta->total_steps)
+        meta->total_steps = ps__get64(head + 48);
+    adopted = 0;
 out:
-    free(buf);
+    if (adopted)
+        sink->withdraw(sink->arg);
+    ps__layout_free(&l);
+    free(blk);
     free(head);
     fclose(f);
     return rc;
 }
 
 int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_meta *meta,
-                          ps_checkpoint_table_fn table_fn, void *arg, ps_checkpoint_clocks *clocks,
-                          char *path, size_t path_len, char *err, size_t err_len)
+                          const ps_checkpoint_sink *sink, ps_checkpoint_clocks *clocks, char *path,
+                          size_t path_len, char *err, size_t err_len)
 {
     uint64_t *found = NULL;
-    int foreign, n = ps__list(dir, meta->server_index, meta->job, 1, &found, &foreign, NULL, 0),
-                 rc = -ENOENT;
+    int n = ps__list(dir, meta->server_index, meta->job, 1, &found, NULL), rc = -ENOENT;
 
     err[0] = '\0';
     if (n < 0) {
@@ -484,7 +639,7 @@ int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_met
         if (found[i] > max_clock)
             continue;
         ps__file_name(file, sizeof(file), dir, meta->server_index, found[i]);
-        rc = ps__load_one(file, meta, table_fn, arg, clocks, why, sizeof(why));
+        rc = ps__load_one(file, meta, sink, clocks, why, sizeof(why));
         if (rc == 0) {
             snprintf(path, path_len, "%s", file);
             break;

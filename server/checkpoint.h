@@ -11,8 +11,9 @@
  * from one could not know its job or its tensors.
  * A file is written beside its final name, fsynced, renamed into place, and
  * the directory fsynced, so a crash leaves either the old set or the new one.
- * On load, the size, checksum and header are all verified before anything is
- * copied into the shard; a bad file is refused by name with the reason, and
+ * On load, the header, the table, the size, the chunk layout and the checksum
+ * are all verified before the file's table is adopted or anything is copied;
+ * a bad file is refused by name with the reason (nothing of it adopted), and
  * the next older one is tried.
  *
  * Every file carries its job's fingerprint (ps_job_fingerprint): listing,
@@ -39,6 +40,11 @@ typedef struct {
     uint64_t clock; /* steps applied (sync) or newest step (async) */
     uint64_t total_steps;
     uint64_t job; /* ps_job_fingerprint of the job's settings */
+    /* A restore's expectations, not stored: the optimizer state floats per
+     * weight (ps_optimizer_state_floats of one), and the most float32 bytes
+     * of a table the server takes (0: no limit). */
+    uint64_t state_per_weight;
+    uint64_t max_table_bytes;
 } ps_checkpoint_meta;
 
 /* Per local chunk clocks saved with the weights; arrays of the shard's chunk
@@ -48,39 +54,57 @@ typedef struct {
     uint64_t *newest; /* 1 + newest step applied */
 } ps_checkpoint_clocks;
 
-/* Writes the shard's state and the job's tensor table (borrowed) to dir and
- * removes all but the newest keep files of this server and job. Writes the
- * file's path into path (may be NULL). Returns 0 or a negative errno; on
- * failure the previous checkpoints are untouched. */
+/* Writes the shard's state (every chunk filled) and the job's tensor table
+ * (borrowed) to dir and removes all but the newest keep files of this server
+ * and job. Writes the file's path into path (may be NULL). Returns 0 or a
+ * negative errno (-EINVAL: a chunk is not filled); on failure the previous
+ * checkpoints are untouched. */
 int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *meta,
                         const ps_model_spec *table, const ps_shard *shard,
                         const ps_checkpoint_clocks *clocks, char *path, size_t path_len);
 
-/* Called during a restore with the tensor table of a file whose header and
- * table are sound, before its body is read: returns the shard to load that
- * file into and fills clocks (arrays of its chunk count), or NULL with the
- * reason in why to refuse the file. The shard stays the caller's. */
-typedef ps_shard *(*ps_checkpoint_table_fn)(void *arg, const ps_model_spec *table,
-                                            ps_checkpoint_clocks *clocks, char *why,
-                                            size_t why_len);
+/* Where a restore puts what it finds. adopt is called with a file's tensor
+ * table only once the whole file has been verified (identity, size, chunk
+ * layout, CRC): it returns the shard to copy that file into and fills
+ * clocks (arrays of its chunk count), or NULL with the reason in why to
+ * refuse the file. withdraw is called if that file then fails all the same
+ * (it changed while it was read): whatever adopt took must be forgotten.
+ * Both get arg; the shard stays the caller's. */
+typedef struct {
+    ps_shard *(*adopt)(void *arg, const ps_model_spec *table, ps_checkpoint_clocks *clocks,
+                       char *why, size_t why_len);
+    void (*withdraw)(void *arg);
+    void *arg;
+} ps_checkpoint_sink;
 
-/* How many checkpoint files of server meta->server_index in dir belong to
- * another job than meta->job (or to one this build cannot tell); their names
- * go into names, ", "-separated and truncated to names_len. Returns the
- * count or a negative errno (-ENOENT: no such directory). */
-int ps_checkpoint_foreign(const char *dir, const ps_checkpoint_meta *meta, char *names,
-                          size_t names_len);
+/* The files of server meta->server_index in dir that are not this job's
+ * (meta->job): another job's (header and CRC intact), named in other
+ * (", "-separated), and damaged ones (too short, not a checkpoint, a format
+ * this build cannot read, a CRC that does not hold: a header may be damaged
+ * too) with what is wrong in damaged ("FILE: reason; ..."), both cut to
+ * fit. Neither kind is ever restored or pruned. */
+typedef struct {
+    int n_other, n_damaged;
+    char other[1024];
+    char damaged[2048];
+} ps_checkpoint_survey;
+
+/* Fills out for dir. Returns 0 or a negative errno (-ENOENT: no such
+ * directory). Reads every file that is not this job's whole, for its CRC. */
+int ps_checkpoint_survey_dir(const char *dir, const ps_checkpoint_meta *meta,
+                             ps_checkpoint_survey *out);
 
 /* Restores the newest valid checkpoint of server meta->server_index and job
  * meta->job whose clock is at most max_clock from dir into the shard and
- * clocks table_fn gives for its table, and writes its clock into meta->clock.
- * Files that are
- * truncated, corrupt, or belong to another model, partition or optimizer are
- * refused: each refusal is appended to err as "FILE: reason; ". Returns 0,
- * -ENOENT when no checkpoint of this server and job exists, or -PS_EFORMAT /
- * -PS_EMISMATCH when none of them is usable. */
+ * clocks the sink gives for its table, and writes its clock into
+ * meta->clock. Files that are truncated, corrupt, hold a table over
+ * meta->max_table_bytes, or belong to another model, partition or optimizer
+ * are refused before their table is adopted: each refusal is appended to err
+ * as "FILE: reason; ". Returns 0, -ENOENT when no checkpoint of this server
+ * and job exists, or -PS_EFORMAT / -PS_EMISMATCH when none of them is
+ * usable. */
 int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_meta *meta,
-                          ps_checkpoint_table_fn table_fn, void *arg, ps_checkpoint_clocks *clocks,
-                          char *path, size_t path_len, char *err, size_t err_len);
+                          const ps_checkpoint_sink *sink, ps_checkpoint_clocks *clocks, char *path,
+                          size_t path_len, char *err, size_t err_len);
 
 #endif

@@ -93,9 +93,15 @@ int ps__try_checkpoint(ps_kv_server *s)
 
 int ps_kv_server_checkpoint(ps_kv_server *s, const char *why)
 {
-    /* Before the tensors are declared there is nothing to keep. */
-    if (s->cfg.checkpoint_dir == NULL || !s->has_table)
+    if (s->cfg.checkpoint_dir == NULL)
         return 0;
+    /* Before a step is applied there is nothing to keep: the table is only
+     * declared (by whoever said HELLO first), and a checkpoint of it would
+     * outlive a declaration that is withdrawn when its declarer leaves. */
+    if (!ps__table_may_checkpoint(s)) {
+        ps_info("no checkpoint (%s): no step has been applied, so there is nothing to keep", why);
+        return 0;
+    }
     if (s->ckpt_due) {
         s->ckpt_again = 1;
         snprintf(s->ckpt_again_why, sizeof(s->ckpt_again_why), "%s", why);
@@ -130,9 +136,12 @@ static void ps__on_checkpoint_timer(uv_timer_t *t)
 
 static void ps__log_foreign(ps_kv_server *s);
 
-/* A checkpoint's table: the first usable file's is adopted (the server
- * starts without one); any later file must hold the same. */
-static ps_shard *ps__restore_table(void *arg, const ps_model_spec *table,
+static void ps__restore_withdraw(void *arg);
+
+/* A verified checkpoint's table: adopted when the server holds none (it
+ * starts without one, unless its embedding program gave one, which the
+ * file must then hold). */
+static ps_shard *ps__restore_adopt(void *arg, const ps_model_spec *table,
                                    ps_checkpoint_clocks *clocks, char *why, size_t why_len)
 {
     ps_kv_server *s = arg;
@@ -145,17 +154,39 @@ static ps_shard *ps__restore_table(void *arg, const ps_model_spec *table,
             snprintf(why, why_len, "saved for another model: %s", diff);
             return NULL;
         }
-    } else if ((rc = ps__adopt_table(s, table)) < 0) {
+    } else if ((rc = ps__adopt_table(s, table, PS_TABLE_RESTORE)) < 0) {
         snprintf(why, why_len, "cannot hold its tensors: %s", ps_strerror(rc));
         return NULL;
+    } else {
+        s->restoring = 1;
     }
+    /* Memory for the file's values, now that it has passed every check
+     * (the embedding program's table also gets its initial values, which
+     * it keeps should the copy fail). */
+    for (int i = 0; i < s->n_local; i++)
+        if (ps_shard_fill(s->shard, i, !s->restoring) < 0) {
+            snprintf(why, why_len, "no memory to hold its %d chunks", s->n_local);
+            ps__restore_withdraw(s);
+            return NULL;
+        }
     clocks->clock = s->ckpt_clocks;
     clocks->newest = s->ckpt_newest;
     return s->shard;
 }
 
+/* The file adopted failed after all: nothing of it stays. */
+static void ps__restore_withdraw(void *arg)
+{
+    ps_kv_server *s = arg;
+
+    if (s->restoring)
+        ps__free_table(s);
+    s->restoring = 0;
+}
+
 int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t err_len)
 {
+    ps_checkpoint_sink sink = {ps__restore_adopt, ps__restore_withdraw, s};
     ps_checkpoint_meta meta;
     ps_checkpoint_clocks clocks;
     char path[4096];
@@ -168,13 +199,19 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
     ps__log_foreign(s);
     ps__checkpoint_identity(s, &meta, &clocks);
     err[0] = '\0';
-    rc = ps_checkpoint_restore(s->cfg.checkpoint_dir, max_clock, &meta, ps__restore_table, s,
-                               &clocks, path, sizeof(path), err, err_len);
+    meta.state_per_weight = ps_optimizer_state_floats(&s->cfg.opt, 1);
+    meta.max_table_bytes = s->cfg.max_model_bytes;
+    rc = ps_checkpoint_restore(s->cfg.checkpoint_dir, max_clock, &meta, &sink, &clocks, path,
+                               sizeof(path), err, err_len);
+    s->restoring = 0;
     if (rc == 0) {
         for (int i = 0; i < s->n_local; i++) {
             s->sync[i].clock = clocks.clock[i];
             s->sync[i].newest = clocks.newest[i];
         }
+        /* The embedding program's table, now with a checkpoint's values. */
+        if (s->life.state == PS_TABLE_DECLARED)
+            ps_table_life_step(&s->life, PS_TABLE_RESTORE);
         s->total_steps = meta.total_steps;
         s->resume_clock = meta.clock;
         s->restored_clock = meta.clock;
@@ -187,23 +224,30 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
 }
 
 /* Another job's files in the directory (a volume that outlived its job)
- * are neither restored nor pruned: one line names them. */
+ * are neither restored nor pruned: one line names them. Damaged files are
+ * left alone too, each named with what is wrong, as a warning: one of them
+ * may have been this job's. */
 static void ps__log_foreign(ps_kv_server *s)
 {
     ps_checkpoint_meta meta;
     ps_checkpoint_clocks clocks;
-    char names[1024];
-    int n;
+    ps_checkpoint_survey sv;
 
     ps__checkpoint_identity(s, &meta, &clocks);
     if (s->foreign_logged)
         return;
     s->foreign_logged = 1;
-    n = ps_checkpoint_foreign(s->cfg.checkpoint_dir, &meta, names, sizeof(names));
-    if (n > 0)
+    if (ps_checkpoint_survey_dir(s->cfg.checkpoint_dir, &meta, &sv) < 0)
+        return;
+    if (sv.n_other > 0)
         ps_info("leaving %d checkpoint file%s of another job alone in %s (neither restored nor "
                 "pruned): %s",
-                n, n == 1 ? "" : "s", s->cfg.checkpoint_dir, names);
+                sv.n_other, sv.n_other == 1 ? "" : "s", s->cfg.checkpoint_dir, sv.other);
+    if (sv.n_damaged > 0)
+        ps_warn("%d damaged checkpoint file%s in %s, left alone (neither restored nor pruned; "
+                "remove %s once looked at): %s",
+                sv.n_damaged, sv.n_damaged == 1 ? "" : "s", s->cfg.checkpoint_dir,
+                sv.n_damaged == 1 ? "it" : "them", sv.damaged);
 }
 
 void ps__durability_start(ps_kv_server *s)

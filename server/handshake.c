@@ -15,7 +15,11 @@
 #include "ps_log.h"
 #include "tensor_table.h"
 
-/* The job settings a worker sent (older workers send none) against ours. */
+/* The job settings a worker sent against ours. A HELLO without settings
+ * (a client not given them) takes ours: it is admitted, but nothing it says
+ * shapes the updates (its planned steps do not count, ps__admit). Returns 1
+ * when the settings were compared and agree, 0 when there was nothing to
+ * compare, -1 after failing the peer. */
 static int ps__check_job_settings(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
 {
     char diff[1024];
@@ -26,7 +30,7 @@ static int ps__check_job_settings(ps_kv_server *s, ps__peer *p, const Shardps__H
     n = ps_job_settings_diff(hello->job_settings, s->cfg.job_settings, "the worker", "this server",
                              diff, sizeof(diff));
     if (n == 0)
-        return 0;
+        return 1;
     if (n < 0)
         ps__peer_fail(p, -PS_EPROTO, "the HELLO's job settings are malformed (or over %d bytes)",
                       PS_JOB_SETTINGS_MAX - 1);
@@ -44,10 +48,11 @@ static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *h
         ps__peer_fail(p, -PS_EPROTO, "first message must be a worker HELLO");
         return -1;
     }
-    if (ps__check_job_settings(s, p, hello) < 0)
+    p->agreed = ps__check_job_settings(s, p, hello);
+    if (p->agreed < 0)
         return -1;
     /* A table held already is compared at once, like the settings... */
-    if (s->has_table && ps__check_table(s, p, hello) < 0)
+    if (ps_table_life_holds(&s->life) && ps__check_table(s, p, hello) < 0)
         return -1;
     if (hello->num_servers != (uint32_t)s->cfg.num_servers ||
         hello->chunk_bytes != s->cfg.chunk_bytes) {
@@ -83,7 +88,7 @@ static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *h
         return -1;
     }
     /* ...while a first one is adopted last, once all else agrees. */
-    return s->has_table ? 0 : ps__check_table(s, p, hello);
+    return ps_table_life_holds(&s->life) ? 0 : ps__check_table(s, p, hello);
 }
 
 /* Admits a worker whose HELLO has passed authentication (if any): model and
@@ -100,8 +105,9 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
     if (ps__check_hello(s, p, hello) < 0)
         return;
     p->rank = hello->rank;
-    if (hello->total_steps > s->total_steps)
-        s->total_steps = hello->total_steps;
+    /* A plan counts toward the schedule only from a HELLO whose settings
+     * were compared and agree; it is read when training starts. */
+    p->planned = p->agreed == 1 ? hello->total_steps : 0;
     /* A joining worker starts where the job is: the steps applied (sync), or
      * the clock every live worker has reached; a push of it for a chunk
      * already past that clock is dropped as late. */
@@ -110,6 +116,7 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
     p->earned = p->clock;
     if (s->rank_pushed[p->rank] == NULL &&
         (s->rank_pushed[p->rank] = calloc((size_t)s->n_local + 1, sizeof(uint64_t))) == NULL) {
+        ps__table_abandoned(s);
         ps_conn_close(p->conn, -ENOMEM);
         return;
     }
@@ -131,6 +138,8 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
         ps_info("worker %u, counted as lost, is back", p->rank);
     }
     snprintf(p->name, sizeof(p->name), "worker %u (%s)", p->rank, ps_conn_peer(p->conn));
+    if (hello->table && hello->table->n_tensors > 0)
+        ps__table_declarer_joined(s, p);
 
     h.type = SHARDPS__MSG_TYPE__WELCOME;
     h.request_id = request_id;
@@ -147,19 +156,15 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
         return;
     }
     if (!s->started) {
-        if (s->has_joined[p->rank]) {
-            ps_info("%s joined again; waiting for %d more", p->name, s->cfg.world - s->joined);
-            ps__release_pulls(s);
-            return;
-        }
+        /* A rank that left before the start no longer counts as joined
+         * (tensors.c), so each rank here is new. */
         s->has_joined[p->rank] = 1;
         s->joined++;
-        if (s->joined == s->cfg.world) {
-            s->started = 1;
-            ps_info("%s joined; all %d workers present, training starts", p->name, s->cfg.world);
-        } else {
+        if (s->joined < s->cfg.world)
             ps_info("%s joined; waiting for %d more", p->name, s->cfg.world - s->joined);
-        }
+        else
+            ps_info("%s joined", p->name);
+        ps__maybe_start(s);
     } else {
         ps_info("%s joined at clock %" PRIu64 "; %d live", p->name, p->clock, s->live);
     }
@@ -240,4 +245,17 @@ void ps__handle_auth(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     }
     p->state = PS__PEER_HANDSHAKE;
     ps__admit(s, p, p->hello, p->hello_id);
+}
+
+void ps__say_strangers(const ps_kv_server *s)
+{
+    /* Once per job: server 0 speaks for all. What is and is not possible is
+     * measured in docs/reliability.md ("What a stranger can still do"). */
+    if (s->cfg.auth || s->cfg.server_index != 0)
+        return;
+    ps_info("without --auth-token-file anyone who can reach this server is a worker to this job: "
+            "a stranger can take a free rank before its worker (which is then refused), push "
+            "gradients as that rank, and end a rank's run by saying goodbye as it; it cannot keep "
+            "a table it declared once it leaves, have one checkpointed, stall the server with a "
+            "large one, or set the schedule (docs/reliability.md)");
 }

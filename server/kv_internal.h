@@ -1,10 +1,24 @@
-/* The key-value server's shared state, for its own files only (handshake.c,
- * pulls.c, pushes.c, durability.c, kv_server.c); nothing outside server/
- * includes this. Everything here is touched on the libuv loop thread only,
- * except what an update job reads on the pool (see apply_queue.h). */
+/* The key-value server's shared state, for its own files only; nothing
+ * outside server/ includes this. Everything here is touched on the libuv
+ * loop thread only, except what an update job reads on the pool (see
+ * apply_queue.h).
+ *
+ * The front's files call in one direction, top to bottom:
+ *   kv_server.c   the dispatcher: listener, one peer per connection, each
+ *                 frame to its handler, membership, timers, lifecycle;
+ *   handshake.c · pulls.c · pushes.c · durability.c · tensors.c
+ *                 the handlers, each one job; they may call each other;
+ *   peer.c · clocks.c · keys.c
+ *                 what the handlers and the dispatcher share: a peer's
+ *                 refusal, the job's clocks and membership view, a request's
+ *                 keys.
+ * Nothing calls up: tests/docs/server_layers.sh (ctest server_layers) fails
+ * on a call from a handler into kv_server.c, or from a shared file into
+ * either. */
 #ifndef PS_KV_INTERNAL_H
 #define PS_KV_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "apply_queue.h"
@@ -13,6 +27,7 @@
 #include "kv_server.h"
 #include "partition.h"
 #include "shard.h"
+#include "table_life.h"
 #include "transport.h"
 
 /* Queued reply bytes past which a peer's requests are no longer read: two
@@ -20,6 +35,11 @@
  * worker (one pull in flight) never waits on it and a peer that never reads
  * costs little; before admission, the headroom alone. */
 #define PS__WRITE_QUEUE_HEADROOM ((size_t)16 << 20)
+/* A pull held this long is explained by default: its worker is told why (a
+ * WAITING frame naming the ranks the job waits for) and the log says so,
+ * again at this interval while it waits. Silence for longer looks like a
+ * hang. */
+#define PS__WAIT_REPORT_MS 5000
 
 typedef enum {
     PS__PEER_HANDSHAKE, /* waiting for HELLO */
@@ -33,7 +53,10 @@ typedef struct ps__peer {
     ps_kv_server *srv;
     ps_conn *conn;
     ps__peer_state state;
-    int failed; /* an ERROR is on its way; ignore further frames */
+    int failed;       /* an ERROR is on its way; ignore further frames */
+    int declarer;     /* admitted with a HELLO that declared the tensors (tensors.c) */
+    int agreed;       /* its HELLO's job settings were compared and agree (1) or absent (0) */
+    uint64_t planned; /* steps it plans, from an agreeing HELLO (0: none counted) */
     uint32_t rank;
     uint64_t clock;   /* steps fully pushed to this server */
     uint64_t earned;  /* its join clock, or 1 + the step of its last complete push */
@@ -60,6 +83,8 @@ typedef struct ps__pull {
     ps__peer *peer;
     uint64_t request_id;
     uint64_t clock;
+    uint64_t since; /* loop time (ms) it was queued */
+    uint64_t told;  /* loop time (ms) its worker was last told why it waits; 0: never */
     size_t n_keys;
     int *locals; /* local chunk indices, in the order requested */
     /* 0 until the clock rule allows an answer; then the apply queue's number
@@ -100,8 +125,16 @@ struct ps_kv_server {
     uv_loop_t *loop;
     ps_kv_server_config cfg;
     /* The job's tensors, once declared (tensors.c); until then there is no
-     * partition or shard, n_local is 0 and no worker is admitted. */
+     * partition or shard, n_local is 0 and no worker is admitted. has_table:
+     * they are built (also while a withdrawn table drains); life: where the
+     * table is in its life (table_life.h). */
     int has_table;
+    ps_table_life life;
+    uint64_t applied_base; /* n_applied when the table was adopted */
+    int fills_left;        /* chunks whose fill has not finished yet */
+    /* Set when the table is withdrawn: fills not yet begun on the pool skip
+     * their work (read there, hence atomic). */
+    atomic_int fills_cancelled;
     ps_model_spec table;
     ps_partition *part;
     ps_shard *shard;
@@ -114,6 +147,7 @@ struct ps_kv_server {
     int stopping;
     ps__peer **workers;    /* by rank; NULL while not live */
     uint64_t *live_clocks; /* scratch for ps__view: the live workers' clocks */
+    uint8_t *wait_ranks;   /* scratch for ps__wait_reason: by rank, waited for */
     /* By rank, per local chunk: 1 + the step of its last push (0: none). Kept
      * across reconnects, so a rank that rejoins and repeats a push for a step
      * it already fed is recognised and the repeat dropped: exactly once. */
@@ -134,6 +168,7 @@ struct ps_kv_server {
     char ckpt_why[32], ckpt_again_why[32];
     uint64_t *ckpt_clocks, *ckpt_newest; /* per chunk, written and restored from here */
     int foreign_logged;                  /* other jobs' files in the directory were named */
+    int restoring;                       /* a restore adopted the table of the file it is reading */
     /* ps_kv_server_quiesce: who to tell at the next step boundary, and the
      * deadline for it. */
     ps_kv_server_done_cb quiesce_cb;
@@ -145,20 +180,24 @@ struct ps_kv_server {
     int joined;              /* ranks that have joined at least once */
     uint64_t resume_clock;   /* where a worker joining with nobody live starts */
     uint64_t restored_clock; /* the clock of the checkpoint restored (0: none) */
-    int n_peers;             /* open connections, for --max-connections */
+    int n_peers;             /* open connections */
     ps__pull *pulls;         /* waiting pulls, oldest first */
     ps__peer *peers;         /* every open connection */
     ps_kv_server_done_cb done;
     void *done_arg;
     uv_timer_t liveness; /* every connection's deadlines, see ps__on_liveness_check */
     int liveness_on;
+    uv_timer_t waits; /* every second: ps__report_waits */
+    int waits_on;
     int max_connections;           /* cfg's, or its default */
     uint32_t handshake_timeout_ms; /* cfg's, or its default */
+    uint32_t wait_report_ms;       /* cfg's, or PS__WAIT_REPORT_MS */
     uint64_t clock_lead;           /* cfg's max_clock_lead, or its default */
     uv_timer_t ckpt_timer;
     int ckpt_timer_on;
     uint64_t ckpt_clock;  /* progress clock of the last checkpoint written or restored */
-    uint64_t total_steps; /* for the lr schedule: configured, or the largest a worker planned */
+    uint64_t total_steps; /* the lr schedule's span: configured, restored, or fixed at the
+                             start from the plans of the ranks there (tensors.c) */
     uint64_t stale_hist[PS__STALE_BINS];
     uint64_t stale_sum, stale_max;
     /* Counters for the summary line. */
@@ -166,38 +205,84 @@ struct ps_kv_server {
     uint64_t n_nonfinite;
     uint64_t n_unstable;  /* updates refused: they would make a chunk non-finite */
     uint64_t n_too_large; /* chunks refused by --max-grad-norm */
-    uint64_t n_capped;    /* connections refused by --max-connections */
+    uint64_t n_capped;    /* connections closed to make room (--max-connections) */
 };
 
-/* kv_server.c: peers, membership, the job's clocks. */
-/* A protocol violation: tell the peer why (REJECT during the handshake,
- * ERROR after), log it, and close once the reason is written. */
+/* peer.c */
+/* Refuses p with reason (REJECT during the handshake, ERROR after) and
+ * closes once it is written; nothing p sends after this is looked at. Not
+ * logged or counted: the caller does that. */
+void ps__peer_refuse(ps__peer *p, int err, char *reason);
+/* A protocol violation: tell the peer why, log it, count it, and close once
+ * the reason is written. */
 void ps__peer_fail(ps__peer *p, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* clocks.c */
 /* The numbers the consistency rules need, as of now. */
 void ps__view(const ps_kv_server *s, ps_consistency_view *v);
 uint64_t ps__server_clock(const ps_kv_server *s);
 uint64_t ps__progress_clock(const ps_kv_server *s);
+/* Why a pull for clock (from a worker that fed step fed - 1) cannot be
+ * answered yet, in words for the log and the worker: "waiting for ranks 1, 3
+ * of 4 to join", "step 12 is waiting for rank 1 of 2 to push it", "step 16
+ * is waiting for rank 2 of 4 to come within --staleness 4". Returns how many
+ * ranks it names; 0 (why "") when no rank holds it (the updates before it
+ * are being applied, or a checkpoint written). */
+int ps__wait_reason(const ps_kv_server *s, uint64_t clock, uint64_t fed, char *why, size_t len);
+
+/* keys.c */
 /* Resolves and checks a request's keys: each must exist on this server and
  * appear once. Fills locals; returns the payload bytes they span, or -1
  * after failing the peer. */
 long long ps__resolve_keys(ps_kv_server *s, ps__peer *p, const Shardps__Header *h, int *locals);
 
-/* tensors.c: the table this server holds. */
-/* Builds the partition, shard and per-chunk state of spec (copied). Returns
- * 0, -EEXIST when a table is held already, or a negative code with nothing
- * built. */
-int ps__adopt_table(ps_kv_server *s, const ps_model_spec *spec);
+/* The handlers, called by kv_server.c (and each other). */
+
+/* membership.c: who is in the job. */
+/* Takes a worker out of every barrier (BYE, a lost connection, silence, its
+ * table withdrawn): its pending pulls are dropped, its pushes for unapplied
+ * steps stay, and chunks that only waited for it are applied. */
+void ps__worker_leave(ps_kv_server *s, ps__peer *p, const char *why);
+/* Ranks that left unfinished more than the rejoin timeout before now (loop
+ * ms) are counted as lost. */
+void ps__check_rejoins(ps_kv_server *s, uint64_t now);
+/* Calls the done callback once the job has started, nobody is live and every
+ * rank has finished or is lost. */
+void ps__maybe_done(ps_kv_server *s);
+
+/* tensors.c: the table this server holds, through its life (table_life.h). */
+/* Builds the partition, shard and per-chunk state of spec (copied), the
+ * table's life starting with how (PS_TABLE_DECLARE, _CONFIGURE or
+ * _RESTORE). Returns 0, -EEXIST when a table is built already, or a
+ * negative code with nothing built. */
+int ps__adopt_table(ps_kv_server *s, const ps_model_spec *spec, ps_table_event how);
 /* Frees what ps__adopt_table built; the server holds no table after. */
 void ps__free_table(ps_kv_server *s);
 /* The HELLO's table: checked against the limits, then compared with the one
  * held (refused with the first difference) or adopted. Returns 0, or -1
  * after failing the peer. */
 int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello);
+/* p, admitted, declared the table. */
+void ps__table_declarer_joined(ps_kv_server *s, ps__peer *p);
+/* A table adopted for a HELLO whose sender was then not admitted: withdrawn
+ * if nobody else declared it. */
+void ps__table_abandoned(ps_kv_server *s);
+/* p, an admitted worker, is leaving (from ps__worker_leave): before the
+ * start its rank counts as never having joined; if it was the table's last
+ * declarer and no step was applied, the table is withdrawn. */
+void ps__table_peer_left(ps_kv_server *s, ps__peer *p);
+/* Training starts once every rank has joined and the table is filled
+ * (filling it if need be); call after a join and after a fill. */
+void ps__maybe_start(ps_kv_server *s);
+/* Only a committed table (a step applied, or restored) is checkpointed. */
+int ps__table_may_checkpoint(ps_kv_server *s);
 
 /* handshake.c: the first frames of a connection. */
 void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f);
 void ps__handle_auth(ps_kv_server *s, ps__peer *p, const ps_frame *f);
+/* At start, without auth: one line (server 0's) on what a stranger can do. */
+void ps__say_strangers(const ps_kv_server *s);
 
 /* pulls.c */
 void ps__handle_pull(ps_kv_server *s, ps__peer *p, const ps_frame *f);
@@ -205,6 +290,11 @@ void ps__handle_pull(ps_kv_server *s, ps__peer *p, const ps_frame *f);
 void ps__release_pulls(ps_kv_server *s);
 /* The apply queue's "settled" callback (arg: the server). */
 void ps__on_updates_settled(void *arg);
+/* Tells each worker whose pull the job holds what it waits for (a WAITING
+ * frame): every wait_report_ms, the first time after wait_report_ms (before
+ * the job starts: at once); and logs the pulls held wait_report_ms or more
+ * once for them all. */
+void ps__report_waits(ps_kv_server *s);
 /* Forgets p's waiting pulls (p NULL: everyone's). */
 void ps__drop_pulls(ps_kv_server *s, ps__peer *p);
 

@@ -1,14 +1,14 @@
 /* The key-value server's front: the listener, one peer per connection,
- * dispatch of each frame to its room (handshake.c, pulls.c, pushes.c),
- * membership (who is live, who finished, when the job is done), liveness
- * timeouts, lifecycle and stats. The rules live in consistency.c,
- * checkpoints in durability.c. Everything runs on the libuv loop thread, so
- * shard state needs no locks. */
+ * dispatch of each frame to its handler (handshake.c, pulls.c, pushes.c,
+ * membership.c for who leaves), liveness timeouts, lifecycle and stats. It
+ * is the top of the front: it calls the handlers and the shared files below
+ * them (peer.c, clocks.c, keys.c), and nothing calls it back (kv_internal.h).
+ * The rules live in consistency.c, checkpoints in durability.c. Everything
+ * runs on the libuv loop thread, so shard state needs no locks. */
 #include "kv_server.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,187 +22,9 @@
 #define PS__HANDSHAKE_TIMEOUT_MS 10000
 /* Default wait for a rank that left unfinished (see --rejoin-timeout). */
 #define PS__REJOIN_TIMEOUT_MS 30000
-
-static void ps__on_error_sent(ps_conn *c, int status, void *arg)
-{
-    (void)status;
-    (void)arg;
-    ps_conn_close(c, 0);
-}
-
-/* Sends the reason a peer is refused (REJECT during the handshake, ERROR
- * after) and closes once it is written; nothing it sends after this is
- * looked at. */
-static void ps__send_refusal(ps__peer *p, int err, char *reason)
-{
-    Shardps__Header h = SHARDPS__HEADER__INIT;
-
-    p->failed = 1;
-    h.type = p->state == PS__PEER_HANDSHAKE || p->state == PS__PEER_AUTH ? SHARDPS__MSG_TYPE__REJECT
-                                                                         : SHARDPS__MSG_TYPE__ERROR;
-    h.status = err;
-    h.reason = reason;
-    if (ps_conn_send(p->conn, &h, NULL, 0, ps__on_error_sent, NULL) < 0)
-        ps_conn_close(p->conn, err);
-}
-
-/* A protocol violation: tell the peer why, log it, and close. */
-void ps__peer_fail(ps__peer *p, int err, const char *fmt, ...)
-{
-    char reason[1280];
-    va_list ap;
-
-    if (p->failed)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(reason, sizeof(reason), fmt, ap);
-    va_end(ap);
-    /* A joiner told to come back until the tensors are declared is no
-     * fault, and it asks again every second. */
-    ps_log(err == -EAGAIN ? PS_LOG_INFO : PS_LOG_WARN, "closing %s: %s", p->name, reason);
-    p->srv->n_refused++;
-    ps__send_refusal(p, err, reason);
-}
-
-uint64_t ps__server_clock(const ps_kv_server *s)
-{
-    return ps_consistency_server_clock(s->sync, s->n_local);
-}
-
-uint64_t ps__progress_clock(const ps_kv_server *s)
-{
-    return ps_consistency_progress_clock(s->cfg.staleness, s->sync, s->n_local);
-}
-
-void ps__view(const ps_kv_server *s, ps_consistency_view *v)
-{
-    int n = 0;
-
-    for (int r = 0; r < s->cfg.world; r++)
-        if (s->workers[r])
-            s->live_clocks[n++] = s->workers[r]->clock;
-    v->staleness = s->cfg.staleness;
-    v->started = s->started;
-    v->server_clock = ps__server_clock(s);
-    v->min_live_clock = ps_consistency_min_clock(s->live_clocks, n);
-    v->progress_clock = ps__progress_clock(s);
-    v->restored_clock = s->restored_clock;
-    v->clock_lead = s->clock_lead;
-}
-
-/* Resolves and checks a request's keys: each must exist on this server and
- * appear once. Fills locals; returns the payload bytes they span, or -1 after
- * failing the peer. */
-long long ps__resolve_keys(ps_kv_server *s, ps__peer *p, const Shardps__Header *h, int *locals)
-{
-    long long bytes = 0;
-
-    if (h->n_keys == 0 || h->n_keys > (size_t)s->n_local) {
-        ps__peer_fail(p, -PS_EPROTO, "request names %zu keys; this server holds %d", h->n_keys,
-                      s->n_local);
-        return -1;
-    }
-    if (++s->seen_stamp == 0) {
-        memset(s->seen, 0, (size_t)s->n_local * sizeof(*s->seen));
-        s->seen_stamp = 1;
-    }
-    for (size_t i = 0; i < h->n_keys; i++) {
-        int local = ps_shard_find(s->shard, h->keys[i]);
-        if (local < 0) {
-            ps__peer_fail(p, -PS_EPROTO,
-                          "key %" PRIu64 ":%" PRIu64 " is not held by server %d (wrong partition?)",
-                          h->keys[i] >> 32, h->keys[i] & 0xffffffffu, s->cfg.server_index);
-            return -1;
-        }
-        if (s->seen[local] == s->seen_stamp) {
-            ps__peer_fail(p, -PS_EPROTO, "key %" PRIu64 ":%" PRIu64 " named twice in one request",
-                          h->keys[i] >> 32, h->keys[i] & 0xffffffffu);
-            return -1;
-        }
-        s->seen[local] = s->seen_stamp;
-        locals[i] = local;
-        bytes += (long long)(ps_shard_chunk(s->shard, local)->numel * sizeof(float));
-    }
-    return bytes;
-}
-
-/* The job is over once it has started, nobody is live, and every rank has
- * finished or is lost. */
-static void ps__maybe_done(ps_kv_server *s)
-{
-    if (!s->started || s->live > 0)
-        return;
-    for (int r = 0; r < s->cfg.world; r++) {
-        if (!s->finished[r] && !s->lost[r]) {
-            ps_info("worker %d left without finishing; waiting up to %.1f s for it to rejoin "
-                    "(--rejoin-timeout)",
-                    r, s->rejoin_timeout_ms / 1000.0);
-            return;
-        }
-    }
-    if (s->n_lost > 0)
-        ps_warn("the job ends without %d lost worker%s (see the summary)", s->n_lost,
-                s->n_lost == 1 ? "" : "s");
-    if (s->done)
-        s->done(s, s->done_arg);
-}
-
-/* A rank that left unfinished and has not rejoined within the timeout is
- * lost: barriers already go on without it; now the job's end does too. */
-static void ps__check_rejoins(ps_kv_server *s, uint64_t now)
-{
-    int changed = 0;
-
-    for (int r = 0; r < s->cfg.world; r++) {
-        if (s->workers[r] || s->finished[r] || s->lost[r] || s->left_at[r] == 0 ||
-            now - s->left_at[r] < s->rejoin_timeout_ms)
-            continue;
-        s->lost[r] = 1;
-        s->n_lost++;
-        changed = 1;
-        ps_warn("worker %d left without finishing and did not rejoin within %.1f s "
-                "(--rejoin-timeout): counted as lost; the job finishes without it",
-                r, s->rejoin_timeout_ms / 1000.0);
-    }
-    if (changed)
-        ps__maybe_done(s);
-}
-
-/* Takes a worker out of every barrier: its pending pulls are dropped, its
- * pushes for unapplied steps stay in the average, and chunks that were only
- * waiting for it are applied now. */
-static void ps__worker_leave(ps_kv_server *s, ps__peer *p, const char *why)
-{
-    if (p->state != PS__PEER_WORKER)
-        return;
-    p->state = PS__PEER_GONE;
-    s->workers[p->rank] = NULL;
-    s->live--;
-    s->resume_clock = ps_consistency_resume_clock(s->resume_clock, p->earned);
-    ps__drop_pulls(s, p);
-    for (int i = 0; i < s->n_local; i++)
-        if (p->pushed[i] == s->sync[i].clock + 1 && s->sync[i].pushes > 0)
-            s->sync[i].live_pushes--;
-    /* With nobody live, a step half pushed stays as it is: the ranks that
-     * fed it rejoin, their repeats are dropped and the rest completes it
-     * exactly once, rather than the part that came being applied alone. */
-    if (s->cfg.staleness == 0 && s->live > 0)
-        for (int i = 0; i < s->n_local; i++)
-            ps__maybe_apply(s, i);
-    if (s->live > 0)
-        ps_info("%s left at clock %" PRIu64 " (%s); %d worker%s still live", p->name, p->clock, why,
-                s->live, s->live == 1 ? "" : "s");
-    else
-        ps_info("%s left at clock %" PRIu64 " (%s); no workers live", p->name, p->clock, why);
-    ps__release_pulls(s);
-    ps__maybe_quiesced(s);
-    if (s->started && !s->finished[p->rank]) {
-        s->left_at[p->rank] = uv_now(s->loop);
-        if (s->left_at[p->rank] == 0)
-            s->left_at[p->rank] = 1;
-    }
-    ps__maybe_done(s);
-}
+/* How often (at most) the pulls held for other workers are looked at; each
+ * is explained every wait_report_ms it waits (pulls.c). */
+#define PS__WAIT_CHECK_MS 1000
 
 /* A goodbye ends the connection. It counts as the rank finishing only once
  * the job has started: before that, a rank that says hello and goodbye
@@ -214,8 +36,6 @@ static void ps__handle_bye(ps_kv_server *s, ps__peer *p)
         s->finished[p->rank] = 1;
         ps__worker_leave(s, p, "finished");
     } else {
-        s->has_joined[p->rank] = 0;
-        s->joined--;
         ps__worker_leave(s, p, "said goodbye before the job started");
     }
     ps_conn_close(p->conn, 0);
@@ -327,6 +147,47 @@ static void ps__on_liveness_check(uv_timer_t *t)
     ps__check_rejoins(s, now);
 }
 
+static void ps__on_waits_timer(uv_timer_t *t)
+{
+    ps__report_waits(t->data);
+}
+
+/* Connection slots: admitted workers hold one each (at most one per rank),
+ * and the rest of --max-connections is for connections still in their
+ * handshake. When those are all taken, the one that has waited longest
+ * gives way to the newcomer (told -EAGAIN: come back), rather than the
+ * newcomer being refused: a worker's handshake takes a round trip or two,
+ * so connections that idle until their deadline cannot keep it out (with
+ * --auth-token-file, nobody without the token gets past a handshake slot).
+ * The log names the first and every hundredth, so a flood cannot flood it. */
+static void ps__make_room(ps_kv_server *s, ps__peer *newcomer)
+{
+    int slots = s->max_connections - s->cfg.world, waiting = 0;
+    ps__peer *oldest = NULL;
+    char reason[160];
+
+    if (slots < 1)
+        slots = 1;
+    for (ps__peer *p = s->peers; p; p = p->next)
+        if ((p->state == PS__PEER_HANDSHAKE || p->state == PS__PEER_AUTH) && !p->failed) {
+            waiting++;
+            if (p != newcomer)
+                oldest = p; /* the list is newest first */
+        }
+    if (waiting <= slots || oldest == NULL)
+        return;
+    s->n_capped++;
+    snprintf(reason, sizeof(reason),
+             "all %d handshake slots of this server are taken (--max-connections %d, %d for the "
+             "workers): the connection that waited longest gives way; come back",
+             slots, s->max_connections, s->cfg.world);
+    if (s->n_capped == 1 || s->n_capped % 100 == 0)
+        ps_warn("closing %s for %s: %s (%" PRIu64 " so far)", oldest->name, newcomer->name, reason,
+                s->n_capped);
+    s->n_refused++;
+    ps__peer_refuse(oldest, -EAGAIN, reason);
+}
+
 static void ps__on_connection(uv_stream_t *listener, int status)
 {
     ps_kv_server *s = listener->data;
@@ -364,19 +225,8 @@ static void ps__on_connection(uv_stream_t *listener, int status)
     if (s->peers)
         s->peers->prev = p;
     s->peers = p;
-    /* Over the cap the connection is refused at once, with the reason; the
-     * log names the first and every hundredth, so a flood cannot flood it. */
-    if (++s->n_peers > s->max_connections) {
-        char reason[128];
-        s->n_capped++;
-        s->n_refused++;
-        snprintf(reason, sizeof(reason), "this server takes at most %d connections",
-                 s->max_connections);
-        if (s->n_capped == 1 || s->n_capped % 100 == 0)
-            ps_warn("refusing %s: %s (--max-connections; %" PRIu64 " refused so far)", p->name,
-                    reason, s->n_capped);
-        ps__send_refusal(p, -PS_EREJECTED, reason);
-    }
+    s->n_peers++;
+    ps__make_room(s, p);
 }
 
 int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_config *cfg,
@@ -401,6 +251,7 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
         cfg->handshake_timeout_ms > 0 ? cfg->handshake_timeout_ms : PS__HANDSHAKE_TIMEOUT_MS;
     s->rejoin_timeout_ms =
         cfg->rejoin_timeout_ms > 0 ? cfg->rejoin_timeout_ms : PS__REJOIN_TIMEOUT_MS;
+    s->wait_report_ms = cfg->wait_report_ms > 0 ? cfg->wait_report_ms : PS__WAIT_REPORT_MS;
     /* Servers see a worker's push of a step one after the other, so a worker
      * joining now may be welcomed one step further by another server; and a
      * server restored from a checkpoint taken every N steps may be up to N
@@ -411,15 +262,17 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
     s->cfg.table = NULL;
     s->workers = calloc((size_t)cfg->world, sizeof(*s->workers));
     s->live_clocks = calloc((size_t)cfg->world, sizeof(*s->live_clocks));
+    s->wait_ranks = calloc((size_t)cfg->world, 1);
     s->rank_pushed = calloc((size_t)cfg->world, sizeof(*s->rank_pushed));
     s->finished = calloc((size_t)cfg->world, 1);
     s->has_joined = calloc((size_t)cfg->world, 1);
     s->left_at = calloc((size_t)cfg->world, sizeof(*s->left_at));
     s->lost = calloc((size_t)cfg->world, 1);
-    if (s->workers == NULL || s->live_clocks == NULL || s->rank_pushed == NULL ||
-        s->finished == NULL || s->has_joined == NULL || s->left_at == NULL || s->lost == NULL)
+    if (s->workers == NULL || s->live_clocks == NULL || s->wait_ranks == NULL ||
+        s->rank_pushed == NULL || s->finished == NULL || s->has_joined == NULL ||
+        s->left_at == NULL || s->lost == NULL)
         goto fail;
-    if (cfg->table && (rc = ps__adopt_table(s, cfg->table)) < 0)
+    if (cfg->table && (rc = ps__adopt_table(s, cfg->table, PS_TABLE_CONFIGURE)) < 0)
         goto fail;
     *out = s;
     return 0;
@@ -456,12 +309,21 @@ int ps_kv_server_start(ps_kv_server *s, const struct sockaddr *addr, int *bound_
         s->liveness_on = 1;
         uv_timer_start(&s->liveness, ps__on_liveness_check, every, every);
     }
+    uv_timer_init(s->loop, &s->waits);
+    s->waits.data = s;
+    s->waits_on = 1;
+    {
+        uint64_t every =
+            s->wait_report_ms < PS__WAIT_CHECK_MS ? s->wait_report_ms : PS__WAIT_CHECK_MS;
+        uv_timer_start(&s->waits, ps__on_waits_timer, every, every);
+    }
     ps__durability_start(s);
     *bound_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                  : ((struct sockaddr_in *)&ss)->sin_port);
     if (!s->has_table)
         ps_info("server %d of %d (mode %s) waits for the first worker to declare the tensors",
                 s->cfg.server_index, s->cfg.num_servers, s->cfg.mode);
+    ps__say_strangers(s);
     return 0;
 }
 
@@ -474,6 +336,8 @@ void ps_kv_server_stop(ps_kv_server *s)
         uv_close((uv_handle_t *)&s->listener, NULL);
     if (s->liveness_on)
         uv_close((uv_handle_t *)&s->liveness, NULL);
+    if (s->waits_on)
+        uv_close((uv_handle_t *)&s->waits, NULL);
     ps__durability_stop(s);
     for (ps__peer *p = s->peers; p; p = p->next)
         ps_conn_close(p->conn, 0);
@@ -494,6 +358,7 @@ void ps_kv_server_close(ps_kv_server *s)
     free(s->lost);
     free(s->workers);
     free(s->live_clocks);
+    free(s->wait_ranks);
     free(s);
 }
 

@@ -18,8 +18,9 @@
  * the newest step already applied to that chunk minus the step the gradient
  * was computed on.
  *
- * Training begins (pulls are answered) once all `world` ranks have said hello,
- * so every run sees the same sequence of barriers whatever the start-up order. */
+ * Training begins (pulls are answered) once all `world` ranks are present (a
+ * rank that left before counts as never having said hello), so every run
+ * sees the same sequence of barriers whatever the start-up order. */
 #ifndef PS_KV_SERVER_H
 #define PS_KV_SERVER_H
 
@@ -60,8 +61,12 @@ typedef struct {
     double checkpoint_seconds;     /* seconds between checkpoints; 0 = not by time */
     int keep_checkpoints;          /* newest files kept per server */
     int auth;                      /* peers must prove they hold the token behind auth_key */
-    int max_connections;           /* open connections at most; 0 = 2 * world + 16 */
+    int max_connections;           /* open connections at most, world of them for the workers, the
+                                      rest for handshakes; 0 = 2 * world + 16 */
     uint32_t handshake_timeout_ms; /* before HELLO, mid-handshake, after a refusal; 0 = 10 s */
+    /* A pull held this long by other workers is explained to its worker
+     * (WAITING) and in the log, again at this interval; 0 = 5 s. */
+    uint32_t wait_report_ms;
     double max_grad_norm;          /* refuse a chunk's gradient of larger L2 norm; 0 = no limit */
     uint64_t max_clock_lead;       /* async, ssp: clocks a worker may be past this server; 0 = 1 +
                                       checkpoint_every */

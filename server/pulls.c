@@ -1,8 +1,10 @@
 /* Pulls: a pull waits in the server's queue until the consistency rules
  * allow it (consistency.h) and every update submitted before it has run,
- * then is answered straight from the weights. */
+ * then is answered straight from the weights; one held for long is
+ * explained to its worker (WAITING) and in the log. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "kv_internal.h"
@@ -140,6 +142,7 @@ void ps__handle_pull(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     q->peer = p;
     q->request_id = h->request_id;
     q->clock = h->clock;
+    q->since = uv_now(s->loop);
     q->n_keys = h->n_keys;
     q->locals = locals;
     locals = NULL;
@@ -156,6 +159,51 @@ oom:
     ps_conn_close(p->conn, -ENOMEM);
 out:
     free(locals);
+}
+
+/* A pull the job holds for long is explained, not left silent: its worker
+ * learns which ranks the job waits for (and says so; its timeout then names
+ * them rather than this server, and a stop it is asked for need not wait
+ * for the step), and the log says it once for every worker held. Before
+ * the job starts, the wait is for processes to start, always a long one: the
+ * worker is told at once, the log only if it lasts. */
+void ps__report_waits(ps_kv_server *s)
+{
+    uint64_t now = uv_now(s->loop), longest = 0;
+    char why[512], first[512] = "";
+    int n = 0;
+
+    for (ps__pull *q = s->pulls; q; q = q->next) {
+        Shardps__Header h = SHARDPS__HEADER__INIT;
+        uint64_t held = now - q->since;
+        int due =
+            q->told ? now - q->told >= s->wait_report_ms : !s->started || held >= s->wait_report_ms;
+        int rc;
+
+        if (!due || q->peer->failed ||
+            ps__wait_reason(s, q->clock, q->peer->fed, why, sizeof(why)) == 0)
+            continue;
+        h.type = SHARDPS__MSG_TYPE__WAITING;
+        h.request_id = q->request_id;
+        h.clock = q->clock;
+        h.reason = why;
+        rc = ps_conn_send(q->peer->conn, &h, NULL, 0, NULL, NULL);
+        if (rc < 0) {
+            if (rc != -PS_ECLOSED)
+                ps_conn_close(q->peer->conn, rc);
+            continue;
+        }
+        q->told = now;
+        if (held < s->wait_report_ms)
+            continue;
+        if (n++ == 0)
+            snprintf(first, sizeof(first), "%s", why);
+        if (held > longest)
+            longest = held;
+    }
+    if (n > 0)
+        ps_info("%s (%d worker%s held, the longest for %.0f s)", first, n, n == 1 ? "" : "s",
+                (double)longest / 1000);
 }
 
 void ps__drop_pulls(ps_kv_server *s, ps__peer *p)

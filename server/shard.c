@@ -19,6 +19,8 @@ typedef struct {
 
 struct ps_shard {
     ps_optimizer_config opt;
+    ps_model_spec spec; /* for the initial values of chunks filled later */
+    int with_accumulators;
     int n;
     ps__shard_chunk *chunks;
     size_t memory_bytes;
@@ -49,42 +51,58 @@ int ps_shard_init(ps_shard **out, const ps_partition *part, int server_index,
     if (s == NULL)
         return -ENOMEM;
     s->opt = *opt;
+    s->spec = *spec;
+    s->with_accumulators = with_accumulators;
     s->chunks =
         calloc((size_t)ps_partition_server_chunk_count(part, server_index) + 1, sizeof(*s->chunks));
-    if (s->chunks == NULL)
-        goto fail;
+    if (s->chunks == NULL) {
+        free(s);
+        return -ENOMEM;
+    }
     for (int i = 0; i < total; i++) {
         const ps_chunk *c = ps_partition_chunk(part, i);
         ps__shard_chunk *sc;
-        size_t state_n;
 
         if (c->server != server_index)
             continue;
         sc = &s->chunks[s->n++];
         sc->desc = *c;
-        sc->weights = malloc(c->numel * sizeof(float));
-        if (sc->weights == NULL)
-            goto fail;
-        ps_model_spec_init_values(spec, (int)c->tensor_id, c->offset, c->numel, sc->weights);
-        state_n = ps_optimizer_state_floats(opt, c->numel);
-        sc->state_n = state_n;
-        if (state_n) {
-            sc->state = calloc(state_n, sizeof(float));
-            if (sc->state == NULL)
-                goto fail;
-        }
-        if (with_accumulators) {
-            sc->accum = calloc(c->numel, sizeof(float));
-            if (sc->accum == NULL)
-                goto fail;
-        }
-        s->memory_bytes += (c->numel * (with_accumulators ? 2 : 1) + state_n) * sizeof(float);
+        sc->state_n = ps_optimizer_state_floats(opt, c->numel);
+        s->memory_bytes += (c->numel * (with_accumulators ? 2 : 1) + sc->state_n) * sizeof(float);
     }
     *out = s;
     return 0;
-fail:
-    ps_shard_free(s);
-    return -ENOMEM;
+}
+
+int ps_shard_fill(ps_shard *s, int local, int initial_values)
+{
+    ps__shard_chunk *sc = &s->chunks[local];
+    size_t n = sc->desc.numel;
+
+    if (sc->weights)
+        return 0;
+    sc->weights = malloc(n * sizeof(float));
+    if (sc->state_n)
+        sc->state = calloc(sc->state_n, sizeof(float));
+    if (s->with_accumulators)
+        sc->accum = calloc(n, sizeof(float));
+    if (sc->weights == NULL || (sc->state_n && sc->state == NULL) ||
+        (s->with_accumulators && sc->accum == NULL)) {
+        free(sc->weights);
+        free(sc->state);
+        free(sc->accum);
+        sc->weights = sc->state = sc->accum = NULL;
+        return -ENOMEM;
+    }
+    if (initial_values)
+        ps_model_spec_init_values(&s->spec, (int)sc->desc.tensor_id, sc->desc.offset, n,
+                                  sc->weights);
+    return 0;
+}
+
+int ps_shard_filled(const ps_shard *s, int local)
+{
+    return s->chunks[local].weights != NULL;
 }
 
 int ps_shard_chunk_count(const ps_shard *s)
@@ -130,6 +148,8 @@ void ps_shard_accumulate(ps_shard *s, int local, const float *g)
     float *restrict acc = c->accum;
     size_t n = c->desc.numel;
 
+    if (acc == NULL)
+        return;
     for (size_t i = 0; i < n; i++)
         acc[i] += g[i];
 }
@@ -142,6 +162,8 @@ int ps_shard_apply_accumulated(ps_shard *s, int local, int count, float lr)
     float inv = 1.0f / (float)count;
     int rc;
 
+    if (acc == NULL)
+        return -ENOMEM;
     if (count > 1)
         for (size_t i = 0; i < n; i++)
             acc[i] *= inv;
@@ -156,6 +178,8 @@ int ps_shard_apply_grad(ps_shard *s, int local, const float *g, float lr)
     ps_optimizer_config opt = s->opt;
     int rc;
 
+    if (c->weights == NULL)
+        return -ENOMEM;
     opt.lr = lr;
     rc = ps_optimizer_apply_checked(&opt, c->weights, c->state, g, c->desc.numel, c->updates + 1,
                                     &c->bounds);

@@ -15,13 +15,24 @@
 
 typedef struct ps_shard ps_shard;
 
-/* Takes the chunks that part places on server_index and fills them with the
- * spec's initial values. with_accumulators: allocate a gradient accumulator
- * per chunk (needed when pushes are averaged before applying). part and opt
- * are read during the call only. Returns 0, -EINVAL or -ENOMEM. */
+/* Takes the chunks that part places on server_index, described only: no
+ * chunk has memory for its values until it is filled (ps_shard_fill), so a
+ * shard of any size costs its descriptions alone. with_accumulators: each
+ * chunk gets a gradient accumulator when filled (needed when pushes are
+ * averaged before applying). part, spec and opt are read during the call
+ * only. Returns 0, -EINVAL or -ENOMEM. */
 int ps_shard_init(ps_shard **out, const ps_partition *part, int server_index,
                   const ps_model_spec *spec, const ps_optimizer_config *opt, int with_accumulators);
 void ps_shard_free(ps_shard *s);
+/* Gives chunk local its memory (weights, optimizer state and accumulator,
+ * the last two zeroed) and, with initial_values, the spec's initial values
+ * (else the weights are to be written, by a restore). Touches that chunk
+ * alone, so chunks may be filled on several threads at once. Returns 0 (also
+ * when it was filled already) or -ENOMEM with nothing kept. A chunk that is
+ * not filled takes no update (accumulating does nothing, applying returns
+ * -ENOMEM); reading its weights or state needs it filled. */
+int ps_shard_fill(ps_shard *s, int local, int initial_values);
+int ps_shard_filled(const ps_shard *s, int local);
 
 int ps_shard_chunk_count(const ps_shard *s);
 /* Local index of key, or -1 when this shard does not hold it. */
@@ -29,7 +40,8 @@ int ps_shard_find(const ps_shard *s, uint64_t key);
 /* The chunk's description (borrowed from the shard). */
 const ps_chunk *ps_shard_chunk(const ps_shard *s, int local);
 const float *ps_shard_weights(const ps_shard *s, int local);
-/* Total bytes of weights plus optimizer state plus accumulators. */
+/* Total bytes of weights plus optimizer state plus accumulators, once every
+ * chunk is filled. */
 size_t ps_shard_memory_bytes(const ps_shard *s);
 
 /* Adds g (chunk numel floats, borrowed) into the chunk's accumulator. */

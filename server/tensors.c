@@ -1,14 +1,18 @@
-/* The tensors this server holds. A server starts with no table: the first
- * worker's HELLO declares it (or a restored checkpoint brings it), and
- * adopting it builds everything sized by the model: the partition, the shard
- * with its initial values, the per-chunk clocks and the apply queue. Every
- * later HELLO must declare the same table, or it is refused with the first
- * difference named, or declare none and join the job as it is (the WELCOME
- * tells it the tensors; before any table, it is told to come back). */
+/* The tensors this server holds, through their life (table_life.h). A
+ * server starts with no table: a worker's HELLO declares it (or a verified
+ * checkpoint brings it, or the embedding program configures it), and
+ * adopting it cuts the partition and sets up the shard, the per-chunk clocks
+ * and the apply queue. Every later HELLO must declare the same table, or it
+ * is refused with the first difference named, or declare none and join the
+ * job as it is (the WELCOME tells it the tensors; before any table, it is
+ * told to come back). Until a step is applied the declaration is only as
+ * real as the peers that made it: when the last of them leaves, the table
+ * is withdrawn and nothing of it survives. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kv_internal.h"
 #include "ps_error.h"
@@ -25,6 +29,11 @@ void ps__free_table(ps_kv_server *s)
     ps_partition_free(s->part);
     free(s->sync);
     free(s->seen);
+    /* The ranks' push records are sized by this table's chunks. */
+    for (int r = 0; s->rank_pushed && r < s->cfg.world; r++) {
+        free(s->rank_pushed[r]);
+        s->rank_pushed[r] = NULL;
+    }
     s->updates = NULL;
     s->bufs = NULL;
     s->ckpt_clocks = s->ckpt_newest = NULL;
@@ -34,9 +43,27 @@ void ps__free_table(ps_kv_server *s)
     s->seen = NULL;
     s->n_local = 0;
     s->has_table = 0;
+    memset(&s->life, 0, sizeof(s->life));
 }
 
-int ps__adopt_table(ps_kv_server *s, const ps_model_spec *spec)
+/* The apply queue's "settled": a withdrawn table is freed once the work
+ * still in flight on it has drained; otherwise waiting pulls may go. */
+static void ps__on_settled(void *arg)
+{
+    ps_kv_server *s = arg;
+
+    if (s->life.state == PS_TABLE_WITHDRAWN) {
+        if (ps_apply_queue_idle(s->updates)) {
+            ps__free_table(s);
+            ps_info("the withdrawn tensor table is released; waiting for a worker to declare the "
+                    "tensors");
+        }
+        return;
+    }
+    ps__on_updates_settled(s);
+}
+
+int ps__adopt_table(ps_kv_server *s, const ps_model_spec *spec, ps_table_event how)
 {
     size_t share;
     int rc;
@@ -58,7 +85,7 @@ int ps__adopt_table(ps_kv_server *s, const ps_model_spec *spec)
     /* In sync mode every worker's push of a step and every worker's reply
      * can be in flight at once: keep that many shard-sized buffers warm. */
     if (ps_buf_pool_init(&s->bufs, 2 * (size_t)s->cfg.world * share) < 0 ||
-        ps_apply_queue_init(&s->updates, s->loop, s->n_local, ps__on_updates_settled, s) < 0)
+        ps_apply_queue_init(&s->updates, s->loop, s->n_local, ps__on_settled, s) < 0)
         goto fail;
     s->sync = calloc((size_t)s->n_local + 1, sizeof(*s->sync));
     s->seen = calloc((size_t)s->n_local + 1, sizeof(*s->seen));
@@ -67,6 +94,8 @@ int ps__adopt_table(ps_kv_server *s, const ps_model_spec *spec)
     if (s->sync == NULL || s->seen == NULL || s->ckpt_clocks == NULL || s->ckpt_newest == NULL)
         goto fail;
     s->has_table = 1;
+    s->applied_base = s->n_applied;
+    ps_table_life_step(&s->life, how);
     ps_info("server %d of %d holds %d chunks of %d tensors: %zu bytes of weights (%.1f MiB with "
             "optimizer state), mode %s",
             s->cfg.server_index, s->cfg.num_servers, s->n_local, s->table.n_tensors, share,
@@ -77,12 +106,228 @@ fail:
     return rc;
 }
 
+/* A step has been applied since the table was adopted: it is committed.
+ * Looked at lazily, wherever the difference matters (a declarer leaving, a
+ * checkpoint), rather than on every update. */
+static void ps__note_applied(ps_kv_server *s)
+{
+    /* A step applied while other chunks were still filling commits the
+     * table once they all are. */
+    if (s->life.state == PS_TABLE_FILLED && s->n_applied > s->applied_base)
+        ps_table_life_step(&s->life, PS_TABLE_APPLIED);
+}
+
+int ps__table_may_checkpoint(ps_kv_server *s)
+{
+    ps__note_applied(s);
+    return ps_table_life_may_checkpoint(&s->life);
+}
+
+/* Nothing of a withdrawn table survives: the peers that joined it are
+ * closed, who joined the job and what the job was to do is forgotten, and
+ * the table itself is freed once the work in flight on it has drained: now
+ * if none is, unless called from inside the apply queue (in_queue), which
+ * calls ps__on_settled itself afterwards. */
+static void ps__withdraw(ps_kv_server *s, const char *why, int in_queue)
+{
+    char reason[320];
+    ps__peer *p;
+
+    ps_warn("the tensor table of %d tensors is withdrawn: %s; nothing of it is kept, and the next "
+            "worker to declare the tensors declares them anew",
+            s->table.n_tensors, why);
+    snprintf(reason, sizeof(reason),
+             "the tensor table this worker joined was withdrawn (%s); connect again to declare or "
+             "join the job's tensors",
+             why);
+    atomic_store(&s->fills_cancelled, 1);
+    /* Not started any more first, so the peers leaving below are not waited
+     * for as ranks that left a running job. */
+    s->started = 0;
+    for (p = s->peers; p; p = p->next) {
+        if (p->state != PS__PEER_WORKER)
+            continue;
+        ps__worker_leave(s, p, "its tensor table was withdrawn");
+        ps__peer_fail(p, -PS_EMISMATCH, "%s", reason);
+    }
+    s->joined = 0;
+    s->n_lost = 0;
+    memset(s->has_joined, 0, (size_t)s->cfg.world);
+    memset(s->finished, 0, (size_t)s->cfg.world);
+    memset(s->lost, 0, (size_t)s->cfg.world);
+    memset(s->left_at, 0, (size_t)s->cfg.world * sizeof(*s->left_at));
+    s->resume_clock = s->restored_clock = s->ckpt_clock = 0;
+    s->total_steps = s->cfg.lr.total_steps;
+    ps__drop_pulls(s, NULL);
+    if (!in_queue)
+        ps__on_settled(s);
+}
+
+/* One chunk's memory and initial values, made on the thread pool: a large
+ * table filled on the loop stalled every peer for seconds. */
+typedef struct {
+    ps_apply_job job;
+    ps_kv_server *srv;
+    ps_shard *shard;
+    int local, rc;
+} ps__fill;
+
+static void ps__fill_run(ps_apply_job *j)
+{
+    ps__fill *f = (ps__fill *)j;
+
+    /* A table withdrawn meanwhile is only drained: no memory for it. */
+    if (!atomic_load_explicit(&f->srv->fills_cancelled, memory_order_relaxed))
+        f->rc = ps_shard_fill(f->shard, f->local, 1);
+}
+
+static void ps__table_event(ps_kv_server *s, ps_table_event ev, const char *why, int in_queue);
+
+static void ps__fill_done(ps_apply_job *j)
+{
+    ps__fill *f = (ps__fill *)j;
+    ps_kv_server *s = f->srv;
+    char why[160];
+
+    /* A withdrawn table only drains. */
+    if (s->life.state == PS_TABLE_FILLING && f->rc < 0) {
+        snprintf(why, sizeof(why), "no memory to fill chunk %d of this server's %d", f->local,
+                 s->n_local);
+        ps__table_event(s, PS_TABLE_CHECK_FAILED, why, 1);
+    } else if (s->life.state == PS_TABLE_FILLING && --s->fills_left == 0) {
+        ps__table_event(s, PS_TABLE_FILL_DONE, NULL, 1);
+        ps__note_applied(s);
+        ps_info("the %d chunks of this server are filled (%.1f MiB)", s->n_local,
+                (double)ps_shard_memory_bytes(s->shard) / (1 << 20));
+    }
+    free(f);
+}
+
+/* Hands every chunk's fill to the thread pool (never run here: that is the
+ * point), in the apply queue, so whatever is submitted for a chunk later
+ * runs after its fill. */
+static void ps__fill_all(ps_kv_server *s)
+{
+    atomic_store(&s->fills_cancelled, 0);
+    s->fills_left = s->n_local;
+    for (int i = 0; i < s->n_local; i++) {
+        ps__fill *f = calloc(1, sizeof(*f));
+        if (f != NULL) {
+            f->job.run = ps__fill_run;
+            f->job.done = ps__fill_done;
+            f->srv = s;
+            f->shard = s->shard;
+            f->local = i;
+        }
+        if (f == NULL || ps_apply_queue_submit(s->updates, i, &f->job, 0) < 0) {
+            free(f);
+            ps__table_event(s, PS_TABLE_CHECK_FAILED, "no memory to fill its chunks", 0);
+            return;
+        }
+    }
+    if (s->n_local == 0)
+        ps__table_event(s, PS_TABLE_FILL_DONE, NULL, 0);
+}
+
+/* Carries out what a lifecycle event asks for; in_queue: called from a
+ * job's done callback inside the apply queue (see ps__withdraw). */
+static void ps__table_event(ps_kv_server *s, ps_table_event ev, const char *why, int in_queue)
+{
+    switch (ps_table_life_step(&s->life, ev)) {
+    case PS_TABLE_FILL:
+        ps__fill_all(s);
+        break;
+    case PS_TABLE_WITHDRAW:
+        ps__withdraw(s, why, in_queue);
+        break;
+    default:
+        break;
+    }
+}
+
+void ps__table_abandoned(ps_kv_server *s)
+{
+    if (s->life.state != PS_TABLE_NONE && s->life.declarers == 0 && !s->life.pinned &&
+        s->life.state != PS_TABLE_COMMITTED)
+        ps__table_event(s, PS_TABLE_CHECK_FAILED, "the worker that declared it was not admitted",
+                        0);
+}
+
+void ps__table_declarer_joined(ps_kv_server *s, ps__peer *p)
+{
+    p->declarer = 1;
+    ps_table_life_step(&s->life, PS_TABLE_DECLARER_JOINED);
+}
+
+void ps__table_peer_left(ps_kv_server *s, ps__peer *p)
+{
+    char why[200];
+
+    /* Before training starts, a rank that leaves (however) is as if it
+     * never came: training waits for every rank to be there. */
+    if (!s->started && s->has_joined[p->rank]) {
+        s->has_joined[p->rank] = 0;
+        s->joined--;
+    }
+    /* A declarer that finished its run stays counted: its table served.
+     * A server that is stopping withdraws nothing: it goes away itself. */
+    if (!p->declarer || (s->started && s->finished[p->rank]) || s->stopping)
+        return;
+    p->declarer = 0;
+    ps__note_applied(s);
+    snprintf(why, sizeof(why), "%s, its last declarer, left before a step was applied", p->name);
+    ps__table_event(s, PS_TABLE_DECLARER_LEFT, why, 0);
+}
+
+/* The schedule's span is the servers' to decide: --total-steps, or a
+ * checkpoint's, or else fixed now from the steps the ranks starting the job
+ * plan (the most of any), each from a HELLO whose job settings were
+ * compared; no later HELLO moves it. */
+static void ps__fix_span(ps_kv_server *s)
+{
+    if (s->total_steps == 0)
+        for (int r = 0; r < s->cfg.world; r++)
+            if (s->workers[r] && s->workers[r]->planned > s->total_steps)
+                s->total_steps = s->workers[r]->planned;
+    if (s->cfg.lr.kind != PS_LR_COSINE)
+        return;
+    if (s->total_steps == 0)
+        ps_warn("the cosine schedule has no span: no worker with the job's settings planned its "
+                "steps, so the rate stays at --lr; set --total-steps on the servers");
+    else
+        ps_info("the cosine schedule spans %" PRIu64 " steps", s->total_steps);
+}
+
+void ps__maybe_start(ps_kv_server *s)
+{
+    if (s->started || s->joined < s->cfg.world || !ps_table_life_holds(&s->life))
+        return;
+    /* The fills begin (a declared table) and are first in every chunk's
+     * queue: a pull is answered once they have run, an update runs after
+     * its chunk's. */
+    ps__table_event(s, PS_TABLE_START, NULL, 0);
+    if (!ps_table_life_holds(&s->life))
+        return;
+    s->started = 1;
+    ps__fix_span(s);
+    ps_info("all %d workers present, training starts", s->cfg.world);
+    ps__release_pulls(s);
+}
+
 int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
 {
     ps_model_spec spec;
     char why[256];
     int rc;
 
+    /* A table being withdrawn is neither compared with nor replaced until
+     * the work still in flight on it has drained: come back. */
+    if (s->life.state == PS_TABLE_WITHDRAWN) {
+        ps__peer_fail(p, -EAGAIN,
+                      "the tensor table declared before is being withdrawn (its declarers left); "
+                      "come back in a moment");
+        return -1;
+    }
     /* No table: the client joins the job as declared (and learns the
      * tensors from the WELCOME), which needs a table to join. Until a worker
      * declares one, -EAGAIN tells a joiner to come back (ps_kv_client waits
@@ -110,7 +355,7 @@ int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
                       why);
         return -1;
     }
-    rc = ps__adopt_table(s, &spec);
+    rc = ps__adopt_table(s, &spec, PS_TABLE_DECLARE);
     if (rc < 0) {
         ps__peer_fail(p, rc == -ENOMEM ? -ENOMEM : -PS_EPROTO,
                       "this server cannot hold the declared tensors in %d servers of "
@@ -118,7 +363,9 @@ int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
                       s->cfg.num_servers, s->cfg.chunk_bytes, ps_strerror(rc));
         return -1;
     }
-    ps_info("tensor table of %d tensors (%zu bytes) declared by worker %u (%s)", spec.n_tensors,
-            spec.total_numel * sizeof(float), hello->rank, ps_conn_peer(p->conn));
+    ps_info(
+        "tensor table of %d tensors (%zu bytes) declared by worker %u (%s); it is the job's once "
+        "a step is applied, and withdrawn if every worker that declared it leaves before",
+        spec.n_tensors, spec.total_numel * sizeof(float), hello->rank, ps_conn_peer(p->conn));
     return 0;
 }

@@ -265,6 +265,12 @@ static int ps__take_data(ps_trainer *t)
     return t->eval ? ps__load_test_set(t, features) : 0;
 }
 
+/* "SIGINT" or "SIGTERM": the signal that asked us to stop. */
+static const char *ps__signal_name(const volatile sig_atomic_t *stop)
+{
+    return stop && *stop == SIGINT ? "SIGINT" : "SIGTERM";
+}
+
 /* Hands the library every job option it takes, by walking the job table
  * (the texts parse back to the very values), then what this worker plans. */
 static int ps__client_options(ps_trainer *t)
@@ -283,6 +289,10 @@ static int ps__client_options(ps_trainer *t)
         rc = shardps_set_option(t->ps, "total-steps", total);
     if (rc == 0)
         rc = shardps_set_option(t->ps, "job-settings", t->cfg.plan->settings);
+    /* The trainer writes its own reports (--report-fd, with epochs and
+     * evaluations): the library must not report for it too. */
+    if (rc == 0)
+        rc = shardps_set_option(t->ps, "report-fd", "-1");
     return rc;
 }
 
@@ -292,6 +302,9 @@ static int ps__setup_client(ps_trainer *t)
     int rc = shardps_new(&t->ps, ps_server_list_entries(plan->servers), plan->num_servers,
                          t->cfg.rank, t->job->workers);
 
+    /* A stop asked while the servers keep us waiting ends the wait. */
+    if (rc == 0 && t->cfg.stop)
+        rc = shardps_set_stop_flag(t->ps, t->cfg.stop);
     if (rc == 0)
         rc = ps__client_options(t);
     for (int i = 0; rc == 0 && i < t->spec->n_tensors; i++) {
@@ -308,8 +321,10 @@ static int ps__setup_client(ps_trainer *t)
         rc = shardps_start_clock(t->ps, &t->start);
     /* The client logged what went wrong on the wire; its own checks of our
      * arguments are for us to say. */
-    if (rc < 0 && rc != -PS_ETIMEOUT && rc != -PS_EREJECTED && rc != -PS_EPROTO &&
-        rc != -PS_ECLOSED)
+    if (rc == -EINTR)
+        ps_info("stopping on %s: %s", ps__signal_name(t->cfg.stop), shardps_last_error(t->ps));
+    else if (rc < 0 && rc != -PS_ETIMEOUT && rc != -PS_EREJECTED && rc != -PS_EPROTO &&
+             rc != -PS_ECLOSED)
         ps_error("%s", shardps_last_error(t->ps));
     return rc;
 }
@@ -518,6 +533,8 @@ int ps_trainer_run(ps_trainer *t)
         float loss;
         int correct;
 
+        if (rc == -EINTR)
+            break;
         if (rc < 0) {
             /* The connection to a server was lost: rejoin at the job's current
              * clock, or give up if it cannot be reached again. */
@@ -602,6 +619,9 @@ int ps_trainer_run(ps_trainer *t)
             return -EINTR;
         }
     }
+    /* Asked to stop while the servers kept us waiting (a missing worker). */
+    if (rc == -EINTR)
+        ps_info("stopping on %s: %s", ps__signal_name(o->stop), shardps_last_error(t->ps));
     if (rc < 0)
         return rc;
     if (t->eval && (rc = ps__evaluate(t, t->total, &acc, 1)) < 0)

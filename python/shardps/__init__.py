@@ -35,12 +35,12 @@ import operator
 import os
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, List, Optional, Tuple, Type, Union
+from typing import Any, Dict, List, Optional, Tuple, Type, Union
 
 import numpy as np
 from numpy.typing import NDArray
 
-__version__ = "1.1.0"
+__version__ = "1.2.0"
 
 __all__ = ["Client", "ShardpsError", "Float32Array", "load_library", "library_path", "INIT_ZERO",
            "INIT_HE_UNIFORM", "INIT_XAVIER_UNIFORM", "__version__"]
@@ -146,6 +146,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         "shardps_wait": (c_int, [c_void_p]),
         "shardps_close": (c_int, [c_void_p]),
         "shardps_abandon": (None, [c_void_p]),
+        "shardps_new_from_env": (c_int, [ctypes.POINTER(c_void_p)]),
+        "shardps_report": (c_int, [c_void_p, ctypes.c_uint64, ctypes.c_double, ctypes.c_uint64]),
     }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)
@@ -194,8 +196,26 @@ class Client:
         arr = (ctypes.c_char_p * len(addrs))(*[s.encode() for s in addrs])
         h = ctypes.c_void_p()
         self._check(self._lib.shardps_new(ctypes.byref(h), arr, len(addrs), rank, world), None)
+        self._start(h, tuple(addrs), options)
+
+    @classmethod
+    def from_env(cls, **options: Union[str, int, float, bool]) -> "Client":
+        """The worker of the job shardps-run (or a person, by hand) put in the
+        environment: SHARDPS_SERVERS, SHARDPS_RANK, SHARDPS_WORKERS, each
+        option as SHARDPS_<NAME>, SHARDPS_REPORT_FD (shardps_new_from_env).
+        Keyword options are set after, and win."""
+        self = cls.__new__(cls)
+        self._h = None
+        self._lib = load_library()
+        h = ctypes.c_void_p()
+        self._check(self._lib.shardps_new_from_env(ctypes.byref(h)), None)
+        self._start(h, tuple(os.environ["SHARDPS_SERVERS"].split(",")), options)
+        return self
+
+    def _start(self, h: ctypes.c_void_p, servers: Tuple[str, ...],
+               options: Dict[str, Union[str, int, float, bool]]) -> None:
         self._h = h
-        self._servers = tuple(addrs)
+        self._servers = servers
         self._borrowed: List[Any] = []  # arrays in flight until wait()
         self._clock: Optional[int] = None  # the step to pull next
         self._pulling = False
@@ -337,6 +357,13 @@ class Client:
         self._pulling = True
         if block:
             self.wait()
+
+    def report(self, step: int, loss: float, samples: int) -> None:
+        """Tells the launcher how training goes: step steps of the job done,
+        loss the latest one's training loss (nan: not known), samples trained
+        since the last call (NumPy or PyTorch scalars too); a progress line
+        every progress_every steps (shardps_report)."""
+        self._check(self._lib.shardps_report(self._handle(), int(step), float(loss), int(samples)))
 
     def progress(self) -> None:
         """Moves what can move without blocking and sends the heartbeats the

@@ -4,8 +4,10 @@
  * --tensors tensors of 4096 columns) to --servers real shardps-server
  * processes (async, --optimizer, a checkpoint directory), which take it from
  * the HELLO. It then times:
- *   declare   connecting: every server adopts the table, allocates its share
- *             and fills the initial values;
+ *   declare   connecting: every server adopts the table (it fills its share
+ *             with the initial values on its thread pool once every rank has
+ *             joined, before the first pull is answered, so in the first
+ *             step);
  *   step      push of a gradient for every value, then pull of every weight
  *             (--steps times; the pull waits for the updates before it);
  *   checkpoint the client's goodbye until the servers have exited: each

@@ -4,15 +4,16 @@
 # row names (first column) must be one PROGRAM's --help lists, with the same
 # default ("—" where --help shows none; the README may add words after it);
 # and every option PROGRAM's --help lists must be a row of its tables, or,
-# for a server or worker, a row of the launcher's tables with the same
-# --help line (the job's options, one table in the code and in the README).
+# for a server, worker or shardps-run, a row of shardps-cluster's tables
+# with the same --help line (the job's options, one table in the code and in
+# the README).
 # Usage: readme_options.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src=${1:?source dir}
 build=${2:?build dir}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for prog in shardps-cluster shardps-server shardps-worker shardps-eval; do
+for prog in shardps-cluster shardps-run shardps-server shardps-worker shardps-eval; do
     "$build/$prog" --help >"$tmp/$prog.help"
 done
 python3 - "$src/README.md" "$tmp" <<'PY'
@@ -52,7 +53,7 @@ for n, line in enumerate(open(readme), 1):
     for name in names:
         tables[prog][name] = (cells[1], n)
 
-progs = ["shardps-cluster", "shardps-server", "shardps-worker", "shardps-eval"]
+progs = ["shardps-cluster", "shardps-run", "shardps-server", "shardps-worker", "shardps-eval"]
 missing = [p for p in progs if p not in tables]
 if missing:
     sys.exit("README.md has no table of the options of " + ", ".join(missing))

@@ -55,4 +55,9 @@ int psf_next_record(const uint8_t **data, size_t *len, psf_buf *out);
  * or -ENOMEM. */
 int psf_stream(const uint8_t *data, size_t len, psf_buf *out);
 
+/* corpus_files.c, for ps-fuzz-corpus: the seeds of fuzz_table,
+ * fuzz_checkpoint and fuzz_model into DIR/table, DIR/checkpoint and
+ * DIR/model (made if need be). Returns 0 or a negative code. */
+int psf_file_seeds(const char *dir);
+
 #endif

@@ -1,5 +1,6 @@
 /* ps-fuzz-corpus DIR: writes the seed corpus of the fuzz targets into
- * DIR/frame, DIR/handshake and DIR/client (all must exist). The seeds committed under
+ * DIR/frame, DIR/handshake and DIR/client (all must exist), and DIR/table,
+ * DIR/checkpoint and DIR/model (corpus_files.c). The seeds committed under
  * tests/fuzz/corpus were made with it; rerun it when the protocol changes:
  *   build-fuzz/tests/fuzz/ps-fuzz-corpus tests/fuzz/corpus
  * Seeds are a few valid frames of each kind (HELLO, PULL, PUSH with its
@@ -17,6 +18,7 @@
 
 #include "fuzz_common.h"
 #include "ps_error.h"
+#include "tensor_table.h"
 
 /* fuzz_frame's selector for a 1 MiB payload limit (see ff_max_payloads). */
 #define MC_FRAME_LIMIT_1MIB 5
@@ -233,6 +235,7 @@ static int mc_client_seed(mc_ctx *m, const char *name, int lie)
 {
     Shardps__Header h;
     Shardps__Welcome w = SHARDPS__WELCOME__INIT;
+    ps_tensor_table_wire tw;
     psf_buf b = {0};
     uint64_t id = 1;
     int rc = 0;
@@ -244,6 +247,9 @@ static int mc_client_seed(mc_ctx *m, const char *name, int lie)
     w.staleness = lie == MC_ASYNC ? UINT32_MAX : 0;
     w.clock = lie == MC_WELCOME_CLOCK ? UINT64_MAX : 0;
     w.heartbeat_ms = 2500;
+    /* The table the client declared: it checks the WELCOME's (issue 22). */
+    ps_tensor_table_to_wire(&m->spec, &tw);
+    w.table = &tw.msg;
     h.welcome = &w;
     rc |= psf_record(&b, &h, NULL, 0);
     for (uint64_t step = 0; step <= 2; step++) {
@@ -297,8 +303,8 @@ int main(int argc, char **argv)
     int n;
 
     if (argc != 2) {
-        fprintf(stderr, "usage: ps-fuzz-corpus DIR (writes DIR/frame/*, DIR/handshake/* and "
-                        "DIR/client/*)\n");
+        fprintf(stderr, "usage: ps-fuzz-corpus DIR (writes DIR/frame/*, DIR/handshake/*, "
+                        "DIR/client/*, DIR/table/*, DIR/checkpoint/* and DIR/model/*)\n");
         return 2;
     }
     memset(&m, 0, sizeof(m));
@@ -313,7 +319,8 @@ int main(int argc, char **argv)
     m.grad_len = m.spec.total_numel * sizeof(float);
     for (size_t i = 0; i < m.spec.total_numel; i++)
         m.grad[i] = (float)((int)(i % 7) - 3) * 0.125f;
-    if (mc_frames(&m) != 0 || mc_handshakes(&m) != 0 || mc_clients(&m) != 0 || m.failed) {
+    if (mc_frames(&m) != 0 || mc_handshakes(&m) != 0 || mc_clients(&m) != 0 || m.failed ||
+        psf_file_seeds(m.dir) != 0) {
         fprintf(stderr, "ps-fuzz-corpus: could not build every seed\n");
         return 1;
     }

@@ -6,7 +6,8 @@
 # 2^64-1 or in mode "bogus", a PULL_REPLY with dtype 99, clock 2^64-1 or NaN
 # weights, a PUSH_REPLY saying 2^31-1 chunks were dropped, an ERROR with a
 # connection-loss status and escape codes in its reason, and a reply far
-# larger than any answer can be. Each time the worker must exit non-zero, not
+# larger than any answer can be, a WAITING for a pull never made, and an
+# HTTP server's answer to the HELLO. Each time the worker must exit non-zero, not
 # hang and not reconnect, with one line naming the server (index and
 # address) and what it did wrong; the silent ones after --request-timeout
 # (plus --connect-timeout for a first pull, which may wait for the job to
@@ -89,6 +90,23 @@ wait "$fake" 2>/dev/null || true
 exec 4<&-
 echo "ok: honest, with --slow-ms past the request timeout: $(grep 'done:' "$TMP/honest.err")"
 
+# Issue 22, cause 5: a server whose handshake slots are all taken closes the
+# connection that waited longest with -EAGAIN; a worker comes back within
+# its connect timeout instead of quitting (it exited 1, "refused us").
+mkfifo "$TMP/full.ready"
+"$FAKE" --case full-once --hidden 32 --ready-fd 3 3>"$TMP/full.ready" 2>"$TMP/full.fake" </dev/null >/dev/null &
+fake=$!
+exec 4<"$TMP/full.ready"
+read -r -t 30 port <&4 || fail "full-once: the fake server reported no port"
+timeout -k 2 "$HANG" "$WORKER" --servers "127.0.0.1:$port" --workers 1 --rank 0 --hidden 32 \
+    --batch 32 --steps 2 --no-eval --connect-timeout "$CONNECT_TIMEOUT" 2>"$TMP/full.err" ||
+    { cat "$TMP/full.err" >&2; fail "full-once: a worker told to come back did not"; }
+kill "$fake" 2>/dev/null || true
+wait "$fake" 2>/dev/null || true
+exec 4<&-
+[ "$(grep -c '^accepted' "$TMP/full.fake")" -eq 2 ] || fail "full-once: the worker did not come back once"
+echo "ok: full-once, told to come back: came back and trained"
+
 # A sync server that went on without this worker before its first pull (a
 # quorum does not wait) answers it with the weights of the job's last step:
 # the worker has nothing left to compute. It once computed "step 0" on them
@@ -117,10 +135,21 @@ run_case stall-mid-frame $((REQUEST_TIMEOUT + CONNECT_TIMEOUT + SLACK)) \
     "sent nothing for .* while we waited for the answer to a pull ($silent"
 run_case welcome-clock 0 "WELCOME at clock 18446744073709551615, past the 3 steps"
 run_case welcome-mode 0 "WELCOME with mode 'bogus'"
+# Issue 22, cause 7: a worker that declares the tensors checks the WELCOME's
+# table as a joiner does (it used to ignore it, train and exit 0).
+run_case welcome-no-table 0 "sent a WELCOME without the tensor table it holds"
+run_case welcome-table-33 0 "fails our checks (33 tensors; at most 32)"
+run_case welcome-table-dim0 0 "fails our checks (tensor fc1.weight: dimension 0 is 0)"
+run_case welcome-table-huge 0 "more than 1 servers answer in frames of at most"
+run_case welcome-table-fans 0 "another tensor table than we declared: tensor fc1.weight: init"
+
 run_case pull-dtype 0 "PULL_REPLY with dtype 99"
 run_case pull-clock 0 "sent weights of clock 18446744073709551615 for a pull of step 0"
 run_case pull-nan 0 "weights that are not all finite"
 run_case push-status 0 "says it dropped 2147483647 chunks of a push of 1"
 run_case error-reset 0 "refused us: all is well?\[2J?worker 0: done"
 run_case oversized-reply 0 "sent a malformed frame (frame exceeds size limit"
+run_case waiting-stranger 0 "says a pull we are not waiting for is held (request"
+# Another program at the port: said at its first answer, never retried.
+run_case http 0 'is not a shardps server: it answered like an HTTP server ("HTTP/1.1 400 Bad Request")'
 echo "PASS: every lying or silent server made the worker give up on it, naming it"

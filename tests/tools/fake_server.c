@@ -2,6 +2,8 @@
  * lying_server.sh. It speaks the protocol well enough for a real
  * shardps-worker to get as far as one chosen lie, then tells it (or goes
  * silent), so the test can check the worker gives up on it, naming it.
+ * Its WELCOME carries the tensor table a worker of its options declares,
+ * unless the case lies about that table.
  *
  *   ps-fake-server --case NAME [--hidden 32] [--seed 1] [--chunk-bytes N]
  *                  --ready-fd FD
@@ -28,6 +30,7 @@
 #include "frame.h"
 #include "model_spec.h"
 #include "partition.h"
+#include "tensor_table.h"
 
 typedef struct {
     const char *name;
@@ -36,11 +39,19 @@ typedef struct {
 
 static const fs_case fs_cases[] = {
     {"honest", "tells no lie"},
+    {"full-once", "no lie: its first connection is refused -EAGAIN (all handshake slots taken), "
+                  "then it is honest"},
     {"silent", "accepts, reads, never sends a byte"},
     {"silent-after-welcome", "welcomes, then never answers a pull"},
     {"stall-mid-frame", "sends half of the first PULL_REPLY, then nothing"},
     {"welcome-clock", "WELCOME at clock 2^64-1"},
     {"welcome-mode", "WELCOME with mode \"bogus\""},
+    {"welcome-no-table", "WELCOME without the tensor table"},
+    {"welcome-table-33", "WELCOME whose table has 33 tensors"},
+    {"welcome-table-dim0", "WELCOME whose table has a dimension 0"},
+    {"welcome-table-huge", "WELCOME whose table is too large for any pull reply"},
+    {"welcome-table-fans", "WELCOME whose table is ours but for fans of 2^31-1 (their sum "
+                           "overflowed an int)"},
     {"pull-dtype", "PULL_REPLY with dtype 99"},
     {"pull-clock", "PULL_REPLY at clock 2^64-1"},
     {"pull-nan", "PULL_REPLY whose weights are NaN"},
@@ -49,12 +60,16 @@ static const fs_case fs_cases[] = {
     {"push-status", "PUSH_REPLY with status 2^31-1 (chunks dropped)"},
     {"error-reset", "ERROR with status -ECONNRESET and a reason with escape codes"},
     {"oversized-reply", "PUSH_REPLY announcing a 1 MiB payload"},
+    {"waiting-stranger", "WAITING for a pull the worker did not make"},
+    {"http", "answers the HELLO like an HTTP server: \"HTTP/1.1 400 Bad Request\""},
 };
 
 static struct {
     const char *name;
     ps_partition *part;
+    ps_model_spec spec; /* the honest tensor table */
     int ready_fd;
+    int conn; /* connections accepted so far */
 } fs;
 
 static int fs_is(const char *name)
@@ -95,16 +110,45 @@ static int send_frame(int fd, Shardps__Header *h, const void *payload, size_t le
     return rc;
 }
 
+/* The table of the WELCOME: the honest one, or the case's lie about it. */
+static void welcome_table(ps_tensor_table_wire *t, Shardps__TensorDecl *extra,
+                          Shardps__TensorDecl **ptrs)
+{
+    static uint32_t huge[1] = {INT32_MAX}, zero[2] = {0, 4};
+
+    ps_tensor_table_to_wire(&fs.spec, t);
+    if (fs_is("welcome-table-33")) {
+        /* Every declaration again, the first one 33 times over. */
+        for (int i = 0; i < PS_MAX_TENSORS + 1; i++)
+            ptrs[i] = i < fs.spec.n_tensors ? t->decl_ptrs[i] : extra;
+        *extra = *t->decl_ptrs[0];
+        t->msg.tensors = ptrs;
+        t->msg.n_tensors = PS_MAX_TENSORS + 1;
+    } else if (fs_is("welcome-table-dim0")) {
+        t->decls[0].dims = zero;
+        t->decls[0].n_dims = 2;
+    } else if (fs_is("welcome-table-huge")) {
+        t->decls[0].dims = huge;
+        t->decls[0].n_dims = 1;
+    } else if (fs_is("welcome-table-fans")) {
+        t->decls[0].fan_in = t->decls[0].fan_out = INT32_MAX;
+    }
+}
+
 static int answer_hello(int fd, const Shardps__Header *req)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
     Shardps__Welcome w = SHARDPS__WELCOME__INIT;
+    Shardps__TensorDecl extra, *ptrs[PS_MAX_TENSORS + 1];
+    ps_tensor_table_wire t;
 
     h.type = SHARDPS__MSG_TYPE__WELCOME;
     h.request_id = req->request_id;
     w.clock = fs_is("welcome-clock") ? UINT64_MAX : 0;
     w.mode = fs_is("welcome-mode") ? "bogus" : "sync";
     w.heartbeat_ms = 500;
+    welcome_table(&t, &extra, ptrs);
+    w.table = fs_is("welcome-no-table") ? NULL : &t.msg;
     h.welcome = &w;
     return send_frame(fd, &h, NULL, 0, 0);
 }
@@ -166,18 +210,64 @@ static int answer_error(int fd, const Shardps__Header *req)
     return send_frame(fd, &h, NULL, 0, 0);
 }
 
+/* A WAITING for a pull the worker did not make (the one after req). */
+static int answer_waiting(int fd, const Shardps__Header *req)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+
+    h.type = SHARDPS__MSG_TYPE__WAITING;
+    h.request_id = req->request_id + 1;
+    h.clock = req->clock;
+    h.reason = "waiting for rank 1 of 2 to join";
+    return send_frame(fd, &h, NULL, 0, 0);
+}
+
+/* What a web server says to bytes that are no HTTP request. */
+static int answer_http(int fd)
+{
+    static const char r[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n"
+                            "Connection: close\r\n\r\n";
+
+    return send_all(fd, r, sizeof(r) - 1);
+}
+
+/* What a real server says to the oldest connection waiting for its
+ * handshake when all handshake slots are taken. */
+static int answer_full(int fd, const Shardps__Header *req)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+
+    h.type = SHARDPS__MSG_TYPE__REJECT;
+    h.request_id = req->request_id;
+    h.status = -EAGAIN;
+    h.reason = "all 18 handshake slots of this server are taken (--max-connections 20, 2 for the "
+               "workers): the connection that waited longest gives way; come back";
+    send_frame(fd, &h, NULL, 0, 0);
+    return -1;
+}
+
 /* Answers one request the way the case says. Returns -1 to stop answering
  * (the client then hears nothing more until it closes). */
 static int answer(int fd, const Shardps__Header *req)
 {
     switch (req->type) {
     case SHARDPS__MSG_TYPE__HELLO:
+        if (fs_is("http")) {
+            answer_http(fd);
+            return -1;
+        }
+        if (fs_is("full-once") && fs.conn == 1)
+            return answer_full(fd, req);
         return fs_is("silent") ? -1 : answer_hello(fd, req);
     case SHARDPS__MSG_TYPE__PULL:
         if (fs_is("silent-after-welcome"))
             return -1;
         if (fs_is("error-reset"))
             return answer_error(fd, req);
+        if (fs_is("waiting-stranger")) {
+            answer_waiting(fd, req);
+            return -1;
+        }
         return answer_pull(fd, req) < 0 || fs_is("stall-mid-frame") ? -1 : 0;
     case SHARDPS__MSG_TYPE__PUSH:
         return answer_push(fd, req);
@@ -232,7 +322,6 @@ int main(int argc, char **argv)
     const char *hidden = "32";
     int sizes[PS_MAX_LAYERS + 1], nh, seed = 1, lfd, known = 0;
     size_t chunk_bytes = PS_DEFAULT_CHUNK_BYTES;
-    ps_model_spec spec;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t alen = sizeof(a);
     char line[32];
@@ -259,8 +348,8 @@ int main(int argc, char **argv)
         return usage();
     sizes[0] = 784;
     sizes[nh + 1] = 10;
-    if (ps_model_spec_init_mlp(&spec, sizes, nh + 2, (uint64_t)seed) < 0 ||
-        ps_partition_init(&fs.part, &spec, 1, chunk_bytes) < 0)
+    if (ps_model_spec_init_mlp(&fs.spec, sizes, nh + 2, (uint64_t)seed) < 0 ||
+        ps_partition_init(&fs.part, &fs.spec, 1, chunk_bytes) < 0)
         return usage();
     signal(SIGPIPE, SIG_IGN);
     lfd = socket(AF_INET, SOCK_STREAM, 0);
@@ -282,6 +371,7 @@ int main(int argc, char **argv)
         }
         /* The test may have stopped reading the ready fd: the line on stderr
          * is the record, the one on the fd only a signal. */
+        fs.conn = n;
         snprintf(line, sizeof(line), "accepted %d\n", n);
         fputs(line, stderr);
         if (write(fs.ready_fd, line, strlen(line)) < 0)

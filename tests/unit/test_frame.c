@@ -1041,3 +1041,110 @@ Test(frame, nonfinite_scan_ignores_payloads_without_a_float_dtype, .timeout = 30
     cr_assert_eq(flag, 0);
     free(stream);
 }
+
+/* Another program's first bytes (an HTTP port given by mistake) are named
+ * for what they look like; the same bytes after a frame are a broken stream,
+ * not another program. */
+Test(frame, foreign_first_bytes_are_named, .timeout = 30)
+{
+    static const struct {
+        const char *bytes;
+        size_t len;
+        int code;
+        const char *said;
+    } cases[] = {
+        {"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", 47, -PS_ETOOBIG,
+         "it answered like an HTTP server (\"HTTP/1.1 400 Bad Request\")"},
+        {"GET /metrics HTTP/1.1\r\n", 23, -PS_ETOOBIG,
+         "it spoke like an HTTP client (\"GET /metrics HTTP/1.1\")"},
+        {"SSH-2.0-OpenSSH_9.2\r\n", 21, -PS_ETOOBIG,
+         "it answered like an SSH server (\"SSH-2.0-OpenSSH_9.2\")"},
+        {"\x16\x03\x01\x02\x00\x01", 6, -PS_ETOOBIG, "it spoke TLS"},
+        {"+OK ready\r\n", 11, -PS_ETOOBIG, "it sent text, not a shardps frame (\"+OK ready\")"},
+        {"\x00\x00\x00\x00\x07", 5, -PS_EPROTO, "its first bytes (00 00 00 00 07) are no shardps"},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ps_frame_decoder *d = new_decoder(PS_DEFAULT_MAX_PAYLOAD);
+        ps_frame f;
+
+        ps_frame_decoder_feed(d, cases[i].bytes, cases[i].len);
+        cr_assert_eq(ps_frame_decoder_next(d, &f), cases[i].code, "case %zu", i);
+        cr_assert(strstr(ps_frame_decoder_error(d), cases[i].said), "case %zu: %s", i,
+                  ps_frame_decoder_error(d));
+        check_stays_failed(d);
+        ps_frame_decoder_free(d);
+    }
+}
+
+Test(frame, impossible_length_after_a_frame_is_a_broken_stream, .timeout = 30)
+{
+    static const char http[] = "HTTP/1.1 400 Bad Request\r\n";
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    ps_frame_decoder *d = new_decoder(PS_DEFAULT_MAX_PAYLOAD);
+    uint8_t *head, *stream = NULL;
+    size_t head_len, len = 0;
+    ps_frame f;
+
+    h.type = SHARDPS__MSG_TYPE__HEARTBEAT;
+    cr_assert_eq(ps_frame_encode(&h, NULL, 0, &head, &head_len), 0);
+    append(&stream, &len, head, head_len);
+    append(&stream, &len, http, sizeof(http) - 1);
+    ps_frame_decoder_feed(d, stream, len);
+    cr_assert_eq(ps_frame_decoder_next(d, &f), 1);
+    cr_assert_eq(ps_frame_decoder_next(d, &f), -PS_ETOOBIG);
+    cr_assert(strstr(ps_frame_decoder_error(d), "exceeds the limit"), "%s",
+              ps_frame_decoder_error(d));
+    ps_frame_decoder_free(d);
+    free(head);
+    free(stream);
+}
+
+/* Issue 22, cause 8: protobuf-c hands strings to C NUL-terminated, so a
+ * tensor named "ab\0cd" arrived as "ab". The decoder now refuses any header
+ * whose string fields hold a NUL byte, naming the field; the same name
+ * without the NUL passes. */
+Test(frame, string_field_with_a_nul_is_refused, .timeout = 30)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    Shardps__Hello hello = SHARDPS__HELLO__INIT;
+    Shardps__TensorTable t = SHARDPS__TENSOR_TABLE__INIT;
+    Shardps__TensorDecl d = SHARDPS__TENSOR_DECL__INIT, *dp = &d;
+    uint32_t dims[1] = {4};
+    uint8_t *buf, *at;
+    size_t len;
+
+    d.name = "abXcd";
+    d.n_dims = 1;
+    d.dims = dims;
+    d.fan_in = d.fan_out = 1;
+    t.n_tensors = 1;
+    t.tensors = &dp;
+    hello.role = SHARDPS__ROLE__ROLE_WORKER;
+    hello.table = &t;
+    h.type = SHARDPS__MSG_TYPE__HELLO;
+    h.hello = &hello;
+    cr_assert_eq(ps_frame_encode(&h, NULL, 0, &buf, &len), 0);
+    at = memmem(buf, len, "abXcd", 5);
+    cr_assert_not_null(at);
+    for (int nul = 0; nul < 2; nul++) {
+        ps_frame_decoder *dec = new_decoder(PS_DEFAULT_MAX_PAYLOAD);
+        got_frames g = {0};
+
+        at[2] = nul ? '\0' : 'X';
+        if (!nul) {
+            cr_assert_eq(feed_all(dec, buf, len, SIZE_MAX, &g), 0);
+            cr_assert_eq(g.n, 1);
+        } else {
+            cr_assert_eq(feed_all(dec, buf, len, SIZE_MAX, &g), -PS_EPROTO);
+            cr_assert_eq(g.n, 0);
+            cr_assert(strstr(ps_frame_decoder_error(dec), "Header.hello.table.tensors.name holds "
+                                                          "a NUL byte"),
+                      "%s", ps_frame_decoder_error(dec));
+            check_stays_failed(dec);
+        }
+        got_free(&g);
+        ps_frame_decoder_free(dec);
+    }
+    free(buf);
+}

@@ -205,15 +205,15 @@ Test(job_options, aliases_and_the_library)
     ps_job_options o;
     ps_flag lib[16], ev[8];
     char buf[16384], *argv[200];
-    const char *want[] = {"auth-token-file", "seed",       "chunk-bytes",
-                          "total-steps",     "compress",   "connect-timeout",
-                          "request-timeout", "max-payload"};
+    const char *want[] = {"auth-token-file", "seed",        "chunk-bytes",
+                          "total-steps",     "compress",    "connect-timeout",
+                          "request-timeout", "max-payload", "progress-every"};
     int n, has_data = 0;
 
     ps_job_options_defaults(&o);
     n = ps_job_options_flags(&o, PS_JOB_LIBRARY, lib, 16);
-    cr_assert_eq(n, 8);
-    for (int i = 0; i < 8; i++)
+    cr_assert_eq(n, 9);
+    for (int i = 0; i < 9; i++)
         cr_assert(has_flag(lib, n, want[i]), "the library lacks %s", want[i]);
     n = ps_job_options_flags(&o, PS_JOB_EVAL, ev, 8);
     cr_assert(n == 2 && has_flag(ev, n, "data") && has_flag(ev, n, "data-dir"));

@@ -499,26 +499,33 @@ Test(hostile, heartbeat_with_a_payload_is_refused)
     peer_expect_refusal(&p, SHARDPS__MSG_TYPE__ERROR, "payload", "a 1 KiB heartbeat");
 }
 
-/* Cause 3: past --max-connections a connection is refused at once with a
- * REJECT saying why, and the others are unaffected. */
-Test(hostile, connections_past_the_cap_are_refused)
+/* Cause 3, and issue 22 cause 5: --max-connections holds, but an admitted
+ * worker keeps its slot and, with the handshake slots all taken, the
+ * connection that waited longest gives way (a REJECT saying to come back),
+ * not the newcomer. Idle strangers used to keep real workers out for good:
+ * a worker was refused "this server takes at most N connections". */
+Test(hostile, idle_connections_give_way_to_a_worker)
 {
     ps_kv_server_config cfg;
-    peer held[3], p;
+    peer idle[4], r0, r1;
 
     kv_fixture_config(&cfg);
-    cfg.max_connections = 3;
-    up(&cfg, 1, 0, "sync");
-    /* The server accepts connections in the order they were made, so the
-     * fourth is judged with the three before it counted. */
-    peer_join(&held[0], 0, 1);
-    peer_open(&held[1]);
-    peer_open(&held[2]);
-    peer_open(&p);
-    peer_expect_refusal(&p, SHARDPS__MSG_TYPE__REJECT, "at most 3 connections",
-                        "a fourth connection");
-    for (int i = 0; i < 3; i++)
-        peer_close(&held[i]);
+    cfg.max_connections = 4; /* 2 for the workers, 2 for handshakes */
+    up(&cfg, 2, 0, "sync");
+    /* The server accepts connections in the order they were made. */
+    for (int i = 0; i < 4; i++)
+        peer_open(&idle[i]);
+    peer_expect_refusal(&idle[0], SHARDPS__MSG_TYPE__REJECT, "waited longest", "idle 0");
+    peer_expect_refusal(&idle[1], SHARDPS__MSG_TYPE__REJECT, "waited longest", "idle 1");
+    /* A worker makes the third handshake: idle 2 gives way. Admitted, the
+     * worker holds a worker's slot, so the other worker fits beside idle 3.
+     * Both are welcomed. */
+    peer_join(&r0, 0, 2);
+    peer_expect_refusal(&idle[2], SHARDPS__MSG_TYPE__REJECT, "waited longest", "idle 2");
+    peer_join(&r1, 1, 2);
+    peer_close(&idle[3]);
+    peer_close(&r0);
+    peer_close(&r1);
 }
 
 /* Cause 3: a connection that never says HELLO is closed after the handshake
@@ -560,4 +567,82 @@ Test(hostile, gradient_over_the_norm_limit_is_refused)
     peer_close(&r0);
     free(w0);
     free(w);
+}
+
+/* A HELLO of rank/world with the job settings and planned steps given
+ * (settings NULL: none, as a stranger sends); returns 1 and the joined peer
+ * on a WELCOME, 0 (peer closed) when the server asks to come back: the
+ * rank's previous connection not yet seen closing, or a table being
+ * withdrawn. */
+static int peer_try_join_plan(peer *p, uint32_t rank, uint32_t world, const char *settings,
+                              uint64_t total_steps)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+    ps_frame f;
+
+    peer_open(p);
+    make_hello_as(&h, &hello, &fx.spec, rank, world);
+    hello.job_settings = (char *)settings;
+    hello.total_steps = total_steps;
+    raw_send_frame(p->fd, &h);
+    raw_read_frame(p->fd, p->dec, &f, "join");
+    if (f.hdr->type == SHARDPS__MSG_TYPE__WELCOME) {
+        p->clock = f.hdr->welcome->clock;
+        return 1;
+    }
+    cr_assert(f.hdr->status == -EADDRINUSE || f.hdr->status == -EAGAIN, "join refused: %s",
+              f.hdr->reason ? f.hdr->reason : "");
+    peer_close(p);
+    return 0;
+}
+
+/* Issue 22, cause 6: a HELLO with no job settings, planning 2^64-1 steps,
+ * then gone. The server kept the largest plan any HELLO named and fed the
+ * cosine schedule with it. The span is now the servers' to decide: set, or
+ * fixed when training starts from the plans of the ranks there, each HELLO
+ * having passed the settings comparison; a HELLO without settings takes the
+ * servers' and plans nothing. The rate of step 1 shows the span: cosine
+ * over 4 steps, not over 2^64-1 (where it is still the base rate). */
+Test(hostile, a_stranger_does_not_set_the_schedule)
+{
+    static const char settings[] = "mode=sync\nlr-schedule=cosine\n";
+    ps_kv_server_config cfg;
+    peer stranger, r0, r1;
+    float *w1, *w2;
+    double want = LR * 0.5 * (1 + cos(M_PI / 4));
+
+    kv_fixture_config(&cfg);
+    cfg.lr.kind = PS_LR_COSINE;
+    cfg.lr.total_steps = 0;
+    cfg.job_settings = settings;
+    up(&cfg, 2, 0, "sync");
+    w1 = malloc(ks.total * sizeof(float));
+    w2 = malloc(ks.total * sizeof(float));
+    cr_assert_eq(peer_try_join_plan(&stranger, 1, 2, NULL, UINT64_MAX), 1);
+    peer_close(&stranger);
+    while (!peer_try_join_plan(&r0, 0, 2, settings, 4))
+        ;
+    while (!peer_try_join_plan(&r1, 1, 2, settings, 4))
+        ;
+    for (uint64_t step = 0; step < 2; step++) {
+        peer_pull(&r0, step);
+        peer_pull(&r1, step);
+        peer_pull_reply(&r0, w1, "rank 0 pulls");
+        peer_pull_reply(&r1, w1, "rank 1 pulls");
+        peer_push(&r0, step, 1.0f);
+        peer_push(&r1, step, 1.0f);
+        peer_push_reply(&r0, "rank 0 pushes");
+        peer_push_reply(&r1, "rank 1 pushes");
+    }
+    peer_pull(&r0, 2);
+    peer_pull_reply(&r0, w2, "step 2");
+    /* SGD without momentum: step 1 moved every weight by its rate. */
+    for (size_t i = 0; i < ks.total; i++)
+        cr_assert_float_eq(w1[i] - w2[i], want, 1e-6, "weight %zu moved %g, want %g", i,
+                           (double)(w1[i] - w2[i]), want);
+    peer_close(&r0);
+    peer_close(&r1);
+    free(w1);
+    free(w2);
 }

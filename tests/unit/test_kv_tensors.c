@@ -81,9 +81,10 @@ Test(kv_tensors, first_hello_declares_the_tensors_and_others_are_refused, .timeo
                              "this server"),
               "%s", reason);
     cr_assert_eq(hello_as(&fx.spec, 1, 2, reason, &w1), SHARDPS__MSG_TYPE__WELCOME, "%s", reason);
+    /* Stopped first: workers that left before a step would withdraw it. */
+    stop();
     close(w0);
     close(w1);
-    stop();
     /* One server holds every chunk of the 5-16-3 MLP. */
     cr_assert_eq(fx.stats.weight_bytes, fx.spec.total_numel * sizeof(float));
     cr_assert_gt(fx.stats.chunks, 0);
@@ -126,8 +127,8 @@ Test(kv_tensors, a_refused_hello_declares_nothing, .timeout = 30)
     mlp(&small, 4);
     small.seed = 99;
     cr_assert_eq(hello_as(&small, 0, 2, reason, &w0), SHARDPS__MSG_TYPE__WELCOME, "%s", reason);
-    close(w0);
     stop();
+    close(w0);
     cr_assert_eq(fx.stats.weight_bytes, small.total_numel * sizeof(float));
 }
 
@@ -156,4 +157,67 @@ Test(kv_tensors, a_hello_without_a_table_joins_and_is_told_the_tensors, .timeout
     close(fd);
     close(w0);
     stop();
+}
+
+/* A one-tensor table x[n]: what a stranger declares. */
+static void stranger_table(ps_model_spec *t, int n)
+{
+    memset(t, 0, sizeof(*t));
+    t->seed = 1;
+    cr_assert_eq(ps_model_spec_add_tensor(t, "x", 1, &n, PS_INIT_ZERO, 1, 1), 0);
+}
+
+/* Reads the next frame on fd; it must be a REJECT or ERROR containing want,
+ * and the server must then close. */
+static void expect_told(int fd, const char *want, const char *what)
+{
+    ps_frame f;
+
+    for (;;) {
+        raw_read_frame(fd, dec, &f, what);
+        if (f.hdr->type == SHARDPS__MSG_TYPE__ERROR || f.hdr->type == SHARDPS__MSG_TYPE__REJECT)
+            break;
+    }
+    cr_assert(f.hdr->reason && strstr(f.hdr->reason, want), "%s: \"%s\"", what,
+              f.hdr->reason ? f.hdr->reason : "");
+    expect_closed(fd, what);
+}
+
+/* Issue 22, cause 1: a stranger's HELLO declaring x[1] as a free rank, then
+ * gone. The server used to adopt that table for good: every real worker was
+ * refused "model mismatch". A declaration is now withdrawn when its last
+ * declarer leaves before a step is applied, with everything joined to it (a
+ * joiner welcomed to it is closed, told why), and the real workers declare
+ * theirs. */
+Test(kv_tensors, a_declaration_leaves_with_its_declarer, .timeout = 30)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+    ps_model_spec x;
+    ps_frame f;
+    char reason[512];
+    int stranger = -1, joiner, w0 = -1, w1 = -1;
+
+    start(0);
+    stranger_table(&x, 1);
+    cr_assert_eq(hello_as(&x, 1, 2, reason, &stranger), SHARDPS__MSG_TYPE__WELCOME, "%s", reason);
+    /* A joiner (no table) is welcomed to the stranger's table... */
+    joiner = raw_connect();
+    make_hello_as(&h, &hello, &fx.spec, 0, 2);
+    hello.table = NULL;
+    raw_send_frame(joiner, &h);
+    raw_read_frame(joiner, dec, &f, "joiner");
+    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__WELCOME);
+    /* ...and closed, told why, once the stranger has gone. */
+    close(stranger);
+    expect_told(joiner, "the tensor table this worker joined was withdrawn", "joiner");
+    /* The table may still be draining: the real workers retry -EAGAIN as
+     * ps_kv_client does. */
+    while (hello_as(&fx.spec, 0, 2, reason, &w0) != SHARDPS__MSG_TYPE__WELCOME)
+        cr_assert(strstr(reason, "being withdrawn"), "%s", reason);
+    cr_assert_eq(hello_as(&fx.spec, 1, 2, reason, &w1), SHARDPS__MSG_TYPE__WELCOME, "%s", reason);
+    stop();
+    close(w0);
+    close(w1);
+    cr_assert_eq(fx.stats.weight_bytes, fx.spec.total_numel * sizeof(float));
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "crc32c.h"
@@ -262,4 +263,57 @@ Test(model_file, damaged_files_refused_with_reason, .init = make_dir, .fini = re
     expect_refusal(-ENOENT, "cannot open");
     free(buf);
     free(m.values);
+}
+
+/* Issue 22, cause 10: input dimensions of 3 x (2^31-1) under a correct CRC
+ * (what shardps-eval was handed) are refused with a reason; their product
+ * used to overflow in model_desc (UBSan: signed integer overflow). */
+Test(model_file, input_dims_whose_product_overflows, .init = make_dir, .fini = remove_dir)
+{
+    model m;
+    uint8_t *buf;
+    size_t len, text_len;
+    char err[256];
+    uint32_t v = INT32_MAX;
+
+    make_model(&m, cnn_text, &cnn_in, 5);
+    cr_assert_eq(ps_model_file_write(path, &m.desc, &m.table, m.tensor, err, sizeof(err)), 0);
+    buf = read_all(&len);
+    memcpy(&v, buf + 16, 4);
+    text_len = v;
+    v = INT32_MAX;
+    for (int i = 0; i < 3; i++)
+        memcpy(buf + 20 + text_len + 4 + 4 * i, &v, 4);
+    write_all(buf, len, 1);
+    expect_refusal(-PS_EFORMAT, "exceed");
+    free(buf);
+    free(m.values);
+}
+
+/* The peak resident memory of this process, in MiB. */
+static double peak_rss_mib(void)
+{
+    struct rusage ru;
+
+    cr_assert_eq(getrusage(RUSAGE_SELF, &ru), 0);
+    return (double)ru.ru_maxrss / 1024;
+}
+
+/* Issue 22, cause 10: a 1 GiB file that is not a model file is refused on its
+ * magic, without being read whole first (it was: 1 GiB of memory and of
+ * reading for a file refused by its first 8 bytes). The file is sparse, so
+ * only reading it costs; the process's peak RSS shows whether it was read. */
+Test(model_file, a_large_file_is_judged_by_its_magic_first, .init = make_dir, .fini = remove_dir)
+{
+    FILE *f = fopen(path, "wb");
+    double before;
+
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite("NOTMODEL", 1, 8, f), 8);
+    cr_assert_eq(ftruncate(fileno(f), (off_t)1 << 30), 0);
+    fclose(f);
+    before = peak_rss_mib();
+    expect_refusal(-PS_EFORMAT, "wrong magic");
+    cr_assert_lt(peak_rss_mib() - before, 64, "peak RSS grew from %.0f to %.0f MiB", before,
+                 peak_rss_mib());
 }

@@ -270,3 +270,24 @@ Test(model_spec, mlp_tensors_have_shapes)
     cr_assert_eq(spec.tensors[1].ndim, 1);
     cr_assert_eq(spec.tensors[1].shape[0], 256);
 }
+
+/* Issue 22, cause 2: each fan may be anything up to 2^31-1 (the tensor table
+ * accepts that from a HELLO or a checkpoint), so their sum must not be taken
+ * in int: UBSan stopped the server, a Release build drew NaN weights. */
+Test(model_spec, xavier_bound_with_the_largest_fans)
+{
+    ps_model_spec spec;
+    int shape[1] = {64};
+    float v[64];
+    double bound = sqrt(6.0 / (2.0 * INT32_MAX));
+
+    memset(&spec, 0, sizeof(spec));
+    cr_assert_eq(ps_model_spec_add_tensor(&spec, "w", 1, shape, PS_INIT_XAVIER_UNIFORM, INT32_MAX,
+                                          INT32_MAX),
+                 0);
+    ps_model_spec_init_values(&spec, 0, 0, 64, v);
+    for (int i = 0; i < 64; i++) {
+        cr_assert(isfinite(v[i]), "w[%d] = %g", i, v[i]);
+        cr_assert_leq(fabs(v[i]), (float)bound, "w[%d] = %g", i, v[i]);
+    }
+}

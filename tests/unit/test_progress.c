@@ -4,6 +4,7 @@
  * one or one naming another rank is dropped, and that the summary's totals
  * add up the workers' last reports. */
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -139,9 +140,38 @@ Test(progress, summary_adds_up_the_workers)
     cr_assert_eq(s.lost, 1);
 }
 
+/* A worker on libshardps knows no epochs and here not the run's length
+ * either: its reports count all the same, and the line shows what is known. */
+Test(progress, a_library_workers_reports)
+{
+    ps_report start = {.kind = PS_REPORT_START, .rank = 0};
+    ps_report pr = {.kind = PS_REPORT_PROGRESS, .rank = 0};
+    ps_report d0 = {.kind = PS_REPORT_DONE, .rank = 0};
+    uint64_t step = 0;
+
+    cr_redirect_stdout();
+    cr_assert_not(ps_progress_worker_started(prog, 0));
+    cr_assert_eq(report(0, &start, &step), 0);
+    cr_assert(ps_progress_worker_started(prog, 0));
+    cr_assert_not(ps_progress_worker_started(prog, 1));
+    pr.u.progress.step = 5;
+    pr.u.progress.loss = 0.5;
+    pr.u.progress.samples_per_second = 100;
+    cr_assert_eq(report(0, &pr, &step), 1);
+    cr_assert_eq(step, 5);
+    cr_assert_eq(ps_progress_worker_step(prog, 0), 5);
+    cr_assert_not(ps_progress_worker_done(prog, 0));
+    d0.u.done.steps = 5;
+    cr_assert_eq(report(0, &d0, &step), 0);
+    cr_assert(ps_progress_worker_done(prog, 0));
+    fflush(stdout);
+    cr_assert_stdout_eq_str("step 5  loss 0.5000  100 samples/s\n");
+}
+
 Test(summary, json_line_carries_the_figures)
 {
-    ps_summary s = {.mode = "sync",
+    ps_summary s = {.prog = "shardps-cluster",
+                    .mode = "sync",
                     .compress = "none",
                     .servers = 2,
                     .workers = 2,
@@ -161,6 +191,8 @@ Test(summary, json_line_carries_the_figures)
     cr_assert_not_null(out);
     ps_summary_print(&s, 1, out);
     fclose(out);
+    cr_assert_not_null(strstr(text, "\nshardps-cluster summary\n"), "%s", text);
+    cr_assert_not_null(strstr(text, "  test accuracy     not evaluated\n"), "%s", text);
     cr_assert_not_null(strstr(text, "  samples/s         400 (all workers"), "%s", text);
     cr_assert_not_null(strstr(text, "  not applied       1 chunks rejected"), "%s", text);
     cr_assert_not_null(strstr(text, "{\"test_accuracy\":null,\"wall_seconds\":3.500,"

@@ -211,3 +211,41 @@ Test(server_reply, refusal_cleans_the_reason_and_never_asks_for_a_reconnect)
     cr_assert_eq(ps_reply_refusal(&f, reason, sizeof(reason)), -PS_EREJECTED);
     cr_assert_str_eq(reason, "(no reason give");
 }
+
+Test(server_reply, waiting_names_our_pull_and_a_clean_reason)
+{
+    Shardps__Header h;
+    ps_reply_pull e = pull_expect(1);
+    char reason[24], why[256];
+    ps_frame f = frame_of(&h, 0);
+
+    shardps__header__init(&h);
+    h.type = SHARDPS__MSG_TYPE__WAITING;
+    h.request_id = e.request_id;
+    h.clock = e.clock;
+    h.reason = "waiting for rank\033[2J 1 of 2 to join";
+    cr_assert_eq(ps_reply_check_waiting(&f, &e, reason, sizeof(reason), why, sizeof(why)), 0, "%s",
+                 why);
+    cr_assert_str_eq(reason, "waiting for rank?[2J 1 ");
+    /* Not our pull: another id or step, or none in flight. */
+    h.request_id = e.request_id + 1;
+    cr_assert_eq(ps_reply_check_waiting(&f, &e, reason, sizeof(reason), why, sizeof(why)),
+                 -PS_EPROTO);
+    cr_assert(strstr(why, "a pull we are not waiting for"), "%s", why);
+    h.request_id = e.request_id;
+    h.clock = e.clock + 1;
+    cr_assert_eq(ps_reply_check_waiting(&f, &e, reason, sizeof(reason), why, sizeof(why)),
+                 -PS_EPROTO);
+    h.clock = e.clock;
+    cr_assert_eq(ps_reply_check_waiting(&f, NULL, reason, sizeof(reason), why, sizeof(why)),
+                 -PS_EPROTO);
+    /* No payload, and a reason. */
+    f.payload_len = 4;
+    cr_assert_eq(ps_reply_check_waiting(&f, &e, reason, sizeof(reason), why, sizeof(why)),
+                 -PS_EPROTO);
+    f.payload_len = 0;
+    h.reason = "";
+    cr_assert_eq(ps_reply_check_waiting(&f, &e, reason, sizeof(reason), why, sizeof(why)),
+                 -PS_EPROTO);
+    cr_assert(strstr(why, "without saying why"), "%s", why);
+}

@@ -7,6 +7,7 @@
  * (two fake servers played by the test, which welcome with tables it picks). */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <string.h>
@@ -64,7 +65,7 @@ Test(shardps, new_refuses_bad_arguments)
     expect_err(NULL, shardps_new(&h, null, 1, 0, 1), -EINVAL, "(null)");
     cr_assert_null(h);
     cr_assert_str_eq(shardps_strerror(SHARDPS_ETIMEOUT), "timed out");
-    cr_assert_str_eq(shardps_version(), "1.1.0");
+    cr_assert_str_eq(shardps_version(), "1.2.0");
     shardps_abandon(NULL);
     cr_assert_eq(shardps_close(NULL), 0);
 }
@@ -148,6 +149,25 @@ Test(shardps, unreachable_and_mismatched_servers_fail_with_a_reason)
     expect_err(h, shardps_connect(h), SHARDPS_EREJECTED, "refused us: model mismatch");
     shardps_abandon(h);
     server_down();
+}
+
+/* A program's stop flag (set by its signal handler) ends a connect that
+ * would otherwise retry for its whole connect timeout (600 s here). */
+Test(shardps, a_stop_flag_ends_a_connect)
+{
+    static volatile sig_atomic_t stop = 1;
+    const char *addr[] = {"127.0.0.1:1"};
+    shardps *h;
+
+    cr_assert_eq(shardps_set_stop_flag(NULL, &stop), -EINVAL);
+    cr_assert_eq(shardps_new(&h, addr, 1, 0, 1), 0);
+    cr_assert_eq(shardps_set_option(h, "connect-timeout", "600"), 0);
+    cr_assert_eq(shardps_set_option(h, "log-level", "none"), 0);
+    cr_assert_eq(shardps_declare_mlp(h, sizes, 3), 0);
+    cr_assert_eq(shardps_set_stop_flag(h, &stop), 0);
+    expect_err(h, shardps_connect(h), -EINTR,
+               "stopped on request while waiting for server 0 (127.0.0.1:1) to accept");
+    shardps_abandon(h);
 }
 
 Test(shardps, pushes_and_pulls_carry_the_exact_bytes)

@@ -184,3 +184,33 @@ Test(tensor_table, diff_names_the_first_difference)
     cr_assert_eq(ps_tensor_table_diff(&a, &b, "here", "there", msg, sizeof(msg)), 1);
     cr_assert_str_eq(msg, "4 tensors here, 3 there (first extra: fc2.bias)");
 }
+
+/* Issue 22, cause 8: a stored table whose name holds a NUL byte ("ab\0cd",
+ * which protobuf-c would hand over as "ab") is refused, naming the field;
+ * the same bytes without the NUL unpack. */
+Test(tensor_table, a_nul_in_a_name_is_refused)
+{
+    Shardps__TensorTable t = SHARDPS__TENSOR_TABLE__INIT, *back;
+    Shardps__TensorDecl d = SHARDPS__TENSOR_DECL__INIT, *dp = &d;
+    uint32_t dims[1] = {4};
+    uint8_t buf[64], *at;
+    size_t len;
+    char why[256];
+
+    d.name = "abXcd";
+    d.n_dims = 1;
+    d.dims = dims;
+    d.fan_in = d.fan_out = 1;
+    t.n_tensors = 1;
+    t.tensors = &dp;
+    len = shardps__tensor_table__pack(&t, buf);
+    at = memmem(buf, len, "abXcd", 5);
+    cr_assert_not_null(at);
+    back = ps_tensor_table_unpack(buf, len, why, sizeof(why));
+    cr_assert_not_null(back, "%s", why);
+    cr_assert_str_eq(back->tensors[0]->name, "abXcd");
+    shardps__tensor_table__free_unpacked(back, NULL);
+    at[2] = '\0';
+    cr_assert_null(ps_tensor_table_unpack(buf, len, why, sizeof(why)));
+    cr_assert(strstr(why, "TensorTable.tensors.name holds a NUL byte"), "%s", why);
+}

@@ -28,6 +28,11 @@ void ps_child_args_opt(ps_child_args *a, const char *name, const char *fmt, ...)
     ps_child_args_flag(a, a->vals[a->v++]);
 }
 
+void ps_child_args_reset(ps_child_args *a)
+{
+    a->n = a->v = a->too_long = 0;
+}
+
 void ps_child_args_job(ps_child_args *a, const ps_job_options *job, unsigned to)
 {
     int n = ps_job_options_argv(job, PS_JOB_LAUNCHER, to, a->job_text, sizeof(a->job_text),

@@ -24,6 +24,8 @@ typedef struct {
     int too_long; /* a flag did not fit: do not start the process */
 } ps_child_args;
 
+/* Starts a's argv afresh, empty. */
+void ps_child_args_reset(ps_child_args *a);
 /* Starts a's argv afresh with every job option of job that program `to`
  * (PS_JOB_SERVER or PS_JOB_WORKER) takes. job is read, not kept. */
 void ps_child_args_job(ps_child_args *a, const ps_job_options *job, unsigned to);

@@ -17,9 +17,11 @@
 /* A worker's latest figures. */
 typedef struct {
     double samples_per_second;
-    uint64_t step;
-    int done;
+    uint64_t step;  /* the furthest step it reported */
+    uint64_t total; /* the step it said it stops at (0: not known) */
+    int started, done;
     double samples, seconds;
+    uint64_t steps_done;                  /* steps it computed, from its "done" report */
     double bytes_pushed;                  /* gradient payload bytes, from its "done" report */
     double staleness_mean, staleness_max; /* of its pushes, from its last report */
     uint64_t dropped, rejected;           /* chunks not applied, from its last report */
@@ -87,31 +89,44 @@ static void ps__format_eta(const ps_progress *p, uint64_t step, char *buf, size_
 
 /* On a terminal: one line redrawn in place, the time left first, then the
  * epoch, step, loss, a bar through the epoch, throughput and staleness, as
- * many as fit; elsewhere (logs, tests that grep) one plain line per report. */
+ * many as fit; elsewhere (logs, tests that grep) one plain line per report.
+ * A worker on libshardps knows neither epochs nor (unless told) the run's
+ * length: then the line has no epoch, bar or time left, and the step no
+ * "/total". */
 static void ps__print_progress(ps_progress *p, const ps_report_progress *r)
 {
-    char eta[32], epoch[32], bar[24], step[48], loss[32], sps_text[40], stale[32], plain[160];
+    char eta[32] = "", epoch[32] = "", bar[24] = "", step[48], loss[32], sps_text[40], stale[32],
+         plain[200];
     const char *fields[] = {eta, epoch, step, loss, bar, sps_text, stale};
-    int spe = p->steps_per_epoch > 0 ? p->steps_per_epoch : 1;
+    const char *show[sizeof(fields) / sizeof(fields[0])];
+    int spe = p->steps_per_epoch > 0 ? p->steps_per_epoch : 1, n = 0;
     int fill = (int)(20 * (double)(r->step - (uint64_t)(r->epoch - 1) * (uint64_t)spe) / spe);
     double sps = 0;
+    char of[24] = "";
 
     for (int k = 0; k < p->workers; k++)
         sps += p->w[k].samples_per_second;
-    ps__format_eta(p, r->step, eta, sizeof(eta));
-    snprintf(epoch, sizeof(epoch), "epoch %d/%d", r->epoch, p->epochs);
-    bar[0] = '[';
-    for (int i = 0; i < 20; i++)
-        bar[1 + i] = i < fill ? '#' : '.';
-    snprintf(bar + 21, sizeof(bar) - 21, "]");
-    snprintf(step, sizeof(step), "step %" PRIu64 "/%" PRIu64, r->step, p->total_steps);
+    if (p->total_steps > 0) {
+        ps__format_eta(p, r->step, eta, sizeof(eta));
+        snprintf(of, sizeof(of), "/%" PRIu64, p->total_steps);
+    }
+    if (r->epoch > 0 && p->epochs > 0) {
+        snprintf(epoch, sizeof(epoch), "epoch %d/%d", r->epoch, p->epochs);
+        bar[0] = '[';
+        for (int i = 0; i < 20; i++)
+            bar[1 + i] = i < fill ? '#' : '.';
+        snprintf(bar + 21, sizeof(bar) - 21, "]");
+    }
+    snprintf(step, sizeof(step), "step %" PRIu64 "%s", r->step, of);
     snprintf(loss, sizeof(loss), "loss %.4f", r->loss);
     snprintf(sps_text, sizeof(sps_text), "%.0f samples/s", sps);
     snprintf(stale, sizeof(stale), "staleness %.2f", r->staleness_mean);
-    snprintf(plain, sizeof(plain),
-             "epoch %d/%d  step %" PRIu64 "/%" PRIu64 "  loss %.4f  %.0f samples/s  %s", r->epoch,
-             p->epochs, r->step, p->total_steps, r->loss, sps, eta);
-    ps_console_progress(p->con, fields, (int)(sizeof(fields) / sizeof(fields[0])), plain);
+    snprintf(plain, sizeof(plain), "%s%s%s  %s  %s%s%s", epoch, epoch[0] ? "  " : "", step, loss,
+             sps_text, eta[0] ? "  " : "", eta);
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+        if (fields[i][0])
+            show[n++] = fields[i];
+    ps_console_progress(p->con, show, n, plain);
 }
 
 /* How much of its epoch step has done, in whole percent. */
@@ -135,6 +150,9 @@ int ps_progress_report(ps_progress *p, int rank, const char *line, uint64_t *ste
     }
     switch (r.kind) {
     case PS_REPORT_START:
+        c->started = 1;
+        c->step = r.u.start.step > c->step ? r.u.start.step : c->step;
+        c->total = r.u.start.steps;
         if (rank == 0) {
             p->total_steps = r.u.start.steps;
             p->steps_per_epoch = r.u.start.steps_per_epoch;
@@ -142,7 +160,7 @@ int ps_progress_report(ps_progress *p, int rank, const char *line, uint64_t *ste
         }
         break;
     case PS_REPORT_PROGRESS:
-        c->step = r.u.progress.step;
+        c->step = r.u.progress.step > c->step ? r.u.progress.step : c->step;
         c->samples_per_second = r.u.progress.samples_per_second;
         c->staleness_mean = r.u.progress.staleness_mean;
         c->staleness_max = (double)r.u.progress.staleness_max;
@@ -154,6 +172,7 @@ int ps_progress_report(ps_progress *p, int rank, const char *line, uint64_t *ste
         return 1;
     case PS_REPORT_STEP: /* a step a drill named: --report-steps */
         *step = r.u.step.step;
+        c->step = *step > c->step ? *step : c->step;
         return 1;
     case PS_REPORT_EVAL:
         p->last_accuracy = r.u.eval.test_accuracy;
@@ -168,6 +187,7 @@ int ps_progress_report(ps_progress *p, int rank, const char *line, uint64_t *ste
         break;
     case PS_REPORT_DONE:
         c->done = 1;
+        c->steps_done = r.u.done.steps;
         c->samples = r.u.done.samples;
         c->seconds = r.u.done.seconds;
         c->bytes_pushed = (double)r.u.done.bytes_pushed;
@@ -178,9 +198,24 @@ int ps_progress_report(ps_progress *p, int rank, const char *line, uint64_t *ste
     return 0;
 }
 
+int ps_progress_worker_started(const ps_progress *p, int rank)
+{
+    return p->w[rank].started;
+}
+
 int ps_progress_worker_done(const ps_progress *p, int rank)
 {
     return p->w[rank].done;
+}
+
+uint64_t ps_progress_worker_step(const ps_progress *p, int rank)
+{
+    return p->w[rank].step;
+}
+
+uint64_t ps_progress_worker_total(const ps_progress *p, int rank)
+{
+    return p->w[rank].total;
 }
 
 void ps_progress_summary(const ps_progress *p, ps_summary *s)
@@ -191,9 +226,12 @@ void ps_progress_summary(const ps_progress *p, ps_summary *s)
     s->staleness_mean = s->staleness_max = 0;
     s->dropped = s->rejected = 0;
     s->lost = 0;
+    s->steps = 0;
     for (int r = 0; r < p->workers; r++) {
         const ps__worker *c = &p->w[r];
         s->lost += !c->done;
+        if (c->steps_done > s->steps)
+            s->steps = c->steps_done;
         s->dropped += c->dropped;
         s->rejected += c->rejected;
         s->samples += c->samples;

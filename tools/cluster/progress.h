@@ -18,8 +18,8 @@
 typedef struct ps_progress ps_progress;
 
 /* For a job of `workers` workers (1 to PS_PROGRESS_MAX_WORKERS) and
- * `epochs` epochs; con is borrowed and must outlive the progress. Returns 0,
- * -EINVAL or -ENOMEM. */
+ * `epochs` epochs (0: not known, as for programs on libshardps); con is borrowed and must outlive
+ * the progress. Returns 0, -EINVAL or -ENOMEM. */
 #define PS_PROGRESS_MAX_WORKERS 256
 int ps_progress_init(ps_progress **out, ps_console *con, int workers, int epochs);
 /* NULL is allowed. */
@@ -32,8 +32,13 @@ void ps_progress_free(ps_progress *p);
  * the launcher acts only on reports it can read as written. */
 int ps_progress_report(ps_progress *p, int rank, const char *line, uint64_t *step);
 
-/* Whether worker rank has reported "done". */
+/* Whether worker rank has reported "start" (it joined the job), "done"
+ * (it left it, finished), the furthest step it reported (0: none), and the
+ * step it said it stops at (0: not known). */
+int ps_progress_worker_started(const ps_progress *p, int rank);
 int ps_progress_worker_done(const ps_progress *p, int rank);
+uint64_t ps_progress_worker_step(const ps_progress *p, int rank);
+uint64_t ps_progress_worker_total(const ps_progress *p, int rank);
 
 /* Fills the report-borne half of s (accuracy, steps per epoch, the
  * workers' totals); the caller fills the job's half. */

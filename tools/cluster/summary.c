@@ -8,10 +8,14 @@ void ps_summary_print(const ps_summary *s, int json, FILE *out)
 {
     double sps = s->seconds > 0 ? s->samples / s->seconds : 0;
 
-    fprintf(out, "\nshardps-cluster summary\n");
+    fprintf(out, "\n%s summary\n", s->prog);
     fprintf(out, "  mode              %s\n", s->mode);
     fprintf(out, "  servers, workers  %d, %d\n", s->servers, s->workers);
-    fprintf(out, "  test accuracy     %.4f\n", s->test_accuracy);
+    fprintf(out, "  steps             %" PRIu64 " (the most any worker computed)\n", s->steps);
+    if (isnan(s->test_accuracy))
+        fprintf(out, "  test accuracy     not evaluated\n");
+    else
+        fprintf(out, "  test accuracy     %.4f\n", s->test_accuracy);
     fprintf(out, "  wall time         %.1f s\n", s->wall_seconds);
     fprintf(out, "  samples/s         %.0f (all workers, training only)\n", sps);
     fprintf(out, "  pushed            %.1f MB (all workers' gradient payloads, --compress %s)\n",
@@ -32,13 +36,14 @@ void ps_summary_print(const ps_summary *s, int json, FILE *out)
             snprintf(acc, sizeof(acc), "%.6f", s->test_accuracy);
         fprintf(out,
                 "{\"test_accuracy\":%s,\"wall_seconds\":%.3f,\"samples_per_second\":%.1f,"
-                "\"mode\":\"%s\",\"servers\":%d,\"workers\":%d,\"bytes_pushed\":%.0f,"
+                "\"mode\":\"%s\",\"servers\":%d,\"workers\":%d,\"steps\":%" PRIu64
+                ",\"bytes_pushed\":%.0f,"
                 "\"compress\":\"%s\",\"steps_per_epoch\":%d,\"chunks_dropped\":%" PRIu64
                 ",\"chunks_rejected\":%" PRIu64 ",\"chunks_late\":%" PRIu64
                 ",\"workers_lost\":%d}\n",
-                acc, s->wall_seconds, sps, s->mode, s->servers, s->workers, s->bytes_pushed,
-                s->compress, s->steps_per_epoch, s->dropped, s->rejected, s->dropped - s->rejected,
-                s->lost);
+                acc, s->wall_seconds, sps, s->mode, s->servers, s->workers, s->steps,
+                s->bytes_pushed, s->compress, s->steps_per_epoch, s->dropped, s->rejected,
+                s->dropped - s->rejected, s->lost);
     }
     fflush(out);
 }

@@ -1,7 +1,8 @@
-/* What shardps-cluster prints when a job has finished well: the job's
- * figures as a short table, and with --json the same as one JSON line
- * (what tests and shardps-experiment read). Text only; the figures come
- * from the workers' reports (progress.h) and the launcher's options. */
+/* What a launcher (shardps-cluster, shardps-run) prints when a job has
+ * finished well: the job's figures as a short table, and with --json the
+ * same as one JSON line (what tests and shardps-experiment read). Text
+ * only; the figures come from the workers' reports (progress.h) and the
+ * launcher's options. */
 #ifndef PS_SUMMARY_H
 #define PS_SUMMARY_H
 
@@ -10,6 +11,7 @@
 
 typedef struct {
     /* The job, as the launcher ran it (strings borrowed). */
+    const char *prog; /* "shardps-cluster" */
     const char *mode, *compress;
     const char *metrics_dir; /* NULL: none */
     int servers, workers;
@@ -17,6 +19,7 @@ typedef struct {
     /* From the workers' reports (ps_progress_summary). */
     double test_accuracy; /* NAN: never evaluated */
     int steps_per_epoch;
+    uint64_t steps;                       /* the most steps a worker computed */
     double samples, seconds;              /* all workers' samples; the longest training time */
     double bytes_pushed;                  /* all workers' gradient payloads */
     double staleness_mean, staleness_max; /* over the workers' applied pushes */

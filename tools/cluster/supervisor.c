@@ -1,7 +1,7 @@
-/* The processes of a shardps-cluster job (see supervisor.h): each child's
- * three pipes (stdout, stderr, and fd 3 for a server's port or a worker's
- * reports) read line by line on the loop, and the job's lifecycle decided
- * from its children's lines and exits. */
+/* The processes of a launcher's job (see supervisor.h): each child's three
+ * pipes (stdout, stderr, and fd 3 for a server's port or a worker's reports)
+ * read line by line on the loop, and the job's lifecycle decided from its
+ * children's lines and exits. */
 #include "supervisor.h"
 
 #include <errno.h>
@@ -15,6 +15,7 @@
 
 #include "child_args.h"
 #include "ps_log.h"
+#include "worker_env.h"
 
 #define PS__MAX_PROCS 256
 
@@ -100,7 +101,8 @@ static int ps__running(void *arg, int is_server, int index)
 static void ps__run_drills(ps__cluster *cl, int rank, uint64_t step)
 {
     ps_drill_action act[PS_DRILLS_MAX_ACTIONS];
-    int n = ps_drills_on_step(cl->cfg.drills, rank, step, ps__running, cl, act);
+    int n =
+        cl->cfg.drills ? ps_drills_on_step(cl->cfg.drills, rank, step, ps__running, cl, act) : 0;
 
     for (int i = 0; i < n; i++) {
         ps__child *c = act[i].kind == PS_DRILL_KILL_SERVER
@@ -238,11 +240,49 @@ static int ps__workers_finished(const ps__cluster *cl)
 
 static void ps__spawn_server(ps__cluster *cl, int i, int restore);
 
+/* Whether worker rank, which exited 0, left before its job was done: it
+ * never joined (no "start" report: it never connected through libshardps) or never said it finished
+ * (no "done": it did not close its handle, or stopped before its last step). Writes the sentence
+ * into why. */
+static int ps__left_early(const ps__cluster *cl, int rank, char *why, size_t len)
+{
+    const ps_progress *p = cl->cfg.progress;
+
+    if (!ps_progress_worker_started(p, rank))
+        snprintf(why, len,
+                 "worker %d exited (status 0) without joining the job: it never connected to "
+                 "the servers through libshardps, which tells the launcher (SHARDPS_REPORT_FD)",
+                 rank);
+    else if (!ps_progress_worker_done(p, rank))
+        snprintf(why, len,
+                 "worker %d exited (status 0) without leaving the job (the last step it "
+                 "reported: %" PRIu64 "): it stopped early, or never closed its connection "
+                 "(shardps_close, Client.close)",
+                 rank, ps_progress_worker_step(p, rank));
+    else
+        return 0;
+    return 1;
+}
+
+/* A worker that left the job well but before the step it announced
+ * (early stopping, or a loop that ended too soon): not a failure, since
+ * only the program knows which, but said. */
+static void ps__say_short(const ps__cluster *cl, int rank)
+{
+    uint64_t step = ps_progress_worker_step(cl->cfg.progress, rank);
+    uint64_t total = ps_progress_worker_total(cl->cfg.progress, rank);
+
+    if (total > 0 && step < total)
+        ps_warn("worker %d left the job at step %" PRIu64 " of the %" PRIu64
+                " it announced: it stopped before its last step",
+                rank, step, total);
+}
+
 static void ps__on_exit(uv_process_t *p, int64_t status, int term_signal)
 {
     ps__child *c = p->data;
     ps__cluster *cl = c->cl;
-    char name[32], why[160];
+    char name[32], why[320];
 
     c->running = 0;
     uv_close((uv_handle_t *)p, NULL);
@@ -266,6 +306,11 @@ static void ps__on_exit(uv_process_t *p, int64_t status, int term_signal)
     } else if (c->role == PS__SERVER && !cl->stopping && !ps__workers_finished(cl)) {
         snprintf(why, sizeof(why), "%s exited before the workers finished", name);
         ps__fail(cl, why);
+    } else if (c->role == PS__WORKER && !cl->stopping && !cl->interrupted &&
+               ps__left_early(cl, c->index, why, sizeof(why))) {
+        ps__fail(cl, why);
+    } else if (c->role == PS__WORKER && !cl->stopping && !cl->interrupted) {
+        ps__say_short(cl, c->index);
     }
     if (c->role == PS__WORKER && ++cl->workers_exited == cl->cfg.job->workers && !cl->stopping)
         cl->interrupted ? ps__shutdown(cl) : ps__stop_servers(cl);
@@ -276,27 +321,19 @@ static void ps__on_exit(uv_process_t *p, int64_t status, int term_signal)
     ps__shutdown(cl);
 }
 
-static int ps__spawn(ps__cluster *cl, ps__role role, int index, ps_child_args *a)
+/* Starts a child of role with argv (argv[0] the program) and env. */
+static int ps__spawn(ps__cluster *cl, ps__role role, int index, char **argv, char **env)
 {
     ps__child *c = &cl->children[cl->n_children];
     uv_process_options_t opt;
     uv_stdio_container_t stdio[4];
-    char path[PATH_MAX], name[32];
+    char name[32];
     int rc;
 
     memset(c, 0, sizeof(*c));
     c->cl = cl;
     c->role = role;
     c->index = index;
-    snprintf(path, sizeof(path), "%s/%s", cl->cfg.bin_dir,
-             role == PS__SERVER ? "shardps-server" : "shardps-worker");
-    if (a->too_long) {
-        ps_error("internal: more options for %s than ps_child_args holds (PS_CHILD_OPTS)",
-                 role == PS__SERVER ? "a server" : "a worker");
-        return -E2BIG;
-    }
-    a->argv[0] = path;
-    a->argv[a->n + 1] = NULL;
     c->proc.data = c;
     stdio[0].flags = UV_IGNORE;
     for (int k = 0; k < PS__N_STREAMS; k++) {
@@ -309,22 +346,22 @@ static int ps__spawn(ps__cluster *cl, ps__role role, int index, ps_child_args *a
         stdio[1 + k].data.stream = (uv_stream_t *)&st->pipe;
     }
     memset(&opt, 0, sizeof(opt));
-    opt.file = path;
-    opt.args = a->argv;
+    opt.file = argv[0];
+    opt.args = argv;
     opt.exit_cb = ps__on_exit;
     opt.stdio = stdio;
     opt.stdio_count = 4;
-    opt.env = cl->cfg.env;
+    opt.env = env;
     /* A session of its own: a terminal's Ctrl-C (SIGINT to the foreground
      * process group) reaches only the launcher, which stops the workers at a
      * step boundary and then the servers. Signalled all at once, a server
      * that happened to be at a boundary would checkpoint and leave while the
      * workers were still inside the step. The child has no terminal to lose
-     * (its output is piped) and still dies with the launcher (--parent-pid). */
+     * (its output is piped); servers die with the launcher (--parent-pid). */
     opt.flags = UV_PROCESS_DETACHED;
     rc = uv_spawn(cl->loop, &c->proc, &opt);
     if (rc < 0) {
-        ps_error("cannot start %s (%s): %s", ps__child_name(c, name, sizeof(name)), path,
+        ps_error("cannot start %s (%s): %s", ps__child_name(c, name, sizeof(name)), argv[0],
                  uv_strerror(rc));
         for (int k = 0; k < PS__N_STREAMS; k++)
             uv_close((uv_handle_t *)&c->streams[k].pipe, NULL);
@@ -343,6 +380,7 @@ static void ps__spawn_server(ps__cluster *cl, int i, int restore)
 {
     /* Static: too large for the stack; the loop's thread is the only one. */
     static ps_child_args a;
+    static char path[PATH_MAX];
 
     ps_child_args_job(&a, cl->cfg.job, PS_JOB_SERVER);
     ps_child_args_opt(&a, "--listen", "127.0.0.1:%d", cl->ports[i]);
@@ -359,7 +397,15 @@ static void ps__spawn_server(ps__cluster *cl, int i, int restore)
      * table already handed over the job's --restore and --restore-clock. */
     if (restore)
         ps_child_args_flag(&a, "--restore=1");
-    if (ps__spawn(cl, PS__SERVER, i, &a) < 0) {
+    snprintf(path, sizeof(path), "%s/shardps-server", cl->cfg.bin_dir);
+    if (a.too_long) {
+        ps_error("internal: more options for a server than ps_child_args holds (PS_CHILD_OPTS)");
+        ps__fail(cl, "a server could not be started");
+        return;
+    }
+    a.argv[0] = path;
+    a.argv[a.n + 1] = NULL;
+    if (ps__spawn(cl, PS__SERVER, i, a.argv, cl->cfg.server_env) < 0) {
         ps__fail(cl, "a server could not be started");
         return;
     }
@@ -384,31 +430,10 @@ static void ps__start_workers(ps__cluster *cl)
             cl->cfg.n_servers == 1 ? "" : "s", cl->cfg.job->workers,
             cl->cfg.job->workers == 1 ? "" : "s");
     for (int r = 0; r < cl->cfg.job->workers && !cl->failed; r++) {
-        static ps_child_args a;
-        uint64_t steps[PS_DRILLS_MAX_STEPS];
-        int n_steps;
+        char **argv = cl->cfg.worker_argv(cl->cfg.worker_arg, r);
+        char **env = ps_worker_env_rank(cl->cfg.worker_env, servers, r);
 
-        ps_child_args_job(&a, cl->cfg.job, PS_JOB_WORKER);
-        ps_child_args_opt(&a, "--servers", "%s", servers);
-        ps_child_args_opt(&a, "--rank", "%d", r);
-        ps_child_args_opt(&a, "--threads", "%d", cl->cfg.threads);
-        ps_child_args_opt(&a, "--report-fd", "%d", 3);
-        ps_child_args_opt(&a, "--parent-pid", "%ld", (long)getpid());
-        if (cl->cfg.metrics_dir)
-            ps_child_args_opt(&a, "--metrics-file", "%s/worker-%d.jsonl", cl->cfg.metrics_dir, r);
-        if (r == 0 && cl->cfg.dump_weights)
-            ps_child_args_opt(&a, "--dump-weights", "%s", cl->cfg.dump_weights);
-        n_steps = ps_drills_report_steps(cl->cfg.drills, r, steps);
-        if (n_steps > 0) {
-            char list[PS_DRILLS_MAX_STEPS * 24] = "";
-            for (int i = 0; i < n_steps; i++)
-                snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%" PRIu64,
-                         i ? "," : "", steps[i]);
-            ps_child_args_opt(&a, "--report-steps", "%s", list);
-        }
-        if (ps_drills_slow_ms(cl->cfg.drills, r) > 0)
-            ps_child_args_opt(&a, "--slow-ms", "%d", ps_drills_slow_ms(cl->cfg.drills, r));
-        if (ps__spawn(cl, PS__WORKER, r, &a) < 0)
+        if (argv == NULL || env == NULL || ps__spawn(cl, PS__WORKER, r, argv, env) < 0)
             ps__fail(cl, "a worker could not be started");
     }
 }

@@ -1,12 +1,17 @@
-/* The processes of a shardps-cluster job: starts S servers on 127.0.0.1
- * with ports chosen by the OS (each reports its port on a pipe, so nothing
- * polls), then W workers pointed at them; hands the workers' reports to the
- * progress (progress.h) and carries out the drills they make due
- * (drills.h); restarts a server a drill killed; and stops everything once
- * the workers are done, on SIGINT/SIGTERM, or as soon as any process fails.
- * The children's stdout and stderr come through pipes and go out through
- * the console (console.h), so nothing breaks the progress line; they die
- * with the launcher (--parent-pid, parent_watch.h). */
+/* The processes of a launcher's job (shardps-cluster, shardps-run): starts
+ * S servers on 127.0.0.1 with ports chosen by the OS (each reports its port
+ * on a pipe, so nothing polls), then W copies of the worker command pointed
+ * at them: any program, shardps-worker or a user's, whose argv the launcher
+ * gives per rank and whose environment carries the job (worker_env.h). It
+ * hands the workers' reports (fd 3) to the progress (progress.h) and
+ * carries out the drills they make due (drills.h); restarts a server a
+ * drill killed; and stops everything once the workers are done, on
+ * SIGINT/SIGTERM (workers first, then servers), or as soon as any process
+ * fails, a worker that exits 0 without having joined the job or without
+ * having left it (no "done" report) included. The children's stdout and
+ * stderr come through pipes and go out through the console (console.h), so
+ * nothing breaks the progress line; the servers die with the launcher
+ * (--parent-pid, parent_watch.h). */
 #ifndef PS_SUPERVISOR_H
 #define PS_SUPERVISOR_H
 
@@ -16,19 +21,26 @@
 #include "drills.h"
 #include "job_options.h"
 #include "progress.h"
+#include "worker_env.h"
+
+/* The argv of worker rank's command (argv[0]: a path, or a name looked up
+ * on PATH), NULL-terminated and borrowed until the call after; NULL when it
+ * cannot be built (said in the log): the job fails. arg is the config's. */
+typedef char **(*ps_worker_argv_fn)(void *arg, int rank);
 
 /* Everything is borrowed for the run. */
 typedef struct {
     const ps_job_options *job; /* every job option, forwarded to the children that take it */
     int n_servers;             /* 1 to 64 */
-    int threads;               /* each worker's --threads */
-    const char *bin_dir;       /* where shardps-server and shardps-worker are */
-    const char *dump_weights;  /* rank 0's --dump-weights, or NULL */
-    const char *metrics_dir;   /* each process's --metrics-file is made here, or NULL */
+    const char *bin_dir;       /* where shardps-server is */
+    const char *metrics_dir;   /* each server's --metrics-file is made here, or NULL */
     int metrics_port;          /* server i serves /metrics on port + i (0: any; -1: off) */
-    char **env;                /* the children's environment (ps_child_env) */
-    ps_drills *drills;
-    ps_console *con; /* closed (ps_console_close) once the job stops */
+    char **server_env;         /* the servers' environment (ps_child_env) */
+    ps_worker_env *worker_env; /* the workers' */
+    ps_worker_argv_fn worker_argv;
+    void *worker_arg;
+    ps_drills *drills; /* NULL: none */
+    ps_console *con;   /* closed (ps_console_close) once the job stops */
     ps_progress *progress;
 } ps_supervisor_config;
 

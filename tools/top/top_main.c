@@ -414,18 +414,53 @@ static void ps__sleep(double s)
         ;
 }
 
+/* The endpoint list may stand anywhere among the options, without a flag
+ * (shardps-top h:p,h:p --once, or --once h:p,h:p): takes the one argument
+ * that is neither an option nor an option's value out of argv. Returns 0, or
+ * -EINVAL after a line on stderr when there are two. */
+static int ps__take_endpoints(const ps_flag *flags, int n, int *argc, char **argv, const char **out)
+{
+    for (int a = 1; a < *argc; a++) {
+        const char *arg = argv[a];
+
+        if (strncmp(arg, "--", 2) == 0) {
+            size_t len = strcspn(arg + 2, "=");
+            for (int f = 0; f < n; f++)
+                if (strlen(flags[f].name) == len && strncmp(flags[f].name, arg + 2, len) == 0 &&
+                    arg[2 + len] == '\0' && flags[f].type != PS_FLAG_BOOL)
+                    a++; /* its value follows */
+            continue;
+        }
+        if (arg[0] == '-')
+            continue; /* -h, or a mistake the parser names */
+        if (*out) {
+            fprintf(stderr,
+                    "shardps-top: two endpoint lists ('%s' and '%s'); give one, its entries "
+                    "separated by commas\n",
+                    *out, arg);
+            return -EINVAL;
+        }
+        *out = arg;
+        memmove(argv + a, argv + a + 1, (size_t)(*argc - a) * sizeof(*argv));
+        (*argc)--;
+        a--;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static ps__top_view views[2];
-    const char *endpoints = NULL;
+    const char *endpoints = NULL, *operand = NULL;
     char err[256];
     ps_server_list *list;
     double interval = 1, timeout = 2;
     int once = 0, n, cur = 0, tty, rc;
     const ps_flag flags[] = {
         {"metrics", PS_FLAG_STRING, &endpoints, "HOST:PORT,...",
-         "the servers' metrics endpoints (or give them as the first argument)", 0, 0, NULL, NULL,
-         NULL},
+         "the servers' metrics endpoints (or give them without the flag, before or after the "
+         "options)",
+         0, 0, NULL, NULL, NULL},
         {"once", PS_FLAG_BOOL, &once, NULL, "print one snapshot and exit", 0, 0, NULL, NULL, NULL},
         {"interval", PS_FLAG_DOUBLE, &interval, "SECONDS", "time between refreshes", 0.1, 3600,
          NULL, NULL, NULL},
@@ -434,18 +469,24 @@ int main(int argc, char **argv)
     };
 
     signal(SIGPIPE, SIG_IGN);
-    /* The endpoint list may come first, without a flag: shardps-top h:p,h:p. */
-    if (argc > 1 && argv[1][0] != '-') {
-        endpoints = argv[1];
-        argv[1] = argv[0];
-        argv++;
-        argc--;
-    }
-    rc = ps_flags_parse(flags, (int)(sizeof(flags) / sizeof(flags[0])), argc, argv, "shardps-top",
-                        "Shows a running job live from its servers' /metrics endpoints "
-                        "(shardps-server --metrics-port). Usage: shardps-top HOST:PORT[,...]");
+    rc = ps__take_endpoints(flags, (int)(sizeof(flags) / sizeof(flags[0])), &argc, argv, &operand);
+    if (rc < 0)
+        return 2;
+    rc = ps_flags_parse(
+        flags, (int)(sizeof(flags) / sizeof(flags[0])), argc, argv, "shardps-top",
+        "Shows a running job live from its servers' /metrics endpoints "
+        "(shardps-server --metrics-port). Usage: shardps-top [OPTIONS] HOST:PORT[,...]");
     if (rc != 0)
         return rc > 0 ? 0 : 2;
+    if (operand && endpoints) {
+        fprintf(stderr,
+                "shardps-top: endpoints given twice ('%s' and --metrics '%s'); give them "
+                "once\n",
+                operand, endpoints);
+        return 2;
+    }
+    if (operand)
+        endpoints = operand;
     if (endpoints == NULL) {
         fprintf(stderr, "shardps-top: name the servers' metrics endpoints, e.g. shardps-top "
                         "127.0.0.1:9100,127.0.0.1:9101 (see --help)\n");

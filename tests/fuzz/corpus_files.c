@@ -1,0 +1,208 @@
+/* ps-fuzz-corpus's seeds for the targets that read tables and files
+ * (fuzz_table, fuzz_checkpoint, fuzz_model; issue 22), each made by the
+ * code that writes the real thing: packed tables as a HELLO carries them,
+ * checkpoint files from ps_checkpoint_write, model files from
+ * ps_model_file_write; then a few broken ones of each (a NUL in a name, 33
+ * tensors, fans at the limit, a header with no body, a file cut short). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "crc32c.h"
+#include "fuzz_common.h"
+#include "job_options.h"
+#include "model_file.h"
+#include "partition.h"
+#include "tensor_table.h"
+
+static int cf_write(const char *dir, const char *target, const char *name, const void *data,
+                    size_t len)
+{
+    char path[4096];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, target);
+    if (mkdir(path, 0755) < 0 && errno != EEXIST)
+        return -errno;
+    snprintf(path, sizeof(path), "%s/%s/%s", dir, target, name);
+    f = fopen(path, "wb");
+    if (f == NULL || fwrite(data, 1, len, f) != len || fclose(f) != 0) {
+        fprintf(stderr, "ps-fuzz-corpus: cannot write %s: %s\n", path, strerror(errno));
+        return -EIO;
+    }
+    return 0;
+}
+
+/* The whole file at path into *buf (caller frees); its length or -1. */
+static long cf_read(const char *path, uint8_t **buf)
+{
+    FILE *f = fopen(path, "rb");
+    long len = -1;
+
+    *buf = NULL;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (*buf = malloc((size_t)len + 1)) != NULL && fread(*buf, 1, (size_t)len, f) == (size_t)len) {
+        fclose(f);
+        return len;
+    }
+    if (f)
+        fclose(f);
+    free(*buf);
+    *buf = NULL;
+    return -1;
+}
+
+static int cf_table(const char *dir, const char *name, const ps_model_spec *spec, const char *nul)
+{
+    ps_tensor_table_wire w;
+    uint8_t buf[8192], *at;
+    size_t len;
+
+    ps_tensor_table_to_wire(spec, &w);
+    len = shardps__tensor_table__pack(&w.msg, buf);
+    /* A NUL put into a name after packing: protobuf-c cannot pack one. */
+    if (nul && (at = memmem(buf, len, nul, strlen(nul))) != NULL)
+        at[1] = '\0';
+    return cf_write(dir, "table", name, buf, len);
+}
+
+static int cf_tables(const char *dir)
+{
+    static const int mlp[] = {784, 256, 128, 10};
+    ps_model_spec spec, one;
+    int rc = 0, n = 4;
+
+    psf_spec(&spec);
+    rc |= cf_table(dir, "fuzz-model", &spec, NULL);
+    rc |= cf_table(dir, "fuzz-model-nul-name", &spec, "fc1.weight");
+    rc |= ps_model_spec_init_mlp(&spec, mlp, 4, 1);
+    rc |= cf_table(dir, "default-mlp", &spec, NULL);
+    memset(&one, 0, sizeof(one));
+    rc |= ps_model_spec_add_tensor(&one, "x", 1, &n, PS_INIT_XAVIER_UNIFORM, INT32_MAX, INT32_MAX);
+    rc |= cf_table(dir, "max-fans", &one, NULL);
+    /* 33 tensors: one more than a table holds, built as a message. */
+    {
+        ps_tensor_table_wire w;
+        Shardps__TensorDecl *ptrs[PS_MAX_TENSORS + 1];
+        uint8_t buf[8192];
+        size_t len;
+        ps_tensor_table_to_wire(&one, &w);
+        for (int i = 0; i <= PS_MAX_TENSORS; i++)
+            ptrs[i] = w.decl_ptrs[0];
+        w.msg.tensors = ptrs;
+        w.msg.n_tensors = PS_MAX_TENSORS + 1;
+        len = shardps__tensor_table__pack(&w.msg, buf);
+        rc |= cf_write(dir, "table", "33-tensors", buf, len);
+    }
+    return rc;
+}
+
+/* A real checkpoint of the fuzz model with Adam's state, at clock 3, as
+ * fuzz_checkpoint's restoring server expects it; then broken copies. */
+static int cf_checkpoints(const char *dir)
+{
+    char tmp[] = "/tmp/ps-fuzz-corpus.XXXXXX", path[4096];
+    ps_checkpoint_meta meta;
+    ps_optimizer_config opt;
+    ps_model_spec spec;
+    ps_partition *part = NULL;
+    ps_shard *shard = NULL;
+    uint64_t clock[64], newest[64];
+    ps_checkpoint_clocks clocks = {clock, newest};
+    uint8_t *buf = NULL;
+    long len;
+    int rc = -1, n;
+
+    psf_spec(&spec);
+    ps_optimizer_defaults(&opt, PS_OPT_ADAM);
+    if (mkdtemp(tmp) == NULL || ps_partition_init(&part, &spec, 1, PSF_CHUNK_BYTES) < 0 ||
+        ps_shard_init(&shard, part, 0, &spec, &opt, 0) < 0)
+        goto out;
+    n = ps_shard_chunk_count(shard);
+    for (int i = 0; i < n && i < 64; i++) {
+        if (ps_shard_fill(shard, i, 1) < 0)
+            goto out;
+        for (size_t k = 0; k < ps_shard_state_floats(shard, i); k++)
+            ps_shard_state_mut(shard, i)[k] = 0.001f * (float)k;
+        clock[i] = newest[i] = 3;
+        ps_shard_set_updates(shard, i, 3);
+    }
+    memset(&meta, 0, sizeof(meta));
+    meta.num_servers = 1;
+    meta.optimizer = PS_OPT_ADAM;
+    meta.fingerprint = ps_model_spec_fingerprint(&spec);
+    meta.chunk_bytes = PSF_CHUNK_BYTES;
+    meta.clock = 3;
+    meta.total_steps = 10;
+    meta.job = ps_job_fingerprint(NULL, 0);
+    if (n > 64 ||
+        ps_checkpoint_write(tmp, 1, &meta, &spec, shard, &clocks, path, sizeof(path)) < 0 ||
+        (len = cf_read(path, &buf)) < 0)
+        goto out;
+    rc = cf_write(dir, "checkpoint", "adam-clock-3", buf, (size_t)len);
+    rc |= cf_write(dir, "checkpoint", "cut-after-the-table", buf, (size_t)len / 4);
+    rc |= cf_write(dir, "checkpoint", "header-only", buf, 72);
+    buf[len / 2] ^= 0x20;
+    rc |= cf_write(dir, "checkpoint", "bit-flipped", buf, (size_t)len);
+    unlink(path);
+out:
+    free(buf);
+    ps_shard_free(shard);
+    ps_partition_free(part);
+    rmdir(tmp);
+    return rc;
+}
+
+static int cf_model(const char *dir, const char *name, const char *text, const ps_act_shape *in)
+{
+    char path[] = "/tmp/ps-fuzz-corpus-model.XXXXXX", err[256];
+    const float *tensor[PS_MAX_TENSORS];
+    ps_model_desc desc;
+    ps_model_spec table;
+    float *values = NULL;
+    uint8_t *buf = NULL;
+    long len;
+    int fd = mkstemp(path), rc = -1;
+
+    if (fd < 0)
+        return -errno;
+    close(fd);
+    if (ps_model_desc_parse(&desc, text, name, err, sizeof(err)) != 0 ||
+        ps_model_desc_resolve(&desc, in, 3, 5, &table, err, sizeof(err)) != 0 ||
+        (values = calloc(table.total_numel, sizeof(float))) == NULL)
+        goto out;
+    for (size_t i = 0, off = 0; i < (size_t)table.n_tensors; i++) {
+        tensor[i] = values + off;
+        off += table.tensors[i].numel;
+    }
+    if (ps_model_file_write(path, &desc, &table, tensor, err, sizeof(err)) != 0 ||
+        (len = cf_read(path, &buf)) < 0)
+        goto out;
+    rc = cf_write(dir, "model", name, buf, (size_t)len);
+out:
+    free(buf);
+    free(values);
+    unlink(path);
+    return rc;
+}
+
+static int cf_models(const char *dir)
+{
+    static const ps_act_shape flat = {1, {5, 0, 0}}, image = {3, {1, 6, 6}};
+
+    return cf_model(dir, "mlp", "flatten\ndense out=16\nrelu\ndense out=classes\n", &flat) |
+           cf_model(dir, "cnn",
+                    "conv2d out=2 kernel=3 pad=1\nrelu\nmaxpool kernel=2\ndropout p=0.25\n"
+                    "flatten\ndense out=classes\n",
+                    &image);
+}
+
+int psf_file_seeds(const char *dir)
+{
+    return cf_tables(dir) | cf_checkpoints(dir) | cf_models(dir);
+}

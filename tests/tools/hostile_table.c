@@ -1,0 +1,138 @@
+/* ps-hostile-client's scenarios about the tensor table (issue 22): a
+ * stranger that declares a table of its own and leaves, and one that
+ * declares a table just under --max-model-bytes while another peer's round
+ * trips and the server's memory are measured. See hostile_client.h. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "hostile_client.h"
+#include "ps_error.h"
+#include "tensor_table.h"
+
+/* The table of the HELLO made last by stranger_hello. */
+static ps_tensor_table_wire ht_table;
+
+/* A HELLO for ctx's job and rank, but declaring one tensor x[numel]. */
+static int stranger_hello(hc_ctx *ctx, hc_conn *c, int numel)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+    ps_model_spec x;
+
+    memset(&x, 0, sizeof(x));
+    x.seed = 1;
+    if (ps_model_spec_add_tensor(&x, "x", 1, &numel, PS_INIT_ZERO, 1, 1) < 0)
+        return -EINVAL;
+    make_hello(ctx, &h, &hello);
+    ps_tensor_table_to_wire(&x, &ht_table);
+    hello.table = &ht_table.msg;
+    return send_frame(c, &h, NULL, 0);
+}
+
+/* Reads the answer to a HELLO: 1 for a WELCOME, 0 for a refusal (noted),
+ * -1 when there is none. */
+static int hello_answer(hc_conn *c)
+{
+    ps_frame f;
+    int rc = read_frame(c, &f);
+
+    if (rc != 1) {
+        note(c, "no answer to the HELLO: %s", rc == 0 ? "the server closed" : ps_strerror(rc));
+        return -1;
+    }
+    if (f.hdr->type == SHARDPS__MSG_TYPE__WELCOME)
+        return 1;
+    note(c, "refused: %s; ", f.hdr->reason ? f.hdr->reason : "(no reason)");
+    return 0;
+}
+
+/* Issue 22, cause 1: a HELLO declaring the one-tensor table x[1] as this
+ * rank, then gone. Passes once the server welcomed it (it adopted the
+ * declaration): what the server keeps of it afterwards is the test's to
+ * judge. */
+int sc_stranger_table(hc_ctx *ctx, hc_conn *c)
+{
+    if (stranger_hello(ctx, c, 1) < 0)
+        return -1;
+    if (hello_answer(c) != 1)
+        return -1;
+    note(c, "declared x[1] and was welcomed; leaving");
+    return 0;
+}
+
+/* Issue 22, cause 3: a HELLO of about 100 bytes declaring table_floats
+ * floats (4 GiB less 64 bytes by default, just under --max-model-bytes).
+ * Right after it, another peer asks probes times for its round trip (a
+ * HELLO refused "model mismatch" on a fresh connection): the slowest must
+ * stay under max_rtt_ms while the declaration is handled; then, with the
+ * declaration held, the server's RSS must stay under max_rss_mib. The
+ * server used to allocate and fill the table on its event loop: 8.6 s in
+ * which nobody was answered, 4.2 GB resident. */
+int sc_huge_table(hc_ctx *ctx, hc_conn *c)
+{
+    double slowest = 0, rss;
+    int rc;
+
+    if (stranger_hello(ctx, c, ctx->table_floats) < 0)
+        return -1;
+    for (int i = 0; i < ctx->probes; i++) {
+        double t = probe(ctx);
+        if (t < 0) {
+            note(c, "probe %d got no REJECT within the timeout; ", i + 1);
+            return -1;
+        }
+        slowest = t > slowest ? t : slowest;
+    }
+    rc = hello_answer(c);
+    if (rc < 0)
+        return -1;
+    rss = server_rss_mib(ctx);
+    note(c,
+         "declared %d floats (%s); another peer's slowest of %d round trips %.1f ms (bound %.0f); "
+         "server RSS %.1f MiB (bound %.0f)",
+         ctx->table_floats, rc == 1 ? "welcomed" : "refused", ctx->probes, slowest * 1000,
+         ctx->max_rtt_ms, rss, ctx->max_rss_mib);
+    return slowest * 1000 < ctx->max_rtt_ms && rss >= 0 && rss < ctx->max_rss_mib ? 0 : -1;
+}
+
+/* Issue 22, cause 5: ctx->idle connections that never say a word, held
+ * until the tool's stdin ends ("HELD ..." on stdout once they are made, so
+ * the test knows when). Against a server with --auth-token-file none of
+ * them can get past a handshake; they used to take every slot, and workers
+ * holding the token were refused "this server takes at most N connections".
+ * Those the server closes (to make room) stay closed. */
+int sc_idle_slots(hc_ctx *ctx, hc_conn *c)
+{
+    hc_conn *held = calloc((size_t)ctx->idle, sizeof(*held));
+    int open = 0;
+
+    if (held == NULL)
+        return -1;
+    for (int i = 0; i < ctx->idle; i++)
+        if (conn_open(ctx, &held[i]) == 0)
+            open++;
+        else
+            held[i].fd = -1;
+    printf("HELD %d open\n", open);
+    fflush(stdout);
+    /* Held until the test closes our stdin. */
+    {
+        char b[64];
+        ssize_t n;
+        do
+            n = read(0, b, sizeof(b));
+        while (n > 0 || (n < 0 && errno == EINTR));
+    }
+    for (int i = 0; i < ctx->idle; i++)
+        if (held[i].fd >= 0)
+            conn_close(&held[i]);
+    free(held);
+    note(c, "held %d idle connections", open);
+    return 0;
+}
