@@ -655,3 +655,29 @@ int shardps_new_from_env(shardps **out)
     ps_log_set_role(role);
     return 0;
 }
+
+/* For lib/shardps_rows.c (shardps_internal.h): the handle's parts it needs. */
+ps_kv_client_config *ps__shardps_config(shardps *h)
+{
+    return &h->cfg;
+}
+
+ps_kv_client *ps__shardps_client(const shardps *h)
+{
+    return h->kv;
+}
+
+int ps__shardps_fail(shardps *h, int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(h->error, sizeof(h->error), fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int ps__shardps_kv_fail(shardps *h, int rc, const char *doing)
+{
+    return ps__kv_err(h, rc, doing);
+}

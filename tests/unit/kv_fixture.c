@@ -267,3 +267,80 @@ void make_hello_as(Shardps__Header *h, Shardps__Hello *hello, const ps_model_spe
     h->request_id = 1;
     h->hello = hello;
 }
+
+void peer_open(peer *p)
+{
+    p->fd = raw_connect();
+    cr_assert_eq(ps_frame_decoder_init(&p->dec, (size_t)64 << 20), 0);
+    p->clock = 0;
+}
+
+void peer_close(peer *p)
+{
+    if (p->fd >= 0)
+        close(p->fd);
+    p->fd = -1;
+    ps_frame_decoder_free(p->dec);
+    p->dec = NULL;
+}
+
+/* A frame with a payload, encoded correctly. */
+void peer_send(peer *p, Shardps__Header *h, const void *payload, size_t len)
+{
+    ps_iov iov = {payload, len};
+    uint8_t *head;
+    size_t head_len;
+
+    cr_assert_eq(ps_frame_encode(h, &iov, payload ? 1 : 0, &head, &head_len), 0);
+    cr_assert_eq(raw_send(p->fd, head, head_len), 0);
+    free(head);
+    if (len)
+        raw_send(p->fd, payload, len);
+}
+
+/* Reads frames until one of type want arrives; an ERROR or REJECT first
+ * fails the test with its reason. */
+void peer_expect(peer *p, Shardps__MsgType want, ps_frame *f, const char *what)
+{
+    for (;;) {
+        raw_read_frame(p->fd, p->dec, f, what);
+        if (f->hdr->type == want)
+            return;
+        cr_assert(f->hdr->type != SHARDPS__MSG_TYPE__ERROR &&
+                      f->hdr->type != SHARDPS__MSG_TYPE__REJECT,
+                  "%s: refused: %s", what, f->hdr->reason ? f->hdr->reason : "");
+    }
+}
+
+/* The server must refuse: a frame of type want whose reason contains
+ * reason, then close the connection. Returns nothing; the peer is closed. */
+void peer_expect_refusal(peer *p, Shardps__MsgType want, const char *reason, const char *what)
+{
+    ps_frame f;
+
+    for (;;) {
+        raw_read_frame(p->fd, p->dec, &f, what);
+        if (f.hdr->type == SHARDPS__MSG_TYPE__ERROR || f.hdr->type == SHARDPS__MSG_TYPE__REJECT)
+            break;
+    }
+    cr_assert_eq(f.hdr->type, want, "%s: got type %d (%s)", what, f.hdr->type,
+                 f.hdr->reason ? f.hdr->reason : "");
+    cr_assert(f.hdr->reason && strstr(f.hdr->reason, reason), "%s: reason \"%s\" lacks \"%s\"",
+              what, f.hdr->reason ? f.hdr->reason : "", reason);
+    expect_closed(p->fd, what);
+    p->fd = -1;
+    peer_close(p);
+}
+
+void peer_join(peer *p, uint32_t rank, uint32_t world)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+    ps_frame f;
+
+    peer_open(p);
+    make_hello_as(&h, &hello, &fx.spec, rank, world);
+    raw_send_frame(p->fd, &h);
+    peer_expect(p, SHARDPS__MSG_TYPE__WELCOME, &f, "join");
+    p->clock = f.hdr->welcome->clock;
+}
