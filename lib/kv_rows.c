@@ -6,6 +6,7 @@
  * as raw little-endian uint64 in the payload; the header names the table
  * and the count. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,6 +64,13 @@ long ps_kv_rows_unique(const uint64_t *ids, size_t n, uint64_t *uniq, uint32_t *
     return (long)m;
 }
 
+/* The largest answer sv may send besides a rows pull's: a dense pull of
+ * all its keys (kv_conn.c). */
+static size_t ps__dense_limit(const ps__server *sv)
+{
+    return sv->bytes < sv->cl->cfg.max_payload ? sv->bytes : sv->cl->cfg.max_payload;
+}
+
 void ps__handle_rows_reply(ps__server *sv, const ps_frame *f)
 {
     ps_kv_client *c = sv->cl;
@@ -80,6 +88,8 @@ void ps__handle_rows_reply(ps__server *sv, const ps_frame *f)
         memcpy(sv->rows_dest, f->payload, f->payload_len);
         c->stats.bytes_received += f->payload_len;
     }
+    if (!sv->rows.push)
+        ps_conn_set_max_payload(sv->conn, ps__dense_limit(sv));
     sv->rows_busy = 0;
     sv->rows_dest = NULL;
     c->outstanding--;
@@ -107,6 +117,18 @@ static int ps__send_rows(ps_kv_client *c, ps__server *sv, const ps_reply_rows *r
     h.row_table = r->table;
     h.row_count = r->count;
     h.dtype = dtype;
+    if (!r->push) {
+        /* The reply is allowed exactly the rows asked for, while it is owed. */
+        size_t need = r->count * r->dim * sizeof(float), dense = ps__dense_limit(sv);
+        if (need > c->cfg.max_payload) {
+            ps__failf(c, -PS_ETOOBIG,
+                      "a rows pull of %" PRIu64 " rows of dim %" PRIu32
+                      " from server %d is %zu bytes, over max-payload %zu",
+                      r->count, r->dim, sv->index, need, c->cfg.max_payload);
+            return -PS_ETOOBIG;
+        }
+        ps_conn_set_max_payload(sv->conn, need > dense ? need : dense);
+    }
     rc = ps_conn_send(sv->conn, &h, iov, r->push ? 2 : 1, NULL, NULL);
     if (rc < 0)
         return rc;

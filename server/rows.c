@@ -417,15 +417,17 @@ void ps__rows_peer_left(ps_kv_server *s, ps__peer *p)
     }
 }
 
-static void ps__ack_rows(ps__peer *p, uint64_t request_id, uint64_t clock, int dropped,
-                         int rejected, uint64_t staleness)
+static void ps__ack_rows(ps__peer *p, const Shardps__Header *req, int dropped, int rejected,
+                         uint64_t staleness)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
     int rc;
 
     h.type = SHARDPS__MSG_TYPE__PUSH_ROWS_REPLY;
-    h.request_id = request_id;
-    h.clock = clock;
+    h.request_id = req->request_id;
+    h.clock = req->clock;
+    h.row_table = req->row_table;
+    h.row_count = req->row_count;
     h.status = dropped;
     h.rejected = (uint32_t)rejected;
     h.staleness = staleness > UINT32_MAX ? UINT32_MAX : (uint32_t)staleness;
@@ -503,7 +505,7 @@ void ps__handle_push_rows(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     s->bytes_in += f->payload_len;
     p->n_pushes++;
     p->bytes_in += f->payload_len;
-    ps__ack_rows(p, h->request_id, h->clock, dropped + rejected, rejected, staleness);
+    ps__ack_rows(p, h, dropped + rejected, rejected, staleness);
     ps__release_pulls(s);
 out:
     free(ids);
