@@ -234,7 +234,7 @@ struct ps_kv_server {
     int n_rows;
     uint64_t *row_pushed;
     ps__row_pull *row_pulls; /* held, oldest first */
-    uint64_t n_row_pulls, n_row_pushes, rows_out, rows_in, n_row_refused;
+    uint64_t n_row_pulls, n_row_pushes, rows_out, rows_in, n_row_refused, n_row_nonfinite;
 };
 
 /* peer.c */

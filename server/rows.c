@@ -299,10 +299,11 @@ static int ps__rows_parse(ps_kv_server *s, ps__peer *p, const ps_frame *f, uint6
         return 0;
     s->n_row_refused++;
     if (rc == -ERANGE) {
-        if (s->n_row_refused == 1 || s->n_row_refused % 100 == 0)
+        s->n_row_nonfinite++;
+        if (s->n_row_nonfinite == 1 || s->n_row_nonfinite % 100 == 0)
             ps_warn("refused a rows push from %s at clock %" PRIu64 ": row table %s: %s (%" PRIu64
-                    " rows requests refused so far)",
-                    p->name, h->clock, name, why, s->n_row_refused);
+                    " such pushes so far)",
+                    p->name, h->clock, name, why, s->n_row_nonfinite);
         return 1;
     }
     ps__peer_fail(p, rc, "row table %s: %s", name, why);
