@@ -53,6 +53,11 @@ struct shardps {
      * otherwise send some of its chunks twice. */
     unsigned char pushed[PS_MAX_TENSORS];
     int started; /* a push or pull was started since the last wait */
+    /* shardps_push_copy's buffers, owned: copies[t] is NULL or tensor t's
+     * numel floats (the array is n_tensors long, made at the first copy). */
+    float **copies;
+    int copies_sent;   /* a copy was pushed since the last wait that succeeded */
+    int copies_unsafe; /* a wait failed with copies in flight: not to be reused */
     uint64_t start_clock;
     ps_job_report report; /* to the launcher that started us, if one did */
     char error[512];
@@ -85,7 +90,7 @@ static int ps__kv_err(shardps *h, int rc, const char *doing)
 
 const char *shardps_version(void)
 {
-    return "1.2.0";
+    return "1.3.0";
 }
 
 const char *shardps_strerror(int code)
@@ -388,6 +393,7 @@ int shardps_reconnect(shardps *h)
     ps_kv_client_abandon(h->kv);
     h->kv = NULL;
     memset(h->pushed, 0, sizeof(h->pushed));
+    h->copies_sent = h->copies_unsafe = 0;
     /* Our old connection may still hold the rank on a server: retry. */
     h->cfg.rejoining = 1;
     return ps__connect(h);
@@ -400,6 +406,29 @@ static int ps__ready(shardps *h, const char *fn)
         return -EINVAL;
     if (h->kv == NULL)
         return ps__err(h, -EINVAL, "%s: not connected (shardps_connect first)", fn);
+    return 0;
+}
+
+/* The handle's copy of tensor's gradient (shardps_push_copy): one buffer per
+ * tensor, made at its first copied push and kept until the handle is freed,
+ * since a tensor is pushed once per step and its copy is sent from until
+ * wait. After a wait that failed the sends may still hold the copies: they
+ * are not written again before a reconnect drops those sends. */
+static int ps__copy_of(shardps *h, int tensor, const float *grad, size_t numel, const float **out)
+{
+    if (h->copies_unsafe)
+        return ps__err(h, -EBUSY,
+                       "shardps_push_copy: the last wait failed and its sends may still read the "
+                       "copies: shardps_reconnect first");
+    if (h->copies == NULL &&
+        (h->copies = calloc((size_t)h->cfg.spec.n_tensors, sizeof(*h->copies))) == NULL)
+        return ps__err(h, -ENOMEM, "shardps_push_copy: out of memory");
+    if (h->copies[tensor] == NULL && (h->copies[tensor] = malloc(numel * sizeof(float))) == NULL)
+        return ps__err(h, -ENOMEM, "shardps_push_copy: out of memory for %s's copy",
+                       h->cfg.spec.tensors[tensor].name);
+    memcpy(h->copies[tensor], grad, numel * sizeof(float));
+    h->copies_sent = 1;
+    *out = h->copies[tensor];
     return 0;
 }
 
@@ -450,46 +479,81 @@ int shardps_weights_clock(const shardps *h, uint64_t *clock)
     return 0;
 }
 
-int shardps_push(shardps *h, int tensor, const float *grad, size_t numel)
+/* shardps_push and shardps_push_copy: the checks, then the gradient itself
+ * (borrowed until wait) or the handle's copy of it. */
+static int ps__push(shardps *h, int tensor, const float *grad, size_t numel, const char *fn,
+                    int copy)
 {
-    int rc = ps__ready(h, "shardps_push");
+    int rc = ps__ready(h, fn);
 
     if (rc < 0)
         return rc;
     if (tensor < 0 || tensor >= h->cfg.spec.n_tensors)
-        return ps__err(h, -EINVAL, "shardps_push: no tensor %d (the table has %d)", tensor,
+        return ps__err(h, -EINVAL, "%s: no tensor %d (the table has %d)", fn, tensor,
                        h->cfg.spec.n_tensors);
     if (grad == NULL || numel != h->cfg.spec.tensors[tensor].numel)
-        return ps__err(h, -EINVAL, "shardps_push: %s holds %zu floats, got %zu%s",
+        return ps__err(h, -EINVAL, "%s: %s holds %zu floats, got %zu%s", fn,
                        h->cfg.spec.tensors[tensor].name, h->cfg.spec.tensors[tensor].numel, numel,
                        grad == NULL ? " (NULL)" : "");
     if (h->pushed[tensor])
-        return ps__err(h, -EBUSY, "shardps_push: %s was already pushed this step (wait first)",
+        return ps__err(h, -EBUSY, "%s: %s was already pushed this step (wait first)", fn,
                        h->cfg.spec.tensors[tensor].name);
+    if (copy && (rc = ps__copy_of(h, tensor, grad, numel, &grad)) < 0)
+        return rc;
     h->pushed[tensor] = 1;
     h->started = 1;
     rc = ps_kv_client_push_tensor(h->kv, tensor, grad);
-    return rc < 0 ? ps__kv_err(h, rc, "shardps_push") : 0;
+    return rc < 0 ? ps__kv_err(h, rc, fn) : 0;
 }
 
-int shardps_pull(shardps *h, uint64_t clock, float *const *dest, int n_dest)
+int shardps_push(shardps *h, int tensor, const float *grad, size_t numel)
 {
-    int rc = ps__ready(h, "shardps_pull");
+    return ps__push(h, tensor, grad, numel, "shardps_push", 0);
+}
+
+int shardps_push_copy(shardps *h, int tensor, const float *grad, size_t numel)
+{
+    return ps__push(h, tensor, grad, numel, "shardps_push_copy", 1);
+}
+
+/* shardps_pull and shardps_pull_into (counts NULL: the caller vouches for
+ * the sizes). Nothing is written before every destination is checked. */
+static int ps__pull(shardps *h, uint64_t clock, float *const *dest, const size_t *counts,
+                    int n_dest, const char *fn)
+{
+    int rc = ps__ready(h, fn);
 
     if (rc < 0)
         return rc;
     if (dest == NULL || n_dest != h->cfg.spec.n_tensors)
-        return ps__err(h, -EINVAL, "shardps_pull: need %d destinations, got %d",
-                       h->cfg.spec.n_tensors, dest == NULL ? 0 : n_dest);
-    for (int i = 0; i < n_dest; i++)
+        return ps__err(h, -EINVAL, "%s: need %d destinations, got %d", fn, h->cfg.spec.n_tensors,
+                       dest == NULL ? 0 : n_dest);
+    for (int i = 0; i < n_dest; i++) {
+        const ps_tensor_spec *t = &h->cfg.spec.tensors[i];
         if (dest[i] == NULL)
-            return ps__err(h, -EINVAL, "shardps_pull: the destination of %s is NULL",
-                           h->cfg.spec.tensors[i].name);
+            return ps__err(h, -EINVAL, "%s: the destination of %s is NULL", fn, t->name);
+        if (counts && counts[i] != t->numel)
+            return ps__err(h, -EINVAL, "%s: the destination of %s holds %zu floats; it needs %zu",
+                           fn, t->name, counts[i], t->numel);
+    }
     h->started = 1;
     rc = ps_kv_client_pull(h->kv, clock, dest);
     if (rc == -EBUSY)
-        return ps__err(h, rc, "shardps_pull: a pull is already in flight (wait first)");
-    return rc < 0 ? ps__kv_err(h, rc, "shardps_pull") : 0;
+        return ps__err(h, rc, "%s: a pull is already in flight (wait first)", fn);
+    return rc < 0 ? ps__kv_err(h, rc, fn) : 0;
+}
+
+int shardps_pull(shardps *h, uint64_t clock, float *const *dest, int n_dest)
+{
+    return ps__pull(h, clock, dest, NULL, n_dest, "shardps_pull");
+}
+
+int shardps_pull_into(shardps *h, uint64_t clock, float *const *dest, const size_t *counts,
+                      int n_dest)
+{
+    if (h != NULL && counts == NULL)
+        return ps__err(h, -EINVAL, "shardps_pull_into: counts is NULL");
+    return ps__pull(h, clock, dest, counts, n_dest, "shardps_pull_into");
 }
 
 int shardps_progress(shardps *h)
@@ -510,7 +574,12 @@ int shardps_wait(shardps *h)
     memset(h->pushed, 0, sizeof(h->pushed));
     h->started = 0;
     rc = ps_kv_client_wait(h->kv);
-    return rc < 0 ? ps__kv_err(h, rc, "shardps_wait") : 0;
+    if (rc < 0) {
+        h->copies_unsafe = h->copies_sent;
+        return ps__kv_err(h, rc, "shardps_wait");
+    }
+    h->copies_sent = 0;
+    return 0;
 }
 
 int shardps_stats_get(const shardps *h, shardps_stats *out)
@@ -533,6 +602,10 @@ static void ps__free(shardps *h, int goodbye)
         ps_kv_client_close(h->kv);
     else
         ps_kv_client_abandon(h->kv);
+    /* After the client: its sends read the copies until it is gone. */
+    for (int t = 0; h->copies && t < h->cfg.spec.n_tensors; t++)
+        free(h->copies[t]);
+    free(h->copies);
     for (int s = 0; h->servers && s < h->cfg.n_servers; s++)
         free(h->servers[s]);
     free(h->servers);
