@@ -15,6 +15,12 @@ pulls the next step's weights straight into the parameters (CPU: no copy).
 No optimizer runs here: the servers apply sync, async or ssp as they were
 started. The loop needs no optimizer.step() and no zero_grad().
 
+What a gradient hook pushes is a copy the library owns (shardps_push_copy,
+on CUDA the pinned staging buffer), taken before the hook returns: a
+zero_grad() (either way), an in-place op on a .grad or a gradient freed
+while its push is in flight changes nothing that travels. The copy costs
+about 0.6 ms per million parameters here (docs/torch.md).
+
 CUDA parameters are staged through pinned host buffers (a copy each way per
 step). That path is untested: the machine this was written on has no GPU.
 """
@@ -71,7 +77,6 @@ class Attached:
             # Pulls land in the parameters' own storage.
             self._host = [p.data.view(-1) for p in self._params]
         self._dest = [h.numpy() for h in self._host]
-        self._held: List[Any] = []  # gradients being pushed, alive until the wait
         self._pushed = 0     # this step's pushes so far
         self._pulled = False
         self._handles = [p.register_hook(self._grad_hook(i)) for i, p in enumerate(self._params)]
@@ -82,13 +87,14 @@ class Attached:
         def hook(grad: torch.Tensor) -> None:
             g = grad.detach().reshape(-1)
             if g.is_cuda:
-                self._grad_host[i].copy_(g)  # synchronous: the bytes are there after
-                g = self._grad_host[i]
+                # Synchronous: the bytes are in the staging buffer, which
+                # nobody else writes, before the push starts.
+                self._grad_host[i].copy_(g)
+                self.client.push(i, self._grad_host[i].numpy(), block=False)
             else:
-                g = g.contiguous()
-            a = g.numpy()
-            self._held.append((g, a))
-            self.client.push(i, a, block=False)
+                # The library's copy: the loop may zero, change or drop the
+                # gradient as soon as backward has it.
+                self.client.push(i, g.contiguous().numpy(), block=False, copy=True)
             self.client.progress()
             self._pushed += 1
         return hook
@@ -105,7 +111,6 @@ class Attached:
             raise RuntimeError(f"shardps: only {self._pushed} of {len(self._params)} parameters "
                                "got a gradient this step; every parameter must be pushed")
         self.client.pull(self._dest)  # waits for the pushes too
-        self._held = []
         self._pushed = 0
         self._pulled = True
         with torch.no_grad():

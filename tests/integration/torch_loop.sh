@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# shardps.torch in the loops people write (issue 23, points 4, 5 and 7), each
+# worker against its own real server (tests/python/torch_loop.py): a loop
+# that zeroes, changes or drops its gradients right after backward, while
+# their pushes are in flight, ends with the plain loop's parameters bit for
+# bit (the library pushes its own copy).
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/python_lib.sh"
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
+
+start_server() { # name args...: one server of one worker; its port in $port
+    mkfifo "$TMP/port.$1"
+    "$BUILD/shardps-server" --listen 127.0.0.1:0 --ready-fd 3 --server-index 0 --num-servers 1 \
+        --workers 1 "${@:2}" 3>"$TMP/port.$1" 2>"$TMP/server.$1.err" &
+    read -r port <"$TMP/port.$1"
+}
+
+run_torch() { # out-file args...: tests/python/torch_loop.py, failing with its output
+    local out=$1
+    shift
+    LD_PRELOAD="$PY_PRELOAD" ASAN_OPTIONS=detect_leaks=0 OMP_NUM_THREADS=1 \
+        "$PYTHON" "$PY_TESTS/torch_loop.py" "$@" >"$out" 2>&1 ||
+        { cat "$out" >&2; fail "torch_loop.py $* failed"; }
+}
+
+steps=6
+for variant in plain zero_grad none inplace drop; do
+    start_server "$variant" --optimizer sgd --momentum 0.9 --lr 0.05 --lr-schedule constant \
+        --chunk-bytes 1024
+    run_torch "$TMP/$variant.out" loop "127.0.0.1:$port" "$variant" $steps "$TMP/$variant.bin"
+    wait $! || { cat "$TMP/server.$variant.err" >&2; fail "$variant: the server failed"; }
+    [ "$variant" = plain ] ||
+        cmp "$TMP/plain.bin" "$TMP/$variant.bin" || fail "$variant: the parameters differ from the plain loop's"
+done
+echo "PASS: zero_grad(), set_to_none, in-place ops and deleted gradients while pushes travel change nothing"
