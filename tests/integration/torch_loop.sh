@@ -33,3 +33,21 @@ for variant in plain zero_grad none inplace drop; do
         cmp "$TMP/plain.bin" "$TMP/$variant.bin" || fail "$variant: the parameters differ from the plain loop's"
 done
 echo "PASS: zero_grad(), set_to_none, in-place ops and deleted gradients while pushes travel change nothing"
+
+# The servers' optimizers follow torch.optim's formulas: one weight table,
+# the same gradient every step, each step's weights against torch.optim's
+# within the float32 bound that torch_loop.py's optim_tolerance derives.
+while read -r kind lr mu wd; do
+    start_server "$kind$mu" --optimizer "$kind" --lr "$lr" --momentum "$mu" --weight-decay "$wd" \
+        --lr-schedule constant
+    run_torch "$TMP/$kind$mu.out" optim "127.0.0.1:$port" "$kind" "$lr" "$mu" "$wd" 5
+    wait $! || { cat "$TMP/server.$kind$mu.err" >&2; fail "$kind: the server failed"; }
+    grep "step" "$TMP/$kind$mu.out"
+done <<EOF
+sgd 0.1 0 0.01
+sgd 0.1 0.9 0.01
+nesterov 0.1 0.9 0.01
+adam 0.01 0.9 0.01
+adamw 0.01 0.9 0.1
+EOF
+echo "PASS: the servers' sgd, momentum, nesterov, adam and adamw are torch.optim's"

@@ -11,9 +11,17 @@
                                 or drop (each .grad deleted). Every variant
                                 must end with the plain loop's parameters,
                                 bit for bit.
+  optim ADDR KIND LR MU WD STEPS
+                                the server's optimizer KIND (sgd, nesterov,
+                                adam, adamw; momentum MU, weight decay WD,
+                                constant LR) against torch.optim's on the
+                                same weights and the same gradient, after
+                                each of STEPS steps, within the tolerance
+                                below (optim_tolerance)
 """
 import sys
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -66,8 +74,73 @@ def loop(addr, variant, steps, out):
     print(f"PASS loop {variant}")
 
 
+def torch_optimizer(kind, p, lr, mu, wd):
+    if kind == "sgd":
+        return torch.optim.SGD([p], lr=lr, momentum=mu, weight_decay=wd)
+    if kind == "nesterov":
+        return torch.optim.SGD([p], lr=lr, momentum=mu, weight_decay=wd, nesterov=True)
+    if kind == "adam":
+        return torch.optim.Adam([p], lr=lr, weight_decay=wd)
+    if kind == "adamw":
+        return torch.optim.AdamW([p], lr=lr, weight_decay=wd)
+    raise SystemExit(f"no optimizer {kind}")
+
+
+def optim_tolerance(step, w, moved):
+    """The largest difference float32 allows after step steps, per weight.
+
+    Both sides compute the same formula in float32, each operation rounded
+    to nearest (relative error at most u = 2^-24), but not the same way:
+    torch's kernels may fuse a multiply and an add (one rounding instead of
+    two), divide by sqrt(bias correction) where the server multiplies by its
+    reciprocal, and round the step size from double at another point. One
+    step of the longest rule (AdamW: decay, moments, square root, divide,
+    update) rounds at most 16 times; each rounding is relative to a value no
+    larger than the weight or the move it makes, so one step's results may
+    differ by 16 u (|w| + |move|). The moments carry such differences into
+    later steps, where they act on moves of the same size again: after s
+    steps the bound is 16 s u (|w| + the sum of |move| so far), per weight.
+    """
+    return 16 * step * 2.0 ** -24 * (np.abs(w) + moved)
+
+
+def optim(addr, kind, lr, mu, wd, steps):
+    n = 4096
+    c = shardps.Client(addr, rank=0, world=1, connect_timeout=10, total_steps=steps)
+    c.declare("w", [64, 64], shardps.INIT_HE_UNIFORM, 64, 64)
+    c.connect()
+    w = np.empty(n, np.float32)
+    c.pull([w])
+    p = torch.nn.Parameter(torch.from_numpy(w.copy()))
+    opt = torch_optimizer(kind, p, lr, mu, wd)
+    g = np.random.default_rng(5).standard_normal(n).astype(np.float32)
+    moved = np.zeros(n)
+    for step in range(1, steps + 1):
+        before = p.detach().numpy().copy()
+        p.grad = torch.from_numpy(g.copy())
+        opt.step()
+        want = p.detach().numpy()
+        moved += np.abs(want.astype(np.float64) - before)
+        c.push(0, g, block=False)
+        c.pull([w])
+        tol = optim_tolerance(step, want, moved)
+        diff = np.abs(w.astype(np.float64) - want)
+        worst = int(np.argmax(diff / tol))
+        assert (diff <= tol).all(), (f"{kind} step {step}: weight {worst} is {w[worst]!r}, "
+                                     f"torch.optim's {want[worst]!r} (tolerance {tol[worst]:.3g})")
+        # The tolerance is far below what a step moves: a wrong coefficient,
+        # bias correction or step count shows.
+        assert moved.max() > 1000 * tol.max(), (moved.max(), tol.max())
+        print(f"{kind} step {step}: largest difference {diff.max():.3g}, "
+              f"{(diff / tol).max():.3f} of the tolerance, largest move {moved.max():.3g}")
+    c.close()
+    print(f"PASS optim {kind}")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "loop":
         loop(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+    elif sys.argv[1] == "optim":
+        optim(sys.argv[2], sys.argv[3], *map(float, sys.argv[4:7]), int(sys.argv[7]))
     else:
         raise SystemExit(f"no mode {sys.argv[1]}")
