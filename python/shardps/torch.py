@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 
@@ -62,12 +62,27 @@ def default_init(named_params: Iterable[Tuple[str, torch.nn.Parameter]]) -> Dict
     return out
 
 
+def _clipped(g: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """g scaled to an L2 norm of at most max_norm, as the C worker's
+    --clip-norm does it (kernels/layers.c ps_clip_norm: the squares summed
+    in double, one float32 scale)."""
+    sq = float(torch.sum(g.double() ** 2))
+    if sq > max_norm * max_norm:
+        return g * (max_norm / math.sqrt(sq))
+    return g
+
+
 class Attached:
     """A model hooked to a job (see attach). close() leaves the job."""
 
-    def __init__(self, model: torch.nn.Module, client: Client) -> None:
+    def __init__(self, model: torch.nn.Module, client: Client, accumulate: int = 1,
+                 clip_norm: float = 0.0) -> None:
         self.client = client
-        self._params = [p for _, p in model.named_parameters()]
+        named = list(model.named_parameters())
+        self._names = [n for n, _ in named]
+        self._params = [p for _, p in named]
+        self._accumulate = accumulate
+        self._clip_norm = clip_norm
         self._cuda = any(p.is_cuda for p in self._params)
         if self._cuda:
             self._host = [torch.empty(p.numel(), dtype=torch.float32).pin_memory()
@@ -77,15 +92,38 @@ class Attached:
             # Pulls land in the parameters' own storage.
             self._host = [p.data.view(-1) for p in self._params]
         self._dest = [h.numpy() for h in self._host]
+        # Per parameter: the gradients backward gave it this step, and
+        # (accumulate > 1) their sum so far.
+        self._count = [0] * len(self._params)
+        self._sum: List[Optional[torch.Tensor]] = [None] * len(self._params)
         self._pushed = 0     # this step's pushes so far
         self._pulled = False
+        self._versions: List[int] = []  # each parameter's _version after the last pull
         self._handles = [p.register_hook(self._grad_hook(i)) for i, p in enumerate(self._params)]
         self._handles.append(model.register_forward_pre_hook(lambda m, inp: self.sync()))
         self.sync()
 
     def _grad_hook(self, i: int) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:
+            if self._count[i] == self._accumulate:
+                raise RuntimeError(
+                    f"shardps: {self._names[i]} got a gradient from more than "
+                    f"{self._accumulate} backward pass(es) before the next forward: a step of "
+                    "the job takes one gradient per parameter, pulled weights in between. To "
+                    "sum K backward passes into one step (gradient accumulation), attach with "
+                    "accumulate=K and run a forward before each (docs/torch.md)")
             g = grad.detach().reshape(-1)
+            self._count[i] += 1
+            if self._accumulate > 1:
+                if self._count[i] == 1:
+                    self._sum[i] = g.clone()
+                else:
+                    self._sum[i].add_(g)  # type: ignore[union-attr]
+                if self._count[i] < self._accumulate:
+                    return
+                g, self._sum[i] = self._sum[i], None  # type: ignore[assignment]
+            if self._clip_norm > 0:
+                g = _clipped(g, self._clip_norm)
             if g.is_cuda:
                 # Synchronous: the bytes are in the staging buffer, which
                 # nobody else writes, before the push starts.
@@ -99,47 +137,78 @@ class Attached:
             self._pushed += 1
         return hook
 
+    def _check_unchanged(self) -> None:
+        """Refuses parameters changed in place since the pull: the servers
+        run the optimizer, and the next pull would silently undo it."""
+        for name, p, v in zip(self._names, self._params, self._versions):
+            if p._version != v:
+                raise RuntimeError(
+                    f"shardps: {name} was changed in place since its weights were pulled (an "
+                    "optimizer.step(), a GradScaler's step or a manual update left in the "
+                    "loop?): the servers run the optimizer, and the next pull would overwrite "
+                    "the change. Remove the optimizer (and its lr_scheduler) from the loop and "
+                    "give the servers --optimizer, --lr, --momentum, --weight-decay and "
+                    "--lr-schedule (docs/torch.md)")
+
     def sync(self) -> None:
         """Completes this step's pushes and pulls the next weights into the
         parameters: called before every forward, so a loop never calls it."""
-        if self._pulled and self._pushed == 0:
-            # A forward with nothing to exchange (a test of the model): the
-            # servers still hear from us, however long the test takes.
+        self._check_unchanged()
+        if self._pulled and len(set(self._count)) == 1 and self._pushed == 0:
+            # A forward with nothing to exchange (a test of the model, or
+            # the next micro-batch of an accumulated step): the servers
+            # still hear from us, however long it takes.
             self.client.progress()
             return
-        if 0 < self._pushed < len(self._params):
+        if self._pulled and self._pushed < len(self._params):
+            missing = next(n for n, c in zip(self._names, self._count)
+                           if c < self._accumulate)
             raise RuntimeError(f"shardps: only {self._pushed} of {len(self._params)} parameters "
-                               "got a gradient this step; every parameter must be pushed")
+                               f"got their gradient this step ({missing} did not); every "
+                               "parameter must be pushed")
         self.client.pull(self._dest)  # waits for the pushes too
         self._pushed = 0
+        self._count = [0] * len(self._params)
         self._pulled = True
         with torch.no_grad():
             for p, h in zip(self._params, self._host):
                 if self._cuda:
                     p.data.view(-1).copy_(h, non_blocking=False)
                 p.grad = None
+        self._versions = [p._version for p in self._params]
 
     def close(self) -> None:
         """Completes the last step (its pushes, and the pull of the weights
         they make), unhooks the model and leaves the job: the model keeps the
-        final weights."""
-        if self._pushed:
-            self.sync()
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-        self.client.close()
+        final weights. A step left unfinished raises after the job is left."""
+        try:
+            if any(self._count):
+                self.sync()
+        finally:
+            for h in self._handles:
+                h.remove()
+            self._handles = []
+            self.client.close()
 
 
 def attach(model: torch.nn.Module, servers: Union[str, Sequence[str]], rank: int, world: int,
-           init: Optional[Dict[str, Init]] = None,
-           **options: Union[str, int, float, bool]) -> Attached:
+           init: Optional[Dict[str, Init]] = None, accumulate: int = 1,
+           clip_norm: float = 0.0, **options: Union[str, int, float, bool]) -> Attached:
     """Declares model's parameters as the job's tensors, joins the job, pulls
     the current weights into the model and hooks it (see the module text).
     servers: as Client's ("HOST:PORT,HOST:PORT" or a sequence of "HOST:PORT").
-    init: {name: (kind, fan_in, fan_out)} overriding default_init. options:
+    init: {name: (kind, fan_in, fan_out)} overriding default_init.
+    accumulate: K backward passes (each after its own forward) summed into
+    one step's gradient, as p.grad sums them before an optimizer.step().
+    clip_norm: each tensor's gradient scaled to at most this L2 norm before
+    it is pushed (the C worker's --clip-norm; 0: off). options:
     Client's (auth_token_file=..., seed=..., total_steps=..., ...). Returns
     the Attached model; its close() leaves the job."""
+    if isinstance(accumulate, bool) or not isinstance(accumulate, int) or accumulate < 1:
+        raise ValueError(f"attach: accumulate is the count of backward passes per step, an "
+                         f"int >= 1; got {accumulate!r}")
+    if not isinstance(clip_norm, (int, float)) or not 0 <= clip_norm < math.inf:
+        raise ValueError(f"attach: clip_norm is an L2 norm >= 0 (0: off); got {clip_norm!r}")
     params = list(model.named_parameters())
     for name, p in params:
         if p.dtype != torch.float32:
@@ -151,7 +220,7 @@ def attach(model: torch.nn.Module, servers: Union[str, Sequence[str]], rank: int
         for name, p in params:
             client.declare(name, list(p.shape), *kinds[name])
         client.connect()
-        return Attached(model, client)
+        return Attached(model, client, accumulate, float(clip_norm))
     except BaseException:
         client.abandon()
         raise

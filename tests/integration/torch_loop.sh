@@ -3,7 +3,11 @@
 # worker against its own real server (tests/python/torch_loop.py): a loop
 # that zeroes, changes or drops its gradients right after backward, while
 # their pushes are in flight, ends with the plain loop's parameters bit for
-# bit (the library pushes its own copy).
+# bit (the library pushes its own copy), and so does one that accumulates
+# two half-loss passes with attach(accumulate=2); an optimizer's or a
+# GradScaler's step and a second backward raise with the sentence to read;
+# clip_norm clips as --clip-norm does; the servers' optimizers are
+# torch.optim's within a derived float32 bound.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/python_lib.sh"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
@@ -24,7 +28,7 @@ run_torch() { # out-file args...: tests/python/torch_loop.py, failing with its o
 }
 
 steps=6
-for variant in plain zero_grad none inplace drop; do
+for variant in plain zero_grad none inplace drop accumulate; do
     start_server "$variant" --optimizer sgd --momentum 0.9 --lr 0.05 --lr-schedule constant \
         --chunk-bytes 1024
     run_torch "$TMP/$variant.out" loop "127.0.0.1:$port" "$variant" $steps "$TMP/$variant.bin"
@@ -33,6 +37,23 @@ for variant in plain zero_grad none inplace drop; do
         cmp "$TMP/plain.bin" "$TMP/$variant.bin" || fail "$variant: the parameters differ from the plain loop's"
 done
 echo "PASS: zero_grad(), set_to_none, in-place ops and deleted gradients while pushes travel change nothing"
+echo "PASS: attach(accumulate=2) over two half-loss passes is the plain loop's step, bit for bit"
+
+# What attach cannot serve raises, with the sentence to read.
+for case in optimizer scaler twice args; do
+    start_server "$case" --optimizer sgd --lr 0.1 --lr-schedule constant --chunk-bytes 1024
+    run_torch "$TMP/$case.out" refuse "127.0.0.1:$port" "$case"
+    grep "^raised" "$TMP/$case.out"
+    kill %% 2>/dev/null || true
+    wait $! 2>/dev/null || true
+done
+echo "PASS: an optimizer's or a GradScaler's step, a second backward and bad arguments raise"
+
+# clip_norm is the C worker's --clip-norm, per tensor, before the push.
+start_server clip --optimizer sgd --momentum 0 --lr 0.5 --lr-schedule constant --chunk-bytes 1024
+run_torch "$TMP/clip.out" clip "127.0.0.1:$port"
+wait $! || { cat "$TMP/server.clip.err" >&2; fail "clip: the server failed"; }
+echo "PASS: attach(clip_norm=...) clips each tensor's gradient before it is pushed"
 
 # The servers' optimizers follow torch.optim's formulas: one weight table,
 # the same gradient every step, each step's weights against torch.optim's

@@ -8,9 +8,21 @@
                                 (nothing), zero_grad (PyTorch 1.13's default,
                                 zeroed in place), none (set_to_none=True),
                                 inplace (each .grad scaled by NaN in place)
-                                or drop (each .grad deleted). Every variant
-                                must end with the plain loop's parameters,
-                                bit for bit.
+                                or drop (each .grad deleted); or accumulate:
+                                attach(accumulate=2), each step two forward
+                                and backward passes of the batch at half the
+                                loss (a power of two: the sum is the plain
+                                gradient exactly). Every variant must end
+                                with the plain loop's parameters, bit for bit.
+  refuse ADDR CASE              a loop attach cannot serve raises, with the
+                                sentence to read: optimizer (an
+                                optimizer.step() left in), scaler (a
+                                GradScaler's step), twice (a second backward
+                                before the next forward), args (attach's
+                                accumulate and clip_norm out of range)
+  clip ADDR                     attach(clip_norm=0.05) on plain SGD, lr 0.5:
+                                the step is w - lr * g * min(1, 0.05/|g|) per
+                                tensor, as the C worker's --clip-norm
   optim ADDR KIND LR MU WD STEPS
                                 the server's optimizer KIND (sgd, nesterov,
                                 adam, adamw; momentum MU, weight decay WD,
@@ -57,13 +69,22 @@ def after_backward(model, variant):
         raise SystemExit(f"no variant {variant}")
 
 
-def loop(addr, variant, steps, out):
+def attached(addr, steps, **kw):
     torch.manual_seed(0)
     model = mlp()
     # 1 KiB chunks: each tensor travels as several frames, corked until the
     # pull, so the pushes are still in flight when the loop goes on.
-    ps = shardps.torch.attach(model, addr, 0, 1, seed=3, chunk_bytes=1024, total_steps=steps)
+    return model, shardps.torch.attach(model, addr, 0, 1, seed=3, chunk_bytes=1024,
+                                       total_steps=steps, **kw)
+
+
+def loop(addr, variant, steps, out):
+    model, ps = attached(addr, steps, accumulate=2 if variant == "accumulate" else 1)
     for x, y in batches(steps):
+        if variant == "accumulate":
+            for _ in range(2):
+                (F.cross_entropy(model(x), y) / 2).backward()
+            continue
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         after_backward(model, variant)
@@ -72,6 +93,75 @@ def loop(addr, variant, steps, out):
         for p in model.parameters():
             f.write(p.detach().numpy().tobytes())
     print(f"PASS loop {variant}")
+
+
+def expect_raise(fn, exc, words):
+    try:
+        fn()
+    except exc as e:
+        assert words in str(e), f"'{words}' not in '{e}'"
+        print(f"raised {exc.__name__}: {e}")
+        return
+    raise AssertionError(f"no {exc.__name__} raised (expected '{words}')")
+
+
+def refuse(addr, case):
+    if case == "args":
+        for kw, words in (({"accumulate": 0}, "accumulate is the count"),
+                          ({"accumulate": 1.5}, "accumulate is the count"),
+                          ({"clip_norm": -1.0}, "clip_norm is an L2 norm"),
+                          ({"clip_norm": float("nan")}, "clip_norm is an L2 norm")):
+            expect_raise(lambda: shardps.torch.attach(mlp(), addr, 0, 1, **kw), ValueError, words)
+        print("PASS refuse args")
+        return
+    model, ps = attached(addr, 3)
+    (x, y), = batches(1)
+    if case in ("optimizer", "scaler"):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        # On the CPU PyTorch 1.13 disables the scaler (with a warning): its
+        # step is the optimizer's.
+        scaler = torch.cuda.amp.GradScaler(enabled=case == "scaler" and torch.cuda.is_available())
+        scaler.scale(F.cross_entropy(model(x), y)).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+        expect_raise(lambda: model(x), RuntimeError,
+                     "0.weight was changed in place since its weights were pulled (an "
+                     "optimizer.step()")
+    elif case == "twice":
+        loss = F.cross_entropy(model(x), y)
+        loss.backward(retain_graph=True)
+        expect_raise(loss.backward, RuntimeError, "got a gradient from more than 1 backward pass")
+    else:
+        raise SystemExit(f"no case {case}")
+    ps.client.abandon()
+    print(f"PASS refuse {case}")
+
+
+def clip(addr):
+    lr, max_norm = 0.5, 0.05
+    model, ps = attached(addr, 1, clip_norm=max_norm)
+    ref = mlp()
+    ref.load_state_dict(model.state_dict())  # the weights pulled at attach
+    (x, y), = batches(1)
+    F.cross_entropy(model(x), y).backward()
+    F.cross_entropy(ref(x), y).backward()
+    ps.close()
+    clipped = 0
+    for name, p, r in zip(ps._names, model.parameters(), ref.parameters()):
+        g = r.grad.numpy().reshape(-1)
+        norm = np.sqrt(np.sum(g.astype(np.float64) ** 2))
+        if norm > max_norm:
+            g = g * np.float32(max_norm / norm)
+            clipped += 1
+        want = r.detach().numpy().reshape(-1) - np.float32(lr) * g
+        got = p.detach().numpy().reshape(-1)
+        # The squares' sum in double may be rounded differently by NumPy and
+        # PyTorch: the scale by one float32 ulp, the weight by one more.
+        tol = 2 * 2.0 ** -23 * (np.abs(want) + lr * np.abs(g))
+        assert (np.abs(got - want) <= tol).all(), f"{name}: {got} != {want}"
+    assert clipped == 4, f"only {clipped} of 4 tensors' gradients were over {max_norm}"
+    print("PASS clip")
 
 
 def torch_optimizer(kind, p, lr, mu, wd):
@@ -140,6 +230,10 @@ def optim(addr, kind, lr, mu, wd, steps):
 if __name__ == "__main__":
     if sys.argv[1] == "loop":
         loop(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+    elif sys.argv[1] == "refuse":
+        refuse(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "clip":
+        clip(sys.argv[2])
     elif sys.argv[1] == "optim":
         optim(sys.argv[2], sys.argv[3], *map(float, sys.argv[4:7]), int(sys.argv[7]))
     else:
