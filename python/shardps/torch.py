@@ -21,6 +21,11 @@ zero_grad() (either way), an in-place op on a .grad or a gradient freed
 while its push is in flight changes nothing that travels. The copy costs
 about 0.6 ms per million parameters here (docs/torch.md).
 
+Each rank trains on its own share of the data: ps.sampler(dataset) is a
+DistributedSampler(num_replicas=world, rank=rank) of the job's place, and
+ps.check_sampler(loader) refuses a DataLoader that would give every rank the
+same batches (docs/torch.md).
+
 CUDA parameters are staged through pinned host buffers (a copy each way per
 step). That path is untested: the machine this was written on has no GPU.
 """
@@ -28,17 +33,18 @@ step). That path is untested: the machine this was written on has no GPU.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Sized
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Sampler
 
 from . import INIT_HE_UNIFORM, INIT_XAVIER_UNIFORM, INIT_ZERO, Client
 
 #: (kind, fan_in, fan_out) of one parameter: kind one of shardps.INIT_*.
 Init = Tuple[int, int, int]
 
-__all__ = ["attach", "Attached", "default_init"]
+__all__ = ["attach", "Attached", "default_init", "sampler", "check_sampler"]
 
 
 def default_init(named_params: Iterable[Tuple[str, torch.nn.Parameter]]) -> Dict[str, Init]:
@@ -62,6 +68,40 @@ def default_init(named_params: Iterable[Tuple[str, torch.nn.Parameter]]) -> Dict
     return out
 
 
+def sampler(dataset: Sized, rank: int, world: int, shuffle: bool = True, seed: int = 0,
+            drop_last: bool = False) -> DistributedSampler:
+    """Rank's share of dataset (anything with a length): PyTorch's
+    DistributedSampler(dataset, num_replicas=world, rank=rank, ...). Each
+    epoch the same shuffle on every rank (call set_epoch(e) for a new one),
+    dealt out so that the ranks' shares are disjoint and together cover the
+    data; drop_last=False repeats up to world - 1 samples to even the shares
+    out, drop_last=True leaves up to world - 1 out instead."""
+    return DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=shuffle, seed=seed,
+                              drop_last=drop_last)
+
+
+def check_sampler(data: Union[DataLoader, Sampler, BatchSampler], rank: int, world: int) -> None:
+    """Raises ValueError unless data (a DataLoader, or the sampler or batch
+    sampler it draws from) deals rank its own share of the dataset: a
+    DistributedSampler for rank of world. With world 1 any sampler is."""
+    s: object = data
+    if isinstance(s, DataLoader):
+        s = s.batch_sampler if s.batch_sampler is not None else s.sampler
+    if isinstance(s, BatchSampler):
+        s = s.sampler
+    if isinstance(s, DistributedSampler):
+        if (s.num_replicas, s.rank) != (world, rank):
+            raise ValueError(f"shardps: this worker is rank {rank} of {world}, but its "
+                             f"DistributedSampler deals rank {s.rank} of {s.num_replicas}: use "
+                             "shardps.torch.sampler(dataset, rank, world) (or ps.sampler(dataset))")
+    elif world > 1:
+        raise ValueError(f"shardps: rank {rank} of {world} draws its data from a "
+                         f"{type(s).__name__}, which deals every rank the whole dataset: the "
+                         "ranks would train on the same batches. Give the DataLoader "
+                         "sampler=ps.sampler(dataset) (a DistributedSampler for this rank), and "
+                         "call its set_epoch(epoch) each epoch (docs/torch.md)")
+
+
 def _clipped(g: torch.Tensor, max_norm: float) -> torch.Tensor:
     """g scaled to an L2 norm of at most max_norm, as the C worker's
     --clip-norm does it (kernels/layers.c ps_clip_norm: the squares summed
@@ -75,9 +115,10 @@ def _clipped(g: torch.Tensor, max_norm: float) -> torch.Tensor:
 class Attached:
     """A model hooked to a job (see attach). close() leaves the job."""
 
-    def __init__(self, model: torch.nn.Module, client: Client, accumulate: int = 1,
-                 clip_norm: float = 0.0) -> None:
+    def __init__(self, model: torch.nn.Module, client: Client, rank: int, world: int,
+                 accumulate: int = 1, clip_norm: float = 0.0) -> None:
         self.client = client
+        self.rank, self.world = rank, world
         named = list(model.named_parameters())
         self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
@@ -136,6 +177,16 @@ class Attached:
             self.client.progress()
             self._pushed += 1
         return hook
+
+    def sampler(self, dataset: Sized, shuffle: bool = True, seed: int = 0,
+                drop_last: bool = False) -> DistributedSampler:
+        """This rank's share of dataset: shardps.torch.sampler with the job's
+        rank and world."""
+        return sampler(dataset, self.rank, self.world, shuffle, seed, drop_last)
+
+    def check_sampler(self, data: Union[DataLoader, Sampler, BatchSampler]) -> None:
+        """shardps.torch.check_sampler for this worker's rank and world."""
+        check_sampler(data, self.rank, self.world)
 
     def _check_unchanged(self) -> None:
         """Refuses parameters changed in place since the pull: the servers
@@ -220,7 +271,7 @@ def attach(model: torch.nn.Module, servers: Union[str, Sequence[str]], rank: int
         for name, p in params:
             client.declare(name, list(p.shape), *kinds[name])
         client.connect()
-        return Attached(model, client, accumulate, float(clip_norm))
+        return Attached(model, client, rank, world, accumulate, float(clip_norm))
     except BaseException:
         client.abandon()
         raise

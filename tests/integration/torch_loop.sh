@@ -6,8 +6,10 @@
 # bit (the library pushes its own copy), and so does one that accumulates
 # two half-loss passes with attach(accumulate=2); an optimizer's or a
 # GradScaler's step and a second backward raise with the sentence to read;
-# clip_norm clips as --clip-norm does; the servers' optimizers are
-# torch.optim's within a derived float32 bound.
+# clip_norm clips as --clip-norm does; two ranks through ps.sampler train on
+# disjoint samples that cover the data, and check_sampler refuses a loader
+# that would deal both the same; the servers' optimizers are torch.optim's
+# within a derived float32 bound.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/python_lib.sh"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
@@ -54,6 +56,22 @@ start_server clip --optimizer sgd --momentum 0 --lr 0.5 --lr-schedule constant -
 run_torch "$TMP/clip.out" clip "127.0.0.1:$port"
 wait $! || { cat "$TMP/server.clip.err" >&2; fail "clip: the server failed"; }
 echo "PASS: attach(clip_norm=...) clips each tensor's gradient before it is pushed"
+
+# Each rank trains on its own share: two ranks of one sync job, each through
+# a DataLoader with ps.sampler, see disjoint samples that cover the dataset.
+mkfifo "$TMP/port.shard"
+"$BUILD/shardps-server" --listen 127.0.0.1:0 --ready-fd 3 --server-index 0 --num-servers 1 \
+    --workers 2 --optimizer sgd --lr 0.1 3>"$TMP/port.shard" 2>"$TMP/server.shard.err" &
+read -r port <"$TMP/port.shard"
+server=$!
+run_torch "$TMP/shard1.out" shard "127.0.0.1:$port" 1 "$TMP/shard1.txt" &
+rank1=$!
+run_torch "$TMP/shard0.out" shard "127.0.0.1:$port" 0 "$TMP/shard0.txt"
+wait $rank1 || fail "shard: rank 1 failed"
+wait $server || { cat "$TMP/server.shard.err" >&2; fail "shard: the server failed"; }
+grep "^raised" "$TMP/shard0.out"
+run_torch "$TMP/shares.out" shares 100 "$TMP/shard0.txt" "$TMP/shard1.txt"
+cat "$TMP/shares.out"
 
 # The servers' optimizers follow torch.optim's formulas: one weight table,
 # the same gradient every step, each step's weights against torch.optim's

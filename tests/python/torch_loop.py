@@ -23,6 +23,15 @@
   clip ADDR                     attach(clip_norm=0.05) on plain SGD, lr 0.5:
                                 the step is w - lr * g * min(1, 0.05/|g|) per
                                 tensor, as the C worker's --clip-norm
+  shard ADDR RANK OUT           rank RANK of 2 in a sync job trains one epoch
+                                of a 100-sample dataset through a DataLoader
+                                with ps.sampler (batches of 10) and writes the
+                                sample indices it trained on to OUT; rank 0
+                                first checks that check_sampler refuses a
+                                shuffling DataLoader and another rank's
+                                sampler, and that the shares of 103 samples
+                                cover them (one repeated, or one left out
+                                with drop_last)
   optim ADDR KIND LR MU WD STEPS
                                 the server's optimizer KIND (sgd, nesterov,
                                 adam, adamw; momentum MU, weight decay WD,
@@ -164,6 +173,50 @@ def clip(addr):
     print("PASS clip")
 
 
+def shard(addr, rank, out):
+    n, world = 100, 2
+    data = torch.utils.data.TensorDataset(torch.arange(n), torch.randn(n, IN),
+                                          torch.randint(0, OUT, (n,)))
+    if rank == 0:
+        plain = torch.utils.data.DataLoader(data, batch_size=10, shuffle=True)
+        expect_raise(lambda: shardps.torch.check_sampler(plain, 0, world), ValueError,
+                     "rank 0 of 2 draws its data from a RandomSampler, which deals every rank "
+                     "the whole dataset")
+        other = shardps.torch.sampler(data, 1, world)
+        expect_raise(lambda: shardps.torch.check_sampler(other, 0, world), ValueError,
+                     "its DistributedSampler deals rank 1 of 2")
+        shardps.torch.check_sampler(plain, 0, 1)  # one worker: all of it is its share
+        for drop_last, repeated, left_out in ((False, 1, 0), (True, 0, 1)):
+            shares = [list(shardps.torch.sampler(range(103), r, world, drop_last=drop_last))
+                      for r in range(world)]
+            seen = shares[0] + shares[1]
+            assert len(set(shares[0]) & set(shares[1])) == repeated, (drop_last, shares)
+            assert len(set(range(103)) - set(seen)) == left_out, (drop_last, shares)
+    torch.manual_seed(0)
+    model = mlp()
+    ps = shardps.torch.attach(model, addr, rank, world, seed=3, total_steps=n // world // 10)
+    loader = torch.utils.data.DataLoader(data, batch_size=10, sampler=ps.sampler(data, seed=7))
+    ps.check_sampler(loader)
+    seen = []
+    loader.sampler.set_epoch(0)
+    for idx, x, y in loader:
+        F.cross_entropy(model(x), y).backward()
+        seen += idx.tolist()
+    ps.close()
+    with open(out, "w") as f:
+        f.write(" ".join(map(str, seen)))
+    print(f"PASS shard rank {rank}: {len(seen)} samples")
+
+
+def shares_cover(n, *files):
+    shares = [[int(v) for v in open(f).read().split()] for f in files]
+    seen = [i for s in shares for i in s]
+    assert sorted(seen) == list(range(n)), f"the ranks' samples are not 0..{n - 1} once each"
+    assert all(s != sorted(s) for s in shares), "a share is not shuffled"
+    print(f"PASS shares: {len(shares)} ranks, {[len(s) for s in shares]} samples, disjoint, "
+          f"covering {n}")
+
+
 def torch_optimizer(kind, p, lr, mu, wd):
     if kind == "sgd":
         return torch.optim.SGD([p], lr=lr, momentum=mu, weight_decay=wd)
@@ -232,6 +285,10 @@ if __name__ == "__main__":
         loop(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
     elif sys.argv[1] == "refuse":
         refuse(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "shard":
+        shard(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    elif sys.argv[1] == "shares":
+        shares_cover(int(sys.argv[2]), *sys.argv[3:])
     elif sys.argv[1] == "clip":
         clip(sys.argv[2])
     elif sys.argv[1] == "optim":
