@@ -20,6 +20,7 @@
 #include "partition.h"
 #include "ps_error.h"
 #include "ps_log.h"
+#include "push_copies.h"
 #include "server_list.h"
 #include "transport.h"
 
@@ -52,12 +53,8 @@ struct shardps {
      * server (its ring of acks), so a second push of one tensor would
      * otherwise send some of its chunks twice. */
     unsigned char pushed[PS_MAX_TENSORS];
-    int started; /* a push or pull was started since the last wait */
-    /* shardps_push_copy's buffers, owned: copies[t] is NULL or tensor t's
-     * numel floats (the array is n_tensors long, made at the first copy). */
-    float **copies;
-    int copies_sent;   /* a copy was pushed since the last wait that succeeded */
-    int copies_unsafe; /* a wait failed with copies in flight: not to be reused */
+    int started;           /* a push or pull was started since the last wait */
+    ps_push_copies copies; /* shardps_push_copy's, owned */
     uint64_t start_clock;
     ps_job_report report; /* to the launcher that started us, if one did */
     char error[512];
@@ -393,7 +390,7 @@ int shardps_reconnect(shardps *h)
     ps_kv_client_abandon(h->kv);
     h->kv = NULL;
     memset(h->pushed, 0, sizeof(h->pushed));
-    h->copies_sent = h->copies_unsafe = 0;
+    ps_push_copies_reset(&h->copies);
     /* Our old connection may still hold the rank on a server: retry. */
     h->cfg.rejoining = 1;
     return ps__connect(h);
@@ -406,29 +403,6 @@ static int ps__ready(shardps *h, const char *fn)
         return -EINVAL;
     if (h->kv == NULL)
         return ps__err(h, -EINVAL, "%s: not connected (shardps_connect first)", fn);
-    return 0;
-}
-
-/* The handle's copy of tensor's gradient (shardps_push_copy): one buffer per
- * tensor, made at its first copied push and kept until the handle is freed,
- * since a tensor is pushed once per step and its copy is sent from until
- * wait. After a wait that failed the sends may still hold the copies: they
- * are not written again before a reconnect drops those sends. */
-static int ps__copy_of(shardps *h, int tensor, const float *grad, size_t numel, const float **out)
-{
-    if (h->copies_unsafe)
-        return ps__err(h, -EBUSY,
-                       "shardps_push_copy: the last wait failed and its sends may still read the "
-                       "copies: shardps_reconnect first");
-    if (h->copies == NULL &&
-        (h->copies = calloc((size_t)h->cfg.spec.n_tensors, sizeof(*h->copies))) == NULL)
-        return ps__err(h, -ENOMEM, "shardps_push_copy: out of memory");
-    if (h->copies[tensor] == NULL && (h->copies[tensor] = malloc(numel * sizeof(float))) == NULL)
-        return ps__err(h, -ENOMEM, "shardps_push_copy: out of memory for %s's copy",
-                       h->cfg.spec.tensors[tensor].name);
-    memcpy(h->copies[tensor], grad, numel * sizeof(float));
-    h->copies_sent = 1;
-    *out = h->copies[tensor];
     return 0;
 }
 
@@ -498,8 +472,12 @@ static int ps__push(shardps *h, int tensor, const float *grad, size_t numel, con
     if (h->pushed[tensor])
         return ps__err(h, -EBUSY, "%s: %s was already pushed this step (wait first)", fn,
                        h->cfg.spec.tensors[tensor].name);
-    if (copy && (rc = ps__copy_of(h, tensor, grad, numel, &grad)) < 0)
-        return rc;
+    if (copy && (rc = ps_push_copies_take(&h->copies, h->cfg.spec.n_tensors, tensor, grad, numel,
+                                          &grad)) < 0)
+        return ps__err(h, rc, "%s: %s", fn,
+                       rc == -EBUSY ? "the last wait failed and its sends may still read the "
+                                      "copies: shardps_reconnect first"
+                                    : "out of memory for the gradient's copy");
     h->pushed[tensor] = 1;
     h->started = 1;
     rc = ps_kv_client_push_tensor(h->kv, tensor, grad);
@@ -574,12 +552,8 @@ int shardps_wait(shardps *h)
     memset(h->pushed, 0, sizeof(h->pushed));
     h->started = 0;
     rc = ps_kv_client_wait(h->kv);
-    if (rc < 0) {
-        h->copies_unsafe = h->copies_sent;
-        return ps__kv_err(h, rc, "shardps_wait");
-    }
-    h->copies_sent = 0;
-    return 0;
+    ps_push_copies_waited(&h->copies, rc);
+    return rc < 0 ? ps__kv_err(h, rc, "shardps_wait") : 0;
 }
 
 int shardps_stats_get(const shardps *h, shardps_stats *out)
@@ -603,9 +577,7 @@ static void ps__free(shardps *h, int goodbye)
     else
         ps_kv_client_abandon(h->kv);
     /* After the client: its sends read the copies until it is gone. */
-    for (int t = 0; h->copies && t < h->cfg.spec.n_tensors; t++)
-        free(h->copies[t]);
-    free(h->copies);
+    ps_push_copies_free(&h->copies);
     for (int s = 0; h->servers && s < h->cfg.n_servers; s++)
         free(h->servers[s]);
     free(h->servers);

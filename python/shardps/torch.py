@@ -76,8 +76,9 @@ def sampler(dataset: Sized, rank: int, world: int, shuffle: bool = True, seed: i
     dealt out so that the ranks' shares are disjoint and together cover the
     data; drop_last=False repeats up to world - 1 samples to even the shares
     out, drop_last=True leaves up to world - 1 out instead."""
-    return DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=shuffle, seed=seed,
-                              drop_last=drop_last)
+    # It only takes len(dataset): a range or any sized collection does.
+    return DistributedSampler(dataset, num_replicas=world, rank=rank,  # type: ignore[arg-type]
+                              shuffle=shuffle, seed=seed, drop_last=drop_last)
 
 
 def check_sampler(data: Union[DataLoader, Sampler, BatchSampler], rank: int, world: int) -> None:

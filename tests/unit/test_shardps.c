@@ -238,7 +238,8 @@ Test(shardps, pushes_and_pulls_carry_the_exact_bytes)
 /* shardps_pull_into (1.3) is told each buffer's size: a short or long one is
  * refused naming its tensor, and nothing is written, not even into the
  * buffers that were right. shardps_push_copy (1.3) sends the gradient as it
- * was when the call returned: the caller overwrites it at once. */
+ * was when the call returned: the caller overwrites it at once; after a
+ * failed wait it refuses to overwrite copies that may still be queued. */
 Test(shardps, a_sized_pull_checks_sizes_and_a_copied_push_is_free_at_once)
 {
     ps_model_spec spec;
@@ -293,9 +294,14 @@ Test(shardps, a_sized_pull_checks_sizes_and_a_copied_push_is_free_at_once)
             cr_assert(memcmp(&w1[i][k], &want, sizeof(float)) == 0, "tensor %d [%zu]: %a != %a", i,
                       k, (double)w1[i][k], (double)want);
         }
-    cr_assert_eq(shardps_close(h), 0);
-    wait_done();
+    /* A wait that fails may leave the copies to sends still queued: they
+     * are not written again before a reconnect. */
+    cr_assert_eq(shardps_push_copy(h, 0, g[0], counts[0]), 0, "%s", shardps_last_error(h));
     server_down();
+    cr_assert_lt(shardps_wait(h), 0);
+    expect_err(h, shardps_push_copy(h, 0, g[0], counts[0]), -EBUSY,
+               "the last wait failed and its sends may still read the copies");
+    shardps_abandon(h);
 }
 
 Test(shardps, declared_tensors_match_the_servers_table)
