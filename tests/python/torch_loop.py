@@ -1,4 +1,6 @@
 """shardps.torch in the loops people write (tests/integration/torch_loop.sh).
+Each mode below runs with its arguments; several, separated by "--", run
+one after another in one process.
 
   loop ADDR VARIANT STEPS OUT   one worker of a fresh server trains a small MLP
                                 for STEPS fixed batches and writes its final
@@ -204,17 +206,8 @@ def shard(addr, rank, out):
         seen += idx.tolist()
     ps.close()
     with open(out, "w") as f:
-        f.write(" ".join(map(str, seen)))
+        f.write(" ".join(map(str, seen)) + "\n")
     print(f"PASS shard rank {rank}: {len(seen)} samples")
-
-
-def shares_cover(n, *files):
-    shares = [[int(v) for v in open(f).read().split()] for f in files]
-    seen = [i for s in shares for i in s]
-    assert sorted(seen) == list(range(n)), f"the ranks' samples are not 0..{n - 1} once each"
-    assert all(s != sorted(s) for s in shares), "a share is not shuffled"
-    print(f"PASS shares: {len(shares)} ranks, {[len(s) for s in shares]} samples, disjoint, "
-          f"covering {n}")
 
 
 def torch_optimizer(kind, p, lr, mu, wd):
@@ -280,18 +273,28 @@ def optim(addr, kind, lr, mu, wd, steps):
     print(f"PASS optim {kind}")
 
 
-if __name__ == "__main__":
-    if sys.argv[1] == "loop":
-        loop(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
-    elif sys.argv[1] == "refuse":
-        refuse(sys.argv[2], sys.argv[3])
-    elif sys.argv[1] == "shard":
-        shard(sys.argv[2], int(sys.argv[3]), sys.argv[4])
-    elif sys.argv[1] == "shares":
-        shares_cover(int(sys.argv[2]), *sys.argv[3:])
-    elif sys.argv[1] == "clip":
-        clip(sys.argv[2])
-    elif sys.argv[1] == "optim":
-        optim(sys.argv[2], sys.argv[3], *map(float, sys.argv[4:7]), int(sys.argv[7]))
+def run(mode, *args):
+    if mode == "loop":
+        loop(args[0], args[1], int(args[2]), args[3])
+    elif mode == "refuse":
+        refuse(*args)
+    elif mode == "shard":
+        shard(args[0], int(args[1]), args[2])
+    elif mode == "clip":
+        clip(*args)
+    elif mode == "optim":
+        optim(args[0], args[1], *map(float, args[2:5]), int(args[5]))
     else:
-        raise SystemExit(f"no mode {sys.argv[1]}")
+        raise SystemExit(f"no mode {mode}")
+
+
+if __name__ == "__main__":
+    # Several runs, separated by "--", in one process: PyTorch takes seconds
+    # to import.
+    call = []
+    for arg in sys.argv[1:] + ["--"]:
+        if arg != "--":
+            call.append(arg)
+        elif call:
+            run(*call)
+            call = []
