@@ -18,10 +18,11 @@ one after another in one process.
                                 with the plain loop's parameters, bit for bit.
   refuse ADDR CASE              a loop attach cannot serve raises, with the
                                 sentence to read: optimizer (an
-                                optimizer.step() left in), scaler (a
-                                GradScaler's step), twice (a second backward
-                                before the next forward), args (attach's
-                                accumulate and clip_norm out of range)
+                                optimizer.step() left in, with its
+                                lr_scheduler), scaler (a GradScaler's
+                                step), twice (a second backward before the
+                                next forward), args (attach's accumulate
+                                and clip_norm out of range)
   clip ADDR                     attach(clip_norm=0.05) on plain SGD, lr 0.5:
                                 the step is w - lr * g * min(1, 0.05/|g|) per
                                 tensor, as the C worker's --clip-norm
@@ -132,9 +133,11 @@ def refuse(addr, case):
         # On the CPU PyTorch 1.13 disables the scaler (with a warning): its
         # step is the optimizer's.
         scaler = torch.cuda.amp.GradScaler(enabled=case == "scaler" and torch.cuda.is_available())
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
         scaler.scale(F.cross_entropy(model(x), y)).backward()
         scaler.step(opt)
         scaler.update()
+        sched.step()
         opt.zero_grad()
         expect_raise(lambda: model(x), RuntimeError,
                      "0.weight was changed in place since its weights were pulled (an "
