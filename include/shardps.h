@@ -175,7 +175,9 @@ int shardps_weights_clock(const shardps *h, uint64_t *clock);
 int shardps_push(shardps *h, int tensor, const float *grad, size_t numel);
 /* Starts pulling the weights of step clock of every tensor into dest[i]
  * (n_dest == tensor count; each the tensor's numel floats, borrowed until
- * wait). In sync mode a pull completes once every worker pushed clock - 1. */
+ * wait). In sync mode a pull completes once every worker pushed clock - 1.
+ * It cannot see a buffer shorter than its tensor, and writes past its end:
+ * shardps_pull_into, told the sizes, refuses one. */
 int shardps_pull(shardps *h, uint64_t clock, float *const *dest, int n_dest);
 /* shardps_push, except that the gradient is copied into a buffer the handle
  * owns before the call returns: grad is only read during the call, and may
