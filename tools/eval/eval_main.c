@@ -132,12 +132,11 @@ static int ps__follow(const ps_job_options *jo, const ps_job_plan *plan, const p
     int loose, rc;
 
     if (curve == NULL) {
-        fprintf(stderr, "shardps-eval: cannot write --curve %s: %s\n", curve_path,
-                strerror(errno));
+        fprintf(stderr, "shardps-eval: cannot write --curve %s: %s\n", curve_path, strerror(errno));
         return -errno;
     }
-    if (jo->auth_token_file && (rc = ps_auth_load_key(jo->auth_token_file, key, &loose, err,
-                                                        sizeof(err))) < 0) {
+    if (jo->auth_token_file &&
+        (rc = ps_auth_load_key(jo->auth_token_file, key, &loose, err, sizeof(err))) < 0) {
         fprintf(stderr, "shardps-eval: %s\n", err);
         goto out;
     }
@@ -194,7 +193,8 @@ int main(int argc, char **argv)
     /* The job's options (--data, and for --follow the servers and the
      * model), by the same rows as the worker's. */
     ps_job_options_defaults(&jo);
-    n = ps_job_options_flags(&jo, PS_JOB_EVAL, flags, (int)(sizeof(flags) / sizeof(flags[0])) - n_own);
+    n = ps_job_options_flags(&jo, PS_JOB_EVAL, flags,
+                             (int)(sizeof(flags) / sizeof(flags[0])) - n_own);
     if (n < 0)
         return 1;
     memcpy(flags + n, own, sizeof(own));

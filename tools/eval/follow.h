@@ -16,13 +16,13 @@
 #include "job_options.h"
 
 typedef struct {
-    const ps_job_options *job; /* servers, timeouts, batch, workers; borrowed */
-    const ps_job_plan *plan;   /* the server list and the model (job_check.h); borrowed */
-    const ps_dataset *test;    /* scored on; borrowed */
-    const uint8_t *auth_key;   /* NULL: no authentication; borrowed */
-    double every_s;            /* wait between snapshots */
-    int max_snapshots;         /* stop after this many scored (0: when the job ends) */
-    FILE *curve;               /* one JSON line per snapshot scored; borrowed */
+    const ps_job_options *job;         /* servers, timeouts, batch, workers; borrowed */
+    const ps_job_plan *plan;           /* the server list and the model (job_check.h); borrowed */
+    const ps_dataset *test;            /* scored on; borrowed */
+    const uint8_t *auth_key;           /* NULL: no authentication; borrowed */
+    double every_s;                    /* wait between snapshots */
+    int max_snapshots;                 /* stop after this many scored (0: when the job ends) */
+    FILE *curve;                       /* one JSON line per snapshot scored; borrowed */
     const volatile sig_atomic_t *stop; /* set by SIGINT/SIGTERM; borrowed */
 } ps_follow_config;
 
