@@ -120,6 +120,11 @@ int ps_kv_client_push(ps_kv_client *c, const float *const *grads);
  * compute so pushes started so far drain while the next layer runs. Returns
  * 0 or the first error so far. */
 int ps_kv_client_progress(ps_kv_client *c);
+/* Sends the requests started so far at once, without waiting for their
+ * answers (wait would send them first thing): the evaluator's first pull is
+ * then on its way before it tells anyone it follows the job. Returns 0 or
+ * the first error so far. */
+int ps_kv_client_flush(ps_kv_client *c);
 /* Runs until every started request has completed. Returns 0 or the first
  * error: -PS_ECLOSED when a server went away (the one error worth
  * reconnecting after), -PS_ETIMEOUT when one went silent past the request

@@ -122,6 +122,16 @@ static void ps__on_signal(int sig)
     ps__stop = 1;
 }
 
+/* The launcher's report pipe, when it started us (worker_env.h). */
+static int ps__report_fd(void)
+{
+    const char *v = getenv("SHARDPS_REPORT_FD");
+    char *end;
+    long fd = v ? strtol(v, &end, 10) : -1;
+
+    return v && *v && *end == '\0' && fd >= 0 && fd < 1024 ? (int)fd : -1;
+}
+
 /* --follow: the job's evaluator, until the job ends or a signal. */
 static int ps__follow(const ps_job_options *jo, const ps_job_plan *plan, const ps_dataset *test,
                       double every, int max_snapshots, const char *curve_path)
@@ -151,7 +161,8 @@ static int ps__follow(const ps_job_options *jo, const ps_job_plan *plan, const p
                                            .every_s = every,
                                            .max_snapshots = max_snapshots,
                                            .curve = curve,
-                                           .stop = &ps__stop});
+                                           .stop = &ps__stop,
+                                           .report_fd = ps__report_fd()});
 out:
     if (curve != stdout && fclose(curve) != 0 && rc == 0)
         rc = -EIO;
@@ -164,7 +175,7 @@ int main(int argc, char **argv)
     static ps_job_plan plan;
     static ps_job_datasets data = {.test_only = 1};
     const char *model_path = NULL, *pred_path = NULL, *curve_path = NULL;
-    double every = 2;
+    double every = 1;
     int follow = 0, max_snapshots = 0;
     ps_flag flags[24];
     const ps_flag own[] = {

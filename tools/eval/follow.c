@@ -111,6 +111,22 @@ static void ps__nap(const ps_follow_config *cfg, double seconds)
     }
 }
 
+/* Tells the launcher this evaluator is in (once): a worker it holds back
+ * may start, and the first pull, already sent, is answered with the first
+ * weights of the job at the latest. */
+static int ps__say_following(const ps_follow_config *cfg, ps_kv_client *c)
+{
+    static const char line[] = "following\n";
+    int rc = ps_kv_client_flush(c);
+
+    if (rc < 0)
+        return rc;
+    /* A launcher that went away does not stop the evaluator. */
+    if (write(cfg->report_fd, line, sizeof(line) - 1) < 0)
+        ps_debug("cannot tell the launcher we follow the job: %s", strerror(errno));
+    return 0;
+}
+
 /* Scores the model's weights and writes the curve's line for steps lo..hi. */
 static int ps__score(const ps_follow_config *cfg, ps_model *m, const float *x, const uint8_t *y,
                      int n, uint64_t lo, uint64_t hi, double t0)
@@ -142,7 +158,7 @@ int ps_follow_run(const ps_follow_config *cfg)
     uint8_t *y = NULL;
     uint64_t lo, hi, last_lo = UINT64_MAX, last_hi = UINT64_MAX;
     double t0 = ps_clock_now();
-    int scored = 0, rc;
+    int scored = 0, said = 0, rc;
 
     ps__lower_priority();
     rc = ps__connect(cfg, cfg->job->connect_timeout, &c);
@@ -175,6 +191,10 @@ int ps_follow_run(const ps_follow_config *cfg)
             break;
         }
         rc = ps_kv_client_pull(c, 0, params);
+        if (rc == 0 && cfg->report_fd >= 0 && !said) {
+            rc = ps__say_following(cfg, c);
+            said = 1;
+        }
         if (rc == 0)
             rc = ps_kv_client_wait(c);
         if (rc == -EINTR) {

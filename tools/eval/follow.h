@@ -24,6 +24,9 @@ typedef struct {
     int max_snapshots;                 /* stop after this many scored (0: when the job ends) */
     FILE *curve;                       /* one JSON line per snapshot scored; borrowed */
     const volatile sig_atomic_t *stop; /* set by SIGINT/SIGTERM; borrowed */
+    /* A launcher's report pipe (SHARDPS_REPORT_FD), told "following" once
+     * the first pull is on its way to the servers; -1: none. */
+    int report_fd;
 } ps_follow_config;
 
 /* Lowers this process's priority to SCHED_IDLE (or, where that is refused,
