@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The evaluator (issue 21): testing does not stop or change training.
-#  1. A sync job of 2 workers with an evaluator connected from before the
-#     start to the end (shardps-cluster --evaluator: the last rank starts
+#  1. A sync job of 2 workers and 2 servers with a token, with an evaluator
+#     connected from before the start to the end (shardps-cluster --evaluator: the last rank starts
 #     only once the evaluator follows) ends with the same final weights, bit
 #     for bit, and the same test accuracy as the same job without one, in
 #     which rank 0 stops to test every 20 steps; with the evaluator rank 0
@@ -15,7 +15,12 @@
 source "$(dirname "$0")/lib.sh"
 HOSTILE="$BUILD/tests/ps-hostile-client"
 
-job=(--servers 1 --workers 2 --mode sync --batch 32 --steps 60 --eval-every 20 --progress-every 20)
+# Two servers (the evaluator merges their steps) and a token (it proves it
+# holds the workers' one).
+printf 'correct horse battery staple\n' >"$TMP/token"
+chmod 600 "$TMP/token"
+job=(--servers 2 --workers 2 --mode sync --batch 32 --steps 60 --eval-every 20 --progress-every 20
+    --auth-token-file "$TMP/token")
 run() { # name cluster-args...
     local name=$1
     shift
@@ -39,8 +44,8 @@ acc_followed=$(json_field "$(tail -n 1 "$TMP/followed.out")" test_accuracy)
 ! grep -q '"event":"eval"' "$TMP/followed/worker-1.jsonl" || fail "worker 1 tested"
 # The evaluator was in before training started, and left without a word
 # about the job's end.
-grep -q "evaluator (127.0.0.1:[0-9]*) joined at clock 0; it reads the weights and holds no rank" \
-    "$TMP/followed.err" || fail "no evaluator joined: $(grep -i evaluator "$TMP/followed.err")"
+[ "$(grep -c "evaluator (127.0.0.1:[0-9]*) joined at clock 0; it reads the weights and holds no rank" \
+    "$TMP/followed.err")" = 2 ] || fail "the evaluator did not join both servers: $(grep -i evaluator "$TMP/followed.err")"
 [ "$(grep -n 'evaluator (.*) joined' "$TMP/followed.err" | head -n 1 | cut -d: -f1)" -lt \
     "$(grep -n 'training starts' "$TMP/followed.err" | head -n 1 | cut -d: -f1)" ] ||
     fail "the evaluator joined after training started"
