@@ -227,7 +227,8 @@ void ps__report_waits(ps_kv_server *s)
             continue;
         }
         q->told = now;
-        if (held < s->wait_report_ms)
+        /* The log counts the workers the job holds; an evaluator is told. */
+        if (held < s->wait_report_ms || q->snapshot)
             continue;
         if (n++ == 0)
             snprintf(first, sizeof(first), "%s", why);

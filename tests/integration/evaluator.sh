@@ -10,7 +10,10 @@
 #  2. An evaluator that pushes (ps-hostile-client evaluator-push) is refused
 #     with the reason, logged by the server; it took no worker's slot (the
 #     server allows only the two workers' connections and one more), and the
-#     job goes on: both workers finish and the server exits 0.
+#     job goes on: both workers finish and the server exits 0. A standalone
+#     shardps-eval --follow --max-snapshots 1, in before the second worker
+#     (it says "following" on SHARDPS_REPORT_FD), scores the first weights
+#     and exits 0.
 # Synchronisation is by FIFOs, reports and exits: no sleeps.
 source "$(dirname "$0")/lib.sh"
 HOSTILE="$BUILD/tests/ps-hostile-client"
@@ -92,8 +95,17 @@ grep -q "^PASS evaluator-push" "$TMP/hostile.out" || fail "no PASS: $(cat "$TMP/
 grep -q "evaluator (127.0.0.1:[0-9]*) joined" "$TMP/server.err" || fail "the evaluator was not admitted"
 grep -q "an evaluator is read-only: it cannot push" "$TMP/server.err" ||
     fail "the server did not log why it refused the push: $(cat "$TMP/server.err")"
+mkfifo "$TMP/follow"
+SHARDPS_REPORT_FD=3 "$BUILD/shardps-eval" --follow --servers "127.0.0.1:$port" --workers 2 --hidden 64,32 \
+    --batch 32 --max-snapshots 1 --curve "$TMP/one.jsonl" 3>"$TMP/follow" 2>"$TMP/eval.err" &
+evaluator=$!
+read -r -t 60 line <"$TMP/follow" || { cat "$TMP/eval.err" >&2; fail "the evaluator never said it follows"; }
+[ "$line" = following ] || fail "the evaluator said '$line'"
 worker 1 || { cat "$TMP/w1.err" >&2; fail "worker 1 could not join or train beside the evaluator"; }
 wait "$w0" || { cat "$TMP/w0.err" >&2; fail "worker 0 failed"; }
 wait "$server" || { cat "$TMP/server.err" >&2; fail "the server did not exit 0"; }
 grep -q "done: 20 steps" "$TMP/w1.err" || fail "worker 1 did not finish its steps"
+wait "$evaluator" || { cat "$TMP/eval.err" >&2; fail "the standalone evaluator failed"; }
+[ "$(wc -l <"$TMP/one.jsonl")" = 1 ] && grep -q '"step":0,"step_lo":0,"step_hi":0,"samples":0,' "$TMP/one.jsonl" ||
+    fail "--max-snapshots 1 did not score the first weights once: $(cat "$TMP/one.jsonl")"
 echo "PASS: an evaluator changes nothing in a sync job, tests in rank 0's place, and cannot push"
