@@ -142,8 +142,9 @@ static int ps__follow(const ps_job_options *jo, const ps_job_plan *plan, const p
     int loose, rc;
 
     if (curve == NULL) {
-        fprintf(stderr, "shardps-eval: cannot write --curve %s: %s\n", curve_path, strerror(errno));
-        return -errno;
+        rc = -errno;
+        fprintf(stderr, "shardps-eval: cannot write --curve %s: %s\n", curve_path, strerror(-rc));
+        return rc;
     }
     if (jo->auth_token_file &&
         (rc = ps_auth_load_key(jo->auth_token_file, key, &loose, err, sizeof(err))) < 0) {
