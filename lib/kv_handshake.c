@@ -33,9 +33,9 @@ void ps__send_hello(ps__server *sv)
     ps_tensor_table_wire table;
     int rc;
 
-    hello.role = SHARDPS__ROLE__ROLE_WORKER;
-    hello.rank = (uint32_t)c->cfg.rank;
-    hello.world = (uint32_t)c->cfg.world;
+    hello.role = c->cfg.evaluator ? SHARDPS__ROLE__ROLE_EVALUATOR : SHARDPS__ROLE__ROLE_WORKER;
+    hello.rank = c->cfg.evaluator ? 0 : (uint32_t)c->cfg.rank;
+    hello.world = c->cfg.evaluator ? 0 : (uint32_t)c->cfg.world;
     /* The tensors, declared to every server: the first HELLO a server gets
      * makes them the job's, and it refuses any other. A joiner sends none. */
     ps_tensor_table_to_wire(&c->cfg.spec, &table);
@@ -43,7 +43,7 @@ void ps__send_hello(ps__server *sv)
     hello.num_servers = (uint32_t)c->n_servers;
     hello.chunk_bytes = c->cfg.chunk_bytes;
     hello.server_index = (uint32_t)sv->index;
-    hello.total_steps = c->cfg.total_steps;
+    hello.total_steps = c->cfg.evaluator ? 0 : c->cfg.total_steps;
     hello.job_settings = (char *)c->cfg.job_settings;
     sv->server_proved = 0;
     if (c->auth) {
