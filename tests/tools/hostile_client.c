@@ -324,6 +324,7 @@ static const hc_scenario hc_scenarios[] = {
     {"idle-slots", "--idle connections that never speak, held until the tool is stopped",
      sc_idle_slots, 0},
     {"silent", "connect and say nothing until the server closes", sc_silent, 0},
+    {"evaluator-push", "admitted as an evaluator, then a PUSH", sc_evaluator_push, 0},
     {"rows-too-many", "a rows pull of 100 million IDs (header only)", sc_rows_too_many, 0},
     {"rows-short", "a rows push 4 bytes short of its count", sc_rows_short, 0},
     {"rows-dup", "a rows pull naming an ID twice", sc_rows_dup, 0},
@@ -368,7 +369,7 @@ static void usage(FILE *out)
             "  --max-rss-mib MIB (64): huge-table's declaration and bounds\n"
             "  --idle N (40): idle-slots' connections\n"
             "  --row-dim D: declare the row table \"emb\" of dim D too (the rows-* scenarios)\n"
-            "scenarios (\"all\": every one but the last ten):\n",
+            "scenarios (\"all\": every one but the last eleven):\n",
             PS_DEFAULT_CHUNK_BYTES);
     for (int i = 0; i < HC_N_SCENARIOS; i++)
         fprintf(out, "  %-14s %s\n", hc_scenarios[i].name, hc_scenarios[i].what);

@@ -66,26 +66,4 @@ void make_hello(Shardps__Header *h, Shardps__Hello *hello, const ps_model_spec *
 void make_hello_as(Shardps__Header *h, Shardps__Hello *hello, const ps_model_spec *table,
                    uint32_t rank, uint32_t world);
 
-/* A raw peer: its socket and a decoder for what the server sends it. */
-typedef struct {
-    int fd;
-    ps_frame_decoder *dec;
-    uint64_t clock; /* from the WELCOME */
-} peer;
-
-/* A raw peer's socket to the fixture's server and a decoder for it. */
-void peer_open(peer *p);
-void peer_close(peer *p);
-/* A frame with a payload, encoded correctly. */
-void peer_send(peer *p, Shardps__Header *h, const void *payload, size_t len);
-/* Reads frames until one of type want arrives; an ERROR or REJECT first
- * fails the test with its reason. */
-void peer_expect(peer *p, Shardps__MsgType want, ps_frame *f, const char *what);
-/* The server must refuse: a frame of type want whose reason contains
- * reason, then close the connection; the peer is closed. */
-void peer_expect_refusal(peer *p, Shardps__MsgType want, const char *reason, const char *what);
-/* Opens p and joins as rank of world, declaring fx.spec; p->clock is the
- * WELCOME's. */
-void peer_join(peer *p, uint32_t rank, uint32_t world);
-
 #endif

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "kv_fixture.h"
+#include "kv_peer.h"
 #include "ps_error.h"
 #include "row_init.h"
 #include "row_optimizer.h"
