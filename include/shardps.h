@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define SHARDPS_VERSION_MAJOR 1
-#define SHARDPS_VERSION_MINOR 3
+#define SHARDPS_VERSION_MINOR 4
 
 /* Codes beyond errno's (values as in the servers' logs). */
 #define SHARDPS_EPROTO    (-10001) /* a server broke the protocol or lied */
@@ -67,10 +67,11 @@ typedef struct {
     uint64_t rejected; /* of dropped, those refused as non-finite or over --max-grad-norm */
 } shardps_stats;
 
-/* The library's version, "1.3.0" (1.1 added joining and shardps_tensor_shape;
+/* The library's version, "1.4.0" (1.1 added joining and shardps_tensor_shape;
  * 1.2 shardps_set_stop_flag, and shardps_new_from_env and shardps_report for
  * programs a launcher starts; 1.3 shardps_pull_into and shardps_push_copy,
- * for callers such as a binding whose buffers are not theirs to keep). */
+ * for callers such as a binding whose buffers are not theirs to keep; 1.4
+ * the embedding tables, at the end of this header). */
 const char *shardps_version(void);
 
 /* A static description of code ("timed out"); never NULL. */

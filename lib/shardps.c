@@ -87,7 +87,7 @@ static int ps__kv_err(shardps *h, int rc, const char *doing)
 
 const char *shardps_version(void)
 {
-    return "1.3.0";
+    return "1.4.0";
 }
 
 const char *shardps_strerror(int code)
