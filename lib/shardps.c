@@ -343,8 +343,10 @@ int shardps_declare(shardps *h, const char *name, int ndim, const int64_t *shape
                        "exceeds 2^31 elements",
                        name, PS_MAX_TENSORS);
     if (rc < 0)
-        return ps__err(h, rc, "shardps_declare %s: a bad name (1..31 bytes) or fan (%d, %d)", name,
-                       fan_in, fan_out);
+        return ps__err(h, rc,
+                       "shardps_declare %s: a bad name (1..255 bytes of printable ASCII but the "
+                       "space) or fan (%d, %d)",
+                       name, fan_in, fan_out);
     h->declared = 1;
     return 0;
 }
