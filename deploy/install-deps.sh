@@ -21,8 +21,9 @@ pkgs=(
   # checking the deploy files without Docker or Kubernetes (it_deploy_files)
   docker-compose yamllint
   # the Python package (python/shardps) and its tests and examples: NumPy,
-  # PyTorch (Debian's, CPU); the interpreter is /usr/bin/python3
-  python3-numpy python3-torch
+  # PyTorch and torchvision (Debian's, CPU: the real models of the torch tests,
+  # ResNet's BasicBlock); the interpreter is /usr/bin/python3
+  python3-numpy python3-torch python3-torchvision
   # make gpu-check-chroot: a bare Debian 12 root to run deploy/gpu-check.sh in
   debootstrap
 )
