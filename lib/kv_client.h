@@ -36,6 +36,11 @@ typedef struct {
     /* The tensors this worker declares to every server; none (n_tensors 0):
      * join the job's, which the servers' WELCOMEs carry (ps_kv_client_spec). */
     ps_model_spec spec;
+    /* Per tensor of spec: the initial values of its INIT_VALUES tensors (its
+     * words: numel floats, or numel int64s), NULL for the others; borrowed
+     * during ps_kv_client_connect only. Rank 0 WRITEs them to the servers
+     * that ask (a restored server does not). NULL: none declared. */
+    const void *const *values;
     int rank, world;
     const char *const *servers; /* "host:port", in server-index order; borrowed during init */
     int n_servers;

@@ -181,6 +181,8 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
     w.heartbeat_ms = s->cfg.heartbeat_timeout_ms / 4;
     w.table_digest.len = PS_TABLE_DIGEST_BYTES;
     w.table_digest.data = s->table_digest;
+    /* Only the declaring rank 0 has the model's own values to send. */
+    w.values_wanted = p->rank == 0 && spec != NULL && ps__values_wanted(s);
     h.welcome = &w;
     rc = spec == NULL ? ps__send_table(s, p, request_id) : 0;
     if (rc == 0)

@@ -136,6 +136,12 @@ struct ps_kv_server {
     /* Set when the table is withdrawn: fills not yet begun on the pool skip
      * their work (read there, hence atomic). */
     atomic_int fills_cancelled;
+    /* values.c: chunks of INIT_VALUES tensors whose values have not come,
+     * their copies queued behind fills, which came (per local chunk), and
+     * those that came before their chunk's fill (per local chunk; owned). */
+    int values_left, writes_inflight;
+    uint8_t *written;
+    float **pending;
     ps_model_spec table;                         /* owned while has_table */
     uint8_t table_digest[PS_TABLE_DIGEST_BYTES]; /* ps_model_spec_digest(&table) */
     ps_partition *part;
@@ -281,6 +287,23 @@ void ps__table_peer_left(ps_kv_server *s, ps__peer *p);
 void ps__maybe_start(ps_kv_server *s);
 /* Only a committed table (a step applied, or restored) is checkpointed. */
 int ps__table_may_checkpoint(ps_kv_server *s);
+/* A filling table is filled once every chunk's fill has run and every
+ * initial value it waits for has come (values.c); in_queue: called from a
+ * job's done callback inside the apply queue. */
+void ps__maybe_filled(ps_kv_server *s, int in_queue);
+
+/* values.c: the declaring rank 0's own initial values (INIT_VALUES). */
+/* Counts the chunks that wait for values; with the table's other state. */
+int ps__values_init(ps_kv_server *s);
+void ps__values_free(ps_kv_server *s);
+/* The WELCOME of the declaring rank 0 asks for them. */
+int ps__values_wanted(const ps_kv_server *s);
+/* Every value has come and been copied in. */
+int ps__values_done(const ps_kv_server *s);
+/* On the pool, right after chunk local's fill: its values, if they came
+ * before it. */
+void ps__values_fill(ps_kv_server *s, int local);
+void ps__handle_write(ps_kv_server *s, ps__peer *p, const ps_frame *f);
 
 /* handshake.c: the first frames of a connection. */
 void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f);

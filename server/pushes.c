@@ -273,6 +273,10 @@ int ps__place_push(ps_conn *c, const Shardps__Header *h, const ps_frame_piece **
     /* Nothing more is read from a peer already refused or gone. */
     if (p->failed || p->state != PS__PEER_WORKER)
         return -PS_EPROTO;
+    /* Initial values land in the connection's buffer; values.c checks
+     * them against their keys (within --max-payload, like a push). */
+    if (h->type == SHARDPS__MSG_TYPE__WRITE)
+        return 0;
     if (ps_validate_worker_type(h->type, why, sizeof(why)) < 0 ||
         (h->type != SHARDPS__MSG_TYPE__PUSH &&
          ps_validate_payload(h->type, h->dtype, 0, h->payload_bytes, why, sizeof(why)) < 0)) {

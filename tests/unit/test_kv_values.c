@@ -1,0 +1,192 @@
+/* A model's own initial values (issue 23, point 2; server/values.c): the
+ * rank 0 that declares a table with INIT_VALUES tensors WRITEs their values
+ * once, and every rank's first pull equals them bit for bit, whichever rank
+ * started first: rank 1 pulling before rank 0 has even connected waits for
+ * the values rather than seeing a partly written table. Seeded tensors
+ * beside them keep the servers' values. Anyone else's WRITE, or a second
+ * one, is refused. Real ps_kv_clients (each pull in a thread of its own)
+ * against the server in a thread (kv_fixture). */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv_client.h"
+#include "kv_fixture.h"
+#include "partition.h"
+#include "ps_error.h"
+#include "tensor_table.h"
+
+#define KV_TENSORS 3
+
+static ps_model_spec table;
+/* Rank 0's values of each tensor (NULL for the seeded one). */
+static float emb[40], fcw[7 * 40];
+static const void *values[KV_TENSORS] = {emb, NULL, fcw};
+
+/* emb.weight [40] and fc.weight [7, 40] from the declarer, fc.bias [7]
+ * drawn by the servers; values with bit patterns a conversion would lose
+ * (negative zero, subnormals, the largest float). */
+static void make_table(void)
+{
+    int e[1] = {40}, b[1] = {7}, w[2] = {7, 40};
+    ps_tensor_decl d[KV_TENSORS] = {
+        {"encoder.embedding.weight", 1, e, PS_INIT_VALUES, 1, 1, PS_KIND_PARAMETER, PS_DTYPE_F32},
+        {"fc.bias", 1, b, PS_INIT_XAVIER_UNIFORM, 40, 7, PS_KIND_PARAMETER, PS_DTYPE_F32},
+        {"fc.weight", 2, w, PS_INIT_VALUES, 1, 1, PS_KIND_PARAMETER, PS_DTYPE_F32},
+    };
+    uint32_t bits = 0x9e3779b9u;
+
+    memset(&table, 0, sizeof(table));
+    table.seed = 77;
+    for (int i = 0; i < KV_TENSORS; i++)
+        cr_assert_eq(ps_model_spec_add(&table, &d[i]), 0);
+    for (size_t i = 0; i < 40; i++)
+        emb[i] = (float)i * 0.25f - 3.0f;
+    emb[0] = -0.0f;
+    emb[1] = 1e-42f; /* subnormal */
+    emb[2] = 3.4028235e38f;
+    for (size_t i = 0; i < 7 * 40; i++) {
+        bits = bits * 1664525u + 1013904223u;
+        fcw[i] = (float)(int32_t)bits * 1e-9f;
+    }
+}
+
+static void start(void)
+{
+    ps_kv_server_config cfg;
+
+    kv_fixture_config(&cfg);
+    make_table();
+    cfg.table = NULL;
+    cfg.world = 2;
+    server_up_with(&cfg);
+}
+
+static ps_kv_client *connect_rank(int rank)
+{
+    const char *servers[1] = {fx.addr};
+    ps_kv_client_config cfg = {0};
+    ps_kv_client *c = NULL;
+    uint64_t clock;
+
+    cfg.spec = table;
+    cfg.values = rank == 0 ? values : NULL;
+    cfg.rank = rank;
+    cfg.world = 2;
+    cfg.servers = servers;
+    cfg.n_servers = 1;
+    cfg.chunk_bytes = CHUNK_BYTES;
+    cfg.connect_timeout_s = 5.0;
+    cfg.request_timeout_s = 20.0;
+    cfg.max_payload = (size_t)1 << 20;
+    cr_assert_eq(ps_kv_client_init(&c, &cfg), 0);
+    cr_assert_eq(ps_kv_client_connect(c, &clock), 0, "%s", ps_kv_client_last_error(c));
+    cr_assert_eq(clock, 0);
+    return c;
+}
+
+typedef struct {
+    ps_kv_client *c;
+    float w[KV_TENSORS][7 * 40];
+    int rc;
+} puller;
+
+static void *pull_first(void *arg)
+{
+    puller *p = arg;
+    float *dest[KV_TENSORS] = {p->w[0], p->w[1], p->w[2]};
+
+    p->rc = ps_kv_client_pull(p->c, 0, dest);
+    if (p->rc == 0)
+        p->rc = ps_kv_client_wait(p->c);
+    return NULL;
+}
+
+/* What every rank's first pull must hold. */
+static void expect_first(const puller *p, int rank)
+{
+    float seeded[7];
+
+    cr_assert_eq(p->rc, 0, "rank %d: %s", rank, ps_kv_client_last_error(p->c));
+    cr_assert_eq(memcmp(p->w[0], emb, sizeof(emb)), 0, "rank %d: emb differs", rank);
+    cr_assert_eq(memcmp(p->w[2], fcw, sizeof(fcw)), 0, "rank %d: fc.weight differs", rank);
+    ps_model_spec_init_values(&table, 1, 0, 7, seeded);
+    cr_assert_eq(memcmp(p->w[1], seeded, sizeof(seeded)), 0, "rank %d: the seeded bias", rank);
+}
+
+/* first: the rank that connects (and starts pulling) first. */
+static void run_two(int first)
+{
+    static puller p[2];
+    pthread_t t[2];
+
+    start();
+    p[first].c = connect_rank(first);
+    cr_assert_eq(pthread_create(&t[first], NULL, pull_first, &p[first]), 0);
+    p[!first].c = connect_rank(!first);
+    cr_assert_eq(pthread_create(&t[!first], NULL, pull_first, &p[!first]), 0);
+    for (int r = 0; r < 2; r++)
+        cr_assert_eq(pthread_join(t[r], NULL), 0);
+    expect_first(&p[0], 0);
+    expect_first(&p[1], 1);
+    for (int r = 0; r < 2; r++)
+        ps_kv_client_close(p[r].c);
+    server_down();
+    ps_model_spec_free(&table);
+}
+
+Test(kv_values, rank_1_first_waits_for_rank_0s_values, .timeout = 60)
+{
+    run_two(1);
+}
+
+Test(kv_values, rank_0_first_writes_before_the_table_fills, .timeout = 60)
+{
+    run_two(0);
+}
+
+/* A raw WRITE of the first chunk of tensor t from a connection welcomed as
+ * rank (declaring the table); the server must refuse it naming want. */
+static void refused_write(int rank, int tensor, const char *want)
+{
+    Shardps__Header h, w = SHARDPS__HEADER__INIT;
+    Shardps__Hello hello;
+    ps_frame_decoder *dec;
+    ps_frame f;
+    uint64_t key = ps_key_make((uint32_t)tensor, 0);
+    float zero[16] = {0};
+    int fd = raw_connect();
+
+    cr_assert_eq(ps_frame_decoder_init(&dec, PS_TABLE_MAX_BYTES), 0);
+    make_hello_as(&h, &hello, &table, (uint32_t)rank, 2);
+    raw_send_frame(fd, &h);
+    raw_read_frame(fd, dec, &f, "welcome");
+    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__WELCOME, "%s", f.hdr->reason ? f.hdr->reason : "");
+    cr_assert_eq(f.hdr->welcome->values_wanted, rank == 0);
+    w.type = SHARDPS__MSG_TYPE__WRITE;
+    w.request_id = 2;
+    w.n_keys = 1;
+    w.keys = &key;
+    raw_send_payload(fd, &w, zero, CHUNK_BYTES);
+    for (;;) {
+        raw_read_frame(fd, dec, &f, want);
+        if (f.hdr->type == SHARDPS__MSG_TYPE__ERROR)
+            break;
+    }
+    cr_assert(f.hdr->reason && strstr(f.hdr->reason, want), "want \"%s\": \"%s\"", want,
+              f.hdr->reason ? f.hdr->reason : "");
+    expect_closed(fd, want);
+    ps_frame_decoder_free(dec);
+}
+
+Test(kv_values, writes_by_anyone_else_or_for_seeded_tensors_are_refused, .timeout = 60)
+{
+    start();
+    refused_write(1, 0, "only the rank 0 that declared the tensors writes values");
+    refused_write(0, 1, "of a tensor the servers initialise");
+    server_down();
+    ps_model_spec_free(&table);
+}
