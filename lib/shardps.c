@@ -21,6 +21,7 @@
 #include "ps_error.h"
 #include "ps_log.h"
 #include "server_list.h"
+#include "shardps_internal.h"
 #include "transport.h"
 
 _Static_assert(SHARDPS_EPROTO == -PS_EPROTO && SHARDPS_ETIMEOUT == -PS_ETIMEOUT &&
@@ -48,6 +49,11 @@ struct shardps {
     uint8_t auth_key[PS_AUTH_KEY_BYTES];
     char *job_settings; /* owned; cfg.job_settings points here */
     int declared;       /* tensors declared, or adopted by joining */
+    /* Per tensor: the caller's initial values of one declared with them
+     * (ps_shardps_declare_values), NULL for the others; borrowed until
+     * shardps_connect returns. Owned array, n_values long; cfg.values. */
+    const void **values;
+    int n_values;
     /* Tensors pushed since the last wait: the client's own check is per
      * server (its ring of acks), so a second push of one tensor would
      * otherwise send some of its chunks twice. */
@@ -302,6 +308,9 @@ int shardps_declare_mlp(shardps *h, const int *sizes, int n_sizes)
         return ps__err(h, -EINVAL, "shardps_declare_mlp: sizes is NULL");
     seed = h->cfg.spec.seed;
     ps_model_spec_free(&h->cfg.spec);
+    free(h->values);
+    h->values = NULL;
+    h->n_values = 0;
     if (ps_model_spec_init_mlp(&h->cfg.spec, sizes, n_sizes, seed) < 0) {
         h->cfg.spec.seed = seed;
         h->declared = 0;
@@ -353,7 +362,19 @@ int shardps_declare(shardps *h, const char *name, int ndim, const int64_t *shape
 
 static int ps__connect(shardps *h)
 {
-    int rc = ps_kv_client_init(&h->kv, &h->cfg);
+    int rc = 0;
+
+    /* One entry per tensor, whichever way each was declared. */
+    if (h->values && h->n_values < h->cfg.spec.n_tensors) {
+        const void **v = realloc(h->values, (size_t)h->cfg.spec.n_tensors * sizeof(*v));
+        if (v == NULL)
+            return ps__err(h, -ENOMEM, "out of memory");
+        memset(v + h->n_values, 0, (size_t)(h->cfg.spec.n_tensors - h->n_values) * sizeof(*v));
+        h->values = v;
+        h->n_values = h->cfg.spec.n_tensors;
+    }
+    h->cfg.values = h->values;
+    rc = ps_kv_client_init(&h->kv, &h->cfg);
 
     if (rc < 0) {
         h->kv = NULL;
@@ -543,6 +564,7 @@ static void ps__free(shardps *h, int goodbye)
     free(h->servers);
     free(h->job_settings);
     ps_model_spec_free(&h->cfg.spec);
+    free(h->values);
     free(h);
 }
 
@@ -655,5 +677,47 @@ int shardps_new_from_env(shardps **out)
     /* This process is that worker: its log lines say so. */
     snprintf(role, sizeof(role), "worker %d", rank);
     ps_log_set_role(role);
+    return 0;
+}
+
+/* Not exported (lib/shardps.map): what a public shardps_declare_values
+ * would call, until one is added. */
+int ps_shardps_declare_values(shardps *h, const char *name, int ndim, const int64_t *shape,
+                              int kind, const float *values)
+{
+    int dims[PS_MAX_DIMS], rc, n;
+    ps_tensor_decl d = {name, ndim, dims, PS_INIT_VALUES, 1, 1, (ps_tensor_kind)kind, PS_DTYPE_F32};
+    const void **v;
+
+    if (h == NULL)
+        return -EINVAL;
+    if (h->kv)
+        return ps__err(h, -EBUSY, "shardps_declare_values: already connected");
+    if (name == NULL || shape == NULL || values == NULL || ndim < 1 || ndim > PS_MAX_DIMS)
+        return ps__err(h, -EINVAL,
+                       "shardps_declare_values: need a name, 1 to %d dimensions and the values",
+                       PS_MAX_DIMS);
+    if (kind < PS_KIND_PARAMETER || kind > PS_KIND_FROZEN)
+        return ps__err(h, -EINVAL, "shardps_declare_values %s: no tensor kind %d", name, kind);
+    for (int k = 0; k < ndim; k++) {
+        if (shape[k] < 1 || shape[k] > INT32_MAX)
+            return ps__err(h, -EINVAL, "shardps_declare_values %s: dimension %d is %lld", name, k,
+                           (long long)shape[k]);
+        dims[k] = (int)shape[k];
+    }
+    n = h->cfg.spec.n_tensors + 1;
+    v = realloc(h->values, (size_t)n * sizeof(*v));
+    if (v == NULL)
+        return ps__err(h, -ENOMEM, "out of memory");
+    memset(v + h->n_values, 0, (size_t)(n - h->n_values) * sizeof(*v));
+    h->values = v;
+    h->n_values = n;
+    rc = ps_model_spec_add(&h->cfg.spec, &d);
+    if (rc < 0)
+        return ps__err(h, rc, "shardps_declare_values %s: %s", name,
+                       rc == -E2BIG ? "the table is full or the tensor exceeds 2^31 elements"
+                                    : "a bad name (1..255 bytes of printable ASCII but the space)");
+    h->values[n - 1] = values;
+    h->declared = 1;
     return 0;
 }

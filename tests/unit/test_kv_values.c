@@ -16,6 +16,7 @@
 #include "kv_client.h"
 #include "kv_fixture.h"
 #include "partition.h"
+#include "shardps_internal.h"
 #include "ps_error.h"
 #include "tensor_table.h"
 
@@ -187,6 +188,78 @@ Test(kv_values, writes_by_anyone_else_or_for_seeded_tensors_are_refused, .timeou
     start();
     refused_write(1, 0, "only the rank 0 that declared the tensors writes values");
     refused_write(0, 1, "of a tensor the servers initialise");
+    server_down();
+    ps_model_spec_free(&table);
+}
+
+/* ---- through libshardps (lib/shardps_internal.h) ------------------------ */
+
+typedef struct {
+    shardps *h;
+    float w[3][7 * 40];
+    int rc;
+} lib_puller;
+
+static void *lib_pull_first(void *arg)
+{
+    lib_puller *p = arg;
+    float *dest[3] = {p->w[0], p->w[1], p->w[2]};
+    uint64_t clock;
+
+    p->rc = shardps_start_clock(p->h, &clock);
+    if (p->rc == 0)
+        p->rc = shardps_pull(p->h, clock, dest, 3);
+    if (p->rc == 0)
+        p->rc = shardps_wait(p->h);
+    return NULL;
+}
+
+/* The table of make_table, declared through the library with mine as the
+ * values (only rank 0's are sent). */
+static shardps *lib_rank(int rank, const float *mine_emb, const float *mine_fcw)
+{
+    const char *addr[] = {fx.addr};
+    shardps *h;
+
+    cr_assert_eq(shardps_new(&h, addr, 1, rank, 2), 0);
+    cr_assert_eq(shardps_set_option(h, "chunk-bytes", "64"), 0);
+    cr_assert_eq(shardps_set_option(h, "seed", "77"), 0);
+    cr_assert_eq(shardps_set_option(h, "log-level", "none"), 0);
+    cr_assert_eq(
+        ps_shardps_declare_values(h, "encoder.embedding.weight", 1, (int64_t[]){40}, 0, mine_emb),
+        0, "%s", shardps_last_error(h));
+    cr_assert_eq(
+        shardps_declare(h, "fc.bias", 1, (int64_t[]){7}, SHARDPS_INIT_XAVIER_UNIFORM, 40, 7), 0);
+    cr_assert_eq(ps_shardps_declare_values(h, "fc.weight", 2, (int64_t[]){7, 40}, 0, mine_fcw), 0);
+    return h;
+}
+
+Test(kv_values, through_libshardps_rank_0s_values_win, .timeout = 60)
+{
+    static lib_puller p[2];
+    static float other[7 * 40];
+    float seeded[7];
+    pthread_t t[2];
+
+    start();
+    for (size_t i = 0; i < 7 * 40; i++)
+        other[i] = 42.0f;
+    /* Rank 1 first, with values of its own that nobody sees. */
+    p[1].h = lib_rank(1, other, other);
+    cr_assert_eq(shardps_connect(p[1].h), 0, "%s", shardps_last_error(p[1].h));
+    cr_assert_eq(pthread_create(&t[1], NULL, lib_pull_first, &p[1]), 0);
+    p[0].h = lib_rank(0, emb, fcw);
+    cr_assert_eq(shardps_connect(p[0].h), 0, "%s", shardps_last_error(p[0].h));
+    cr_assert_eq(pthread_create(&t[0], NULL, lib_pull_first, &p[0]), 0);
+    ps_model_spec_init_values(&table, 1, 0, 7, seeded);
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(pthread_join(t[r], NULL), 0);
+        cr_assert_eq(p[r].rc, 0, "rank %d: %s", r, shardps_last_error(p[r].h));
+        cr_assert_eq(memcmp(p[r].w[0], emb, sizeof(emb)), 0, "rank %d", r);
+        cr_assert_eq(memcmp(p[r].w[1], seeded, sizeof(seeded)), 0, "rank %d", r);
+        cr_assert_eq(memcmp(p[r].w[2], fcw, sizeof(fcw)), 0, "rank %d", r);
+        shardps_close(p[r].h);
+    }
     server_down();
     ps_model_spec_free(&table);
 }
