@@ -153,6 +153,12 @@ uint64_t ps_kv_client_weights_clock(const ps_kv_client *c);
 /* The tensors: the config's, or once a joiner is connected, the job's.
  * Owned by the client. */
 const ps_model_spec *ps_kv_client_spec(const ps_kv_client *c);
+/* Rank 0 only: writes the buffers whose values[t] is not NULL (tensor t's
+ * words: numel floats, or numel int64s carried as their bytes; borrowed for
+ * the call) to the servers, which keep them as they are (no optimizer).
+ * Queued before the step's push and pull, every rank's next pull sees
+ * them. Returns 0, -EINVAL (not rank 0, or joined), or a negative code. */
+int ps_kv_client_write_buffers(ps_kv_client *c, const void *const *values);
 
 void ps_kv_client_stats_get(const ps_kv_client *c, ps_kv_client_stats *out);
 

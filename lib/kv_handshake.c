@@ -299,78 +299,6 @@ void ps__handle_refusal(ps__server *sv, const ps_frame *f)
     ps__failf(sv->cl, rc, "server %d (%s) refused us: %s", sv->index, sv->addr_text, reason);
 }
 
-static void ps__free_sent(ps_conn *conn, int status, void *arg)
-{
-    (void)conn;
-    (void)status;
-    free(arg);
-}
-
-/* Rank 0's own initial values to a server that asked (its WELCOME's
- * values_wanted): one WRITE with every chunk it holds of an INIT_VALUES
- * tensor, queued before our first pull, which the server answers only once
- * the table holds every value. Returns 0 or a negative code (failed). */
-static int ps__send_values(ps__server *sv)
-{
-    ps_kv_client *c = sv->cl;
-    Shardps__Header h = SHARDPS__HEADER__INIT;
-    uint64_t *keys = malloc((size_t)(sv->n_keys ? sv->n_keys : 1) * sizeof(*keys));
-    size_t words = 0, n = 0;
-    uint8_t *payload = NULL;
-    ps_iov iov;
-    int rc = -ENOMEM;
-
-    if (keys == NULL)
-        goto fail;
-    for (int i = 0; i < sv->n_keys; i++)
-        if (c->cfg.spec.tensors[sv->chunks[i]->tensor_id].init == PS_INIT_VALUES)
-            words += sv->chunks[i]->numel;
-    if ((payload = malloc(words ? words * sizeof(float) : 1)) == NULL)
-        goto fail;
-    for (int i = 0, at = 0; i < sv->n_keys; i++) {
-        const ps_chunk *ch = sv->chunks[i];
-        const uint8_t *v;
-        if (c->cfg.spec.tensors[ch->tensor_id].init != PS_INIT_VALUES)
-            continue;
-        v = c->cfg.values ? c->cfg.values[ch->tensor_id] : NULL;
-        if (v == NULL) {
-            rc = -EINVAL;
-            ps__failf(c, rc,
-                      "server %d (%s) asks for the initial values of tensor %s, which this "
-                      "worker does not hold (they are sent once, by rank 0 when it declares)",
-                      sv->index, sv->addr_text, c->cfg.spec.tensors[ch->tensor_id].name);
-            goto out;
-        }
-        memcpy(payload + (size_t)at * sizeof(float), v + ch->offset * sizeof(float),
-               ch->numel * sizeof(float));
-        at += (int)ch->numel;
-        keys[n++] = ch->key;
-    }
-    if (n == 0) {
-        rc = 0;
-        goto out;
-    }
-    h.type = SHARDPS__MSG_TYPE__WRITE;
-    h.request_id = ++c->next_id;
-    h.n_keys = n;
-    h.keys = keys;
-    iov.base = payload;
-    iov.len = words * sizeof(float);
-    rc = ps_conn_send(sv->conn, &h, &iov, 1, ps__free_sent, payload);
-    if (rc == 0) {
-        free(keys);
-        ps_debug("wrote the initial values of %zu chunks to server %d", n, sv->index);
-        return 0;
-    }
-fail:
-    ps__failf(c, rc, "cannot send our initial values to server %d (%s): %s", sv->index,
-              sv->addr_text, ps_strerror(rc));
-out:
-    free(payload);
-    free(keys);
-    return rc;
-}
-
 int ps_kv_client_connect(ps_kv_client *c, uint64_t *start_clock)
 {
     int rc;
@@ -385,7 +313,8 @@ int ps_kv_client_connect(ps_kv_client *c, uint64_t *start_clock)
     if (rc < 0)
         return rc;
     for (int s = 0; s < c->n_servers; s++)
-        if (c->servers[s].welcome.values_wanted && (rc = ps__send_values(&c->servers[s])) < 0)
+        if (c->servers[s].welcome.values_wanted &&
+            (rc = ps__send_write(&c->servers[s], 1, c->cfg.values)) < 0)
             return rc;
     /* Borrowed for this call only. */
     c->cfg.values = NULL;

@@ -489,6 +489,13 @@ int shardps_push(shardps *h, int tensor, const float *grad, size_t numel)
         return ps__err(h, -EINVAL, "shardps_push: %s holds %zu floats, got %zu%s",
                        h->cfg.spec.tensors[tensor].name, h->cfg.spec.tensors[tensor].numel, numel,
                        grad == NULL ? " (NULL)" : "");
+    if (h->cfg.spec.tensors[tensor].kind != PS_KIND_PARAMETER)
+        return ps__err(h, -EPERM, "shardps_push: %s is a %s tensor: %s",
+                       h->cfg.spec.tensors[tensor].name,
+                       ps_tensor_kind_name(h->cfg.spec.tensors[tensor].kind),
+                       h->cfg.spec.tensors[tensor].kind == PS_KIND_FROZEN
+                           ? "frozen tensors are never pushed"
+                           : "buffers are written by rank 0, never pushed");
     if (h->pushed[tensor])
         return ps__err(h, -EBUSY, "shardps_push: %s was already pushed this step (wait first)",
                        h->cfg.spec.tensors[tensor].name);
@@ -720,4 +727,24 @@ int ps_shardps_declare_values(shardps *h, const char *name, int ndim, const int6
     h->values[n - 1] = values;
     h->declared = 1;
     return 0;
+}
+
+int ps_shardps_write_buffers(shardps *h, const void *const *values, int n_values)
+{
+    int rc = ps__ready(h, "ps_shardps_write_buffers");
+
+    if (rc < 0)
+        return rc;
+    if (values == NULL || n_values != h->cfg.spec.n_tensors)
+        return ps__err(h, -EINVAL, "ps_shardps_write_buffers: need %d entries, got %d",
+                       h->cfg.spec.n_tensors, values == NULL ? 0 : n_values);
+    for (int t = 0; t < n_values; t++)
+        if (values[t] && h->cfg.spec.tensors[t].kind != PS_KIND_BUFFER)
+            return ps__err(h, -EINVAL, "ps_shardps_write_buffers: %s is a %s, not a buffer",
+                           h->cfg.spec.tensors[t].name,
+                           ps_tensor_kind_name(h->cfg.spec.tensors[t].kind));
+    if (h->cfg.rank != 0)
+        return ps__err(h, -EINVAL, "ps_shardps_write_buffers: only rank 0 writes the buffers");
+    rc = ps_kv_client_write_buffers(h->kv, values);
+    return rc < 0 ? ps__kv_err(h, rc, "ps_shardps_write_buffers") : 0;
 }

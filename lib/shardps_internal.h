@@ -21,4 +21,13 @@
 int ps_shardps_declare_values(shardps *h, const char *name, int ndim, const int64_t *shape,
                               int kind, const float *values);
 
+/* Rank 0, connected: writes the buffers whose values[t] is not NULL (one
+ * entry per tensor, n_values of them; float32 values, or an int64 buffer's
+ * elements as their bytes), borrowed for the call. Called before the
+ * step's pushes, every rank's next pull holds them (DDP's broadcast of rank
+ * 0's buffers). Buffers are never pushed (shardps_push refuses them), nor
+ * updated by the optimizer. The public entry to wrap it:
+ * shardps_write_buffers in SHARDPS_1.3. */
+int ps_shardps_write_buffers(shardps *h, const void *const *values, int n_values);
+
 #endif

@@ -147,6 +147,7 @@ struct ps_kv_server {
     ps_partition *part;
     ps_shard *shard;
     int n_local;
+    int n_pushable;       /* local chunks of parameters: a worker's whole step */
     ps_chunk_clock *sync; /* per local chunk */
     uint32_t *seen;       /* per local chunk: stamp of the request that last named it */
     uint32_t seen_stamp;
@@ -285,6 +286,10 @@ void ps__table_peer_left(ps_kv_server *s, ps__peer *p);
 /* Training starts once every rank has joined and the table is filled
  * (filling it if need be); call after a join and after a fill. */
 void ps__maybe_start(ps_kv_server *s);
+/* Chunk local belongs to a buffer or a frozen tensor: never pushed, out of
+ * the sync barrier (its clock is UINT64_MAX, which the server's clock, the
+ * least of its chunks', passes over). */
+int ps__chunk_static(const ps_kv_server *s, int local);
 /* Only a committed table (a step applied, or restored) is checkpointed. */
 int ps__table_may_checkpoint(ps_kv_server *s);
 /* A filling table is filled once every chunk's fill has run and every

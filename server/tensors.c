@@ -100,6 +100,14 @@ int ps__adopt_table(ps_kv_server *s, const ps_model_spec *spec, ps_table_event h
     s->ckpt_newest = calloc((size_t)s->n_local + 1, sizeof(uint64_t));
     if (s->sync == NULL || s->seen == NULL || s->ckpt_clocks == NULL || s->ckpt_newest == NULL)
         goto fail;
+    /* Buffers and frozen tensors are never pushed: their chunks hold no
+     * step back (the server's clock is the least of the others'). */
+    s->n_pushable = s->n_local;
+    for (int i = 0; i < s->n_local; i++)
+        if (ps__chunk_static(s, i)) {
+            s->sync[i].clock = UINT64_MAX;
+            s->n_pushable--;
+        }
     s->has_table = 1;
     s->applied_base = s->n_applied;
     ps_table_life_step(&s->life, how);
@@ -122,6 +130,11 @@ static void ps__note_applied(ps_kv_server *s)
      * table once they all are. */
     if (s->life.state == PS_TABLE_FILLED && s->n_applied > s->applied_base)
         ps_table_life_step(&s->life, PS_TABLE_APPLIED);
+}
+
+int ps__chunk_static(const ps_kv_server *s, int local)
+{
+    return s->table.tensors[ps_shard_chunk(s->shard, local)->tensor_id].kind != PS_KIND_PARAMETER;
 }
 
 int ps__table_may_checkpoint(ps_kv_server *s)

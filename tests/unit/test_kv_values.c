@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,7 +188,7 @@ Test(kv_values, writes_by_anyone_else_or_for_seeded_tensors_are_refused, .timeou
 {
     start();
     refused_write(1, 0, "only the rank 0 that declared the tensors writes values");
-    refused_write(0, 1, "of a tensor the servers initialise");
+    refused_write(0, 1, "of tensor fc.bias: the servers initialise it");
     server_down();
     ps_model_spec_free(&table);
 }
@@ -261,5 +262,142 @@ Test(kv_values, through_libshardps_rank_0s_values_win, .timeout = 60)
         shardps_close(p[r].h);
     }
     server_down();
+    ps_model_spec_free(&table);
+}
+
+/* ---- buffers and frozen tensors (issue 23, point 3) --------------------- */
+
+/* w [8] a parameter the servers draw; bn.num_batches_tracked [3] an int64
+ * buffer and bn.running_mean [4] a float32 one, both from rank 0 and
+ * rewritten by it every step; emb [5] frozen, from rank 0. */
+static ps_model_spec kinds;
+static int64_t counts[3] = {0, INT64_MAX, INT64_MIN + 8};
+static float mean[4] = {0.5f, -0.25f, 1e-40f, -0.0f};
+static float frozen[5] = {1, 2, 3, 4, 5};
+
+static void make_kinds(void)
+{
+    int w[1] = {8}, c[1] = {3}, m[1] = {4}, e[1] = {5};
+    ps_tensor_decl d[4] = {
+        {"w", 1, w, PS_INIT_HE_UNIFORM, 8, 8, PS_KIND_PARAMETER, PS_DTYPE_F32},
+        {"bn.num_batches_tracked", 1, c, PS_INIT_VALUES, 1, 1, PS_KIND_BUFFER, PS_DTYPE_I64},
+        {"bn.running_mean", 1, m, PS_INIT_VALUES, 1, 1, PS_KIND_BUFFER, PS_DTYPE_F32},
+        {"emb", 1, e, PS_INIT_VALUES, 1, 1, PS_KIND_FROZEN, PS_DTYPE_F32},
+    };
+
+    memset(&kinds, 0, sizeof(kinds));
+    kinds.seed = 3;
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(ps_model_spec_add(&kinds, &d[i]), 0);
+}
+
+typedef struct {
+    ps_kv_client *c;
+    int rank, rc;
+    char why[256];
+} trainer;
+
+#define KV_STEPS 3
+
+/* rank 0's buffers as written before step `step`'s push (the initial
+ * values at step 0). */
+static void buffers_at(int step, int64_t *cnt, float *mn)
+{
+    for (int i = 0; i < 3; i++)
+        cnt[i] = i == 1 ? counts[i] - step : counts[i] + step; /* no float holds these */
+    for (int i = 0; i < 4; i++)
+        mn[i] = step == 0 ? mean[i] : mean[i] + (float)step; /* -0.0 + 0 would be +0.0 */
+}
+
+static void *train(void *arg)
+{
+    trainer *t = arg;
+    float w[8], want[8], g[8], mn[4], got_mn[4], emb_got[5];
+    int64_t cnt[3], got_cnt[3];
+    float *dest[4] = {w, (float *)got_cnt, got_mn, emb_got};
+
+    ps_model_spec_init_values(&kinds, 0, 0, 8, want);
+    for (int i = 0; i < 8; i++)
+        g[i] = (float)(t->rank + 1);
+    for (int step = 0; step <= KV_STEPS; step++) {
+        if (ps_kv_client_pull(t->c, (uint64_t)step, dest) < 0 || ps_kv_client_wait(t->c) < 0) {
+            snprintf(t->why, sizeof(t->why), "step %d: %s", step, ps_kv_client_last_error(t->c));
+            return NULL;
+        }
+        /* Every rank sees rank 0's buffers of the step before, exactly. */
+        buffers_at(step == 0 ? 0 : step - 1, cnt, mn);
+        if (memcmp(got_cnt, cnt, sizeof(cnt)) != 0 || memcmp(got_mn, mn, sizeof(mn)) != 0 ||
+            memcmp(emb_got, frozen, sizeof(frozen)) != 0) {
+            snprintf(t->why, sizeof(t->why),
+                     "step %d: buffers %lld, %g or the frozen tensor differ", step,
+                     (long long)got_cnt[1], (double)got_mn[0]);
+            return NULL;
+        }
+        for (int i = 0; i < 8; i++)
+            if (fabsf(w[i] - want[i]) > 1e-6f) {
+                snprintf(t->why, sizeof(t->why), "step %d: w[%d] %g, want %g", step, i,
+                         (double)w[i], (double)want[i]);
+                return NULL;
+            }
+        if (step == KV_STEPS)
+            break;
+        if (t->rank == 0) {
+            const void *v[4] = {NULL, cnt, mn, NULL};
+            buffers_at(step, cnt, mn);
+            if (ps_kv_client_write_buffers(t->c, v) < 0) {
+                snprintf(t->why, sizeof(t->why), "write: %s", ps_kv_client_last_error(t->c));
+                return NULL;
+            }
+        }
+        if (ps_kv_client_push_tensor(t->c, 3, frozen) != -EPERM ||
+            ps_kv_client_push_tensor(t->c, 1, frozen) != -EPERM ||
+            ps_kv_client_push_tensor(t->c, 0, g) < 0) {
+            snprintf(t->why, sizeof(t->why), "push: frozen or buffer not refused, or w failed");
+            return NULL;
+        }
+        /* The mean of ranks 0 and 1's gradients, 1.5, at LR. */
+        for (int i = 0; i < 8; i++)
+            want[i] -= LR * 1.5f;
+    }
+    t->rc = 1;
+    return NULL;
+}
+
+Test(kv_values, buffers_come_from_rank_0_and_frozen_tensors_are_never_pushed, .timeout = 60)
+{
+    const void *v[4] = {NULL, counts, mean, frozen};
+    static trainer t[2];
+    pthread_t th[2];
+
+    start();
+    make_kinds();
+    for (int r = 1; r >= 0; r--) {
+        const char *servers[1] = {fx.addr};
+        ps_kv_client_config cfg = {0};
+        uint64_t clock;
+
+        cfg.spec = kinds;
+        cfg.values = r == 0 ? v : NULL;
+        cfg.rank = r;
+        cfg.world = 2;
+        cfg.servers = servers;
+        cfg.n_servers = 1;
+        cfg.chunk_bytes = CHUNK_BYTES;
+        cfg.connect_timeout_s = 5.0;
+        cfg.request_timeout_s = 20.0;
+        cfg.max_payload = (size_t)1 << 20;
+        t[r].rank = r;
+        cr_assert_eq(ps_kv_client_init(&t[r].c, &cfg), 0);
+        cr_assert_eq(ps_kv_client_connect(t[r].c, &clock), 0, "%s",
+                     ps_kv_client_last_error(t[r].c));
+        cr_assert_eq(pthread_create(&th[r], NULL, train, &t[r]), 0);
+    }
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(pthread_join(th[r], NULL), 0);
+        cr_assert_eq(t[r].rc, 1, "rank %d: %s", r, t[r].why);
+        ps_kv_client_close(t[r].c);
+    }
+    server_down();
+    ps_model_spec_free(&kinds);
     ps_model_spec_free(&table);
 }
