@@ -127,5 +127,6 @@ int sc_silent(hc_ctx *ctx, hc_conn *c);
 int sc_stranger_table(hc_ctx *ctx, hc_conn *c);
 int sc_huge_table(hc_ctx *ctx, hc_conn *c);
 int sc_idle_slots(hc_ctx *ctx, hc_conn *c);
+int sc_evaluator_push(hc_ctx *ctx, hc_conn *c);
 
 #endif
