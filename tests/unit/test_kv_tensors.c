@@ -386,3 +386,46 @@ Test(kv_tensors, tables_over_the_limits_are_refused_naming_what, .timeout = 60)
     ps_model_spec_free(&other);
     ps_model_spec_free(&big);
 }
+
+/* Issue 23, point 9: ranks whose tables differ are refused with the first
+ * difference named: by count, by name, by shape (above), by kind; and a
+ * rank started twice is refused as such. The server compares the tables
+ * themselves, since the TABLE frame brings the whole table. */
+Test(kv_tensors, differing_ranks_are_told_the_first_difference, .timeout = 60)
+{
+    ps_model_spec other;
+    char reason[512];
+    int w0 = -1, w1 = -1;
+    int one[1] = {3};
+
+    start(0);
+    cr_assert_eq(hello_as(&fx.spec, 0, 2, reason, &w0), SHARDPS__MSG_TYPE__WELCOME, "%s", reason);
+    /* One tensor more. */
+    cr_assert_eq(ps_model_spec_copy(&other, &fx.spec), 0);
+    cr_assert_eq(ps_model_spec_add_tensor(&other, "head.bias", 1, one, PS_INIT_ZERO, 1, 1), 0);
+    cr_assert_eq(hello_as(&other, 1, 2, reason, &w1), SHARDPS__MSG_TYPE__REJECT);
+    cr_assert(strstr(reason, "model mismatch: 5 tensors from the worker, 4 on this server (first "
+                             "extra: head.bias)"),
+              "%s", reason);
+    ps_model_spec_free(&other);
+    /* A tensor named otherwise. */
+    cr_assert_eq(ps_model_spec_copy(&other, &fx.spec), 0);
+    strcpy(other.tensors[2].name, "classifier.weight");
+    cr_assert_eq(hello_as(&other, 1, 2, reason, &w1), SHARDPS__MSG_TYPE__REJECT);
+    cr_assert(strstr(reason, "tensor 2: classifier.weight from the worker, fc2.weight on this "
+                             "server"),
+              "%s", reason);
+    /* A buffer where the job has a parameter. */
+    strcpy(other.tensors[2].name, "fc2.weight");
+    other.tensors[3].kind = PS_KIND_BUFFER;
+    cr_assert_eq(hello_as(&other, 1, 2, reason, &w1), SHARDPS__MSG_TYPE__REJECT);
+    cr_assert(strstr(reason, "tensor fc2.bias: float32 buffer from the worker, float32 parameter "
+                             "on this server"),
+              "%s", reason);
+    ps_model_spec_free(&other);
+    /* Rank 0 started twice. */
+    cr_assert_eq(hello_as(&fx.spec, 0, 2, reason, &w1), SHARDPS__MSG_TYPE__REJECT);
+    cr_assert(strstr(reason, "rank 0 is already connected"), "%s", reason);
+    stop();
+    close(w0);
+}

@@ -4,16 +4,22 @@
  * started first: rank 1 pulling before rank 0 has even connected waits for
  * the values rather than seeing a partly written table. Seeded tensors
  * beside them keep the servers' values. Anyone else's WRITE, or a second
- * one, is refused. Real ps_kv_clients (each pull in a thread of its own)
- * against the server in a thread (kv_fixture). */
+ * one, is refused; a restored checkpoint's values win over rank 0's.
+ * Buffers and frozen tensors (point 3) come from rank 0 and are never
+ * pushed. Real ps_kv_clients (each pull in a thread of its own) against the
+ * server in a thread (kv_fixture). */
 #include <criterion/criterion.h>
 
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "checkpoint.h"
+#include "job_options.h"
 #include "kv_client.h"
 #include "kv_fixture.h"
 #include "partition.h"
@@ -404,4 +410,91 @@ Test(kv_values, buffers_come_from_rank_0_and_frozen_tensors_are_never_pushed, .t
     server_down();
     ps_model_spec_free(&kinds);
     ps_model_spec_free(&table);
+}
+
+/* ---- a checkpoint wins over rank 0's values ------------------------------ */
+
+/* A checkpoint of make_table's table at clock 5 in dir, its declared
+ * tensors all 7. */
+static void write_checkpoint(const char *dir, const ps_kv_server_config *cfg)
+{
+    ps_checkpoint_meta meta = {0};
+    ps_partition *part;
+    ps_shard *shard;
+    uint64_t c[64], n[64];
+    ps_checkpoint_clocks clocks = {c, n};
+
+    cr_assert_eq(ps_partition_init(&part, &table, 1, CHUNK_BYTES), 0);
+    cr_assert_eq(ps_shard_init(&shard, part, 0, &table, &cfg->opt, 0), 0);
+    cr_assert_lt(ps_shard_chunk_count(shard), 64);
+    for (int i = 0; i < ps_shard_chunk_count(shard); i++) {
+        const ps_chunk *ch = ps_shard_chunk(shard, i);
+        cr_assert_eq(ps_shard_fill(shard, i, 1), 0);
+        if (table.tensors[ch->tensor_id].init == PS_INIT_VALUES)
+            for (size_t k = 0; k < ch->numel; k++)
+                ps_shard_weights_mut(shard, i)[k] = 7.0f;
+        c[i] = n[i] = 5;
+    }
+    meta.num_servers = 1;
+    meta.optimizer = (uint32_t)cfg->opt.kind;
+    meta.fingerprint = ps_model_spec_fingerprint(&table);
+    meta.chunk_bytes = CHUNK_BYTES;
+    meta.clock = 5;
+    meta.job = ps_job_fingerprint(NULL, 0);
+    cr_assert_eq(ps_checkpoint_write(dir, 3, &meta, &table, shard, &clocks, NULL, 0), 0);
+    ps_shard_free(shard);
+    ps_partition_free(part);
+}
+
+Test(kv_values, a_restored_checkpoint_wins_over_rank_0s_values, .timeout = 60)
+{
+    ps_kv_server_config cfg;
+    char dir[] = "/tmp/test_kv_values.XXXXXX", cmd[64];
+    static puller p[2];
+
+    cr_assert_not_null(mkdtemp(dir));
+    kv_fixture_config(&cfg);
+    make_table();
+    cfg.table = NULL;
+    cfg.world = 2;
+    cfg.checkpoint_dir = dir;
+    cfg.keep_checkpoints = 3;
+    write_checkpoint(dir, &cfg);
+    fx.restore = 1;
+    server_up_with(&cfg);
+    for (int r = 1; r >= 0; r--) {
+        const char *servers[1] = {fx.addr};
+        ps_kv_client_config cc = {0};
+        uint64_t clock;
+
+        cc.spec = table;
+        cc.values = r == 0 ? values : NULL;
+        cc.rank = r;
+        cc.world = 2;
+        cc.servers = servers;
+        cc.n_servers = 1;
+        cc.chunk_bytes = CHUNK_BYTES;
+        cc.connect_timeout_s = 5.0;
+        cc.request_timeout_s = 20.0;
+        cc.max_payload = (size_t)1 << 20;
+        cr_assert_eq(ps_kv_client_init(&p[r].c, &cc), 0);
+        cr_assert_eq(ps_kv_client_connect(p[r].c, &clock), 0, "%s",
+                     ps_kv_client_last_error(p[r].c));
+        cr_assert_eq(clock, 5, "resumed at the checkpoint's clock");
+    }
+    for (int r = 0; r < 2; r++) {
+        float *dest[KV_TENSORS] = {p[r].w[0], p[r].w[1], p[r].w[2]};
+        cr_assert_eq(ps_kv_client_pull(p[r].c, 5, dest), 0);
+        cr_assert_eq(ps_kv_client_wait(p[r].c), 0, "%s", ps_kv_client_last_error(p[r].c));
+        for (size_t k = 0; k < 40; k++)
+            cr_assert_eq(p[r].w[0][k], 7.0f, "rank %d emb[%zu]: the checkpoint's, not rank 0's", r,
+                         k);
+        for (size_t k = 0; k < 7 * 40; k++)
+            cr_assert_eq(p[r].w[2][k], 7.0f, "rank %d fc.weight[%zu]", r, k);
+        ps_kv_client_close(p[r].c);
+    }
+    server_down();
+    ps_model_spec_free(&table);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
 }
