@@ -65,6 +65,9 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Sampl
 from . import (INIT_HE_UNIFORM, INIT_XAVIER_UNIFORM, INIT_ZERO, KIND_BUFFER, KIND_FROZEN,
                KIND_PARAMETER, Client)
 
+#: A job's table at most (common/model_spec.h): tensors, bytes of a name.
+MAX_TENSORS, MAX_NAME_BYTES = 4096, 255
+
 #: (kind, fan_in, fan_out) of one parameter: kind one of shardps.INIT_*.
 Init = Tuple[int, int, int]
 
@@ -331,7 +334,13 @@ def _table(model: torch.nn.Module) -> List[Tuple[str, torch.Tensor, int]]:
     out = [(n, p, KIND_PARAMETER if p.requires_grad else KIND_FROZEN)
            for n, p in model.named_parameters()]
     out += [(n, b, KIND_BUFFER) for n, b in model.named_buffers()]
+    if len(out) > MAX_TENSORS:
+        raise ValueError(f"shardps: the model has {len(out)} tensors (parameters and buffers); "
+                         f"a job's table holds at most {MAX_TENSORS}")
     for name, t, kind in out:
+        if not 1 <= len(name.encode()) <= MAX_NAME_BYTES:
+            raise ValueError(f"shardps: the name {name[:40]}... is {len(name.encode())} bytes; a "
+                             f"tensor's name takes at most {MAX_NAME_BYTES}")
         if kind != KIND_BUFFER and t.dtype != torch.float32:
             raise TypeError(f"shardps trains float32 parameters; {name} is {t.dtype}")
         if t.dtype not in (torch.float32, torch.int64):
