@@ -175,12 +175,30 @@ class Attached:
         self._pulled = False
         self._versions: List[int] = []  # each parameter's _version after the last pull
         self._handles = [p.register_hook(self._grad_hook(j)) for j, p in enumerate(self._params)]
-        self._handles.append(model.register_forward_pre_hook(lambda m, inp: self.sync()))
+        self._samples = 0  # trained since the last report
+        self._loss = math.nan  # the loop's, through report()
+        self._handles.append(model.register_forward_pre_hook(self._pre_forward))
         self.sync()
         # Leaves the job at exit if the script never calls close().
         ref = weakref.ref(self)
         self._at_exit = lambda: _leave_at_exit(ref)
         atexit.register(self._at_exit)
+
+    def _pre_forward(self, module: torch.nn.Module, inp: Tuple[object, ...]) -> None:
+        """Before every forward: syncs, and counts a training forward's
+        samples (the length of its first tensor argument) for the launcher's
+        progress line."""
+        self.sync()
+        if module.training and torch.is_grad_enabled() and inp and isinstance(inp[0],
+                                                                               torch.Tensor):
+            self._samples += len(inp[0]) if inp[0].dim() else 1
+
+    def report(self, loss: Union[float, torch.Tensor]) -> None:
+        """Gives the launcher this step's training loss (a float or a
+        one-element tensor), shown in its progress line; the steps and
+        samples attach reports by itself after every step (nan as the loss
+        until this is called)."""
+        self._loss = float(loss)
 
     def _write_buffers(self) -> None:
         """Rank 0, before a step's first push: its buffers, as its forward
@@ -289,7 +307,11 @@ class Attached:
             for j, c in enumerate(self._count):
                 if c == 0:
                     self._push(j, torch.zeros(self._params[j].numel(), dtype=torch.float32))
+        stepped = self._pulled
         self.client.pull(self._dest)  # waits for the pushes too
+        if stepped:
+            self.client.report(self.client.weights_clock, self._loss, self._samples)
+            self._samples, self._loss = 0, math.nan
         self._pushed = 0
         self._count = [0] * len(self._params)
         self._pulled = True

@@ -11,13 +11,17 @@
 #  2. init="server": the servers' parameters, rank 0's buffers;
 #  3. under shardps-run, attach(model) with no other argument joins the job
 #     from the environment, and a script that never calls close() leaves the
-#     job at exit: both workers finish, nobody is counted lost.
+#     job at exit: both workers finish, nobody is counted lost;
+#  4. examples/torch_models.py under shardps-run: torchvision's ResNet-18
+#     unmodified and the ViT, with nothing but attach(model) added to their
+#     loops, train 3 steps, the launcher's progress line showing them.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/python_lib.sh"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
 
 PY=(env LD_PRELOAD="$PY_PRELOAD" ASAN_OPTIONS=detect_leaks=0 OMP_NUM_THREADS=1 "$PYTHON")
 SCRIPT="$PY_TESTS/torch_attach.py"
+EXAMPLES="$(cd "$(dirname "$0")/../../examples" && pwd)"
 
 same_state() { # a.pt b.pt: every tensor of two state_dicts equal
     "$PYTHON" -c "import sys, torch
@@ -58,3 +62,14 @@ for s in 0 1; do
 done
 same_state "$TMP/env.0" "$TMP/env.1" || fail "the launched ranks' states differ"
 echo "PASS: attach(model) joins the job shardps-run set, and the exit leaves it without close()"
+
+# The examples: ResNet-18 as torchvision builds it, and the ViT.
+for model in resnet18 vit; do
+    "$BUILD/shardps-run" --servers 2 --workers 2 --progress-every 1 --optimizer sgd --lr 0.05 \
+        --lr-schedule constant -- "${PY[@]}" "$EXAMPLES/torch_models.py" --model $model --steps 3 \
+        --batch 16 --test 500 >"$TMP/$model.out" 2>"$TMP/$model.err" ||
+        { cat "$TMP/$model.err" "$TMP/$model.out" >&2; fail "examples/torch_models.py --model $model failed"; }
+    grep -qE "^step 3  loss [0-9.]+" "$TMP/$model.out" || { cat "$TMP/$model.out" >&2; fail "$model: no progress"; }
+    grep -E "^$model: 3 steps" "$TMP/$model.out" || fail "$model: rank 0 did not finish"
+done
+echo "PASS: torchvision's resnet18 and the ViT train under shardps-run with attach(model) alone"
