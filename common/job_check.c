@@ -269,7 +269,7 @@ static int ps__files(const ps_job_options *o, const ps_job_process *p, char *err
     unsigned takes_model = PS_JOB_WORKER | PS_JOB_LAUNCHER;
     int rc;
 
-    if (o->auth_token_file && (p->program & (takes_model | PS_JOB_SERVER))) {
+    if (o->auth_token_file && ((p->program & (takes_model | PS_JOB_SERVER)) || p->evaluator)) {
         uint8_t key[PS_AUTH_KEY_BYTES];
         int loose;
         rc = ps_auth_load_key(o->auth_token_file, key, &loose, err, len);
@@ -333,11 +333,13 @@ static int ps__data(const ps_job_options *o, const ps_job_process *p, ps_job_pla
 
     if (rc < 0)
         return rc == -ENOMEM ? rc : -PS_EUSAGE;
-    if (!(p->program & (PS_JOB_WORKER | PS_JOB_LAUNCHER)))
+    if (!(p->program & (PS_JOB_WORKER | PS_JOB_LAUNCHER)) && !p->evaluator)
         return 0;
     if (ps_model_desc_resolve(&plan->desc, &d->shape, d->classes, (uint64_t)o->seed, &plan->spec,
                               err, len) < 0)
         return -PS_EUSAGE;
+    if (p->evaluator)
+        return 0;
     for (int i = 0; i < plan->spec.n_tensors; i++)
         bytes += plan->spec.tensors[i].numel * sizeof(float);
     if ((p->program & PS_JOB_LAUNCHER) && (double)bytes > o->max_model_bytes)
@@ -366,7 +368,7 @@ int ps_job_check(const ps_job_options *o, const ps_job_process *p, ps_job_plan *
     rc = ps__rules(o, p, err, len);
     if (rc == 0 && (p->program & PS_JOB_SERVER))
         rc = ps__server(o, p, plan, err, len);
-    if (rc == 0 && (p->program & PS_JOB_WORKER))
+    if (rc == 0 && ((p->program & PS_JOB_WORKER) || p->evaluator))
         rc = ps__worker(o, p, plan, err, len);
     if (rc == 0 && (p->program & (PS_JOB_SERVER | PS_JOB_WORKER)) &&
         ps_job_settings_format(o, plan->num_servers, plan->settings, sizeof(plan->settings)) < 0)
@@ -374,7 +376,7 @@ int ps_job_check(const ps_job_options *o, const ps_job_process *p, ps_job_plan *
                         sizeof(plan->settings));
     if (rc == 0)
         rc = ps__files(o, p, err, len);
-    if (rc == 0 && (p->program & (PS_JOB_WORKER | PS_JOB_LAUNCHER)))
+    if (rc == 0 && ((p->program & (PS_JOB_WORKER | PS_JOB_LAUNCHER)) || p->evaluator))
         rc = ps__model(o, p, plan, err, len);
     if (rc == 0 && p->load_data)
         rc = ps__data(o, p, plan, err, len);

@@ -69,6 +69,10 @@ typedef struct {
     /* Launcher: the program its workers run (shardps-run's command: a path,
      * or a name looked up on PATH); NULL: shardps-worker from bin_dir. */
     const char *command;
+    /* Eval following a running job (shardps-eval --follow): the model
+     * options are read and resolved against the data as a worker's are, so
+     * the evaluator can build the model whose weights it pulls. */
+    int evaluator;
     /* Worker, launcher, eval: reads the data; NULL: the data are not read
      * (nor the model resolved). */
     ps_job_data_fn load_data;

@@ -72,16 +72,20 @@ class MLP(torch.nn.Module):
 
 def batches(n, a, rank):
     """This rank's a.steps batches: a fresh shuffle of the n samples each
-    epoch (the same on every rank), of which each rank takes its share."""
-    g = torch.Generator().manual_seed(a.seed)
-    step = 0
+    epoch (the same on every rank), of which each rank takes its share
+    (shardps.torch.sampler: PyTorch's DistributedSampler for this rank; the
+    DDP baseline deals its batches with the same)."""
+    share = shardps.torch.sampler(range(n), rank, a.workers, seed=a.seed, drop_last=True)
+    step, epoch = 0, 0
     while True:
-        order = torch.randperm(n, generator=g)[rank::a.workers]
+        share.set_epoch(epoch)
+        order = torch.tensor(list(share))
         for i in range(0, len(order) - a.batch + 1, a.batch):
             yield order[i:i + a.batch]
             step += 1
             if step == a.steps:
                 return
+        epoch += 1
 
 
 class Clock:

@@ -22,7 +22,8 @@
  * shardps_last_error gives the sentence that explains the last failure on a
  * handle. No function exits or aborts on bad input. A handle is not
  * thread-safe: one thread at a time. Buffers passed to push and pull are
- * borrowed until shardps_wait returns. */
+ * borrowed until shardps_wait returns (shardps_push_copy's: only during the
+ * call); shardps_pull_into is the pull that is told its buffers' sizes. */
 #ifndef SHARDPS_H
 #define SHARDPS_H
 
@@ -35,7 +36,7 @@ extern "C" {
 #endif
 
 #define SHARDPS_VERSION_MAJOR 1
-#define SHARDPS_VERSION_MINOR 2
+#define SHARDPS_VERSION_MINOR 3
 
 /* Codes beyond errno's (values as in the servers' logs). */
 #define SHARDPS_EPROTO    (-10001) /* a server broke the protocol or lied */
@@ -66,9 +67,10 @@ typedef struct {
     uint64_t rejected; /* of dropped, those refused as non-finite or over --max-grad-norm */
 } shardps_stats;
 
-/* The library's version, "1.2.0" (1.1 added joining and shardps_tensor_shape;
+/* The library's version, "1.3.0" (1.1 added joining and shardps_tensor_shape;
  * 1.2 shardps_set_stop_flag, and shardps_new_from_env and shardps_report for
- * programs a launcher starts). */
+ * programs a launcher starts; 1.3 shardps_pull_into and shardps_push_copy,
+ * for callers such as a binding whose buffers are not theirs to keep). */
 const char *shardps_version(void);
 
 /* A static description of code ("timed out"); never NULL. */
@@ -173,8 +175,27 @@ int shardps_weights_clock(const shardps *h, uint64_t *clock);
 int shardps_push(shardps *h, int tensor, const float *grad, size_t numel);
 /* Starts pulling the weights of step clock of every tensor into dest[i]
  * (n_dest == tensor count; each the tensor's numel floats, borrowed until
- * wait). In sync mode a pull completes once every worker pushed clock - 1. */
+ * wait). In sync mode a pull completes once every worker pushed clock - 1.
+ * It cannot see a buffer shorter than its tensor, and writes past its end:
+ * shardps_pull_into, told the sizes, refuses one. */
 int shardps_pull(shardps *h, uint64_t clock, float *const *dest, int n_dest);
+/* shardps_push, except that the gradient is copied into a buffer the handle
+ * owns before the call returns: grad is only read during the call, and may
+ * be changed or freed at once (a training loop that zeroes its gradients
+ * while they travel). Costs one copy of numel floats (docs/torch.md
+ * measures it); the handle keeps one buffer of numel floats per tensor
+ * pushed this way, until it is freed. After a shardps_wait that failed, the
+ * copies may still be sent from: -EBUSY until shardps_reconnect. (1.3) */
+int shardps_push_copy(shardps *h, int tensor, const float *grad, size_t numel);
+/* shardps_pull, told the size of each destination: counts[i] is the number
+ * of floats dest[i] holds and must be tensor i's numel (shardps_tensor_info),
+ * else nothing is started or written and -EINVAL's sentence names the
+ * tensor ("shardps_pull_into: the destination of fc1.bias holds 2 floats;
+ * it needs 16"). counts is read during the call; dest and the buffers it
+ * points to are borrowed until wait, as shardps_pull's. Returns 0, -EINVAL,
+ * -EBUSY (a pull in flight) or a connection error. (1.3) */
+int shardps_pull_into(shardps *h, uint64_t clock, float *const *dest, const size_t *counts,
+                      int n_dest);
 /* Moves what can move without blocking, and sends the heartbeats the
  * servers asked for (a worker silent for their --heartbeat-timeout leaves
  * the job): a loop that computes or tests for longer than that calls it now

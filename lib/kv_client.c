@@ -86,6 +86,11 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
 
     if (c == NULL)
         return -ENOMEM;
+    /* An evaluator reads the job's tensors; it has none of its own. */
+    if (cfg->evaluator && cfg->spec.n_tensors > 0) {
+        free(c);
+        return -EINVAL;
+    }
     c->cfg = *cfg;
     c->cfg.servers = NULL;
     c->cfg.auth_key = NULL;

@@ -73,6 +73,12 @@ typedef struct {
      * waiting: connect and wait then fail with -EINTR, see
      * ps_kv_client_set_stop_flag. Borrowed; NULL: never. */
     const volatile sig_atomic_t *stop;
+    /* 1: connect as a read-only evaluator (docs/architecture.md, "The
+     * evaluator"): declares no tensors (spec must be empty: it joins), holds
+     * no rank (rank, world and total_steps are not sent), never pushes; each
+     * pull is a snapshot of the weights as they are, answered without
+     * waiting for a step (ps_kv_client_snapshot_clocks). */
+    int evaluator;
 } ps_kv_client_config;
 
 /* Running totals since the client was created. */
@@ -119,6 +125,11 @@ int ps_kv_client_push(ps_kv_client *c, const float *const *grads);
  * compute so pushes started so far drain while the next layer runs. Returns
  * 0 or the first error so far. */
 int ps_kv_client_progress(ps_kv_client *c);
+/* Sends the requests started so far at once, without waiting for their
+ * answers (wait would send them first thing): the evaluator's first pull is
+ * then on its way before it tells anyone it follows the job. Returns 0 or
+ * the first error so far. */
+int ps_kv_client_flush(ps_kv_client *c);
 /* Runs until every started request has completed. Returns 0 or the first
  * error: -PS_ECLOSED when a server went away (the one error worth
  * reconnecting after), -PS_ETIMEOUT when one went silent past the request
@@ -149,6 +160,12 @@ const char *ps_kv_client_last_error(const ps_kv_client *c);
  * that fell behind (backup workers, a rejoin) receives newer weights than it
  * asked for, and continues from this clock. */
 uint64_t ps_kv_client_weights_clock(const ps_kv_client *c);
+
+/* An evaluator's last snapshot (config.evaluator): the lowest and highest
+ * steps applied among the chunks it got, over every server; equal when every
+ * chunk had taken in the same steps (always, in sync mode between steps).
+ * Returns 0, or -EINVAL for a worker or before a snapshot came. */
+int ps_kv_client_snapshot_clocks(const ps_kv_client *c, uint64_t *lo, uint64_t *hi);
 
 /* The tensors: the config's, or once a joiner is connected, the job's.
  * Owned by the client. */

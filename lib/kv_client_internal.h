@@ -44,6 +44,7 @@ typedef struct {
     ps_reply_welcome welcome;
     uint64_t hello_id;
     uint64_t pulled_clock; /* clock of the weights in the last pull reply */
+    uint64_t pulled_hi;    /* an evaluator's: the newest chunk's steps in it */
     int pulled;            /* a pull reply came on this connection */
     /* The time from which the answer this server owes us is counted: the
      * HELLO, the start of a wait, or its last frame, whichever is latest. */

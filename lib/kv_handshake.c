@@ -55,12 +55,12 @@ void ps__send_hello(ps__server *sv)
     Shardps__Hello hello = SHARDPS__HELLO__INIT;
     int rc;
 
-    hello.role = SHARDPS__ROLE__ROLE_WORKER;
-    hello.rank = (uint32_t)c->cfg.rank;
-    hello.world = (uint32_t)c->cfg.world;
+    hello.role = c->cfg.evaluator ? SHARDPS__ROLE__ROLE_EVALUATOR : SHARDPS__ROLE__ROLE_WORKER;
+    hello.rank = c->cfg.evaluator ? 0 : (uint32_t)c->cfg.rank;
+    hello.world = c->cfg.evaluator ? 0 : (uint32_t)c->cfg.world;
     /* The tensors, declared to every server by digest, then in a TABLE
      * frame: the first a server gets makes them the job's, and it refuses
-     * any other. A joiner declares none. */
+     * any other. A joiner (and an evaluator) declares none. */
     if (!c->joining) {
         hello.table_digest.len = PS_TABLE_DIGEST_BYTES;
         hello.table_digest.data = c->digest;
@@ -68,7 +68,7 @@ void ps__send_hello(ps__server *sv)
     hello.num_servers = (uint32_t)c->n_servers;
     hello.chunk_bytes = c->cfg.chunk_bytes;
     hello.server_index = (uint32_t)sv->index;
-    hello.total_steps = c->cfg.total_steps;
+    hello.total_steps = c->cfg.evaluator ? 0 : c->cfg.total_steps;
     hello.job_settings = (char *)c->cfg.job_settings;
     sv->server_proved = 0;
     if (c->auth) {

@@ -90,6 +90,7 @@ void ps__handle_pull_reply(ps__server *sv, const ps_frame *f)
     }
     sv->cl->stats.bytes_received += f->payload_len;
     sv->pulled_clock = f->hdr->clock;
+    sv->pulled_hi = f->hdr->clock + (sv->pull.snapshot ? f->hdr->staleness : 0);
     sv->pulled = 1;
     sv->pull_dest = NULL;
     sv->cl->outstanding--;
@@ -143,6 +144,7 @@ int ps_kv_client_pull(ps_kv_client *c, uint64_t clock, float *const *params)
         sv->pull.request_id = h.request_id;
         sv->pull.clock = clock;
         sv->pull.sync = c->mode.sync;
+        sv->pull.snapshot = c->cfg.evaluator;
         sv->pull.max_clock = c->max_clock;
         sv->pull.n_keys = (size_t)sv->n_keys;
         sv->pull.keys = sv->keys;
@@ -247,6 +249,27 @@ int ps_kv_client_push(ps_kv_client *c, const float *const *grads)
             return rc;
     }
     return 0;
+}
+
+int ps_kv_client_snapshot_clocks(const ps_kv_client *c, uint64_t *lo, uint64_t *hi)
+{
+    int n = 0;
+
+    if (!c->cfg.evaluator)
+        return -EINVAL;
+    *lo = UINT64_MAX;
+    *hi = 0;
+    for (int s = 0; s < c->n_servers; s++) {
+        const ps__server *sv = &c->servers[s];
+        if (sv->n_keys == 0 || !sv->pulled)
+            continue;
+        *lo = sv->pulled_clock < *lo ? sv->pulled_clock : *lo;
+        *hi = sv->pulled_hi > *hi ? sv->pulled_hi : *hi;
+        n++;
+    }
+    if (n == 0)
+        *lo = 0;
+    return n > 0 ? 0 : -EINVAL;
 }
 
 uint64_t ps_kv_client_weights_clock(const ps_kv_client *c)

@@ -241,6 +241,13 @@ int ps_kv_client_progress(ps_kv_client *c)
     return c->error;
 }
 
+int ps_kv_client_flush(ps_kv_client *c)
+{
+    for (int s = 0; s < c->n_servers; s++)
+        ps__uncork(&c->servers[s]);
+    return ps_kv_client_progress(c);
+}
+
 int ps_kv_client_wait(ps_kv_client *c)
 {
     for (int s = 0; s < c->n_servers; s++)

@@ -105,6 +105,14 @@ int ps_reply_check_pull_header(const Shardps__Header *h, const ps_reply_pull *e,
                        "answered with other keys or sizes than requested (%zu keys, %" PRIu64
                        " bytes; we asked for %zu keys, %zu bytes)",
                        h->n_keys, h->payload_bytes, e->n_keys, e->bytes);
+    if (e->snapshot) {
+        if (h->clock > e->max_clock || h->staleness > e->max_clock - h->clock)
+            return ps__bad(why, why_len,
+                           "sent a snapshot of step %" PRIu64 " (newest chunk %" PRIu32
+                           " steps ahead), past the last step %" PRIu64,
+                           h->clock, h->staleness, e->max_clock);
+        return 0;
+    }
     top = e->clock > e->max_clock ? e->clock : e->max_clock;
     if (e->sync ? h->clock < e->clock || h->clock > top : h->clock != e->clock)
         return ps__bad(

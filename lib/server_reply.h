@@ -47,6 +47,10 @@ typedef struct {
     uint64_t request_id;
     uint64_t clock; /* the step asked for */
     int sync;       /* sync replies may be newer than asked (the steps applied) */
+    /* An evaluator's snapshot: the reply's clock is the lowest steps applied
+     * among its chunks and its staleness how far the highest is ahead, both
+     * at most max_clock, whatever was asked. */
+    int snapshot;
     uint64_t max_clock;
     size_t n_keys;
     const uint64_t *keys; /* borrowed */
@@ -55,7 +59,8 @@ typedef struct {
 
 /* A PULL_REPLY header against the pull in flight (e NULL: none is): same id,
  * keys and bytes, float32, status 0, and a clock that is the step asked for
- * (sync: at least it, at most max(max_clock, asked)). Judged on the header
+ * (sync: at least it, at most max(max_clock, asked); a snapshot: see
+ * ps_reply_pull). Judged on the header
  * alone, before the payload is placed into the parameters. */
 int ps_reply_check_pull_header(const Shardps__Header *h, const ps_reply_pull *e, char *why,
                                size_t why_len);

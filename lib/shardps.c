@@ -20,6 +20,7 @@
 #include "partition.h"
 #include "ps_error.h"
 #include "ps_log.h"
+#include "push_copies.h"
 #include "server_list.h"
 #include "shardps_internal.h"
 #include "transport.h"
@@ -58,7 +59,8 @@ struct shardps {
      * server (its ring of acks), so a second push of one tensor would
      * otherwise send some of its chunks twice. */
     unsigned char pushed[PS_MAX_TENSORS];
-    int started; /* a push or pull was started since the last wait */
+    int started;           /* a push or pull was started since the last wait */
+    ps_push_copies copies; /* shardps_push_copy's, owned */
     uint64_t start_clock;
     ps_job_report report; /* to the launcher that started us, if one did */
     char error[512];
@@ -91,7 +93,7 @@ static int ps__kv_err(shardps *h, int rc, const char *doing)
 
 const char *shardps_version(void)
 {
-    return "1.2.0";
+    return "1.3.0";
 }
 
 const char *shardps_strerror(int code)
@@ -414,6 +416,7 @@ int shardps_reconnect(shardps *h)
     ps_kv_client_abandon(h->kv);
     h->kv = NULL;
     memset(h->pushed, 0, sizeof(h->pushed));
+    ps_push_copies_reset(&h->copies);
     /* Our old connection may still hold the rank on a server: retry. */
     h->cfg.rejoining = 1;
     return ps__connect(h);
@@ -476,17 +479,20 @@ int shardps_weights_clock(const shardps *h, uint64_t *clock)
     return 0;
 }
 
-int shardps_push(shardps *h, int tensor, const float *grad, size_t numel)
+/* shardps_push and shardps_push_copy: the checks, then the gradient itself
+ * (borrowed until wait) or the handle's copy of it. */
+static int ps__push(shardps *h, int tensor, const float *grad, size_t numel, const char *fn,
+                    int copy)
 {
-    int rc = ps__ready(h, "shardps_push");
+    int rc = ps__ready(h, fn);
 
     if (rc < 0)
         return rc;
     if (tensor < 0 || tensor >= h->cfg.spec.n_tensors)
-        return ps__err(h, -EINVAL, "shardps_push: no tensor %d (the table has %d)", tensor,
+        return ps__err(h, -EINVAL, "%s: no tensor %d (the table has %d)", fn, tensor,
                        h->cfg.spec.n_tensors);
     if (grad == NULL || numel != h->cfg.spec.tensors[tensor].numel)
-        return ps__err(h, -EINVAL, "shardps_push: %s holds %zu floats, got %zu%s",
+        return ps__err(h, -EINVAL, "%s: %s holds %zu floats, got %zu%s", fn,
                        h->cfg.spec.tensors[tensor].name, h->cfg.spec.tensors[tensor].numel, numel,
                        grad == NULL ? " (NULL)" : "");
     if (h->cfg.spec.tensors[tensor].kind != PS_KIND_PARAMETER)
@@ -497,32 +503,68 @@ int shardps_push(shardps *h, int tensor, const float *grad, size_t numel)
                            ? "frozen tensors are never pushed"
                            : "buffers are written by rank 0, never pushed");
     if (h->pushed[tensor])
-        return ps__err(h, -EBUSY, "shardps_push: %s was already pushed this step (wait first)",
+        return ps__err(h, -EBUSY, "%s: %s was already pushed this step (wait first)", fn,
                        h->cfg.spec.tensors[tensor].name);
+    if (copy && (rc = ps_push_copies_take(&h->copies, h->cfg.spec.n_tensors, tensor, grad, numel,
+                                          &grad)) < 0)
+        return ps__err(h, rc, "%s: %s", fn,
+                       rc == -EBUSY ? "the last wait failed and its sends may still read the "
+                                      "copies: shardps_reconnect first"
+                                    : "out of memory for the gradient's copy");
     h->pushed[tensor] = 1;
     h->started = 1;
     rc = ps_kv_client_push_tensor(h->kv, tensor, grad);
-    return rc < 0 ? ps__kv_err(h, rc, "shardps_push") : 0;
+    return rc < 0 ? ps__kv_err(h, rc, fn) : 0;
 }
 
-int shardps_pull(shardps *h, uint64_t clock, float *const *dest, int n_dest)
+int shardps_push(shardps *h, int tensor, const float *grad, size_t numel)
 {
-    int rc = ps__ready(h, "shardps_pull");
+    return ps__push(h, tensor, grad, numel, "shardps_push", 0);
+}
+
+int shardps_push_copy(shardps *h, int tensor, const float *grad, size_t numel)
+{
+    return ps__push(h, tensor, grad, numel, "shardps_push_copy", 1);
+}
+
+/* shardps_pull and shardps_pull_into (counts NULL: the caller vouches for
+ * the sizes). Nothing is written before every destination is checked. */
+static int ps__pull(shardps *h, uint64_t clock, float *const *dest, const size_t *counts,
+                    int n_dest, const char *fn)
+{
+    int rc = ps__ready(h, fn);
 
     if (rc < 0)
         return rc;
     if (dest == NULL || n_dest != h->cfg.spec.n_tensors)
-        return ps__err(h, -EINVAL, "shardps_pull: need %d destinations, got %d",
-                       h->cfg.spec.n_tensors, dest == NULL ? 0 : n_dest);
-    for (int i = 0; i < n_dest; i++)
+        return ps__err(h, -EINVAL, "%s: need %d destinations, got %d", fn, h->cfg.spec.n_tensors,
+                       dest == NULL ? 0 : n_dest);
+    for (int i = 0; i < n_dest; i++) {
+        const ps_tensor_spec *t = &h->cfg.spec.tensors[i];
         if (dest[i] == NULL)
-            return ps__err(h, -EINVAL, "shardps_pull: the destination of %s is NULL",
-                           h->cfg.spec.tensors[i].name);
+            return ps__err(h, -EINVAL, "%s: the destination of %s is NULL", fn, t->name);
+        if (counts && counts[i] != t->numel)
+            return ps__err(h, -EINVAL, "%s: the destination of %s holds %zu floats; it needs %zu",
+                           fn, t->name, counts[i], t->numel);
+    }
     h->started = 1;
     rc = ps_kv_client_pull(h->kv, clock, dest);
     if (rc == -EBUSY)
-        return ps__err(h, rc, "shardps_pull: a pull is already in flight (wait first)");
-    return rc < 0 ? ps__kv_err(h, rc, "shardps_pull") : 0;
+        return ps__err(h, rc, "%s: a pull is already in flight (wait first)", fn);
+    return rc < 0 ? ps__kv_err(h, rc, fn) : 0;
+}
+
+int shardps_pull(shardps *h, uint64_t clock, float *const *dest, int n_dest)
+{
+    return ps__pull(h, clock, dest, NULL, n_dest, "shardps_pull");
+}
+
+int shardps_pull_into(shardps *h, uint64_t clock, float *const *dest, const size_t *counts,
+                      int n_dest)
+{
+    if (h != NULL && counts == NULL)
+        return ps__err(h, -EINVAL, "shardps_pull_into: counts is NULL");
+    return ps__pull(h, clock, dest, counts, n_dest, "shardps_pull_into");
 }
 
 int shardps_progress(shardps *h)
@@ -543,6 +585,7 @@ int shardps_wait(shardps *h)
     memset(h->pushed, 0, sizeof(h->pushed));
     h->started = 0;
     rc = ps_kv_client_wait(h->kv);
+    ps_push_copies_waited(&h->copies, rc);
     return rc < 0 ? ps__kv_err(h, rc, "shardps_wait") : 0;
 }
 
@@ -566,6 +609,8 @@ static void ps__free(shardps *h, int goodbye)
         ps_kv_client_close(h->kv);
     else
         ps_kv_client_abandon(h->kv);
+    /* After the client: its sends read the copies until it is gone. */
+    ps_push_copies_free(&h->copies);
     for (int s = 0; h->servers && s < h->cfg.n_servers; s++)
         free(h->servers[s]);
     free(h->servers);

@@ -4,7 +4,9 @@
  * before anything it says is looked at); a declarer's table follows in a
  * TABLE frame, which must match the digest its HELLO carried; the worker is
  * then admitted at the job's current clock with a WELCOME (a joiner first
- * gets the table in a TABLE frame), or refused with a REJECT naming why. */
+ * gets the table in a TABLE frame), or refused with a REJECT naming why.
+ * A HELLO with the evaluator's role is admitted read-only, without a rank
+ * (and told the table as a joiner is). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -45,19 +47,10 @@ static int ps__check_job_settings(ps_kv_server *s, ps__peer *p, const Shardps__H
     return -1;
 }
 
-static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
-                           const ps_model_spec *spec)
+/* The HELLO's server list and chunking against ours: they decide which
+ * keys live here. Returns 0, or -1 after failing the peer. */
+static int ps__check_partition(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
 {
-    if (hello == NULL || hello->role != SHARDPS__ROLE__ROLE_WORKER) {
-        ps__peer_fail(p, -PS_EPROTO, "first message must be a worker HELLO");
-        return -1;
-    }
-    p->agreed = ps__check_job_settings(s, p, hello);
-    if (p->agreed < 0)
-        return -1;
-    /* A table held already is compared at once, like the settings... */
-    if (ps_table_life_holds(&s->life) && ps__check_table(s, p, hello, spec) < 0)
-        return -1;
     if (hello->num_servers != (uint32_t)s->cfg.num_servers ||
         hello->chunk_bytes != s->cfg.chunk_bytes) {
         ps__peer_fail(p, -PS_EMISMATCH,
@@ -75,6 +68,24 @@ static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *h
                       hello->server_index, s->cfg.server_index);
         return -1;
     }
+    return 0;
+}
+
+static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
+                           const ps_model_spec *spec)
+{
+    if (hello == NULL || hello->role != SHARDPS__ROLE__ROLE_WORKER) {
+        ps__peer_fail(p, -PS_EPROTO, "first message must be a worker's or an evaluator's HELLO");
+        return -1;
+    }
+    p->agreed = ps__check_job_settings(s, p, hello);
+    if (p->agreed < 0)
+        return -1;
+    /* A table held already is compared at once, like the settings... */
+    if (ps_table_life_holds(&s->life) && ps__check_table(s, p, hello, spec) < 0)
+        return -1;
+    if (ps__check_partition(s, p, hello) < 0)
+        return -1;
     if (hello->world != (uint32_t)s->cfg.world || hello->rank >= hello->world) {
         ps__peer_fail(p, -PS_EMISMATCH,
                       "worker says rank %u of %u, this server expects %d workers (ranks 0..%d)",
@@ -102,8 +113,9 @@ static void ps__free_sent(ps_conn *c, int status, void *arg)
     free(arg);
 }
 
-/* A joiner learns the job's tensors: the table this server holds, packed,
- * as a TABLE frame just before its WELCOME (which carries its digest). */
+/* A joiner (or an evaluator) learns the job's tensors: the table this
+ * server holds, packed, as a TABLE frame just before its WELCOME (which
+ * carries its digest). */
 static int ps__send_table(ps_kv_server *s, ps__peer *p, uint64_t request_id)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
@@ -124,16 +136,79 @@ static int ps__send_table(ps_kv_server *s, ps__peer *p, uint64_t request_id)
     return rc;
 }
 
+/* The WELCOME that admits p at clock, with the table's digest; a joiner
+ * (declared: 0) gets the table first; values_wanted: the declaring rank 0
+ * is to WRITE its initial values (values.c). Returns 0, or a negative code
+ * with the connection closing. */
+static int ps__welcome(ps_kv_server *s, ps__peer *p, uint64_t request_id, uint64_t clock,
+                       int declared, int values_wanted)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    Shardps__Welcome w = SHARDPS__WELCOME__INIT;
+    int rc;
+
+    h.type = SHARDPS__MSG_TYPE__WELCOME;
+    h.request_id = request_id;
+    w.clock = clock;
+    w.mode = (char *)s->cfg.mode;
+    w.staleness = s->cfg.staleness;
+    w.heartbeat_ms = s->cfg.heartbeat_timeout_ms / 4;
+    w.table_digest.len = PS_TABLE_DIGEST_BYTES;
+    w.table_digest.data = s->table_digest;
+    w.values_wanted = values_wanted;
+    h.welcome = &w;
+    rc = declared ? 0 : ps__send_table(s, p, request_id);
+    if (rc == 0)
+        rc = ps_conn_send(p->conn, &h, NULL, 0, NULL, NULL);
+    if (rc < 0)
+        ps_conn_close(p->conn, rc);
+    return rc;
+}
+
+/* An evaluator reads the job's weights and nothing else: it joins the table
+ * the workers declared (declaring none), takes no rank and an evaluator slot
+ * (validate.h) instead of a worker's, so no number of evaluators can keep a
+ * worker out, and is in no barrier, quorum or count the job waits on. */
+static void ps__admit_evaluator(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
+                                uint64_t request_id)
+{
+    char why[256];
+    int rc;
+
+    if (hello->table_digest.len > 0) {
+        ps__peer_fail(p, -PS_EPROTO, "an evaluator declares no tensors: it reads the job's");
+        return;
+    }
+    if (ps__check_job_settings(s, p, hello) < 0 || ps__check_table(s, p, hello, NULL) < 0 ||
+        ps__check_partition(s, p, hello) < 0)
+        return;
+    rc = ps_validate_evaluator_slot(s->max_connections, s->cfg.world, s->n_evaluators, why,
+                                    sizeof(why));
+    if (rc < 0) {
+        ps__peer_fail(p, rc, "%s", why);
+        return;
+    }
+    p->state = PS__PEER_EVALUATOR;
+    s->n_evaluators++;
+    ps_conn_set_max_payload(p->conn, s->cfg.max_payload);
+    ps_conn_set_max_write_queue(p->conn, s->max_write_queue);
+    snprintf(p->name, sizeof(p->name), "evaluator (%s)", ps_conn_peer(p->conn));
+    ps_info("%s joined at clock %" PRIu64 "; it reads the weights and holds no rank", p->name,
+            ps__progress_clock(s));
+    (void)ps__welcome(s, p, request_id, ps__progress_clock(s), 0, 0);
+}
+
 /* Admits a worker whose HELLO has passed authentication (if any): model and
  * cluster checks, then WELCOME. */
 static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
                       uint64_t request_id, const ps_model_spec *spec)
 {
-    Shardps__Header h = SHARDPS__HEADER__INIT;
-    Shardps__Welcome w = SHARDPS__WELCOME__INIT;
     ps_consistency_view v;
-    int rc;
 
+    if (hello != NULL && hello->role == SHARDPS__ROLE__ROLE_EVALUATOR) {
+        ps__admit_evaluator(s, p, hello, request_id);
+        return;
+    }
     if (ps__check_hello(s, p, hello, spec) < 0)
         return;
     p->rank = hello->rank;
@@ -173,24 +248,10 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
     if (spec != NULL)
         ps__table_declarer_joined(s, p);
 
-    h.type = SHARDPS__MSG_TYPE__WELCOME;
-    h.request_id = request_id;
-    w.clock = p->clock;
-    w.mode = (char *)s->cfg.mode;
-    w.staleness = s->cfg.staleness;
-    w.heartbeat_ms = s->cfg.heartbeat_timeout_ms / 4;
-    w.table_digest.len = PS_TABLE_DIGEST_BYTES;
-    w.table_digest.data = s->table_digest;
     /* Only the declaring rank 0 has the model's own values to send. */
-    w.values_wanted = p->rank == 0 && spec != NULL && ps__values_wanted(s);
-    h.welcome = &w;
-    rc = spec == NULL ? ps__send_table(s, p, request_id) : 0;
-    if (rc == 0)
-        rc = ps_conn_send(p->conn, &h, NULL, 0, NULL, NULL);
-    if (rc < 0) {
-        ps_conn_close(p->conn, rc);
+    if (ps__welcome(s, p, request_id, p->clock, spec != NULL,
+                    p->rank == 0 && spec != NULL && ps__values_wanted(s)) < 0)
         return;
-    }
     if (!s->started) {
         /* A rank that left before the start no longer counts as joined
          * (tensors.c), so each rank here is new. */

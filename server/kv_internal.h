@@ -46,6 +46,10 @@ typedef enum {
     PS__PEER_AUTH,      /* challenged; waiting for AUTH_RESPONSE */
     PS__PEER_TABLE,     /* proven (or no auth), declaring: waiting for its TABLE */
     PS__PEER_WORKER,
+    /* Admitted read-only (handshake.c): holds no rank, is in no barrier,
+     * quorum or worker slot, cannot push; its pulls are answered at once
+     * (pulls.c). */
+    PS__PEER_EVALUATOR,
     PS__PEER_GONE,
 } ps__peer_state;
 
@@ -91,6 +95,12 @@ typedef struct ps__pull {
     /* 0 until the clock rule allows an answer; then the apply queue's number
      * at that moment: the reply waits for every update submitted before. */
     uint64_t seq;
+    /* An evaluator's: no clock rule holds it, only the start (the weights
+     * are filled then). lo, hi: the lowest and highest of its chunks' steps
+     * applied (their `newest`), taken when it is numbered, which is when the
+     * updates it will see are fixed. */
+    int snapshot;
+    uint64_t lo, hi;
 } ps__pull;
 
 /* A push frame's payload, shared by the updates of its chunks and returned
@@ -190,6 +200,7 @@ struct ps_kv_server {
     uint64_t resume_clock;   /* where a worker joining with nobody live starts */
     uint64_t restored_clock; /* the clock of the checkpoint restored (0: none) */
     int n_peers;             /* open connections */
+    int n_evaluators;        /* of those, admitted evaluators (handshake.c) */
     ps__pull *pulls;         /* waiting pulls, oldest first */
     ps__peer *peers;         /* every open connection */
     ps_kv_server_done_cb done;
@@ -322,6 +333,10 @@ void ps__say_strangers(const ps_kv_server *s);
 
 /* pulls.c */
 void ps__handle_pull(ps_kv_server *s, ps__peer *p, const ps_frame *f);
+/* A frame from an evaluator: what its role allows (validate.h), else refused. */
+void ps__handle_evaluator(ps_kv_server *s, ps__peer *p, const ps_frame *f);
+/* An evaluator's connection is closing: its pulls are forgotten. */
+void ps__evaluator_leave(ps_kv_server *s, ps__peer *p, const char *why);
 /* Answers every waiting pull the rules and the apply queue allow. */
 void ps__release_pulls(ps_kv_server *s);
 /* The apply queue's "settled" callback (arg: the server). */

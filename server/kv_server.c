@@ -61,6 +61,10 @@ static void ps__on_frame(ps_conn *c, const ps_frame *f)
         ps__handle_table(s, p, f);
         return;
     }
+    if (p->state == PS__PEER_EVALUATOR) {
+        ps__handle_evaluator(s, p, f);
+        return;
+    }
     switch (f->hdr->type) {
     case SHARDPS__MSG_TYPE__PULL:
         ps__handle_pull(s, p, f);
@@ -103,6 +107,7 @@ static void ps__on_conn_close(ps_conn *c, int err)
         s->n_refused++;
     }
     ps__worker_leave(s, p, err == -PS_ECLOSED || err == 0 ? "disconnected" : ps_strerror(err));
+    ps__evaluator_leave(s, p, err == -PS_ECLOSED || err == 0 ? "disconnected" : ps_strerror(err));
     s->n_peers--;
     if (p->prev)
         p->prev->next = p->next;
@@ -140,6 +145,12 @@ static void ps__on_liveness_check(uv_timer_t *t)
             s->n_refused++;
             p->failed = 1;
             ps_conn_close(p->conn, -PS_ETIMEOUT);
+        } else if (p->state == PS__PEER_EVALUATOR && s->cfg.heartbeat_timeout_ms > 0 &&
+                   now - p->last_seen > s->cfg.heartbeat_timeout_ms) {
+            /* Its slot is not held by a process that went silent; a live
+             * one reconnects. */
+            ps__evaluator_leave(s, p, "heartbeat timeout");
+            ps_conn_close(p->conn, -PS_ETIMEOUT);
         }
     }
     for (int r = 0; s->cfg.heartbeat_timeout_ms > 0 && r < s->cfg.world; r++) {
@@ -160,7 +171,8 @@ static void ps__on_waits_timer(uv_timer_t *t)
 }
 
 /* Connection slots: admitted workers hold one each (at most one per rank),
- * and the rest of --max-connections is for connections still in their
+ * admitted evaluators one each (at most half of the rest, validate.h), and
+ * the rest of --max-connections is for connections still in their
  * handshake. When those are all taken, the one that has waited longest
  * gives way to the newcomer (told -EAGAIN: come back), rather than the
  * newcomer being refused: a worker's handshake takes a round trip or two,
@@ -169,7 +181,7 @@ static void ps__on_waits_timer(uv_timer_t *t)
  * The log names the first and every hundredth, so a flood cannot flood it. */
 static void ps__make_room(ps_kv_server *s, ps__peer *newcomer)
 {
-    int slots = s->max_connections - s->cfg.world, waiting = 0;
+    int slots = s->max_connections - s->cfg.world - s->n_evaluators, waiting = 0;
     ps__peer *oldest = NULL;
     char reason[160];
 

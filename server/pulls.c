@@ -1,7 +1,9 @@
 /* Pulls: a pull waits in the server's queue until the consistency rules
  * allow it (consistency.h) and every update submitted before it has run,
  * then is answered straight from the weights; one held for long is
- * explained to its worker (WAITING) and in the log. */
+ * explained to its worker (WAITING) and in the log. An evaluator's pull is
+ * a snapshot: no clock rule holds it, and its reply says the lowest and
+ * highest steps applied among the chunks it carries. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,6 +12,7 @@
 #include "kv_internal.h"
 #include "ps_error.h"
 #include "ps_log.h"
+#include "validate.h"
 
 /* Pulls one worker may have waiting at once; a well-behaved worker has one. */
 #define PS__MAX_PENDING_PER_PEER 16
@@ -18,9 +21,11 @@
  * what the socket takes now and copies only the rest, because the next update
  * may change the weights as soon as this returns (updates that could run
  * meanwhile on the pool are held, see ps__release_pulls). */
-static void ps__answer_pull(ps_kv_server *s, ps__peer *p, uint64_t request_id, uint64_t clock,
-                            const int *locals, size_t n)
+static void ps__answer_pull(ps_kv_server *s, const ps__pull *q)
 {
+    ps__peer *p = q->peer;
+    const int *locals = q->locals;
+    size_t n = q->n_keys;
     Shardps__Header h = SHARDPS__HEADER__INIT;
     uint64_t *keys = malloc(n * sizeof(*keys));
     ps_iov *iov = malloc(n * sizeof(*iov));
@@ -37,8 +42,14 @@ static void ps__answer_pull(ps_kv_server *s, ps__peer *p, uint64_t request_id, u
         bytes += iov[i].len;
     }
     h.type = SHARDPS__MSG_TYPE__PULL_REPLY;
-    h.request_id = request_id;
-    h.clock = ps_consistency_reply_clock(s->cfg.staleness, ps__server_clock(s), clock);
+    h.request_id = q->request_id;
+    if (q->snapshot) {
+        /* The snapshot's steps: lowest, and how far its newest chunk is ahead. */
+        h.clock = q->lo;
+        h.staleness = (uint32_t)(q->hi - q->lo > UINT32_MAX ? UINT32_MAX : q->hi - q->lo);
+    } else {
+        h.clock = ps_consistency_reply_clock(s->cfg.staleness, ps__server_clock(s), q->clock);
+    }
     h.dtype = SHARDPS__DTYPE__DTYPE_F32;
     h.n_keys = n;
     h.keys = keys;
@@ -57,6 +68,22 @@ fail:
     free(iov);
     if (rc != -PS_ECLOSED)
         ps_conn_close(p->conn, rc);
+}
+
+/* A snapshot's lowest and highest chunk steps applied. Every update
+ * numbered before the pull is counted in `newest` already (it is set when
+ * an update is submitted), and none numbered after it reaches the reply. */
+static void ps__snapshot_clocks(const ps_kv_server *s, ps__pull *q)
+{
+    q->lo = UINT64_MAX;
+    q->hi = 0;
+    for (size_t i = 0; i < q->n_keys; i++) {
+        uint64_t c = s->sync[q->locals[i]].newest;
+        q->lo = c < q->lo ? c : q->lo;
+        q->hi = c > q->hi ? c : q->hi;
+    }
+    if (q->n_keys == 0)
+        q->lo = 0;
 }
 
 /* Answers every pull the clock rule allows whose updates have been applied.
@@ -79,12 +106,15 @@ void ps__release_pulls(ps_kv_server *s)
         /* A table still waiting for rank 0's initial values (values.c) is
          * seen by nobody, so no rank starts from a partly written one. */
         if (!ps_table_life_filled(&s->life) ||
-            !ps_consistency_pull_ready(&v, q->clock, q->peer->fed)) {
+            (q->snapshot ? !s->started : !ps_consistency_pull_ready(&v, q->clock, q->peer->fed))) {
             pp = &q->next;
             continue;
         }
-        if (q->seq == 0)
+        if (q->seq == 0) {
             q->seq = ps_apply_queue_next_seq(s->updates);
+            if (q->snapshot)
+                ps__snapshot_clocks(s, q);
+        }
         if ((s->ckpt_due && q->seq > s->ckpt_seq) ||
             !ps_apply_queue_settled_before(s->updates, q->seq)) {
             hold = q->seq < hold ? q->seq : hold;
@@ -93,7 +123,7 @@ void ps__release_pulls(ps_kv_server *s)
         }
         *pp = q->next;
         q->peer->pending--;
-        ps__answer_pull(s, q->peer, q->request_id, q->clock, q->locals, q->n_keys);
+        ps__answer_pull(s, q);
         free(q->locals);
         free(q);
     }
@@ -124,7 +154,9 @@ void ps__handle_pull(ps_kv_server *s, ps__peer *p, const ps_frame *f)
      * mid-run or (sync) catches up to the steps already applied; never
      * anywhere a stranger asks. */
     ps__view(s, &v);
-    verdict = ps_consistency_check_pull(&v, p->clock, p->earned, p->keys_pushed, h->clock);
+    verdict = p->state == PS__PEER_EVALUATOR
+                  ? PS_CLOCK_OK
+                  : ps_consistency_check_pull(&v, p->clock, p->earned, p->keys_pushed, h->clock);
     if (verdict != PS_CLOCK_OK) {
         ps__peer_fail(p, -PS_EPROTO,
                       "pull for clock %" PRIu64 " from a worker at clock %" PRIu64
@@ -137,11 +169,12 @@ void ps__handle_pull(ps_kv_server *s, ps__peer *p, const ps_frame *f)
         ps__peer_fail(p, -PS_EPROTO, "more than %d pulls waiting", PS__MAX_PENDING_PER_PEER);
         goto out;
     }
-    if (h->clock > p->clock)
+    if (h->clock > p->clock && p->state != PS__PEER_EVALUATOR)
         p->clock = h->clock;
     q = calloc(1, sizeof(*q));
     if (q == NULL)
         goto oom;
+    q->snapshot = p->state == PS__PEER_EVALUATOR;
     q->peer = p;
     q->request_id = h->request_id;
     q->clock = h->clock;
@@ -197,7 +230,8 @@ void ps__report_waits(ps_kv_server *s)
             continue;
         }
         q->told = now;
-        if (held < s->wait_report_ms)
+        /* The log counts the workers the job holds; an evaluator is told. */
+        if (held < s->wait_report_ms || q->snapshot)
             continue;
         if (n++ == 0)
             snprintf(first, sizeof(first), "%s", why);
@@ -225,4 +259,32 @@ void ps__drop_pulls(ps_kv_server *s, ps__peer *p)
     }
     if (p != NULL)
         p->pending = 0;
+}
+
+void ps__handle_evaluator(ps_kv_server *s, ps__peer *p, const ps_frame *f)
+{
+    char why[160];
+
+    if (ps_validate_evaluator_type(f->hdr->type, why, sizeof(why)) < 0) {
+        ps__peer_fail(p, -PS_EPROTO, "%s", why);
+        return;
+    }
+    if (f->hdr->type == SHARDPS__MSG_TYPE__PULL) {
+        ps__handle_pull(s, p, f);
+    } else if (f->hdr->type == SHARDPS__MSG_TYPE__BYE) {
+        ps__evaluator_leave(s, p, "said goodbye");
+        ps_conn_close(p->conn, 0);
+    }
+}
+
+void ps__evaluator_leave(ps_kv_server *s, ps__peer *p, const char *why)
+{
+    if (p->state != PS__PEER_EVALUATOR)
+        return;
+    p->state = PS__PEER_GONE;
+    s->n_evaluators--;
+    ps__drop_pulls(s, p);
+    ps_info("%s left (%s); the job goes on", p->name, why);
+    /* Updates held back for its pull, if it was numbered, may run now. */
+    ps__release_pulls(s);
 }

@@ -281,6 +281,10 @@ int ps__place_push(ps_conn *c, const Shardps__Header *h, const ps_frame_piece **
             ps__peer_fail(p, rc, "%s", why);
         return rc;
     }
+    /* An evaluator is told why nothing it sends carries a payload. */
+    if (!p->failed && p->state == PS__PEER_EVALUATOR &&
+        ps_validate_evaluator_type(h->type, why, sizeof(why)) < 0)
+        ps__peer_fail(p, -PS_EPROTO, "%s", why);
     /* Nothing more is read from a peer already refused or gone. */
     if (p->failed || p->state != PS__PEER_WORKER)
         return -PS_EPROTO;

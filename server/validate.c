@@ -1,5 +1,6 @@
 /* The frame shape rules (see validate.h): types, payload sizes, dtypes,
- * gradient norms. Pure: no server, no sockets. */
+ * gradient norms, the evaluator's frames and slots. Pure: no server, no
+ * sockets. */
 #include "validate.h"
 
 #include <errno.h>
@@ -43,6 +44,36 @@ int ps_validate_table_frame(Shardps__MsgType type, size_t n_keys, uint64_t paylo
         return -PS_ETOOBIG;
     }
     return 0;
+}
+
+int ps_validate_evaluator_type(Shardps__MsgType type, char *why, size_t why_len)
+{
+    switch (type) {
+    case SHARDPS__MSG_TYPE__PULL:
+    case SHARDPS__MSG_TYPE__BYE:
+    case SHARDPS__MSG_TYPE__HEARTBEAT:
+        return 0;
+    case SHARDPS__MSG_TYPE__PUSH:
+        snprintf(why, why_len, "an evaluator is read-only: it cannot push");
+        return -PS_EPROTO;
+    default:
+        snprintf(why, why_len, "unexpected message type %d from an evaluator", type);
+        return -PS_EPROTO;
+    }
+}
+
+int ps_validate_evaluator_slot(int max_connections, int world, int evaluators, char *why,
+                               size_t why_len)
+{
+    int room = max_connections - world, slots = room / 2 > 0 ? room / 2 : 1;
+
+    if (evaluators < slots)
+        return 0;
+    snprintf(why, why_len,
+             "all %d evaluator slots of this server are taken (half of --max-connections %d "
+             "beyond the %d workers'); come back",
+             slots, max_connections, world);
+    return -EAGAIN;
 }
 
 int ps_validate_payload(Shardps__MsgType type, Shardps__DType dtype, size_t f32_bytes,

@@ -561,11 +561,12 @@ int ps_trainer_run(ps_trainer *t)
             e = (int)(clock / (uint64_t)t->steps_per_epoch);
         }
         if (e != epoch) {
-            if (t->eval && clock > t->start && (rc = ps__evaluate(t, clock, &acc, 1)) < 0)
+            if (t->eval && !t->cfg.eval_at_end && clock > t->start &&
+                (rc = ps__evaluate(t, clock, &acc, 1)) < 0)
                 break;
             epoch = e;
             ps_dataset_epoch_order((uint64_t)j->seed, epoch, t->train.n, t->order);
-        } else if (t->eval && j->eval_every > 0 && clock > t->start &&
+        } else if (t->eval && !t->cfg.eval_at_end && j->eval_every > 0 && clock > t->start &&
                    clock % (uint64_t)j->eval_every == 0 &&
                    (rc = ps__evaluate(t, clock, &acc, 0)) < 0) {
             break;

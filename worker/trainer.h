@@ -42,8 +42,11 @@ typedef struct {
      * left zeroed here, freed with the trainer), so the data are read once. */
     ps_job_datasets *data;
     int rank;
-    int threads;   /* CPU: BLAS threads (0: the library's default) */
-    int no_eval;   /* rank 0 skips the test-set evaluations */
+    int threads; /* CPU: BLAS threads (0: the library's default) */
+    int no_eval; /* rank 0 skips the test-set evaluations */
+    /* Rank 0 evaluates once, after its last step, and never stops for it
+     * while training: an evaluator (shardps-eval --follow) draws the curve. */
+    int eval_at_end;
     int report_fd; /* the launcher's pipe (-1: log progress instead) */
     int slow_ms;   /* wait this long every step (straggler experiments) */
     /* Borrowed until ps_trainer_free; NULL: not written. */

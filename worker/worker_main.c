@@ -127,6 +127,10 @@ int main(int argc, char **argv)
          NULL, NULL, NULL},
         {"no-eval", PS_FLAG_BOOL, &tc.no_eval, NULL, "skip the test-set evaluation on rank 0", 0, 0,
          NULL, NULL, NULL},
+        {"eval-at-end", PS_FLAG_BOOL, &tc.eval_at_end, NULL,
+         "rank 0 evaluates only after its last step, not per epoch or --eval-every (an "
+         "evaluator, shardps-eval --follow, scores the run meanwhile)",
+         0, 0, NULL, NULL, NULL},
         {"metrics-file", PS_FLAG_STRING, &tc.metrics_file, "FILE",
          "write JSON lines of progress, time split and evaluations here", 0, 0, NULL, NULL, NULL},
         {"dump-weights", PS_FLAG_STRING, &tc.dump_weights, "FILE",

@@ -3,10 +3,19 @@
 The library is loaded with ctypes (no compiled extension). NumPy arrays are
 handed to it as they are, without copies: pushes send from the array, pulls
 write into it, so an array given to a non-blocking call must stay untouched
-until wait() returns (the client keeps a reference until then).
+until wait() returns (the client keeps a reference until then); a push with
+copy=True is sent from the library's own copy instead, and the array is
+free again when push() returns.
 
-Errors are raised as ShardpsError, carrying the library's code and sentence;
-arguments of the wrong type as TypeError.
+Every array is checked against the job's table before the library sees it:
+a NumPy ndarray (TypeError), float32 (TypeError), C-contiguous (ValueError)
+and of the tensor's element count (ValueError), each message naming the
+tensor; a pull takes one array per tensor (ValueError). The library checks
+the sizes again (shardps_pull_into, shardps_push): nothing is written
+outside an array.
+
+Errors of the library are raised as ShardpsError, carrying its code and
+sentence.
 
 Which libshardps: $SHARDPS_LIB when set (a file, or a build folder holding
 libshardps.so.1: how the tests and a source tree point at a build), else the
@@ -40,7 +49,7 @@ from typing import Any, Dict, List, Optional, Tuple, Type, Union
 import numpy as np
 from numpy.typing import NDArray
 
-__version__ = "1.2.0"
+__version__ = "1.3.0"
 
 __all__ = ["Client", "ShardpsError", "Float32Array", "load_library", "library_path", "INIT_ZERO",
            "INIT_HE_UNIFORM", "INIT_XAVIER_UNIFORM", "__version__"]
@@ -141,7 +150,9 @@ def _declare(lib: ctypes.CDLL) -> None:
         "shardps_start_clock": (c_int, [c_void_p, u64p]),
         "shardps_weights_clock": (c_int, [c_void_p, u64p]),
         "shardps_push": (c_int, [c_void_p, c_int, fptr, ctypes.c_size_t]),
-        "shardps_pull": (c_int, [c_void_p, ctypes.c_uint64, ctypes.POINTER(fptr), c_int]),
+        "shardps_push_copy": (c_int, [c_void_p, c_int, fptr, ctypes.c_size_t]),
+        "shardps_pull_into": (c_int, [c_void_p, ctypes.c_uint64, ctypes.POINTER(fptr),
+                                      ctypes.POINTER(ctypes.c_size_t), c_int]),
         "shardps_progress": (c_int, [c_void_p]),
         "shardps_wait": (c_int, [c_void_p]),
         "shardps_close": (c_int, [c_void_p]),
@@ -219,6 +230,7 @@ class Client:
         self._borrowed: List[Any] = []  # arrays in flight until wait()
         self._clock: Optional[int] = None  # the step to pull next
         self._pulling = False
+        self._table: Optional[List[Tuple[str, int]]] = None  # (name, numel), once connected
         for name, value in options.items():
             self.set_option(name.replace("_", "-"), value)
 
@@ -270,6 +282,7 @@ class Client:
         within connect_timeout for a worker to declare them): see tensors and
         shapes."""
         self._check(self._lib.shardps_connect(self._handle()))
+        self._table = self.tensors
         self._clock = self.start_clock
 
     def reconnect(self) -> None:
@@ -317,26 +330,51 @@ class Client:
         """The clock of the weights of the last pull."""
         return self._clock_of(self._lib.shardps_weights_clock)
 
-    @staticmethod
-    def _as_buffer(a: Any, writable: bool) -> Float32Array:
-        if not isinstance(a, np.ndarray) or a.dtype != np.float32 or not a.flags.c_contiguous:
-            raise TypeError("shardps moves C-contiguous float32 NumPy arrays (no copies are "
-                            "made); got " + (f"{a.dtype} {'C' if a.flags.c_contiguous else 'non-C'}"
-                                             "-contiguous array" if isinstance(a, np.ndarray)
-                                             else type(a).__name__))
+    def _as_buffer(self, a: Any, tensor: int, call: str, writable: bool) -> Float32Array:
+        """a, checked as the array of tensor for call ("push", "pull"):
+        raises before the library sees it (see the module text)."""
+        assert self._table is not None
+        name, numel = self._table[tensor]
+        what = f"{call}: the array of {name} (tensor {tensor})"
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"{what} is a {type(a).__name__}; shardps moves float32 NumPy arrays "
+                            "(no copies are made)")
+        if a.dtype != np.float32:
+            raise TypeError(f"{what} is {a.dtype}; shardps moves float32 arrays (no copies are "
+                            "made: convert it with .astype(np.float32) and keep the result)")
+        if not a.flags.c_contiguous:
+            raise ValueError(f"{what} is not C-contiguous (a strided view?); use "
+                             "np.ascontiguousarray and keep the result")
+        if a.size != numel:
+            raise ValueError(f"{what} holds {a.size} float32 values; {name} has {numel}")
         if writable and not a.flags.writeable:
-            raise TypeError("a pull needs writable arrays")
+            raise ValueError(f"{what} is read-only; a pull writes into it")
         return a
 
-    def push(self, tensor: int, grad: Float32Array, block: bool = True) -> None:
+    def _connected_table(self, call: str) -> List[Tuple[str, int]]:
+        self._handle()
+        if self._table is None or self._clock is None:
+            raise ShardpsError(-22, f"{call}: not connected (connect() first)")
+        return self._table
+
+    def push(self, tensor: int, grad: Float32Array, block: bool = True,
+             copy: bool = False) -> None:
         """Pushes tensor's gradient (float32, its numel elements), computed on
         the weights of the last pull. block=False: returns at once; the array
-        is borrowed until wait()."""
-        g = self._as_buffer(grad, False)
-        # Borrowed even if the call fails: a push that failed half-way may
-        # have queued some of its chunks.
-        self._borrowed.append(g)
-        self._check(self._lib.shardps_push(self._handle(), tensor, _float_ptr(g), g.size))
+        is borrowed until wait(), unless copy=True: the library sends from
+        its own copy (shardps_push_copy) and grad is free when this returns."""
+        table = self._connected_table("push")
+        tensor = operator.index(tensor)
+        if not 0 <= tensor < len(table):
+            raise ValueError(f"push: no tensor {tensor} (the table has {len(table)})")
+        g = self._as_buffer(grad, tensor, "push", False)
+        if copy:
+            self._check(self._lib.shardps_push_copy(self._h, tensor, _float_ptr(g), g.size))
+        else:
+            # Borrowed even if the call fails: a push that failed half-way
+            # may have queued some of its chunks.
+            self._borrowed.append(g)
+            self._check(self._lib.shardps_push(self._h, tensor, _float_ptr(g), g.size))
         if block:
             self.wait()
 
@@ -346,14 +384,20 @@ class Client:
         tensor). clock: the step whose weights to pull; None: the next one
         (the welcome clock first, then one past the weights last pulled).
         block=False: the arrays are borrowed until wait()."""
-        if self._clock is None:
-            raise ShardpsError(-22, "pull: not connected (connect() first)")
-        arrs = [self._as_buffer(a, True) for a in dest]
+        table = self._connected_table("pull")
+        dest = list(dest)
+        if len(dest) != len(table):
+            raise ValueError(f"pull: the table has {len(table)} tensors ("
+                             + ", ".join(n for n, _ in table[:8])
+                             + (", ..." if len(table) > 8 else "")
+                             + f"); got {len(dest)} arrays")
+        arrs = [self._as_buffer(a, i, "pull", True) for i, a in enumerate(dest)]
         ptrs = (ctypes.POINTER(ctypes.c_float) * len(arrs))(*[_float_ptr(a) for a in arrs])
+        counts = (ctypes.c_size_t * len(arrs))(*[a.size for a in arrs])
         step = self._clock if clock is None else clock
         self._borrowed.extend(arrs)
         self._borrowed.append(ptrs)
-        self._check(self._lib.shardps_pull(self._handle(), step, ptrs, len(arrs)))
+        self._check(self._lib.shardps_pull_into(self._h, step, ptrs, counts, len(arrs)))
         self._pulling = True
         if block:
             self.wait()

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The experiment runner end to end on a small grid: four real local clusters
-# (sync and async, each with and without --verbose, 2 workers, 40 steps),
+# (sync and async, each with and without --verbose, 2 workers, 40 steps,
+# rank 0 testing every 20: --eval-every),
 # then a report with a table row per run, the metrics files the launcher's
 # --metrics-dir asked for, the four plots as PNG files (against epochs: the
 # job's samples seen), and a note that the two sync runs' curves coincide.
+# Then a grid without eval_every: an evaluator tests, no worker stops to.
 # A malformed grid, an unknown key or a bad value anywhere in the grid is
 # refused before anything runs, --dry-run included (a grid pointing at no
 # data too: --check reads it); a grid whose every run fails writes no plot.
@@ -59,6 +61,32 @@ for p in accuracy_vs_time accuracy_vs_epoch test_loss_vs_epoch loss_vs_epoch; do
         fail "$p.png is not a PNG"
     grep -q "$p.png" "$md" || fail "summary.md does not show $p.png"
 done
+
+# By default (no eval_every in the grid) an evaluator tests in rank 0's
+# place: in this async run no worker stops to test (rank 0 tests once, after
+# its last step, worker 1 never), and the test curve is the evaluator's
+# snapshots, from the first weights (step 0: the last rank starts only once
+# the evaluator follows), then rank 0's final test.
+printf 'mode = async\nworkers = 2\nservers = 1\nsteps = 60\nbatch = 32\n' >"$TMP/evalgrid"
+"$RUNNER" --grid "$TMP/evalgrid" --out "$TMP/evalgrid-report" --dry-run >"$TMP/out" 2>"$TMP/err" ||
+    fail "--dry-run of the evaluator grid failed: $(cat "$TMP/err")"
+grep -q -- "--evaluator DIR/evaluator.jsonl --json" "$TMP/out" || fail "--dry-run shows no evaluator: $(cat "$TMP/out")"
+"$RUNNER" --grid "$TMP/evalgrid" --out "$TMP/evalgrid-report" >"$TMP/out" 2>"$TMP/err" ||
+    { cat "$TMP/out" "$TMP/err" >&2; fail "the evaluator grid failed"; }
+run="$TMP/evalgrid-report/runs/01"
+grep -q "^Test points come from an evaluator" "$TMP/evalgrid-report/summary.md" ||
+    fail "summary.md does not say the evaluator tested"
+[ "$(grep -c '"event":"eval"' "$run/worker-0.jsonl")" = 1 ] && grep -q '"event":"eval".*"step":60' "$run/worker-0.jsonl" ||
+    fail "rank 0 stopped to test before its last step: $(grep '"event":"eval"' "$run/worker-0.jsonl")"
+! grep -q '"event":"eval"' "$run/worker-1.jsonl" || fail "worker 1 tested"
+head -n 1 "$run/evaluator.jsonl" | grep -q '"event":"snapshot","step":0,' ||
+    fail "the evaluator's curve does not start at the first weights: $(head -n 1 "$run/evaluator.jsonl")"
+# acc.dat: every snapshot, then rank 0's final test at step 60.
+[ "$(wc -l <"$run/acc.dat")" = $(($(wc -l <"$run/evaluator.jsonl") + 1)) ] ||
+    fail "acc.dat is not the snapshots and the final test: $(cat "$run/acc.dat")"
+[ "$(tail -n 1 "$run/acc.dat" | cut -d' ' -f1)" = 60 ] || fail "the last point is not step 60: $(cat "$run/acc.dat")"
+grep -q '^| run | mode=async, workers=2, servers=1, steps=60, batch=32, progress-every=50 | 0\.[0-9]\{4\} |' "$TMP/evalgrid-report/summary.md" ||
+    fail "no table row for the evaluator run: $(cat "$TMP/evalgrid-report/summary.md")"
 
 printf 'mode = sync\nworkers\n' >"$TMP/bad"
 if "$RUNNER" --grid "$TMP/bad" --out "$TMP/bad-report" >"$TMP/out" 2>"$TMP/err"; then

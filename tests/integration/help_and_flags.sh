@@ -49,8 +49,8 @@ for bin in shardps-server shardps-worker; do
     while read -r name; do
         case $name in # each program's own, per process or per program
         cluster | servers | listen | server-index | num-servers | ready-fd | metrics-file | \
-            metrics-interval | linger | rank | threads | no-eval | report-fd | report-steps | slow-ms | \
-            parent-pid) continue ;;
+            metrics-interval | linger | rank | threads | no-eval | eval-at-end | report-fd | report-steps | \
+            slow-ms | parent-pid) continue ;;
         esac
         grep -q -- "^  --$name[ =]" "$TMP/lhelp" || fail "shardps-cluster has no --$name, which $bin takes"
     done <"$TMP/names"

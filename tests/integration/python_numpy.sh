@@ -8,7 +8,9 @@
 # --dump-weights byte for byte, and so does a Python client that declares
 # nothing and joins the C worker's tensors (it may reach the servers first,
 # and then waits for the declaration). A joiner of servers that hold no
-# tensors gives up within its connect timeout, saying why.
+# tensors gives up within its connect timeout, saying why. Every array is
+# checked against the table (size, dtype, layout, count) before the library
+# writes a byte (tests/python/numpy_job.py arrays).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/python_lib.sh"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
@@ -38,6 +40,13 @@ start_server a 0 1 --workers 1 --optimizer sgd --momentum 0 --lr 0.1 \
     --lr-schedule constant --chunk-bytes 4096
 run_python alone "$TMP/alone.out" "127.0.0.1:$port" 32,16 0.1
 wait $! || fail "the lone server failed"
+
+# Arrays of the wrong size, dtype, layout or count are refused naming the
+# tensor before anything is written; a copied push is free at once.
+start_server arrays 0 1 --workers 1 --optimizer sgd --momentum 0 --lr 0.1 --lr-schedule constant
+run_python arrays "$TMP/arrays.out" "127.0.0.1:$port"
+wait $! || fail "the arrays' server failed"
+echo "PASS: arrays are checked against the table; a short one is refused and left as it was"
 
 shared() { # name python-mode (share or join)
     local steps=20 args=(--workers 2 --optimizer sgd --lr 0.05 --chunk-bytes 65536)

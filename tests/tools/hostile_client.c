@@ -330,6 +330,7 @@ static const hc_scenario hc_scenarios[] = {
     {"idle-slots", "--idle connections that never speak, held until the tool is stopped",
      sc_idle_slots, 0},
     {"silent", "connect and say nothing until the server closes", sc_silent, 0},
+    {"evaluator-push", "admitted as an evaluator, then a PUSH", sc_evaluator_push, 0},
 };
 #define HC_N_SCENARIOS ((int)(sizeof(hc_scenarios) / sizeof(hc_scenarios[0])))
 

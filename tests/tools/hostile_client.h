@@ -131,5 +131,6 @@ int sc_table_over_limit(hc_ctx *ctx, hc_conn *c);
 int sc_table_digest_lie(hc_ctx *ctx, hc_conn *c);
 int sc_no_table(hc_ctx *ctx, hc_conn *c);
 int sc_write_not_rank_0(hc_ctx *ctx, hc_conn *c);
+int sc_evaluator_push(hc_ctx *ctx, hc_conn *c);
 
 #endif

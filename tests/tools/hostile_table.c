@@ -1,7 +1,8 @@
 /* ps-hostile-client's scenarios about the tensor table (issue 22): a
  * stranger that declares a table of its own and leaves, and one that
  * declares a table just under --max-model-bytes while another peer's round
- * trips and the server's memory are measured. See hostile_client.h. */
+ * trips and the server's memory are measured; and an evaluator, which
+ * joins the table without a rank, that pushes. See hostile_client.h. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 
 #include "clock.h"
 #include "hostile_client.h"
+#include "partition.h"
 #include "ps_error.h"
 #include "tensor_table.h"
 
@@ -40,6 +42,9 @@ static int hello_answer(hc_conn *c)
     ps_frame f;
     int rc = read_frame(c, &f);
 
+    /* A joiner (an evaluator) is told the table before its WELCOME. */
+    if (rc == 1 && f.hdr->type == SHARDPS__MSG_TYPE__TABLE)
+        rc = read_frame(c, &f);
     if (rc != 1) {
         note(c, "no answer to the HELLO: %s", rc == 0 ? "the server closed" : ps_strerror(rc));
         return -1;
@@ -231,4 +236,47 @@ int sc_write_not_rank_0(hc_ctx *ctx, hc_conn *c)
         return -1;
     return expect_refusal(ctx, c, SHARDPS__MSG_TYPE__ERROR, -PS_EPROTO,
                           ctx->rank == 0 ? "WRITE names key" : "only the rank 0");
+}
+
+/* The evaluator role (read-only): a HELLO as shardps-eval --follow sends it
+ * (no table, no rank), its WELCOME, then a well-formed PUSH of the first
+ * key, which the server must refuse naming the rule. Passes when it did;
+ * that the job goes on is the test's to judge. */
+int sc_evaluator_push(hc_ctx *ctx, hc_conn *c)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+    const ps_chunk *chunk;
+    ps_partition *part;
+    float *grad;
+    size_t n;
+    int rc;
+
+    make_hello(ctx, &h, &hello);
+    hello.role = SHARDPS__ROLE__ROLE_EVALUATOR;
+    hello.rank = hello.world = 0;
+    hello.table_digest.len = 0;
+    if (send_frame(c, &h, NULL, 0) < 0 || hello_answer(c) != 1)
+        return -1;
+    if (ps_partition_init(&part, &ctx->spec, ctx->num_servers, ctx->chunk_bytes) < 0)
+        return -1;
+    chunk = ps_partition_find(part, ctx->keys[0]);
+    n = chunk ? chunk->numel : 1;
+    ps_partition_free(part);
+    grad = calloc(n, sizeof(float));
+    if (grad == NULL)
+        return -1;
+    shardps__header__init(&h);
+    h.type = SHARDPS__MSG_TYPE__PUSH;
+    h.request_id = 2;
+    h.dtype = SHARDPS__DTYPE__DTYPE_F32;
+    h.n_keys = 1;
+    h.keys = ctx->keys;
+    rc = send_frame(c, &h, grad, n * sizeof(float));
+    free(grad);
+    if (rc < 0)
+        return -1;
+    note(c, "admitted as an evaluator; pushed; ");
+    return expect_refusal(ctx, c, SHARDPS__MSG_TYPE__ERROR, -PS_EPROTO,
+                          "an evaluator is read-only: it cannot push");
 }

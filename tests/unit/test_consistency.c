@@ -274,3 +274,40 @@ Test(validate, grad_norm)
     g[0] = NAN;
     cr_assert_eq(ps_validate_grad_norm(g, 4, 1e6, why, sizeof(why)), -ERANGE);
 }
+
+/* ---- the evaluator (validate.h) ----------------------------------------- */
+
+Test(validate, an_evaluator_reads_and_never_pushes)
+{
+    char why[128];
+
+    cr_assert_eq(ps_validate_evaluator_type(SHARDPS__MSG_TYPE__PULL, why, sizeof(why)), 0);
+    cr_assert_eq(ps_validate_evaluator_type(SHARDPS__MSG_TYPE__HEARTBEAT, why, sizeof(why)), 0);
+    cr_assert_eq(ps_validate_evaluator_type(SHARDPS__MSG_TYPE__BYE, why, sizeof(why)), 0);
+    cr_assert_eq(ps_validate_evaluator_type(SHARDPS__MSG_TYPE__PUSH, why, sizeof(why)), -PS_EPROTO);
+    cr_assert(strstr(why, "an evaluator is read-only: it cannot push") != NULL, "%s", why);
+    cr_assert_eq(ps_validate_evaluator_type(SHARDPS__MSG_TYPE__HELLO, why, sizeof(why)),
+                 -PS_EPROTO);
+    cr_assert(strstr(why, "from an evaluator") != NULL, "%s", why);
+    cr_assert_eq(ps_validate_evaluator_type(SHARDPS__MSG_TYPE__WELCOME, why, sizeof(why)),
+                 -PS_EPROTO);
+}
+
+/* Evaluators take at most half of what --max-connections leaves beside the
+ * workers (at least one), so they can neither take a worker's connection
+ * nor every handshake slot. */
+Test(validate, evaluator_slots_leave_the_workers_theirs)
+{
+    char why[256];
+
+    /* The default for 2 workers: 2 x 2 + 16 = 20; 18 beside the workers, 9 for evaluators. */
+    cr_assert_eq(ps_validate_evaluator_slot(20, 2, 0, why, sizeof(why)), 0);
+    cr_assert_eq(ps_validate_evaluator_slot(20, 2, 8, why, sizeof(why)), 0);
+    cr_assert_eq(ps_validate_evaluator_slot(20, 2, 9, why, sizeof(why)), -EAGAIN);
+    cr_assert(strstr(why, "all 9 evaluator slots of this server are taken") != NULL, "%s", why);
+    /* Nothing beside the workers, or less than 2: still one. */
+    cr_assert_eq(ps_validate_evaluator_slot(2, 2, 0, why, sizeof(why)), 0);
+    cr_assert_eq(ps_validate_evaluator_slot(2, 2, 1, why, sizeof(why)), -EAGAIN);
+    cr_assert_eq(ps_validate_evaluator_slot(3, 2, 0, why, sizeof(why)), 0);
+    cr_assert_eq(ps_validate_evaluator_slot(3, 2, 1, why, sizeof(why)), -EAGAIN);
+}

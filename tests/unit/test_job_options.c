@@ -198,16 +198,20 @@ Test(job_options, fingerprint_tells_jobs_apart)
 }
 
 /* An alias row (--data-dir, the older name of --data) is taken but never
- * handed on; the library and shardps-eval take their rows of the same
- * table. */
+ * handed on; the library and shardps-eval (the data, and for --follow the
+ * job's servers and model) take their rows of the same table. */
 Test(job_options, aliases_and_the_library)
 {
     ps_job_options o;
-    ps_flag lib[16], ev[8];
+    ps_flag lib[16], ev[16];
     char buf[16384], *argv[200];
     const char *want[] = {"auth-token-file", "seed",        "chunk-bytes",
                           "total-steps",     "compress",    "connect-timeout",
                           "request-timeout", "max-payload", "progress-every"};
+    const char *eval_wants[] = {"servers",    "workers",  "auth-token-file", "model",
+                                "hidden",     "seed",     "chunk-bytes",     "batch",
+                                "data",       "data-dir", "connect-timeout", "request-timeout",
+                                "max-payload"};
     int n, has_data = 0;
 
     ps_job_options_defaults(&o);
@@ -215,9 +219,13 @@ Test(job_options, aliases_and_the_library)
     cr_assert_eq(n, 9);
     for (int i = 0; i < 9; i++)
         cr_assert(has_flag(lib, n, want[i]), "the library lacks %s", want[i]);
-    n = ps_job_options_flags(&o, PS_JOB_EVAL, ev, 8);
-    cr_assert(n == 2 && has_flag(ev, n, "data") && has_flag(ev, n, "data-dir"));
-    cr_assert_eq(ev[0].dest, ev[1].dest, "an alias sets the same member");
+    n = ps_job_options_flags(&o, PS_JOB_EVAL, ev, 16);
+    cr_assert_eq(n, 13);
+    for (int i = 0; i < n; i++)
+        cr_assert(has_flag(ev, n, eval_wants[i]), "shardps-eval lacks %s", eval_wants[i]);
+    for (int i = 0; i + 1 < n; i++)
+        if (strcmp(ev[i].name, "data") == 0)
+            cr_assert_eq(ev[i].dest, ev[i + 1].dest, "an alias sets the same member");
     o.data = "/somewhere";
     n = ps_job_options_argv(&o, PS_JOB_LAUNCHER, PS_JOB_WORKER, buf, sizeof(buf), argv, 200);
     cr_assert_gt(n, 0);

@@ -24,197 +24,8 @@
 #include <unistd.h>
 
 #include "kv_fixture.h"
-#include "partition.h"
+#include "kv_peer.h"
 #include "ps_error.h"
-
-/* A raw peer: its socket and a decoder for what the server sends it. */
-typedef struct {
-    int fd;
-    ps_frame_decoder *dec;
-    uint64_t clock; /* from the WELCOME */
-} peer;
-
-/* The keys of the one server and their sizes, in key order. */
-static struct {
-    uint64_t keys[256];
-    size_t numel[256];
-    int n;
-    size_t total; /* floats over every key */
-} ks;
-
-static void keys_load(void)
-{
-    ps_partition *part;
-
-    memset(&ks, 0, sizeof(ks));
-    cr_assert_eq(ps_partition_init(&part, &fx.spec, 1, CHUNK_BYTES), 0);
-    for (int i = 0; i < ps_partition_chunk_count(part); i++) {
-        const ps_chunk *c = ps_partition_chunk(part, i);
-        cr_assert_lt(ks.n, 256);
-        ks.keys[ks.n] = c->key;
-        ks.numel[ks.n++] = c->numel;
-        ks.total += c->numel;
-    }
-    ps_partition_free(part);
-}
-
-/* Starts a server of world workers in the given mode and loads its keys. */
-static void up(ps_kv_server_config *cfg, int world, uint32_t staleness, const char *mode)
-{
-    cfg->world = world;
-    cfg->staleness = staleness;
-    cfg->mode = mode;
-    server_up_with(cfg);
-    keys_load();
-}
-
-static void peer_open(peer *p)
-{
-    p->fd = raw_connect();
-    cr_assert_eq(ps_frame_decoder_init(&p->dec, (size_t)64 << 20), 0);
-    p->clock = 0;
-}
-
-static void peer_close(peer *p)
-{
-    if (p->fd >= 0)
-        close(p->fd);
-    p->fd = -1;
-    ps_frame_decoder_free(p->dec);
-    p->dec = NULL;
-}
-
-/* A frame with a payload, encoded correctly. */
-static void peer_send(peer *p, Shardps__Header *h, const void *payload, size_t len)
-{
-    ps_iov iov = {payload, len};
-    uint8_t *head;
-    size_t head_len;
-
-    cr_assert_eq(ps_frame_encode(h, &iov, payload ? 1 : 0, &head, &head_len), 0);
-    cr_assert_eq(raw_send(p->fd, head, head_len), 0);
-    free(head);
-    if (len)
-        raw_send(p->fd, payload, len);
-}
-
-/* Reads frames until one of type want arrives; an ERROR or REJECT first
- * fails the test with its reason. */
-static void peer_expect(peer *p, Shardps__MsgType want, ps_frame *f, const char *what)
-{
-    for (;;) {
-        raw_read_frame(p->fd, p->dec, f, what);
-        if (f->hdr->type == want)
-            return;
-        cr_assert(f->hdr->type != SHARDPS__MSG_TYPE__ERROR &&
-                      f->hdr->type != SHARDPS__MSG_TYPE__REJECT,
-                  "%s: refused: %s", what, f->hdr->reason ? f->hdr->reason : "");
-    }
-}
-
-/* The server must refuse: a frame of type want whose reason contains
- * reason, then close the connection. Returns nothing; the peer is closed. */
-static void peer_expect_refusal(peer *p, Shardps__MsgType want, const char *reason,
-                                const char *what)
-{
-    ps_frame f;
-
-    for (;;) {
-        raw_read_frame(p->fd, p->dec, &f, what);
-        if (f.hdr->type == SHARDPS__MSG_TYPE__ERROR || f.hdr->type == SHARDPS__MSG_TYPE__REJECT)
-            break;
-    }
-    cr_assert_eq(f.hdr->type, want, "%s: got type %d (%s)", what, f.hdr->type,
-                 f.hdr->reason ? f.hdr->reason : "");
-    cr_assert(f.hdr->reason && strstr(f.hdr->reason, reason), "%s: reason \"%s\" lacks \"%s\"",
-              what, f.hdr->reason ? f.hdr->reason : "", reason);
-    expect_closed(p->fd, what);
-    p->fd = -1;
-    peer_close(p);
-}
-
-static void peer_join(peer *p, uint32_t rank, uint32_t world)
-{
-    Shardps__Header h;
-    Shardps__Hello hello;
-    ps_frame f;
-
-    peer_open(p);
-    make_hello_as(&h, &hello, &fx.spec, rank, world);
-    raw_send_frame(p->fd, &h);
-    peer_expect(p, SHARDPS__MSG_TYPE__WELCOME, &f, "join");
-    p->clock = f.hdr->welcome->clock;
-}
-
-static void peer_pull(peer *p, uint64_t clock)
-{
-    Shardps__Header h = SHARDPS__HEADER__INIT;
-
-    h.type = SHARDPS__MSG_TYPE__PULL;
-    h.request_id = 10 + clock;
-    h.clock = clock;
-    h.n_keys = (size_t)ks.n;
-    h.keys = ks.keys;
-    raw_send_frame(p->fd, &h);
-}
-
-/* Reads a pull reply into w (ks.total floats). Returns its clock. */
-static uint64_t peer_pull_reply(peer *p, float *w, const char *what)
-{
-    ps_frame f;
-
-    peer_expect(p, SHARDPS__MSG_TYPE__PULL_REPLY, &f, what);
-    cr_assert_eq(f.payload_len, ks.total * sizeof(float), "%s: reply size", what);
-    memcpy(w, f.payload, f.payload_len);
-    return f.hdr->clock;
-}
-
-/* A push of every key, every value v, at clock. */
-static void peer_push(peer *p, uint64_t clock, float v)
-{
-    Shardps__Header h = SHARDPS__HEADER__INIT;
-    float *g = malloc(ks.total * sizeof(float));
-
-    cr_assert_not_null(g);
-    for (size_t i = 0; i < ks.total; i++)
-        g[i] = v;
-    h.type = SHARDPS__MSG_TYPE__PUSH;
-    h.request_id = 1000 + clock;
-    h.clock = clock;
-    h.dtype = SHARDPS__DTYPE__DTYPE_F32;
-    h.n_keys = (size_t)ks.n;
-    h.keys = ks.keys;
-    peer_send(p, &h, g, ks.total * sizeof(float));
-    free(g);
-}
-
-/* Reads the push's acknowledgement; returns how many chunks it dropped. */
-static int peer_push_reply(peer *p, const char *what)
-{
-    ps_frame f;
-
-    peer_expect(p, SHARDPS__MSG_TYPE__PUSH_REPLY, &f, what);
-    return f.hdr->status;
-}
-
-static void peer_bye(peer *p)
-{
-    Shardps__Header h = SHARDPS__HEADER__INIT;
-
-    h.type = SHARDPS__MSG_TYPE__BYE;
-    h.request_id = 99;
-    raw_send_frame(p->fd, &h);
-}
-
-static int done_calls(void)
-{
-    int n;
-
-    pthread_mutex_lock(&fx.done_lock);
-    n = fx.done_calls;
-    pthread_mutex_unlock(&fx.done_lock);
-    return n;
-}
 
 TestSuite(hostile, .fini = server_down, .timeout = 60);
 
@@ -228,7 +39,7 @@ Test(hostile, refused_push_changes_nothing)
     float *w;
 
     kv_fixture_config(&cfg);
-    up(&cfg, 2, 0, "sync");
+    peer_server_up(&cfg, 2, 0, "sync");
     w = malloc(ks.total * sizeof(float));
     peer_join(&stranger, 1, 2);
     peer_push(&stranger, 1, 0.5f);
@@ -261,7 +72,7 @@ Test(hostile, pull_clock_outside_the_mode_is_refused)
     peer stranger, r0;
 
     kv_fixture_config(&cfg);
-    up(&cfg, 2, PS_STALENESS_UNBOUNDED, "async");
+    peer_server_up(&cfg, 2, PS_STALENESS_UNBOUNDED, "async");
     peer_join(&stranger, 1, 2);
     peer_pull(&stranger, UINT64_MAX);
     peer_expect_refusal(&stranger, SHARDPS__MSG_TYPE__ERROR, "clock", "a pull at 2^64-1");
@@ -281,7 +92,7 @@ Test(hostile, sync_pull_past_the_next_step_is_refused)
     peer r0;
 
     kv_fixture_config(&cfg);
-    up(&cfg, 1, 0, "sync");
+    peer_server_up(&cfg, 1, 0, "sync");
     peer_join(&r0, 0, 1);
     peer_pull(&r0, 2);
     peer_expect_refusal(&r0, SHARDPS__MSG_TYPE__ERROR, "clock", "a pull two steps ahead");
@@ -295,7 +106,7 @@ Test(hostile, bye_closes_the_connection)
     peer p;
 
     kv_fixture_config(&cfg);
-    up(&cfg, 2, 0, "sync");
+    peer_server_up(&cfg, 2, 0, "sync");
     peer_join(&p, 0, 2);
     peer_bye(&p);
     expect_closed(p.fd, "after BYE");
@@ -316,7 +127,7 @@ Test(hostile, push_payload_is_sized_before_it_is_buffered)
 
     kv_fixture_config(&cfg);
     cfg.max_payload = (size_t)64 << 20;
-    up(&cfg, 1, 0, "sync");
+    peer_server_up(&cfg, 1, 0, "sync");
     peer_join(&p, 0, 1);
     h.type = SHARDPS__MSG_TYPE__PUSH;
     h.request_id = 2;
@@ -340,7 +151,7 @@ Test(hostile, update_that_overflows_is_refused)
     float *w0 = malloc(sizeof(float) * 4096), *w = malloc(sizeof(float) * 4096);
 
     kv_fixture_config(&cfg);
-    up(&cfg, 2, 0, "sync");
+    peer_server_up(&cfg, 2, 0, "sync");
     cr_assert_leq(ks.total, 4096);
     peer_join(&r0, 0, 2);
     peer_join(&r1, 1, 2);
@@ -375,7 +186,7 @@ Test(hostile, adam_state_stays_finite)
     kv_fixture_config(&cfg);
     ps_optimizer_defaults(&cfg.opt, PS_OPT_ADAM);
     cfg.lr.base_lr = 0.01;
-    up(&cfg, 1, 0, "sync");
+    peer_server_up(&cfg, 1, 0, "sync");
     cr_assert_leq(ks.total, 4096);
     peer_join(&r0, 0, 1);
     peer_pull(&r0, 0);
@@ -406,7 +217,7 @@ Test(hostile, bye_before_the_start_does_not_finish_the_rank)
     float *w;
 
     kv_fixture_config(&cfg);
-    up(&cfg, 2, 0, "sync");
+    peer_server_up(&cfg, 2, 0, "sync");
     w = malloc(ks.total * sizeof(float));
     for (uint32_t r = 0; r < 2; r++) {
         peer_join(&p, r, 2);
@@ -447,7 +258,7 @@ Test(hostile, version_mismatch_is_rejected_with_a_reason)
     peer p;
 
     kv_fixture_config(&cfg);
-    up(&cfg, 1, 0, "sync");
+    peer_server_up(&cfg, 1, 0, "sync");
     peer_open(&p);
     make_hello(&h, &hello, &fx.spec);
     h.version = PS_PROTOCOL_VERSION + 1;
@@ -468,7 +279,7 @@ Test(hostile, taken_rank_reject_does_not_name_the_worker)
     peer r0, p;
 
     kv_fixture_config(&cfg);
-    up(&cfg, 1, 0, "sync");
+    peer_server_up(&cfg, 1, 0, "sync");
     peer_join(&r0, 0, 1);
     peer_open(&p);
     make_hello(&h, &hello, &fx.spec);
@@ -491,7 +302,7 @@ Test(hostile, heartbeat_with_a_payload_is_refused)
     peer p;
 
     kv_fixture_config(&cfg);
-    up(&cfg, 1, 0, "sync");
+    peer_server_up(&cfg, 1, 0, "sync");
     peer_join(&p, 0, 1);
     h.type = SHARDPS__MSG_TYPE__HEARTBEAT;
     h.request_id = 3;
@@ -511,7 +322,7 @@ Test(hostile, idle_connections_give_way_to_a_worker)
 
     kv_fixture_config(&cfg);
     cfg.max_connections = 4; /* 2 for the workers, 2 for handshakes */
-    up(&cfg, 2, 0, "sync");
+    peer_server_up(&cfg, 2, 0, "sync");
     /* The server accepts connections in the order they were made. */
     for (int i = 0; i < 4; i++)
         peer_open(&idle[i]);
@@ -538,7 +349,7 @@ Test(hostile, silent_connection_times_out_without_heartbeats)
     kv_fixture_config(&cfg);
     cfg.heartbeat_timeout_ms = 0;
     cfg.handshake_timeout_ms = 200;
-    up(&cfg, 1, 0, "sync");
+    peer_server_up(&cfg, 1, 0, "sync");
     fd = raw_connect();
     expect_closed(fd, "a connection that never says HELLO");
 }
@@ -553,7 +364,7 @@ Test(hostile, gradient_over_the_norm_limit_is_refused)
 
     kv_fixture_config(&cfg);
     cfg.max_grad_norm = 10;
-    up(&cfg, 1, 0, "sync");
+    peer_server_up(&cfg, 1, 0, "sync");
     cr_assert_leq(ks.total, 4096);
     peer_join(&r0, 0, 1);
     peer_pull(&r0, 0);
@@ -616,7 +427,7 @@ Test(hostile, a_stranger_does_not_set_the_schedule)
     cfg.lr.kind = PS_LR_COSINE;
     cfg.lr.total_steps = 0;
     cfg.job_settings = settings;
-    up(&cfg, 2, 0, "sync");
+    peer_server_up(&cfg, 2, 0, "sync");
     w1 = malloc(ks.total * sizeof(float));
     w2 = malloc(ks.total * sizeof(float));
     cr_assert_eq(peer_try_join_plan(&stranger, 1, 2, NULL, UINT64_MAX), 1);

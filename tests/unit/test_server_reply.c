@@ -125,6 +125,31 @@ Test(server_reply, pull_reply_in_sync_may_be_newer_but_not_past_the_plan)
     cr_assert_eq(ps_reply_check_pull_header(&h, &e, why, sizeof(why)), -PS_EPROTO);
 }
 
+/* An evaluator's snapshot: any steps up to the last one planned, whatever
+ * it asked for, the newest chunk's (clock + staleness) included; a server
+ * that says more lies. */
+Test(server_reply, snapshot_steps_stay_within_the_plan)
+{
+    Shardps__Header h;
+    ps_reply_pull e = pull_expect(1);
+    char why[256];
+
+    e.snapshot = 1;
+    pull_reply(&h, 0);
+    cr_assert_eq(ps_reply_check_pull_header(&h, &e, why, sizeof(why)), 0, "%s", why);
+    pull_reply(&h, 7);
+    h.staleness = 3;
+    cr_assert_eq(ps_reply_check_pull_header(&h, &e, why, sizeof(why)), 0, "%s", why);
+    h.staleness = 4;
+    cr_assert_eq(ps_reply_check_pull_header(&h, &e, why, sizeof(why)), -PS_EPROTO);
+    cr_assert(strstr(why, "past the last step 10") != NULL, "%s", why);
+    pull_reply(&h, 11);
+    cr_assert_eq(ps_reply_check_pull_header(&h, &e, why, sizeof(why)), -PS_EPROTO);
+    pull_reply(&h, UINT64_MAX);
+    h.staleness = UINT32_MAX;
+    cr_assert_eq(ps_reply_check_pull_header(&h, &e, why, sizeof(why)), -PS_EPROTO);
+}
+
 Test(server_reply, pull_reply_refuses_other_dtype_keys_sizes_and_nan)
 {
     Shardps__Header h;

@@ -65,7 +65,7 @@ Test(shardps, new_refuses_bad_arguments)
     expect_err(NULL, shardps_new(&h, null, 1, 0, 1), -EINVAL, "(null)");
     cr_assert_null(h);
     cr_assert_str_eq(shardps_strerror(SHARDPS_ETIMEOUT), "timed out");
-    cr_assert_str_eq(shardps_version(), "1.2.0");
+    cr_assert_str_eq(shardps_version(), "1.3.0");
     shardps_abandon(NULL);
     cr_assert_eq(shardps_close(NULL), 0);
 }
@@ -234,6 +234,75 @@ Test(shardps, pushes_and_pulls_carry_the_exact_bytes)
     wait_done();
     server_down();
     ps_model_spec_free(&spec);
+}
+
+/* shardps_pull_into (1.3) is told each buffer's size: a short or long one is
+ * refused naming its tensor, and nothing is written, not even into the
+ * buffers that were right. shardps_push_copy (1.3) sends the gradient as it
+ * was when the call returned: the caller overwrites it at once; after a
+ * failed wait it refuses to overwrite copies that may still be queued. */
+Test(shardps, a_sized_pull_checks_sizes_and_a_copied_push_is_free_at_once)
+{
+    ps_model_spec spec;
+    float w[4][84], w1[4][80], g[4][80], sent[4][80];
+    float *dest[4] = {w[0], w[1], w[2], w[3]}, *dest1[4] = {w1[0], w1[1], w1[2], w1[3]};
+    size_t counts[4];
+    shardps *h;
+
+    server_up();
+    cr_assert_eq(ps_model_spec_init_mlp(&spec, sizes, 3, 1234), 0);
+    h = handle();
+    cr_assert_eq(shardps_connect(h), 0);
+    for (int i = 0; i < 4; i++) {
+        counts[i] = spec.tensors[i].numel;
+        for (int k = 0; k < 84; k++)
+            w[i][k] = -7.0f;
+    }
+    counts[1] = 2; /* fc1.bias holds 16 */
+    expect_err(h, shardps_pull_into(h, 0, dest, counts, 4), -EINVAL,
+               "shardps_pull_into: the destination of fc1.bias holds 2 floats; it needs 16");
+    counts[1] = 17;
+    expect_err(h, shardps_pull_into(h, 0, dest, counts, 4), -EINVAL, "fc1.bias holds 17 floats");
+    expect_err(h, shardps_pull_into(h, 0, dest, NULL, 4), -EINVAL, "counts is NULL");
+    expect_err(h, shardps_pull_into(h, 0, dest, counts, 3), -EINVAL, "need 4 destinations");
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k < 84; k++)
+            cr_assert_eq(w[i][k], -7.0f, "a refused pull wrote w[%d][%d]", i, k);
+    counts[1] = 16;
+    cr_assert_eq(shardps_pull_into(h, 0, dest, counts, 4), 0, "%s", shardps_last_error(h));
+    cr_assert_eq(shardps_wait(h), 0, "%s", shardps_last_error(h));
+    for (int i = 0; i < 4; i++) {
+        float want[80];
+        ps_model_spec_init_values(&spec, i, 0, counts[i], want);
+        cr_assert_arr_eq(w[i], want, counts[i] * sizeof(float), "tensor %d", i);
+        cr_assert_eq(w[i][counts[i]], -7.0f, "tensor %d: written past its end", i);
+    }
+    expect_err(h, shardps_push_copy(h, 0, g[0], counts[0] - 1), -EINVAL,
+               "shardps_push_copy: fc1.weight holds 80 floats, got 79");
+    for (int i = 0; i < 4; i++) {
+        for (size_t k = 0; k < counts[i]; k++)
+            g[i][k] = (float)(i + 1) * 0.25f - (float)k * 0.013f;
+        memcpy(sent[i], g[i], counts[i] * sizeof(float));
+        cr_assert_eq(shardps_push_copy(h, i, g[i], counts[i]), 0, "%s", shardps_last_error(h));
+        memset(g[i], 0xff, sizeof(g[i])); /* NaNs: what a zero_grad() would do, and worse */
+    }
+    expect_err(h, shardps_push_copy(h, 2, g[2], counts[2]), -EBUSY, "already pushed");
+    cr_assert_eq(shardps_pull_into(h, 1, dest1, counts, 4), 0);
+    cr_assert_eq(shardps_wait(h), 0, "%s", shardps_last_error(h));
+    for (int i = 0; i < 4; i++)
+        for (size_t k = 0; k < counts[i]; k++) {
+            float want = w[i][k] - LR * sent[i][k];
+            cr_assert(memcmp(&w1[i][k], &want, sizeof(float)) == 0, "tensor %d [%zu]: %a != %a", i,
+                      k, (double)w1[i][k], (double)want);
+        }
+    /* A wait that fails may leave the copies to sends still queued: they
+     * are not written again before a reconnect. */
+    cr_assert_eq(shardps_push_copy(h, 0, g[0], counts[0]), 0, "%s", shardps_last_error(h));
+    server_down();
+    cr_assert_lt(shardps_wait(h), 0);
+    expect_err(h, shardps_push_copy(h, 0, g[0], counts[0]), -EBUSY,
+               "the last wait failed and its sends may still read the copies");
+    shardps_abandon(h);
 }
 
 Test(shardps, declared_tensors_match_the_servers_table)

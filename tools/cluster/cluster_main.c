@@ -6,8 +6,9 @@
  * will check it (job_check.h: the rules, the files, the data read and the
  * model built on them; --check stops there), and runs it through the one
  * launcher with shardps-worker and its flags as the workers' command
- * (ps__worker_argv): the supervisor (supervisor.h) starts, watches and
- * stops the processes, carrying out the drills (drills.h). */
+ * (ps__worker_argv), and with --evaluator shardps-eval --follow beside
+ * them (ps__evaluator_argv): the supervisor (supervisor.h) starts, watches
+ * and stops the processes, carrying out the drills (drills.h). */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -28,6 +29,7 @@
 typedef struct {
     const ps_launcher *l;
     const char *dump_weights;
+    const char *evaluator; /* the evaluator's curve; NULL: no evaluator */
     ps_drills *drills;
     char path[PATH_MAX];
     ps_child_args a;
@@ -55,6 +57,9 @@ static char **ps__worker_argv(void *arg, int r)
                      steps[i]);
         ps_child_args_opt(a, "--report-steps", "%s", list);
     }
+    /* The evaluator tests; rank 0 only scores the final weights. */
+    if (w->evaluator)
+        ps_child_args_flag(a, "--eval-at-end");
     if (ps_drills_slow_ms(w->drills, r) > 0)
         ps_child_args_opt(a, "--slow-ms", "%d", ps_drills_slow_ms(w->drills, r));
     if (a->too_long) {
@@ -66,6 +71,22 @@ static char **ps__worker_argv(void *arg, int r)
     a->argv[0] = w->path;
     a->argv[a->n + 1] = NULL;
     return a->argv;
+}
+
+/* shardps-eval --follow, writing its curve to the --evaluator file; the
+ * job's options come in the workers' environment. */
+static char **ps__evaluator_argv(const ps_launcher *l, const char *curve)
+{
+    static ps_child_args a;
+    static char path[PATH_MAX];
+
+    ps_child_args_reset(&a);
+    ps_child_args_flag(&a, "--follow");
+    ps_child_args_opt(&a, "--curve", "%s", curve);
+    snprintf(path, sizeof(path), "%s/shardps-eval", l->sup.bin_dir);
+    a.argv[0] = path;
+    a.argv[a.n + 1] = NULL;
+    return a.argv;
 }
 
 int main(int argc, char **argv)
@@ -90,6 +111,10 @@ int main(int argc, char **argv)
          "SIGKILL that worker once it reports that step (fault drills)", 0, 0, NULL, NULL, NULL},
         {"dump-weights", PS_FLAG_STRING, &cmd.dump_weights, "FILE",
          "rank 0 writes the final weights here", 0, 0, NULL, NULL, NULL},
+        {"evaluator", PS_FLAG_STRING, &cmd.evaluator, "OUT.jsonl",
+         "also start an evaluator (shardps-eval --follow) that scores snapshots of the weights "
+         "at low priority and writes its curve here; rank 0 then tests only after its last step",
+         0, 0, NULL, NULL, NULL},
     };
     char err[1024], length[128];
     int rc = ps_launcher_parse(&l, "shardps-cluster",
@@ -132,6 +157,7 @@ int main(int argc, char **argv)
         l.sup.drills = cmd.drills;
         l.sup.worker_argv = ps__worker_argv;
         l.sup.worker_arg = &cmd;
+        l.sup.evaluator_argv = cmd.evaluator ? ps__evaluator_argv(&l, cmd.evaluator) : NULL;
         rc = ps_launcher_run(&l, plan.epochs,
                              ps_job_plan_length(&l.job, &plan, length, sizeof(length)));
     }

@@ -19,7 +19,7 @@
 
 #define PS__MAX_PROCS 256
 
-typedef enum { PS__SERVER, PS__WORKER } ps__role;
+typedef enum { PS__SERVER, PS__WORKER, PS__EVALUATOR } ps__role;
 
 typedef struct ps__cluster ps__cluster;
 typedef struct ps__child ps__child;
@@ -56,12 +56,19 @@ struct ps__cluster {
     int ports[PS__MAX_PROCS];
     int failed, interrupted, stopping;
     ps__child *server_slot[PS__MAX_PROCS]; /* current process of each server index */
+    ps__child *worker_slot[PS__MAX_PROCS]; /* each rank's process; NULL until started */
+    ps__child *evaluator;                  /* NULL: none started */
+    int held_rank;                         /* started once the evaluator follows (-1: none) */
+    char servers[4096];                    /* the workers' server list */
     ps_supervisor_config cfg;
 };
 
 static const char *ps__child_name(const ps__child *c, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s %d", c->role == PS__SERVER ? "server" : "worker", c->index);
+    if (c->role == PS__EVALUATOR)
+        snprintf(buf, len, "the evaluator");
+    else
+        snprintf(buf, len, "%s %d", c->role == PS__SERVER ? "server" : "worker", c->index);
     return buf;
 }
 
@@ -91,7 +98,7 @@ static void ps__fail(ps__cluster *cl, const char *why)
 static int ps__running(void *arg, int is_server, int index)
 {
     ps__cluster *cl = arg;
-    ps__child *c = is_server ? cl->server_slot[index] : &cl->children[cl->cfg.n_servers + index];
+    ps__child *c = is_server ? cl->server_slot[index] : cl->worker_slot[index];
 
     return c != NULL && c->running;
 }
@@ -105,9 +112,8 @@ static void ps__run_drills(ps__cluster *cl, int rank, uint64_t step)
         cl->cfg.drills ? ps_drills_on_step(cl->cfg.drills, rank, step, ps__running, cl, act) : 0;
 
     for (int i = 0; i < n; i++) {
-        ps__child *c = act[i].kind == PS_DRILL_KILL_SERVER
-                           ? cl->server_slot[act[i].target]
-                           : &cl->children[cl->cfg.n_servers + act[i].target];
+        ps__child *c = act[i].kind == PS_DRILL_KILL_SERVER ? cl->server_slot[act[i].target]
+                                                           : cl->worker_slot[act[i].target];
         int sig = act[i].kind == PS_DRILL_STOP_WORKER   ? SIGSTOP
                   : act[i].kind == PS_DRILL_CONT_WORKER ? SIGCONT
                                                         : SIGKILL;
@@ -128,6 +134,7 @@ static void ps__worker_line(ps__cluster *cl, ps__child *c, const char *line)
 }
 
 static void ps__start_workers(ps__cluster *cl);
+static void ps__start_held_worker(ps__cluster *cl);
 
 static void ps__server_line(ps__cluster *cl, ps__child *c, const char *line)
 {
@@ -165,8 +172,10 @@ static void ps__stream_line(ps__stream *st, char *line, size_t len)
         ps_console_line(c->cl->cfg.con, st->kind == PS__OUT, line, len);
     else if (c->role == PS__SERVER)
         ps__server_line(c->cl, c, line);
-    else
+    else if (c->role == PS__WORKER)
         ps__worker_line(c->cl, c, line);
+    else if (strcmp(line, "following") == 0)
+        ps__start_held_worker(c->cl);
 }
 
 static void ps__on_pipe_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
@@ -221,6 +230,8 @@ static void ps__stop_servers(ps__cluster *cl)
     }
     if (asked)
         ps_info("every worker is done; asking %d server%s to stop", asked, asked == 1 ? "" : "s");
+    if (cl->evaluator && cl->evaluator->running)
+        uv_process_kill(&cl->evaluator->proc, SIGTERM);
     uv_timer_start(&cl->grace, ps__on_grace, 30000, 0);
 }
 
@@ -230,9 +241,8 @@ static void ps__stop_servers(ps__cluster *cl)
 static int ps__workers_finished(const ps__cluster *cl)
 {
     for (int r = 0; r < cl->cfg.job->workers; r++) {
-        const ps__child *w = &cl->children[cl->cfg.n_servers + r];
-        if (cl->n_children <= cl->cfg.n_servers + r ||
-            (w->running && !ps_progress_worker_done(cl->cfg.progress, r)))
+        const ps__child *w = cl->worker_slot[r];
+        if (w == NULL || (w->running && !ps_progress_worker_done(cl->cfg.progress, r)))
             return 0;
     }
     return 1;
@@ -287,7 +297,14 @@ static void ps__on_exit(uv_process_t *p, int64_t status, int term_signal)
     c->running = 0;
     uv_close((uv_handle_t *)p, NULL);
     ps__child_name(c, name, sizeof(name));
-    if (c->killed_on_purpose && term_signal == SIGKILL && c->role == PS__SERVER) {
+    if (c->role == PS__EVALUATOR) {
+        /* Testing is not training: the job goes on without it. */
+        if ((status != 0 || term_signal != 0) && !cl->stopping && term_signal != SIGTERM)
+            ps_warn("the evaluator stopped (status %" PRId64 ", signal %d); the job goes on "
+                    "without it",
+                    status, term_signal);
+        ps__start_held_worker(cl);
+    } else if (c->killed_on_purpose && term_signal == SIGKILL && c->role == PS__SERVER) {
         ps_info("%s is gone (killed on purpose); starting it again with --restore", name);
         if (!cl->stopping)
             ps__spawn_server(cl, c->index, 1);
@@ -418,24 +435,54 @@ static void ps__start_servers(ps__cluster *cl)
         ps__spawn_server(cl, i, 0);
 }
 
+static void ps__start_worker(ps__cluster *cl, int r)
+{
+    char **argv = cl->cfg.worker_argv(cl->cfg.worker_arg, r);
+    char **env = ps_worker_env_rank(cl->cfg.worker_env, cl->servers, r);
+
+    if (argv == NULL || env == NULL || ps__spawn(cl, PS__WORKER, r, argv, env) < 0)
+        ps__fail(cl, "a worker could not be started");
+    else
+        cl->worker_slot[r] = &cl->children[cl->n_children - 1];
+}
+
+/* The rank held for the evaluator: it follows the job, or is gone. */
+static void ps__start_held_worker(ps__cluster *cl)
+{
+    int r = cl->held_rank;
+
+    if (r < 0 || cl->stopping)
+        return;
+    cl->held_rank = -1;
+    ps__start_worker(cl, r);
+}
+
+/* An evaluator needs the tensors a worker declares, so with two workers
+ * or more it starts beside the first ones and the last waits for it. */
 static void ps__start_workers(ps__cluster *cl)
 {
-    char servers[4096];
+    int w = cl->cfg.job->workers;
     size_t off = 0;
 
     for (int i = 0; i < cl->cfg.n_servers; i++)
-        off += (size_t)snprintf(servers + off, sizeof(servers) - off, "%s127.0.0.1:%d",
+        off += (size_t)snprintf(cl->servers + off, sizeof(cl->servers) - off, "%s127.0.0.1:%d",
                                 i ? "," : "", cl->ports[i]);
-    ps_info("%d server%s listening; starting %d worker%s", cl->cfg.n_servers,
-            cl->cfg.n_servers == 1 ? "" : "s", cl->cfg.job->workers,
-            cl->cfg.job->workers == 1 ? "" : "s");
-    for (int r = 0; r < cl->cfg.job->workers && !cl->failed; r++) {
-        char **argv = cl->cfg.worker_argv(cl->cfg.worker_arg, r);
-        char **env = ps_worker_env_rank(cl->cfg.worker_env, servers, r);
-
-        if (argv == NULL || env == NULL || ps__spawn(cl, PS__WORKER, r, argv, env) < 0)
-            ps__fail(cl, "a worker could not be started");
+    ps_info("%d server%s listening; starting %d worker%s%s", cl->cfg.n_servers,
+            cl->cfg.n_servers == 1 ? "" : "s", w, w == 1 ? "" : "s",
+            cl->cfg.evaluator_argv ? " and the evaluator" : "");
+    if (cl->cfg.evaluator_argv && w > 1)
+        cl->held_rank = w - 1;
+    for (int r = 0; r < w && r != cl->held_rank && !cl->failed; r++)
+        ps__start_worker(cl, r);
+    if (cl->cfg.evaluator_argv && !cl->failed) {
+        char **env = ps_worker_env_rank(cl->cfg.worker_env, cl->servers, 0);
+        if (env != NULL && ps__spawn(cl, PS__EVALUATOR, 0, cl->cfg.evaluator_argv, env) == 0)
+            cl->evaluator = &cl->children[cl->n_children - 1];
+        else
+            ps_warn("the evaluator could not be started; the job goes on without it");
     }
+    if (cl->evaluator == NULL)
+        ps__start_held_worker(cl);
 }
 
 /* Workers first: each stops at the end of its step, which leaves every
@@ -454,6 +501,11 @@ static void ps__on_signal(uv_signal_t *h, int signum)
         return;
     }
     cl->interrupted = 1;
+    /* A rank held for the evaluator will not start now: it counts as gone. */
+    if (cl->held_rank >= 0) {
+        cl->held_rank = -1;
+        cl->workers_exited++;
+    }
     for (int i = cl->cfg.n_servers; i < cl->n_children; i++)
         if (cl->children[i].running) {
             uv_process_kill(&cl->children[i].proc, SIGTERM);
@@ -472,6 +524,7 @@ int ps_supervisor_run(uv_loop_t *loop, const ps_supervisor_config *cfg, ps_job_o
         return -ENOMEM;
     cl->loop = loop;
     cl->cfg = *cfg;
+    cl->held_rank = -1;
     uv_signal_init(loop, &cl->sigint);
     uv_signal_init(loop, &cl->sigterm);
     uv_timer_init(loop, &cl->grace);

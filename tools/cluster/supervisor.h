@@ -11,7 +11,14 @@
  * having left it (no "done" report) included. The children's stdout and
  * stderr come through pipes and go out through the console (console.h), so
  * nothing breaks the progress line; the servers die with the launcher
- * (--parent-pid, parent_watch.h). */
+ * (--parent-pid, parent_watch.h).
+ *
+ * An evaluator (shardps-eval --follow), when asked for, is no worker: it
+ * starts with the workers and the workers' environment, the last rank
+ * waits until it reports on fd 3 that it follows the job (so it is in
+ * before training can start, and the curve has at least the first
+ * weights), its exit neither fails nor ends the job, and it is stopped
+ * once the workers are done. */
 #ifndef PS_SUPERVISOR_H
 #define PS_SUPERVISOR_H
 
@@ -39,8 +46,9 @@ typedef struct {
     ps_worker_env *worker_env; /* the workers' */
     ps_worker_argv_fn worker_argv;
     void *worker_arg;
-    ps_drills *drills; /* NULL: none */
-    ps_console *con;   /* closed (ps_console_close) once the job stops */
+    char **evaluator_argv; /* NULL-terminated; NULL: no evaluator */
+    ps_drills *drills;     /* NULL: none */
+    ps_console *con;       /* closed (ps_console_close) once the job stops */
     ps_progress *progress;
 } ps_supervisor_config;
 

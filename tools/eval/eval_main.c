@@ -1,22 +1,28 @@
 /* shardps-eval: scores a saved model (shardps-worker --save-model) on the
  * test split of a data directory, with the same executor and forward pass
  * the worker evaluates with, so it reproduces the accuracy the training run
- * reported; optionally writes each sample's prediction as CSV. main() parses
- * and wires: model_file reads the model, dataset the data, model computes. */
+ * reported; optionally writes each sample's prediction as CSV. With
+ * --follow it is the job's evaluator instead: it scores snapshots of a
+ * running job's weights (follow.h). main() parses and wires: model_file
+ * reads the model, dataset the data, model computes, follow follows. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "backend_ops.h"
 #include "dataset.h"
 #include "flags.h"
+#include "follow.h"
 #include "job_check.h"
 #include "job_data.h"
 #include "job_options.h"
 #include "model.h"
 #include "model_file.h"
 #include "ps_error.h"
+#include "ps_log.h"
 
 /* The worker evaluates in batches of at least this many (trainer.c), and so
  * do we: the same batches give the same loss to the last bit. */
@@ -108,50 +114,128 @@ static int ps__model_fits(const ps_saved_model *sm, const ps_dataset *ds, const 
     return -EINVAL;
 }
 
+static volatile sig_atomic_t ps__stop;
+
+static void ps__on_signal(int sig)
+{
+    (void)sig;
+    ps__stop = 1;
+}
+
+/* The launcher's report pipe, when it started us (worker_env.h). */
+static int ps__report_fd(void)
+{
+    const char *v = getenv("SHARDPS_REPORT_FD");
+    char *end;
+    long fd = v ? strtol(v, &end, 10) : -1;
+
+    return v && *v && *end == '\0' && fd >= 0 && fd < 1024 ? (int)fd : -1;
+}
+
+/* --follow: the job's evaluator, until the job ends or a signal. */
+static int ps__follow(const ps_job_options *jo, const ps_job_plan *plan, const ps_dataset *test,
+                      double every, int max_snapshots, const char *curve_path)
+{
+    uint8_t key[PS_AUTH_KEY_BYTES];
+    char err[256];
+    FILE *curve = curve_path ? fopen(curve_path, "w") : stdout;
+    int loose, rc;
+
+    if (curve == NULL) {
+        rc = -errno;
+        fprintf(stderr, "shardps-eval: cannot write --curve %s: %s\n", curve_path, strerror(-rc));
+        return rc;
+    }
+    if (jo->auth_token_file &&
+        (rc = ps_auth_load_key(jo->auth_token_file, key, &loose, err, sizeof(err))) < 0) {
+        fprintf(stderr, "shardps-eval: %s\n", err);
+        goto out;
+    }
+    signal(SIGINT, ps__on_signal);
+    signal(SIGTERM, ps__on_signal);
+    signal(SIGPIPE, SIG_IGN);
+    ps_log_set_role("eval");
+    rc = ps_follow_run(&(ps_follow_config){.job = jo,
+                                           .plan = plan,
+                                           .test = test,
+                                           .auth_key = jo->auth_token_file ? key : NULL,
+                                           .every_s = every,
+                                           .max_snapshots = max_snapshots,
+                                           .curve = curve,
+                                           .stop = &ps__stop,
+                                           .report_fd = ps__report_fd()});
+out:
+    if (curve != stdout && fclose(curve) != 0 && rc == 0)
+        rc = -EIO;
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     static ps_job_options jo;
     static ps_job_plan plan;
     static ps_job_datasets data = {.test_only = 1};
-    const char *model_path = NULL, *pred_path = NULL;
-    ps_flag flags[8];
+    const char *model_path = NULL, *pred_path = NULL, *curve_path = NULL;
+    double every = 1;
+    int follow = 0, max_snapshots = 0;
+    ps_flag flags[24];
     const ps_flag own[] = {
         {"model-file", PS_FLAG_STRING, &model_path, "FILE",
          "the saved model (shardps-worker --save-model)", 0, 0, NULL, NULL, NULL},
         {"predictions", PS_FLAG_STRING, &pred_path, "OUT.csv",
          "also write index,label,predicted for every test sample here", 0, 0, NULL, NULL, NULL},
+        {"follow", PS_FLAG_BOOL, &follow, NULL,
+         "be the evaluator of the job at --servers: score snapshots of its weights while it "
+         "trains (the model from --model or --hidden, --seed), until it ends",
+         0, 0, NULL, NULL, NULL},
+        {"every", PS_FLAG_DOUBLE, &every, "SECONDS", "--follow: wait between snapshots", 0, 86400,
+         NULL, NULL, NULL},
+        {"max-snapshots", PS_FLAG_INT, &max_snapshots, "N",
+         "--follow: stop after N snapshots scored (0: when the job ends)", 0, 2147483647, NULL,
+         NULL, NULL},
+        {"curve", PS_FLAG_STRING, &curve_path, "OUT.jsonl",
+         "--follow: write one JSON line per snapshot here (default: standard output)", 0, 0, NULL,
+         NULL, NULL},
     };
+    const int n_own = (int)(sizeof(own) / sizeof(own[0]));
     ps_saved_model sm;
     char err[1024];
     int n, rc;
 
-    /* --data is the job's option, by the same row as the worker's. */
+    /* The job's options (--data, and for --follow the servers and the
+     * model), by the same rows as the worker's. */
     ps_job_options_defaults(&jo);
-    n = ps_job_options_flags(&jo, PS_JOB_EVAL, flags, (int)(sizeof(flags) / sizeof(flags[0])) - 2);
+    n = ps_job_options_flags(&jo, PS_JOB_EVAL, flags,
+                             (int)(sizeof(flags) / sizeof(flags[0])) - n_own);
     if (n < 0)
         return 1;
     memcpy(flags + n, own, sizeof(own));
-    rc = ps_flags_parse(flags, n + 2, argc, argv, "shardps-eval",
+    rc = ps_flags_parse(flags, n + n_own, argc, argv, "shardps-eval",
                         "Reports a saved model's test accuracy and loss on a data directory's "
-                        "test split.");
+                        "test split; with --follow, a running job's, snapshot after snapshot.");
     if (rc != 0)
         return rc > 0 ? 0 : 2;
-    if (model_path == NULL) {
-        fprintf(stderr, "shardps-eval: name the saved model with --model-file (see --help)\n");
+    if ((model_path == NULL) == (follow == 0)) {
+        fprintf(stderr, "shardps-eval: name the saved model with --model-file, or follow a job "
+                        "with --follow (one of them; see --help)\n");
         return 2;
     }
     memset(&sm, 0, sizeof(sm));
-    rc = ps_job_check(
-        &jo,
-        &(ps_job_process){.program = PS_JOB_EVAL, .load_data = ps_job_data_load, .data_arg = &data},
-        &plan, err, sizeof(err));
-    if (rc == 0 && (rc = ps_model_file_read(model_path, &sm, err, sizeof(err))) < 0)
+    rc = ps_job_check(&jo,
+                      &(ps_job_process){.program = PS_JOB_EVAL,
+                                        .evaluator = follow,
+                                        .load_data = ps_job_data_load,
+                                        .data_arg = &data},
+                      &plan, err, sizeof(err));
+    if (rc == 0 && !follow && (rc = ps_model_file_read(model_path, &sm, err, sizeof(err))) < 0)
         rc = -EINVAL;
     if (rc < 0)
         fprintf(stderr, "shardps-eval: %s\n", err);
-    if (rc == 0)
+    if (rc == 0 && follow)
+        rc = ps__follow(&jo, &plan, &data.test, every, max_snapshots, curve_path);
+    else if (rc == 0)
         rc = ps__model_fits(&sm, &data.test, model_path, jo.data);
-    if (rc == 0)
+    if (rc == 0 && !follow)
         rc = ps__evaluate(&sm, &data.test, pred_path);
     ps_job_plan_free(&plan);
     ps_dataset_free(&data.test);
