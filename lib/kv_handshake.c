@@ -60,7 +60,7 @@ void ps__send_hello(ps__server *sv)
     hello.world = c->cfg.evaluator ? 0 : (uint32_t)c->cfg.world;
     /* The tensors, declared to every server by digest, then in a TABLE
      * frame: the first a server gets makes them the job's, and it refuses
-     * any other. A joiner (an evaluator always) declares none. */
+     * any other. A joiner (and an evaluator) declares none. */
     if (!c->joining) {
         hello.table_digest.len = PS_TABLE_DIGEST_BYTES;
         hello.table_digest.data = c->digest;

@@ -5,8 +5,8 @@
  * TABLE frame, which must match the digest its HELLO carried; the worker is
  * then admitted at the job's current clock with a WELCOME (a joiner first
  * gets the table in a TABLE frame), or refused with a REJECT naming why.
- * A HELLO with the evaluator's role is admitted read-only, without a rank,
- * as a joiner. */
+ * A HELLO with the evaluator's role is admitted read-only, without a rank
+ * (and told the table as a joiner is). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -113,8 +113,9 @@ static void ps__free_sent(ps_conn *c, int status, void *arg)
     free(arg);
 }
 
-/* A joiner learns the job's tensors: the table this server holds, packed,
- * as a TABLE frame just before its WELCOME (which carries its digest). */
+/* A joiner (or an evaluator) learns the job's tensors: the table this
+ * server holds, packed, as a TABLE frame just before its WELCOME (which
+ * carries its digest). */
 static int ps__send_table(ps_kv_server *s, ps__peer *p, uint64_t request_id)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
@@ -135,12 +136,12 @@ static int ps__send_table(ps_kv_server *s, ps__peer *p, uint64_t request_id)
     return rc;
 }
 
-/* The WELCOME that admits p at clock, after the TABLE frame a joiner (who
- * declared no table) learns the tensors from; values_wanted asks the
- * declaring rank 0 for the model's own initial values (values.c). Returns
- * 0, or a negative code with the connection closing. */
+/* The WELCOME that admits p at clock, with the table's digest; a joiner
+ * (declared: 0) gets the table first; values_wanted: the declaring rank 0
+ * is to WRITE its initial values (values.c). Returns 0, or a negative code
+ * with the connection closing. */
 static int ps__welcome(ps_kv_server *s, ps__peer *p, uint64_t request_id, uint64_t clock,
-                       int joiner, int values_wanted)
+                       int declared, int values_wanted)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
     Shardps__Welcome w = SHARDPS__WELCOME__INIT;
@@ -156,7 +157,7 @@ static int ps__welcome(ps_kv_server *s, ps__peer *p, uint64_t request_id, uint64
     w.table_digest.data = s->table_digest;
     w.values_wanted = values_wanted;
     h.welcome = &w;
-    rc = joiner ? ps__send_table(s, p, request_id) : 0;
+    rc = declared ? 0 : ps__send_table(s, p, request_id);
     if (rc == 0)
         rc = ps_conn_send(p->conn, &h, NULL, 0, NULL, NULL);
     if (rc < 0)
@@ -194,7 +195,7 @@ static void ps__admit_evaluator(ps_kv_server *s, ps__peer *p, const Shardps__Hel
     snprintf(p->name, sizeof(p->name), "evaluator (%s)", ps_conn_peer(p->conn));
     ps_info("%s joined at clock %" PRIu64 "; it reads the weights and holds no rank", p->name,
             ps__progress_clock(s));
-    (void)ps__welcome(s, p, request_id, ps__progress_clock(s), 1, 0);
+    (void)ps__welcome(s, p, request_id, ps__progress_clock(s), 0, 0);
 }
 
 /* Admits a worker whose HELLO has passed authentication (if any): model and
@@ -248,7 +249,7 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
         ps__table_declarer_joined(s, p);
 
     /* Only the declaring rank 0 has the model's own values to send. */
-    if (ps__welcome(s, p, request_id, p->clock, spec == NULL,
+    if (ps__welcome(s, p, request_id, p->clock, spec != NULL,
                     p->rank == 0 && spec != NULL && ps__values_wanted(s)) < 0)
         return;
     if (!s->started) {

@@ -42,7 +42,7 @@ static int hello_answer(hc_conn *c)
     ps_frame f;
     int rc = read_frame(c, &f);
 
-    /* A joiner (an evaluator) is sent the job's table before its WELCOME. */
+    /* A joiner (an evaluator) is told the table before its WELCOME. */
     if (rc == 1 && f.hdr->type == SHARDPS__MSG_TYPE__TABLE)
         rc = read_frame(c, &f);
     if (rc != 1) {
@@ -138,50 +138,6 @@ int sc_idle_slots(hc_ctx *ctx, hc_conn *c)
     free(held);
     note(c, "held %d idle connections", open);
     return 0;
-}
-
-/* The evaluator role (read-only): a HELLO as shardps-eval --follow sends it
- * (no table, no rank), its WELCOME, then a well-formed PUSH of the first
- * key, which the server must refuse naming the rule. Passes when it did;
- * that the job goes on is the test's to judge. */
-int sc_evaluator_push(hc_ctx *ctx, hc_conn *c)
-{
-    Shardps__Header h;
-    Shardps__Hello hello;
-    const ps_chunk *chunk;
-    ps_partition *part;
-    float *grad;
-    size_t n;
-    int rc;
-
-    make_hello(ctx, &h, &hello);
-    hello.role = SHARDPS__ROLE__ROLE_EVALUATOR;
-    hello.rank = hello.world = 0;
-    hello.table_digest.len = 0;
-    hello.table_digest.data = NULL;
-    if (send_frame(c, &h, NULL, 0) < 0 || hello_answer(c) != 1)
-        return -1;
-    if (ps_partition_init(&part, &ctx->spec, ctx->num_servers, ctx->chunk_bytes) < 0)
-        return -1;
-    chunk = ps_partition_find(part, ctx->keys[0]);
-    n = chunk ? chunk->numel : 1;
-    ps_partition_free(part);
-    grad = calloc(n, sizeof(float));
-    if (grad == NULL)
-        return -1;
-    shardps__header__init(&h);
-    h.type = SHARDPS__MSG_TYPE__PUSH;
-    h.request_id = 2;
-    h.dtype = SHARDPS__DTYPE__DTYPE_F32;
-    h.n_keys = 1;
-    h.keys = ctx->keys;
-    rc = send_frame(c, &h, grad, n * sizeof(float));
-    free(grad);
-    if (rc < 0)
-        return -1;
-    note(c, "admitted as an evaluator; pushed; ");
-    return expect_refusal(ctx, c, SHARDPS__MSG_TYPE__ERROR, -PS_EPROTO,
-                          "an evaluator is read-only: it cannot push");
 }
 
 /* Issue 23: the table in a TABLE frame of its own. A TABLE announcing more
@@ -280,4 +236,47 @@ int sc_write_not_rank_0(hc_ctx *ctx, hc_conn *c)
         return -1;
     return expect_refusal(ctx, c, SHARDPS__MSG_TYPE__ERROR, -PS_EPROTO,
                           ctx->rank == 0 ? "WRITE names key" : "only the rank 0");
+}
+
+/* The evaluator role (read-only): a HELLO as shardps-eval --follow sends it
+ * (no table, no rank), its WELCOME, then a well-formed PUSH of the first
+ * key, which the server must refuse naming the rule. Passes when it did;
+ * that the job goes on is the test's to judge. */
+int sc_evaluator_push(hc_ctx *ctx, hc_conn *c)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+    const ps_chunk *chunk;
+    ps_partition *part;
+    float *grad;
+    size_t n;
+    int rc;
+
+    make_hello(ctx, &h, &hello);
+    hello.role = SHARDPS__ROLE__ROLE_EVALUATOR;
+    hello.rank = hello.world = 0;
+    hello.table_digest.len = 0;
+    if (send_frame(c, &h, NULL, 0) < 0 || hello_answer(c) != 1)
+        return -1;
+    if (ps_partition_init(&part, &ctx->spec, ctx->num_servers, ctx->chunk_bytes) < 0)
+        return -1;
+    chunk = ps_partition_find(part, ctx->keys[0]);
+    n = chunk ? chunk->numel : 1;
+    ps_partition_free(part);
+    grad = calloc(n, sizeof(float));
+    if (grad == NULL)
+        return -1;
+    shardps__header__init(&h);
+    h.type = SHARDPS__MSG_TYPE__PUSH;
+    h.request_id = 2;
+    h.dtype = SHARDPS__DTYPE__DTYPE_F32;
+    h.n_keys = 1;
+    h.keys = ctx->keys;
+    rc = send_frame(c, &h, grad, n * sizeof(float));
+    free(grad);
+    if (rc < 0)
+        return -1;
+    note(c, "admitted as an evaluator; pushed; ");
+    return expect_refusal(ctx, c, SHARDPS__MSG_TYPE__ERROR, -PS_EPROTO,
+                          "an evaluator is read-only: it cannot push");
 }
