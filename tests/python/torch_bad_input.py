@@ -3,7 +3,10 @@ each is one clear exception, and the job goes on. Modes:
 
   limits                  no server: a model of 4,097 tensors, or with a
                           name of 256 bytes, raises ValueError naming the
-                          limit before anything is sent
+                          limit before anything is sent; Client's
+                          declare_values refuses values of another dtype,
+                          not contiguous or int64 for a parameter, and
+                          write_buffers before connect()
   missing ADDR            nothing listens at ADDR: attach raises
                           ShardpsError within its connect_timeout (1 s),
                           naming the server
@@ -67,6 +70,16 @@ def expect(exc_type, words: str, fn) -> None:
 
 
 def limits() -> None:
+    import numpy as np
+    c = shardps.Client("127.0.0.1:1", 0, 1)
+    expect(TypeError, "the values of w are float64",
+           lambda: c.declare_values("w", np.zeros(3)))
+    expect(ValueError, "not C-contiguous",
+           lambda: c.declare_values("w", np.zeros((3, 2), np.float32).T))
+    expect(shardps.ShardpsError, "a parameter is float32",
+           lambda: c.declare_values("n", np.zeros(3, np.int64)))
+    expect(shardps.ShardpsError, "not connected", lambda: c.write_buffers([None]))
+    c.abandon()
     expect(ValueError, "4097 tensors", lambda: shardps.torch.attach(
         Many(4097, 8), "127.0.0.1:1", 0, 1))
     expect(ValueError, "256 bytes", lambda: shardps.torch.attach(
