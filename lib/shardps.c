@@ -22,6 +22,7 @@
 #include "ps_log.h"
 #include "push_copies.h"
 #include "server_list.h"
+#include "shardps_handle.h"
 #include "shardps_internal.h"
 #include "transport.h"
 
@@ -35,41 +36,10 @@ _Static_assert(SHARDPS_INIT_ZERO == PS_INIT_ZERO && SHARDPS_INIT_HE_UNIFORM == P
 #define PS__MAX_SERVERS 4096
 #define PS__ADDR_MAX    256
 
-/* Room for the rows of the job options the library takes. */
-#define PS__MAX_OPTIONS 16
-
-struct shardps {
-    ps_kv_client_config cfg;
-    /* The job options the library takes (PS_JOB_LIBRARY), checked and set
-     * through their rows of the one table; cfg is built from them. */
-    ps_job_options opts;
-    ps_flag options[PS__MAX_OPTIONS];
-    int n_options;
-    ps_kv_client *kv; /* NULL until connected */
-    char **servers;   /* owned copies; cfg.servers points here */
-    uint8_t auth_key[PS_AUTH_KEY_BYTES];
-    char *job_settings; /* owned; cfg.job_settings points here */
-    int declared;       /* tensors declared, or adopted by joining */
-    /* Per tensor: the caller's initial values of one declared with them
-     * (ps_shardps_declare_values), NULL for the others; borrowed until
-     * shardps_connect returns. Owned array, n_values long; cfg.values. */
-    const void **values;
-    int n_values;
-    /* Tensors pushed since the last wait: the client's own check is per
-     * server (its ring of acks), so a second push of one tensor would
-     * otherwise send some of its chunks twice. */
-    unsigned char pushed[PS_MAX_TENSORS];
-    int started;           /* a push or pull was started since the last wait */
-    ps_push_copies copies; /* shardps_push_copy's, owned */
-    uint64_t start_clock;
-    ps_job_report report; /* to the launcher that started us, if one did */
-    char error[512];
-};
-
 /* shardps_new's failures have no handle to carry their sentence. */
 static _Thread_local char ps__new_error[512];
 
-__attribute__((format(printf, 3, 4))) static int ps__err(shardps *h, int code, const char *fmt, ...)
+int ps__err(shardps *h, int code, const char *fmt, ...)
 {
     va_list ap;
     char *buf = h ? h->error : ps__new_error;
@@ -81,8 +51,7 @@ __attribute__((format(printf, 3, 4))) static int ps__err(shardps *h, int code, c
     return code;
 }
 
-/* A failure of the client: its own sentence when it has one. */
-static int ps__kv_err(shardps *h, int rc, const char *doing)
+int ps__kv_err(shardps *h, int rc, const char *doing)
 {
     const char *why = h->kv ? ps_kv_client_last_error(h->kv) : "";
 
@@ -364,18 +333,10 @@ int shardps_declare(shardps *h, const char *name, int ndim, const int64_t *shape
 
 static int ps__connect(shardps *h)
 {
-    int rc = 0;
+    int rc = ps__values_connect(h);
 
-    /* One entry per tensor, whichever way each was declared. */
-    if (h->values && h->n_values < h->cfg.spec.n_tensors) {
-        const void **v = realloc(h->values, (size_t)h->cfg.spec.n_tensors * sizeof(*v));
-        if (v == NULL)
-            return ps__err(h, -ENOMEM, "out of memory");
-        memset(v + h->n_values, 0, (size_t)(h->cfg.spec.n_tensors - h->n_values) * sizeof(*v));
-        h->values = v;
-        h->n_values = h->cfg.spec.n_tensors;
-    }
-    h->cfg.values = h->values;
+    if (rc < 0)
+        return rc;
     rc = ps_kv_client_init(&h->kv, &h->cfg);
 
     if (rc < 0) {
@@ -422,8 +383,7 @@ int shardps_reconnect(shardps *h)
     return ps__connect(h);
 }
 
-/* The calls that move data need a live client. */
-static int ps__ready(shardps *h, const char *fn)
+int ps__ready(shardps *h, const char *fn)
 {
     if (h == NULL)
         return -EINVAL;
@@ -730,66 +690,4 @@ int shardps_new_from_env(shardps **out)
     snprintf(role, sizeof(role), "worker %d", rank);
     ps_log_set_role(role);
     return 0;
-}
-
-/* Not exported (lib/shardps.map): what a public shardps_declare_values
- * would call, until one is added. */
-int ps_shardps_declare_values(shardps *h, const char *name, int ndim, const int64_t *shape,
-                              int kind, const float *values)
-{
-    int dims[PS_MAX_DIMS], rc, n;
-    ps_tensor_decl d = {name, ndim, dims, PS_INIT_VALUES, 1, 1, (ps_tensor_kind)kind, PS_DTYPE_F32};
-    const void **v;
-
-    if (h == NULL)
-        return -EINVAL;
-    if (h->kv)
-        return ps__err(h, -EBUSY, "shardps_declare_values: already connected");
-    if (name == NULL || shape == NULL || values == NULL || ndim < 1 || ndim > PS_MAX_DIMS)
-        return ps__err(h, -EINVAL,
-                       "shardps_declare_values: need a name, 1 to %d dimensions and the values",
-                       PS_MAX_DIMS);
-    if (kind < PS_KIND_PARAMETER || kind > PS_KIND_FROZEN)
-        return ps__err(h, -EINVAL, "shardps_declare_values %s: no tensor kind %d", name, kind);
-    for (int k = 0; k < ndim; k++) {
-        if (shape[k] < 1 || shape[k] > INT32_MAX)
-            return ps__err(h, -EINVAL, "shardps_declare_values %s: dimension %d is %lld", name, k,
-                           (long long)shape[k]);
-        dims[k] = (int)shape[k];
-    }
-    n = h->cfg.spec.n_tensors + 1;
-    v = realloc(h->values, (size_t)n * sizeof(*v));
-    if (v == NULL)
-        return ps__err(h, -ENOMEM, "out of memory");
-    memset(v + h->n_values, 0, (size_t)(n - h->n_values) * sizeof(*v));
-    h->values = v;
-    h->n_values = n;
-    rc = ps_model_spec_add(&h->cfg.spec, &d);
-    if (rc < 0)
-        return ps__err(h, rc, "shardps_declare_values %s: %s", name,
-                       rc == -E2BIG ? "the table is full or the tensor exceeds 2^31 elements"
-                                    : "a bad name (1..255 bytes of printable ASCII but the space)");
-    h->values[n - 1] = values;
-    h->declared = 1;
-    return 0;
-}
-
-int ps_shardps_write_buffers(shardps *h, const void *const *values, int n_values)
-{
-    int rc = ps__ready(h, "ps_shardps_write_buffers");
-
-    if (rc < 0)
-        return rc;
-    if (values == NULL || n_values != h->cfg.spec.n_tensors)
-        return ps__err(h, -EINVAL, "ps_shardps_write_buffers: need %d entries, got %d",
-                       h->cfg.spec.n_tensors, values == NULL ? 0 : n_values);
-    for (int t = 0; t < n_values; t++)
-        if (values[t] && h->cfg.spec.tensors[t].kind != PS_KIND_BUFFER)
-            return ps__err(h, -EINVAL, "ps_shardps_write_buffers: %s is a %s, not a buffer",
-                           h->cfg.spec.tensors[t].name,
-                           ps_tensor_kind_name(h->cfg.spec.tensors[t].kind));
-    if (h->cfg.rank != 0)
-        return ps__err(h, -EINVAL, "ps_shardps_write_buffers: only rank 0 writes the buffers");
-    rc = ps_kv_client_write_buffers(h->kv, values);
-    return rc < 0 ? ps__kv_err(h, rc, "ps_shardps_write_buffers") : 0;
 }
