@@ -17,7 +17,7 @@
  * checkpoint does not); every rank must declare the same table, and every
  * rank's first pull returns these values bit for bit. Returns 0 or a
  * negative code (shardps_last_error says why). The public entry to wrap it:
- * shardps_declare_values in SHARDPS_1.3. */
+ * shardps_declare_values in a new version node (SHARDPS_1.4). */
 int ps_shardps_declare_values(shardps *h, const char *name, int ndim, const int64_t *shape,
                               int kind, const float *values);
 
@@ -27,7 +27,7 @@ int ps_shardps_declare_values(shardps *h, const char *name, int ndim, const int6
  * step's pushes, every rank's next pull holds them (DDP's broadcast of rank
  * 0's buffers). Buffers are never pushed (shardps_push refuses them), nor
  * updated by the optimizer. The public entry to wrap it:
- * shardps_write_buffers in SHARDPS_1.3. */
+ * shardps_write_buffers in SHARDPS_1.4. */
 int ps_shardps_write_buffers(shardps *h, const void *const *values, int n_values);
 
 #endif
