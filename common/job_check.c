@@ -403,4 +403,5 @@ void ps_job_plan_free(ps_job_plan *plan)
 {
     ps_server_list_free(plan->servers);
     plan->servers = NULL;
+    ps_model_spec_free(&plan->spec);
 }

@@ -402,9 +402,13 @@ static int ps__add_params(ps_layer *l, int last, int number, ps_model_spec *tabl
                         ps__kind_name(l->kind));
     l->weight = table->n_tensors;
     snprintf(name, sizeof(name), "%s%d.weight", prefix, number);
-    rc = ps_model_spec_add_tensor(table, name, ndim, wshape,
-                                  last ? PS_INIT_XAVIER_UNIFORM : PS_INIT_HE_UNIFORM, (int)fan_in,
-                                  (int)fan_out);
+    /* A description's table is the C worker's (PS_MAX_MODEL_TENSORS), far
+     * below what a job's may hold. */
+    rc = table->n_tensors + 2 > PS_MAX_MODEL_TENSORS
+             ? -E2BIG
+             : ps_model_spec_add_tensor(table, name, ndim, wshape,
+                                        last ? PS_INIT_XAVIER_UNIFORM : PS_INIT_HE_UNIFORM,
+                                        (int)fan_in, (int)fan_out);
     if (rc == 0) {
         snprintf(name, sizeof(name), "%s%d.bias", prefix, number);
         rc =
@@ -492,8 +496,10 @@ int ps_model_desc_resolve(ps_model_desc *desc, const ps_act_shape *input, int cl
             continue;
         rc = ps__add_params(l, i == last_dense, l->kind == PS_LAYER_CONV2D ? ++n_conv : ++n_fc,
                             table, src, err, errlen);
-        if (rc)
+        if (rc) {
+            ps_model_spec_free(table);
             return rc;
+        }
     }
     desc->input = *input;
     desc->classes = classes;

@@ -112,9 +112,12 @@ int ps_model_file_write(const char *path, const ps_model_desc *desc, const ps_mo
     /* The file must load back into this very table. */
     if (ps_model_desc_resolve(&check, &desc->input, desc->classes, table->seed, &want, why,
                               sizeof(why)) != 0 ||
-        ps_model_spec_fingerprint(&want) != ps_model_spec_fingerprint(table))
+        ps_model_spec_fingerprint(&want) != ps_model_spec_fingerprint(table)) {
+        ps_model_spec_free(&want);
         return ps__fail(-EINVAL, err, errlen, path,
                         "the tensor table is not the one the model description makes");
+    }
+    ps_model_spec_free(&want);
     if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
         return ps__fail(-ENAMETOOLONG, err, errlen, path, "path too long");
     text_len = ps_model_desc_format(desc, NULL, 0);
@@ -392,5 +395,6 @@ fail:
 void ps_saved_model_free(ps_saved_model *m)
 {
     free(m->data);
+    ps_model_spec_free(&m->table);
     memset(m, 0, sizeof(*m));
 }

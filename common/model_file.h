@@ -32,7 +32,7 @@ typedef struct {
     ps_model_desc desc;  /* resolved against the stored input shape and classes */
     ps_model_spec table; /* its tensor table, with the stored seed */
     float *data;         /* table.total_numel floats, owned; freed by ps_saved_model_free */
-    float *tensor[PS_MAX_TENSORS]; /* tensor i's values: pointers into data */
+    float *tensor[PS_MAX_MODEL_TENSORS]; /* tensor i's values: pointers into data */
 } ps_saved_model;
 
 /* Writes desc (resolved) with the values of every tensor of table

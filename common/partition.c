@@ -73,7 +73,7 @@ static void ps__cut(ps_partition *p, const ps_model_spec *spec, size_t chunk_ele
     int c = 0;
 
     for (int t = 0; t < spec->n_tensors; t++) {
-        size_t numel = spec->tensors[t].numel;
+        size_t numel = spec->tensors[t].words;
         p->first[t] = c;
         for (size_t off = 0, i = 0; off < numel; off += chunk_elems, i++, c++) {
             ps_chunk *ch = &p->chunks[c];
@@ -122,7 +122,7 @@ static size_t ps__cut_elems(const ps_model_spec *spec, int n_servers, size_t chu
     size_t limit = chunk_bytes / sizeof(float), total = 0, parts, share;
 
     for (int t = 0; t < spec->n_tensors; t++)
-        total += spec->tensors[t].numel;
+        total += spec->tensors[t].words;
     parts = (size_t)PS__SHARES_PER_SERVER * (size_t)n_servers;
     share = total / parts + !!(total % parts);
     if (share < PS__MIN_CUT_ELEMS)
@@ -144,7 +144,7 @@ int ps_partition_init(ps_partition **out, const ps_model_spec *spec, int n_serve
     /* Chunks are counted in ints and indexed by 32 bits; refuse rather than
      * wrap for absurdly fine cuts of huge models. */
     for (int t = 0; t < spec->n_tensors; t++) {
-        n_chunks += spec->tensors[t].numel / chunk_elems + !!(spec->tensors[t].numel % chunk_elems);
+        n_chunks += spec->tensors[t].words / chunk_elems + !!(spec->tensors[t].words % chunk_elems);
         if (n_chunks > INT_MAX)
             return -EINVAL;
     }

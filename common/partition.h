@@ -25,8 +25,10 @@ typedef struct {
     uint64_t key;
     uint32_t tensor_id;
     uint32_t chunk_index;
-    size_t offset; /* first element within the tensor */
-    size_t numel;
+    /* In 4-byte words (model_spec.h): elements for float32, two per int64
+     * element. */
+    size_t offset; /* first word within the tensor */
+    size_t numel;  /* words */
     int server;
 } ps_chunk;
 

@@ -46,6 +46,9 @@ int ps__layout(ps_kv_client *c)
 {
     int rc = ps_partition_init(&c->part, &c->cfg.spec, c->n_servers, c->cfg.chunk_bytes);
 
+    for (int t = 0; t < c->cfg.spec.n_tensors; t++)
+        c->has_int64 |= c->cfg.spec.tensors[t].dtype == PS_DTYPE_I64;
+
     for (int s = 0; rc == 0 && s < c->n_servers; s++) {
         ps__server *sv = &c->servers[s];
         int n = ps_partition_server_chunk_count(c->part, s), k = 0;
@@ -91,6 +94,11 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
     c->cfg = *cfg;
     c->cfg.servers = NULL;
     c->cfg.auth_key = NULL;
+    c->cfg.spec.tensors = NULL;
+    if (ps_model_spec_copy(&c->cfg.spec, &cfg->spec) < 0) {
+        free(c);
+        return -ENOMEM;
+    }
     if (cfg->auth_key) {
         c->auth = 1;
         memcpy(c->auth_key, cfg->auth_key, PS_AUTH_KEY_BYTES);
@@ -124,6 +132,15 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
     c->joining = cfg->spec.n_tensors == 0;
     if (!c->joining && (rc = ps__layout(c)) < 0)
         goto fail;
+    if (!c->joining) {
+        rc = ps_tensor_table_pack(&c->cfg.spec, &c->table_packed, &c->table_len);
+        if (rc == -E2BIG)
+            ps_error("the tensor table packs into more than %zu bytes (PS_TABLE_MAX_BYTES)",
+                     PS_TABLE_MAX_BYTES);
+        if (rc < 0)
+            goto fail;
+        ps_model_spec_digest(&c->cfg.spec, c->digest);
+    }
     *out = c;
     return 0;
 fail:
@@ -212,8 +229,11 @@ static void ps__client_free(ps_kv_client *c, int goodbye)
         free(c->servers[s].pushes);
         free(c->servers[s].half);
         free(c->servers[s].half_at);
+        ps_model_spec_free(&c->servers[s].told);
     }
     free(c->servers);
+    free(c->table_packed);
+    ps_model_spec_free(&c->cfg.spec);
     ps_partition_free(c->part);
     free(c);
 }

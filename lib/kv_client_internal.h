@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "tensor_table.h"
+
 #include "auth.h"
 #include "frame.h"
 #include "kv_client.h"
@@ -59,6 +61,9 @@ typedef struct {
     int retrying; /* this connection was refused for now; a new one is coming */
     uint8_t client_nonce[PS_AUTH_NONCE_BYTES];
     int server_proved; /* the server showed it holds the auth token */
+    /* Joining: the table this server sent in its TABLE frame (owned), until
+     * its WELCOME confirms it by digest. */
+    ps_model_spec told;
     /* This server's keys in key order and their chunks. */
     int n_keys;
     uint64_t *keys;
@@ -100,6 +105,12 @@ struct ps_kv_client {
      * cfg.spec, every other server must hold the same, and the chunks are
      * laid out once all have welcomed us (ps__layout). */
     int joining;
+    /* Declaring: the table as a TABLE frame's payload (owned) and its
+     * digest, which the HELLO carries and every WELCOME must repeat. */
+    uint8_t *table_packed;
+    size_t table_len;
+    uint8_t digest[PS_TABLE_DIGEST_BYTES];
+    int has_int64; /* the table holds int64 tensors (pull replies rescanned) */
     ps_kv_client_stats stats;
     uint64_t stop_seen_ms; /* loop time a wait first saw the stop flag set; 0: not yet */
     char last_error[512];  /* the sentence behind error */
@@ -140,6 +151,13 @@ void ps__send_hello(ps__server *sv);
 void ps__handle_challenge(ps__server *sv, const ps_frame *f);
 /* WELCOME: sv is admitted; a joiner learns the job's table from it. */
 void ps__handle_welcome(ps__server *sv, const ps_frame *f);
+/* kv_transfer.c: one WRITE to sv: initial, rank 0's initial values (every
+ * chunk of an INIT_VALUES tensor); else the chunks of the buffers values
+ * gives (NULL entries skipped). values[t]: tensor t's words, borrowed for
+ * the call. Returns 0 or a negative code (the client failed). */
+int ps__send_write(ps__server *sv, int initial, const void *const *values);
+/* Joining: the job's table, sent just before the WELCOME. */
+void ps__handle_told_table(ps__server *sv, const ps_frame *f);
 /* REJECT or ERROR: a retry where the refusal is for now, else a failure. */
 void ps__handle_refusal(ps__server *sv, const ps_frame *f);
 

@@ -96,6 +96,9 @@ static void ps__on_frame(ps_conn *conn, const ps_frame *f)
     case SHARDPS__MSG_TYPE__WELCOME:
         ps__handle_welcome(sv, f);
         break;
+    case SHARDPS__MSG_TYPE__TABLE:
+        ps__handle_told_table(sv, f);
+        break;
     case SHARDPS__MSG_TYPE__AUTH_CHALLENGE:
         ps__handle_challenge(sv, f);
         break;
@@ -186,14 +189,15 @@ static void ps__on_connect(ps_conn *conn, int status, void *data)
 void ps__start_connect(ps__server *sv)
 {
     ps_kv_client *c = sv->cl;
-    /* No answer of a server carries more than a pull of all its keys: a
-     * larger frame is refused before a byte of it is stored. Pulled weights
-     * are scanned for Inf and NaN as they arrive. */
+    /* No answer of a server carries more than a pull of all its keys (or,
+     * joining, the job's table): a larger frame is refused before a byte of
+     * it is stored. Pulled weights are scanned for Inf and NaN as they
+     * arrive. */
+    size_t max = sv->bytes < c->cfg.max_payload ? sv->bytes : c->cfg.max_payload;
     ps_conn_config cc = {.on_frame = ps__on_frame,
                          .on_close = ps__on_close,
                          .place = ps__place_reply,
-                         .max_payload =
-                             sv->bytes < c->cfg.max_payload ? sv->bytes : c->cfg.max_payload,
+                         .max_payload = c->joining && c->part == NULL ? PS_TABLE_MAX_BYTES : max,
                          .max_write_queue = PS__WRITE_QUEUE_LIMIT,
                          .scan_nonfinite = 1};
     int rc = ps_conn_connect(&c->loop, (struct sockaddr *)&sv->addr, &cc, sv, ps__on_connect);

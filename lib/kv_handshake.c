@@ -1,14 +1,17 @@
 /* The client's handshake with every server (kv_client_internal.h): the
- * HELLO that declares our tensors (or, joining, none), the auth challenge and
- * our proof, the WELCOME with the server's mode, clock and table (a joiner
- * learns the job's table from it, a declarer checks it is the one it
- * declared), a REJECT or ERROR that refuses us, and
+ * HELLO that declares our tensors by digest (or, joining, none), the auth
+ * challenge and our proof, the TABLE frame with the declared table (sent
+ * after the HELLO, or after the proof), the joiner's TABLE frame from the
+ * server, the WELCOME with the server's mode, clock and table digest (a
+ * joiner checks the table it was sent against it, a declarer that it is the
+ * one it declared), a REJECT or ERROR that refuses us, and
  * ps_kv_client_connect, which runs it on every server and settles what the
  * WELCOMEs decide: a joiner's chunk layout, the request timeout, the clock we
  * start at. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <uv.h>
 
@@ -24,22 +27,44 @@
 #define PS__AUTO_HEARTBEATS     12
 #define PS__MIN_AUTO_REQUEST_MS 1000
 
+/* A declarer's table, once the server may read it: right after the HELLO,
+ * or after our proof. The payload is the client's own, kept until it is
+ * freed. */
+static void ps__send_table(ps__server *sv)
+{
+    ps_kv_client *c = sv->cl;
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    ps_iov iov = {c->table_packed, c->table_len};
+    int rc;
+
+    if (c->joining)
+        return;
+    h.type = SHARDPS__MSG_TYPE__TABLE;
+    h.request_id = sv->hello_id;
+    rc = ps_conn_send(sv->conn, &h, &iov, 1, NULL, NULL);
+    if (rc < 0)
+        ps__failf(c, rc, "cannot send our tensor table to server %d (%s): %s", sv->index,
+                  sv->addr_text, ps_strerror(rc));
+}
+
 /* Opens the handshake on sv's new connection. */
 void ps__send_hello(ps__server *sv)
 {
     ps_kv_client *c = sv->cl;
     Shardps__Header h = SHARDPS__HEADER__INIT;
     Shardps__Hello hello = SHARDPS__HELLO__INIT;
-    ps_tensor_table_wire table;
     int rc;
 
     hello.role = c->cfg.evaluator ? SHARDPS__ROLE__ROLE_EVALUATOR : SHARDPS__ROLE__ROLE_WORKER;
     hello.rank = c->cfg.evaluator ? 0 : (uint32_t)c->cfg.rank;
     hello.world = c->cfg.evaluator ? 0 : (uint32_t)c->cfg.world;
-    /* The tensors, declared to every server: the first HELLO a server gets
-     * makes them the job's, and it refuses any other. A joiner sends none. */
-    ps_tensor_table_to_wire(&c->cfg.spec, &table);
-    hello.table = c->joining ? NULL : &table.msg;
+    /* The tensors, declared to every server by digest, then in a TABLE
+     * frame: the first a server gets makes them the job's, and it refuses
+     * any other. A joiner (and an evaluator) declares none. */
+    if (!c->joining) {
+        hello.table_digest.len = PS_TABLE_DIGEST_BYTES;
+        hello.table_digest.data = c->digest;
+    }
     hello.num_servers = (uint32_t)c->n_servers;
     hello.chunk_bytes = c->cfg.chunk_bytes;
     hello.server_index = (uint32_t)sv->index;
@@ -60,6 +85,8 @@ void ps__send_hello(ps__server *sv)
     if (rc < 0)
         ps__failf(c, rc, "cannot send our HELLO to server %d (%s): %s", sv->index, sv->addr_text,
                   ps_strerror(rc));
+    else if (!c->auth)
+        ps__send_table(sv);
 }
 
 /* The server proves it holds the token; we answer with our own proof. */
@@ -101,57 +128,86 @@ void ps__handle_challenge(ps__server *sv, const ps_frame *f)
     if (rc < 0)
         ps__failf(c, rc, "cannot send our proof to server %d (%s): %s", sv->index, sv->addr_text,
                   ps_strerror(rc));
+    else
+        ps__send_table(sv);
 }
 
-/* The table a WELCOME carries, checked as a server checks a declared one
- * (and against what these servers can answer in one frame), whoever we
- * are: a joiner takes the first server's as the job's, and every other
+void ps__handle_told_table(ps__server *sv, const ps_frame *f)
+{
+    ps_kv_client *c = sv->cl;
+    char why[256], text[320];
+
+    if (!c->joining || sv->welcomed || sv->told.n_tensors > 0 ||
+        f->hdr->request_id != sv->hello_id || (c->auth && !sv->server_proved)) {
+        ps__distrust(sv, "sent a TABLE that answers no HELLO of ours");
+        return;
+    }
+    /* Checked as a server checks a declared one. */
+    if (ps_tensor_table_decode(f->payload, f->payload_len, 0, &sv->told, why, sizeof(why)) < 0) {
+        snprintf(text, sizeof(text), "sent a tensor table that fails our checks (%s)", why);
+        ps__distrust(sv, text);
+    }
+}
+
+/* The table a WELCOME names by digest, whoever we are: a joiner takes the
+ * first server's (sent in its TABLE frame) as the job's, and every other
  * server must hold the same; a declarer's servers must hold exactly the
  * table it declared, since a server that adopted another would have
  * refused its HELLO. */
-static int ps__check_table(ps__server *sv, const Shardps__TensorTable *t)
+static int ps__check_table(ps__server *sv, const ProtobufCBinaryData *digest)
 {
     ps_kv_client *c = sv->cl;
-    ps_model_spec spec;
-    char why[256], text[320], side[128];
+    uint8_t told[PS_TABLE_DIGEST_BYTES];
+    char why[512], side[128];
 
-    if (t == NULL || t->n_tensors == 0) {
-        ps__distrust(sv, c->joining ? "sent a WELCOME without the tensor table we joined to learn"
-                                    : "sent a WELCOME without the tensor table it holds");
+    if (digest->len != PS_TABLE_DIGEST_BYTES) {
+        ps__distrust(sv, "sent a WELCOME without the digest of the tensor table it holds");
         return -1;
     }
-    if (ps_tensor_table_from_wire(t, 0, &spec, why, sizeof(why)) < 0) {
-        snprintf(text, sizeof(text), "sent a tensor table that fails our checks (%s)", why);
-        ps__distrust(sv, text);
+    if (!c->joining) {
+        if (memcmp(digest->data, c->digest, PS_TABLE_DIGEST_BYTES) == 0)
+            return 0;
+        ps__distrust(sv, "welcomed us with another tensor table than we declared (its digest "
+                         "differs)");
+        return -1;
+    }
+    if (sv->told.n_tensors == 0) {
+        ps__distrust(sv, "sent a WELCOME without the tensor table we joined to learn");
+        return -1;
+    }
+    ps_model_spec_digest(&sv->told, told);
+    if (memcmp(digest->data, told, PS_TABLE_DIGEST_BYTES) != 0) {
+        ps__distrust(sv, "sent a WELCOME whose digest is not that of the table it sent");
         return -1;
     }
     /* A pull reply carries a server's whole share in one frame of at most
      * max_payload: a larger table cannot be served to us by these servers. */
-    if (spec.total_numel > c->cfg.max_payload / sizeof(float) * (size_t)c->n_servers) {
+    if (sv->told.total_words > c->cfg.max_payload / sizeof(float) * (size_t)c->n_servers) {
         snprintf(why, sizeof(why),
                  "sent a table of %zu bytes, more than %d servers answer in frames of at most "
                  "%zu bytes (max-payload)",
-                 spec.total_numel * sizeof(float), c->n_servers, c->cfg.max_payload);
+                 sv->told.total_words * sizeof(float), c->n_servers, c->cfg.max_payload);
         ps__distrust(sv, why);
         return -1;
     }
-    if (c->joining && c->welcomes == 0) {
-        c->cfg.spec = spec;
+    if (c->welcomes == 0) {
+        ps_model_spec_free(&c->cfg.spec);
+        c->cfg.spec = sv->told;
+        memset(&sv->told, 0, sizeof(sv->told));
+        memcpy(c->digest, told, PS_TABLE_DIGEST_BYTES);
+        return 0;
+    }
+    if (memcmp(told, c->digest, PS_TABLE_DIGEST_BYTES) == 0) {
+        ps_model_spec_free(&sv->told);
         return 0;
     }
     snprintf(side, sizeof(side), "on server %d (%s)", sv->index, sv->addr_text);
-    if (ps_tensor_table_diff(&spec, &c->cfg.spec, side,
-                             c->joining ? "on the first server to welcome us" : "as we declared it",
+    if (ps_tensor_table_diff(&sv->told, &c->cfg.spec, side, "on the first server to welcome us",
                              why, sizeof(why)) == 0)
-        return 0;
-    if (c->joining) {
-        ps__failf(c, -PS_EMISMATCH,
-                  "the servers hold different tensor tables: %s; are they servers of one job?",
-                  why);
-        return -1;
-    }
-    snprintf(text, sizeof(text), "welcomed us with another tensor table than we declared: %s", why);
-    ps__distrust(sv, text);
+        snprintf(why, sizeof(why), "their digests differ");
+    ps_model_spec_free(&sv->told);
+    ps__failf(c, -PS_EMISMATCH,
+              "the servers hold different tensor tables: %s; are they servers of one job?", why);
     return -1;
 }
 
@@ -176,7 +232,7 @@ void ps__handle_welcome(ps__server *sv, const ps_frame *f)
         ps__distrust(sv, why);
         return;
     }
-    if (ps__check_table(sv, f->hdr->welcome->table) < 0)
+    if (ps__check_table(sv, &f->hdr->welcome->table_digest) < 0)
         return;
     if (c->welcomes > 0 && w.staleness != c->mode.staleness) {
         snprintf(why, sizeof(why),
@@ -256,6 +312,12 @@ int ps_kv_client_connect(ps_kv_client *c, uint64_t *start_clock)
     rc = ps__run_until_done(c);
     if (rc < 0)
         return rc;
+    for (int s = 0; s < c->n_servers; s++)
+        if (c->servers[s].welcome.values_wanted &&
+            (rc = ps__send_write(&c->servers[s], 1, c->cfg.values)) < 0)
+            return rc;
+    /* Borrowed for this call only. */
+    c->cfg.values = NULL;
     if (c->joining && c->part == NULL) {
         rc = ps__layout(c);
         if (rc < 0) {

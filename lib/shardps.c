@@ -22,6 +22,8 @@
 #include "ps_log.h"
 #include "push_copies.h"
 #include "server_list.h"
+#include "shardps_handle.h"
+#include "shardps_internal.h"
 #include "transport.h"
 
 _Static_assert(SHARDPS_EPROTO == -PS_EPROTO && SHARDPS_ETIMEOUT == -PS_ETIMEOUT &&
@@ -34,36 +36,10 @@ _Static_assert(SHARDPS_INIT_ZERO == PS_INIT_ZERO && SHARDPS_INIT_HE_UNIFORM == P
 #define PS__MAX_SERVERS 4096
 #define PS__ADDR_MAX    256
 
-/* Room for the rows of the job options the library takes. */
-#define PS__MAX_OPTIONS 16
-
-struct shardps {
-    ps_kv_client_config cfg;
-    /* The job options the library takes (PS_JOB_LIBRARY), checked and set
-     * through their rows of the one table; cfg is built from them. */
-    ps_job_options opts;
-    ps_flag options[PS__MAX_OPTIONS];
-    int n_options;
-    ps_kv_client *kv; /* NULL until connected */
-    char **servers;   /* owned copies; cfg.servers points here */
-    uint8_t auth_key[PS_AUTH_KEY_BYTES];
-    char *job_settings; /* owned; cfg.job_settings points here */
-    int declared;       /* tensors declared, or adopted by joining */
-    /* Tensors pushed since the last wait: the client's own check is per
-     * server (its ring of acks), so a second push of one tensor would
-     * otherwise send some of its chunks twice. */
-    unsigned char pushed[PS_MAX_TENSORS];
-    int started;           /* a push or pull was started since the last wait */
-    ps_push_copies copies; /* shardps_push_copy's, owned */
-    uint64_t start_clock;
-    ps_job_report report; /* to the launcher that started us, if one did */
-    char error[512];
-};
-
 /* shardps_new's failures have no handle to carry their sentence. */
 static _Thread_local char ps__new_error[512];
 
-__attribute__((format(printf, 3, 4))) static int ps__err(shardps *h, int code, const char *fmt, ...)
+int ps__err(shardps *h, int code, const char *fmt, ...)
 {
     va_list ap;
     char *buf = h ? h->error : ps__new_error;
@@ -75,8 +51,7 @@ __attribute__((format(printf, 3, 4))) static int ps__err(shardps *h, int code, c
     return code;
 }
 
-/* A failure of the client: its own sentence when it has one. */
-static int ps__kv_err(shardps *h, int rc, const char *doing)
+int ps__kv_err(shardps *h, int rc, const char *doing)
 {
     const char *why = h->kv ? ps_kv_client_last_error(h->kv) : "";
 
@@ -303,6 +278,10 @@ int shardps_declare_mlp(shardps *h, const int *sizes, int n_sizes)
     if (sizes == NULL)
         return ps__err(h, -EINVAL, "shardps_declare_mlp: sizes is NULL");
     seed = h->cfg.spec.seed;
+    ps_model_spec_free(&h->cfg.spec);
+    free(h->values);
+    h->values = NULL;
+    h->n_values = 0;
     if (ps_model_spec_init_mlp(&h->cfg.spec, sizes, n_sizes, seed) < 0) {
         h->cfg.spec.seed = seed;
         h->declared = 0;
@@ -344,15 +323,21 @@ int shardps_declare(shardps *h, const char *name, int ndim, const int64_t *shape
                        "exceeds 2^31 elements",
                        name, PS_MAX_TENSORS);
     if (rc < 0)
-        return ps__err(h, rc, "shardps_declare %s: a bad name (1..31 bytes) or fan (%d, %d)", name,
-                       fan_in, fan_out);
+        return ps__err(h, rc,
+                       "shardps_declare %s: a bad name (1..255 bytes of printable ASCII but the "
+                       "space) or fan (%d, %d)",
+                       name, fan_in, fan_out);
     h->declared = 1;
     return 0;
 }
 
 static int ps__connect(shardps *h)
 {
-    int rc = ps_kv_client_init(&h->kv, &h->cfg);
+    int rc = ps__values_connect(h);
+
+    if (rc < 0)
+        return rc;
+    rc = ps_kv_client_init(&h->kv, &h->cfg);
 
     if (rc < 0) {
         h->kv = NULL;
@@ -363,7 +348,9 @@ static int ps__connect(shardps *h)
         return ps__kv_err(h, rc, "cannot join the job");
     /* A joiner now holds the job's table: the calls that follow, and a
      * reconnect (which declares it), use it. */
-    h->cfg.spec = *ps_kv_client_spec(h->kv);
+    if (h->cfg.spec.n_tensors == 0 &&
+        (rc = ps_model_spec_copy(&h->cfg.spec, ps_kv_client_spec(h->kv))) < 0)
+        return ps__err(h, rc, "out of memory");
     h->declared = 1;
     /* Once per handle: a reconnect goes on with the same run. */
     if (!h->report.started)
@@ -396,8 +383,7 @@ int shardps_reconnect(shardps *h)
     return ps__connect(h);
 }
 
-/* The calls that move data need a live client. */
-static int ps__ready(shardps *h, const char *fn)
+int ps__ready(shardps *h, const char *fn)
 {
     if (h == NULL)
         return -EINVAL;
@@ -469,6 +455,13 @@ static int ps__push(shardps *h, int tensor, const float *grad, size_t numel, con
         return ps__err(h, -EINVAL, "%s: %s holds %zu floats, got %zu%s", fn,
                        h->cfg.spec.tensors[tensor].name, h->cfg.spec.tensors[tensor].numel, numel,
                        grad == NULL ? " (NULL)" : "");
+    if (h->cfg.spec.tensors[tensor].kind != PS_KIND_PARAMETER)
+        return ps__err(h, -EPERM, "shardps_push: %s is a %s tensor: %s",
+                       h->cfg.spec.tensors[tensor].name,
+                       ps_tensor_kind_name(h->cfg.spec.tensors[tensor].kind),
+                       h->cfg.spec.tensors[tensor].kind == PS_KIND_FROZEN
+                           ? "frozen tensors are never pushed"
+                           : "buffers are written by rank 0, never pushed");
     if (h->pushed[tensor])
         return ps__err(h, -EBUSY, "%s: %s was already pushed this step (wait first)", fn,
                        h->cfg.spec.tensors[tensor].name);
@@ -582,6 +575,8 @@ static void ps__free(shardps *h, int goodbye)
         free(h->servers[s]);
     free(h->servers);
     free(h->job_settings);
+    ps_model_spec_free(&h->cfg.spec);
+    free(h->values);
     free(h);
 }
 

@@ -28,9 +28,8 @@ static const char ps__magic[8] = {'S', 'H', 'P', 'S', 'C', 'K', 'P', 'T'};
 #define PS__HEADER_BYTES       (8 + 4 * 4 + 6 * 8)
 #define PS__JOB_OFFSET         64
 #define PS__CHUNK_HEADER_BYTES (6 * 8)
-/* The packed tensor table's bytes at most: PS_MAX_TENSORS declarations fit
- * many times over. */
-#define PS__MAX_TABLE_BYTES (64u * 1024u)
+/* The packed tensor table's bytes at most: what a TABLE frame may carry. */
+#define PS__MAX_TABLE_BYTES PS_TABLE_MAX_BYTES
 /* A file is checked by streaming it through the CRC in blocks of this size
  * before anything of it is kept. */
 #define PS__BLOCK_BYTES ((size_t)1 << 20)
@@ -221,26 +220,28 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
     ps_crc_writer w = {NULL, 0, 0};
     uint64_t *old = NULL;
     int n = ps_shard_chunk_count(shard), rc, n_old;
-    ps_tensor_table_wire tw;
-    uint8_t packed[PS__MAX_TABLE_BYTES];
+    uint8_t *packed = NULL;
     size_t packed_len;
 
     for (int i = 0; i < n; i++)
         if (!ps_shard_filled(shard, i))
             return -EINVAL;
-    ps_tensor_table_to_wire(table, &tw);
-    packed_len = shardps__tensor_table__get_packed_size(&tw.msg);
-    if (packed_len > sizeof(packed))
-        return -E2BIG;
-    shardps__tensor_table__pack(&tw.msg, packed);
-
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-        return -errno;
+    rc = ps_tensor_table_pack(table, &packed, &packed_len);
+    if (rc < 0)
+        return rc;
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+        rc = -errno;
+        free(packed);
+        return rc;
+    }
     ps__file_name(final, sizeof(final), dir, meta->server_index, meta->clock);
     snprintf(tmp, sizeof(tmp), "%s.tmp", final);
     w.f = fopen(tmp, "wb");
-    if (w.f == NULL)
-        return -errno;
+    if (w.f == NULL) {
+        rc = -errno;
+        free(packed);
+        return rc;
+    }
     ps_crc_writer_put(&w, ps__magic, sizeof(ps__magic));
     ps_crc_writer_put32(&w, PS_CHECKPOINT_FORMAT);
     ps_crc_writer_put32(&w, meta->server_index);
@@ -254,6 +255,7 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
     ps_crc_writer_put64(&w, meta->job);
     ps_crc_writer_put32(&w, (uint32_t)packed_len);
     ps_crc_writer_put(&w, packed, packed_len);
+    free(packed);
     for (int i = 0; i < n; i++) {
         const ps_chunk *c = ps_shard_chunk(shard, i);
         size_t state_n = ps_shard_state_floats(shard, i);
@@ -396,8 +398,8 @@ static int ps__read_identity(FILE *f, const ps_checkpoint_meta *meta, uint8_t *h
     }
     if (ps__get32(head + 8) < PS_CHECKPOINT_FORMAT) {
         snprintf(why, why_len,
-                 "format version %" PRIu32 " holds no tensor table or no job fingerprint (written "
-                 "before servers learned the tensors from the workers); this build reads "
+                 "format version %" PRIu32 ", written by an older build (its tensor table is "
+                 "missing, or digested differently and limited to 64 KiB); this build reads "
                  "version %d: restore it with the build that wrote it, or start the job afresh",
                  ps__get32(head + 8), PS_CHECKPOINT_FORMAT);
         return -PS_EFORMAT;
@@ -433,7 +435,7 @@ static int ps__read_identity(FILE *f, const ps_checkpoint_meta *meta, uint8_t *h
     if (fread(head + PS__HEADER_BYTES, 1, 4, f) != 4 ||
         (*table_len = ps__get32(head + PS__HEADER_BYTES)) > PS__MAX_TABLE_BYTES ||
         fread(head + PS__HEADER_BYTES + 4, 1, *table_len, f) != *table_len) {
-        snprintf(why, why_len, "its tensor table is truncated or over %u bytes",
+        snprintf(why, why_len, "its tensor table is truncated or over %zu bytes",
                  PS__MAX_TABLE_BYTES);
         return -PS_EFORMAT;
     }
@@ -554,7 +556,7 @@ static int ps__load_one(const char *file, ps_checkpoint_meta *meta, const ps_che
     int rc, adopted = 0;
     uint8_t *blk = NULL, *head = NULL;
     uint32_t table_len = 0;
-    ps_model_spec spec;
+    ps_model_spec spec = {0};
     ps__layout l = {0};
     ps_shard *shard;
     struct stat st;
@@ -616,6 +618,7 @@ out:
     if (adopted)
         sink->withdraw(sink->arg);
     ps__layout_free(&l);
+    ps_model_spec_free(&spec);
     free(blk);
     free(head);
     fclose(f);

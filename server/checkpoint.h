@@ -29,7 +29,7 @@
 #include "model_spec.h"
 #include "shard.h"
 
-#define PS_CHECKPOINT_FORMAT 3
+#define PS_CHECKPOINT_FORMAT 4
 
 /* Identity and position of a checkpoint; a plain value. */
 typedef struct {
@@ -69,7 +69,8 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
  * clocks (arrays of its chunk count), or NULL with the reason in why to
  * refuse the file. withdraw is called if that file then fails all the same
  * (it changed while it was read): whatever adopt took must be forgotten.
- * Both get arg; the shard stays the caller's. */
+ * Both get arg; the shard stays the caller's; table is valid during the
+ * call only (copy what is kept of it). */
 typedef struct {
     ps_shard *(*adopt)(void *arg, const ps_model_spec *table, ps_checkpoint_clocks *clocks,
                        char *why, size_t why_len);

@@ -1,9 +1,12 @@
 /* The handshake: a HELLO is checked against this server's job settings,
  * cluster and tensor table (the first one it is sent is adopted: tensors.c)
  * (and, with --auth-token-file, proven by a challenge and response
- * before anything it says is looked at); the worker is then admitted at the
- * job's current clock with a WELCOME, or refused with a REJECT naming why.
- * A HELLO with the evaluator's role is admitted read-only, without a rank. */
+ * before anything it says is looked at); a declarer's table follows in a
+ * TABLE frame, which must match the digest its HELLO carried; the worker is
+ * then admitted at the job's current clock with a WELCOME (a joiner first
+ * gets the table in a TABLE frame), or refused with a REJECT naming why.
+ * A HELLO with the evaluator's role is admitted read-only, without a rank
+ * (and told the table as a joiner is). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -68,7 +71,8 @@ static int ps__check_partition(ps_kv_server *s, ps__peer *p, const Shardps__Hell
     return 0;
 }
 
-static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
+static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
+                           const ps_model_spec *spec)
 {
     if (hello == NULL || hello->role != SHARDPS__ROLE__ROLE_WORKER) {
         ps__peer_fail(p, -PS_EPROTO, "first message must be a worker's or an evaluator's HELLO");
@@ -78,7 +82,7 @@ static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *h
     if (p->agreed < 0)
         return -1;
     /* A table held already is compared at once, like the settings... */
-    if (ps_table_life_holds(&s->life) && ps__check_table(s, p, hello) < 0)
+    if (ps_table_life_holds(&s->life) && ps__check_table(s, p, hello, spec) < 0)
         return -1;
     if (ps__check_partition(s, p, hello) < 0)
         return -1;
@@ -99,16 +103,48 @@ static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *h
         return -1;
     }
     /* ...while a first one is adopted last, once all else agrees. */
-    return ps_table_life_holds(&s->life) ? 0 : ps__check_table(s, p, hello);
+    return ps_table_life_holds(&s->life) ? 0 : ps__check_table(s, p, hello, spec);
 }
 
-/* The WELCOME that admits p at clock. Returns 0, or a negative code with
- * the connection closing. */
-static int ps__welcome(ps_kv_server *s, ps__peer *p, uint64_t request_id, uint64_t clock)
+static void ps__free_sent(ps_conn *c, int status, void *arg)
+{
+    (void)c;
+    (void)status;
+    free(arg);
+}
+
+/* A joiner (or an evaluator) learns the job's tensors: the table this
+ * server holds, packed, as a TABLE frame just before its WELCOME (which
+ * carries its digest). */
+static int ps__send_table(ps_kv_server *s, ps__peer *p, uint64_t request_id)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    ps_iov iov;
+    uint8_t *packed;
+    size_t len;
+    int rc = ps_tensor_table_pack(&s->table, &packed, &len);
+
+    if (rc < 0)
+        return rc;
+    h.type = SHARDPS__MSG_TYPE__TABLE;
+    h.request_id = request_id;
+    iov.base = packed;
+    iov.len = len;
+    rc = ps_conn_send(p->conn, &h, &iov, 1, ps__free_sent, packed);
+    if (rc < 0)
+        free(packed);
+    return rc;
+}
+
+/* The WELCOME that admits p at clock, with the table's digest; a joiner
+ * (declared: 0) gets the table first; values_wanted: the declaring rank 0
+ * is to WRITE its initial values (values.c). Returns 0, or a negative code
+ * with the connection closing. */
+static int ps__welcome(ps_kv_server *s, ps__peer *p, uint64_t request_id, uint64_t clock,
+                       int declared, int values_wanted)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
     Shardps__Welcome w = SHARDPS__WELCOME__INIT;
-    ps_tensor_table_wire table;
     int rc;
 
     h.type = SHARDPS__MSG_TYPE__WELCOME;
@@ -117,10 +153,13 @@ static int ps__welcome(ps_kv_server *s, ps__peer *p, uint64_t request_id, uint64
     w.mode = (char *)s->cfg.mode;
     w.staleness = s->cfg.staleness;
     w.heartbeat_ms = s->cfg.heartbeat_timeout_ms / 4;
-    ps_tensor_table_to_wire(&s->table, &table);
-    w.table = &table.msg;
+    w.table_digest.len = PS_TABLE_DIGEST_BYTES;
+    w.table_digest.data = s->table_digest;
+    w.values_wanted = values_wanted;
     h.welcome = &w;
-    rc = ps_conn_send(p->conn, &h, NULL, 0, NULL, NULL);
+    rc = declared ? 0 : ps__send_table(s, p, request_id);
+    if (rc == 0)
+        rc = ps_conn_send(p->conn, &h, NULL, 0, NULL, NULL);
     if (rc < 0)
         ps_conn_close(p->conn, rc);
     return rc;
@@ -136,11 +175,11 @@ static void ps__admit_evaluator(ps_kv_server *s, ps__peer *p, const Shardps__Hel
     char why[256];
     int rc;
 
-    if (hello->table && hello->table->n_tensors > 0) {
+    if (hello->table_digest.len > 0) {
         ps__peer_fail(p, -PS_EPROTO, "an evaluator declares no tensors: it reads the job's");
         return;
     }
-    if (ps__check_job_settings(s, p, hello) < 0 || ps__check_table(s, p, hello) < 0 ||
+    if (ps__check_job_settings(s, p, hello) < 0 || ps__check_table(s, p, hello, NULL) < 0 ||
         ps__check_partition(s, p, hello) < 0)
         return;
     rc = ps_validate_evaluator_slot(s->max_connections, s->cfg.world, s->n_evaluators, why,
@@ -156,13 +195,13 @@ static void ps__admit_evaluator(ps_kv_server *s, ps__peer *p, const Shardps__Hel
     snprintf(p->name, sizeof(p->name), "evaluator (%s)", ps_conn_peer(p->conn));
     ps_info("%s joined at clock %" PRIu64 "; it reads the weights and holds no rank", p->name,
             ps__progress_clock(s));
-    (void)ps__welcome(s, p, request_id, ps__progress_clock(s));
+    (void)ps__welcome(s, p, request_id, ps__progress_clock(s), 0, 0);
 }
 
 /* Admits a worker whose HELLO has passed authentication (if any): model and
  * cluster checks, then WELCOME. */
 static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
-                      uint64_t request_id)
+                      uint64_t request_id, const ps_model_spec *spec)
 {
     ps_consistency_view v;
 
@@ -170,7 +209,7 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
         ps__admit_evaluator(s, p, hello, request_id);
         return;
     }
-    if (ps__check_hello(s, p, hello) < 0)
+    if (ps__check_hello(s, p, hello, spec) < 0)
         return;
     p->rank = hello->rank;
     /* A plan counts toward the schedule only from a HELLO whose settings
@@ -206,10 +245,12 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
         ps_info("worker %u, counted as lost, is back", p->rank);
     }
     snprintf(p->name, sizeof(p->name), "worker %u (%s)", p->rank, ps_conn_peer(p->conn));
-    if (hello->table && hello->table->n_tensors > 0)
+    if (spec != NULL)
         ps__table_declarer_joined(s, p);
 
-    if (ps__welcome(s, p, request_id, p->clock) < 0)
+    /* Only the declaring rank 0 has the model's own values to send. */
+    if (ps__welcome(s, p, request_id, p->clock, spec != NULL,
+                    p->rank == 0 && spec != NULL && ps__values_wanted(s)) < 0)
         return;
     if (!s->started) {
         /* A rank that left before the start no longer counts as joined
@@ -243,6 +284,67 @@ static int ps__copy_hello(ps__peer *p, const Shardps__Hello *hello)
     return p->hello ? 0 : -ENOMEM;
 }
 
+/* The HELLO is proven (or needed no proof): a joiner is judged now, a
+ * declarer once the TABLE it announced has come (ps__handle_table). */
+static void ps__proven(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
+                       uint64_t request_id)
+{
+    if (hello->table_digest.len == 0) {
+        ps__admit(s, p, hello, request_id, NULL);
+        return;
+    }
+    if (hello->table_digest.len != PS_TABLE_DIGEST_BYTES) {
+        ps__peer_fail(p, -PS_EPROTO,
+                      "the HELLO's table_digest is %zu bytes: %d, or none to join the job's "
+                      "tensors",
+                      hello->table_digest.len, PS_TABLE_DIGEST_BYTES);
+        return;
+    }
+    if (p->hello == NULL && ps__copy_hello(p, hello) < 0) {
+        ps__peer_fail(p, -ENOMEM, "out of memory");
+        return;
+    }
+    p->hello_id = request_id;
+    p->state = PS__PEER_TABLE;
+    /* The TABLE's size is judged on its header, before a byte of it is
+     * buffered (ps__place_push: at most PS_TABLE_MAX_BYTES), with a reason
+     * that names it rather than the frame limit's. */
+    ps_conn_set_max_payload(p->conn, SIZE_MAX);
+}
+
+void ps__handle_table(ps_kv_server *s, ps__peer *p, const ps_frame *f)
+{
+    uint8_t digest[PS_TABLE_DIGEST_BYTES];
+    ps_model_spec spec;
+    char why[256];
+    int rc;
+
+    /* Shape checked by ps__place_push (an empty payload never reaches it). */
+    if (ps_validate_table_frame(f->hdr->type, f->hdr->n_keys, f->payload_len, why, sizeof(why)) <
+        0) {
+        ps__peer_fail(p, -PS_EPROTO, "%s", why);
+        return;
+    }
+    rc = ps_tensor_table_decode(f->payload, f->payload_len, s->cfg.max_model_bytes, &spec, why,
+                                sizeof(why));
+    if (rc < 0) {
+        ps__peer_fail(p,
+                      rc == -E2BIG    ? -PS_ETOOBIG
+                      : rc == -ENOMEM ? -ENOMEM
+                                      : -PS_EPROTO,
+                      "tensor table refused: %s", why);
+        return;
+    }
+    ps_model_spec_digest(&spec, digest);
+    if (memcmp(digest, p->hello->table_digest.data, PS_TABLE_DIGEST_BYTES) != 0)
+        ps__peer_fail(p, -PS_EPROTO,
+                      "tensor table refused: its digest is not the one the HELLO announced (a "
+                      "client that digests the table differently, or a damaged table)");
+    else
+        ps__admit(s, p, p->hello, p->hello_id, &spec);
+    ps_model_spec_free(&spec);
+}
+
 /* First frame: a HELLO. Without authentication it is judged at once; with
  * it, the server proves itself and waits for the worker's proof before
  * looking at anything else the HELLO says. */
@@ -257,8 +359,15 @@ void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f)
         ps__peer_fail(p, -PS_EPROTO, "expected HELLO, got message type %d", f->hdr->type);
         return;
     }
+    if (!s->cfg.auth && hello->client_nonce.len != 0) {
+        /* The worker would wait for our proof before sending its table. */
+        ps__peer_fail(p, -PS_EREJECTED,
+                      "this server does not authenticate, but the worker does; start the servers "
+                      "with --auth-token-file too");
+        return;
+    }
     if (!s->cfg.auth) {
-        ps__admit(s, p, hello, f->hdr->request_id);
+        ps__proven(s, p, hello, f->hdr->request_id);
         return;
     }
     if (hello->client_nonce.len != PS_AUTH_NONCE_BYTES) {
@@ -300,7 +409,7 @@ void ps__handle_auth(ps_kv_server *s, ps__peer *p, const ps_frame *f)
         return;
     }
     p->state = PS__PEER_HANDSHAKE;
-    ps__admit(s, p, p->hello, p->hello_id);
+    ps__proven(s, p, p->hello, p->hello_id);
 }
 
 void ps__say_strangers(const ps_kv_server *s)

@@ -44,6 +44,7 @@
 typedef enum {
     PS__PEER_HANDSHAKE, /* waiting for HELLO */
     PS__PEER_AUTH,      /* challenged; waiting for AUTH_RESPONSE */
+    PS__PEER_TABLE,     /* proven (or no auth), declaring: waiting for its TABLE */
     PS__PEER_WORKER,
     /* Admitted read-only (handshake.c): holds no rank, is in no barrier,
      * quorum or worker slot, cannot push; its pulls are answered at once
@@ -71,9 +72,9 @@ typedef struct ps__peer {
     uint64_t n_pushes, n_pulls, bytes_in, bytes_out;
     uint64_t last_seen; /* loop time (ms) of its last frame */
     char name[96];      /* "worker 1 (127.0.0.1:40000)" for logs */
-    /* Authentication in progress: the HELLO waits here until it is proven,
-     * a deep copy (owned: shardps__hello__free_unpacked), as the frame goes
-     * away. */
+    /* Authentication or the declared table in progress: the HELLO waits
+     * here until it is proven and its TABLE has come, a deep copy (owned:
+     * shardps__hello__free_unpacked), as the frame goes away. */
     Shardps__Hello *hello;
     uint64_t hello_id;
     uint8_t client_nonce[PS_AUTH_NONCE_BYTES], server_nonce[PS_AUTH_NONCE_BYTES];
@@ -145,10 +146,18 @@ struct ps_kv_server {
     /* Set when the table is withdrawn: fills not yet begun on the pool skip
      * their work (read there, hence atomic). */
     atomic_int fills_cancelled;
-    ps_model_spec table;
+    /* values.c: chunks of INIT_VALUES tensors whose values have not come,
+     * their copies queued behind fills, which came (per local chunk), and
+     * those that came before their chunk's fill (per local chunk; owned). */
+    int values_left, writes_inflight;
+    uint8_t *written;
+    float **pending;
+    ps_model_spec table;                         /* owned while has_table */
+    uint8_t table_digest[PS_TABLE_DIGEST_BYTES]; /* ps_model_spec_digest(&table) */
     ps_partition *part;
     ps_shard *shard;
     int n_local;
+    int n_pushable;       /* local chunks of parameters: a worker's whole step */
     ps_chunk_clock *sync; /* per local chunk */
     uint32_t *seen;       /* per local chunk: stamp of the request that last named it */
     uint32_t seen_stamp;
@@ -270,10 +279,12 @@ void ps__maybe_done(ps_kv_server *s);
 int ps__adopt_table(ps_kv_server *s, const ps_model_spec *spec, ps_table_event how);
 /* Frees what ps__adopt_table built; the server holds no table after. */
 void ps__free_table(ps_kv_server *s);
-/* The HELLO's table: checked against the limits, then compared with the one
- * held (refused with the first difference) or adopted. Returns 0, or -1
- * after failing the peer. */
-int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello);
+/* A HELLO's declared table (spec, from its TABLE frame, already checked
+ * against the limits; NULL for a joiner, who declares none): compared with
+ * the one held (refused with the first difference) or adopted (copied).
+ * Returns 0, or -1 after failing the peer. */
+int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
+                    const ps_model_spec *spec);
 /* p, admitted, declared the table. */
 void ps__table_declarer_joined(ps_kv_server *s, ps__peer *p);
 /* A table adopted for a HELLO whose sender was then not admitted: withdrawn
@@ -286,12 +297,37 @@ void ps__table_peer_left(ps_kv_server *s, ps__peer *p);
 /* Training starts once every rank has joined and the table is filled
  * (filling it if need be); call after a join and after a fill. */
 void ps__maybe_start(ps_kv_server *s);
+/* Chunk local belongs to a buffer or a frozen tensor: never pushed, out of
+ * the sync barrier (its clock is UINT64_MAX, which the server's clock, the
+ * least of its chunks', passes over). */
+int ps__chunk_static(const ps_kv_server *s, int local);
 /* Only a committed table (a step applied, or restored) is checkpointed. */
 int ps__table_may_checkpoint(ps_kv_server *s);
+/* A filling table is filled once every chunk's fill has run and every
+ * initial value it waits for has come (values.c); in_queue: called from a
+ * job's done callback inside the apply queue. */
+void ps__maybe_filled(ps_kv_server *s, int in_queue);
+
+/* values.c: the declaring rank 0's own initial values (INIT_VALUES). */
+/* Counts the chunks that wait for values; with the table's other state. */
+int ps__values_init(ps_kv_server *s);
+void ps__values_free(ps_kv_server *s);
+/* The WELCOME of the declaring rank 0 asks for them. */
+int ps__values_wanted(const ps_kv_server *s);
+/* Every value has come and been copied in. */
+int ps__values_done(const ps_kv_server *s);
+/* On the pool, right after chunk local's fill: its values, if they came
+ * before it. */
+void ps__values_fill(ps_kv_server *s, int local);
+void ps__handle_write(ps_kv_server *s, ps__peer *p, const ps_frame *f);
 
 /* handshake.c: the first frames of a connection. */
 void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f);
 void ps__handle_auth(ps_kv_server *s, ps__peer *p, const ps_frame *f);
+/* The declarer's TABLE frame, after its HELLO (and proof). */
+void ps__handle_table(ps_kv_server *s, ps__peer *p, const ps_frame *f);
+/* In the handshake still: HELLO, AUTH_RESPONSE or TABLE awaited. */
+int ps__peer_handshaking(const ps__peer *p);
 /* At start, without auth: one line (server 0's) on what a stranger can do. */
 void ps__say_strangers(const ps_kv_server *s);
 

@@ -57,6 +57,10 @@ static void ps__on_frame(ps_conn *c, const ps_frame *f)
         ps__handle_auth(s, p, f);
         return;
     }
+    if (p->state == PS__PEER_TABLE) {
+        ps__handle_table(s, p, f);
+        return;
+    }
     if (p->state == PS__PEER_EVALUATOR) {
         ps__handle_evaluator(s, p, f);
         return;
@@ -67,6 +71,9 @@ static void ps__on_frame(ps_conn *c, const ps_frame *f)
         break;
     case SHARDPS__MSG_TYPE__PUSH:
         ps__handle_push(s, p, f);
+        break;
+    case SHARDPS__MSG_TYPE__WRITE:
+        ps__handle_write(s, p, f);
         break;
     case SHARDPS__MSG_TYPE__BYE:
         ps__handle_bye(s, p);
@@ -132,7 +139,7 @@ static void ps__on_liveness_check(uv_timer_t *t)
             continue;
         if (p->failed) {
             ps_conn_close(p->conn, -PS_ETIMEOUT);
-        } else if (p->state == PS__PEER_HANDSHAKE || p->state == PS__PEER_AUTH) {
+        } else if (ps__peer_handshaking(p)) {
             ps_warn("closing %s: no handshake within %.1f s", p->name,
                     s->handshake_timeout_ms / 1000.0);
             s->n_refused++;
@@ -181,7 +188,7 @@ static void ps__make_room(ps_kv_server *s, ps__peer *newcomer)
     if (slots < 1)
         slots = 1;
     for (ps__peer *p = s->peers; p; p = p->next)
-        if ((p->state == PS__PEER_HANDSHAKE || p->state == PS__PEER_AUTH) && !p->failed) {
+        if (ps__peer_handshaking(p) && !p->failed) {
             waiting++;
             if (p != newcomer)
                 oldest = p; /* the list is newest first */

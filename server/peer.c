@@ -18,13 +18,18 @@ static void ps__on_refusal_sent(ps_conn *c, int status, void *arg)
     ps_conn_close(c, 0);
 }
 
+int ps__peer_handshaking(const ps__peer *p)
+{
+    return p->state == PS__PEER_HANDSHAKE || p->state == PS__PEER_AUTH ||
+           p->state == PS__PEER_TABLE;
+}
+
 void ps__peer_refuse(ps__peer *p, int err, char *reason)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
 
     p->failed = 1;
-    h.type = p->state == PS__PEER_HANDSHAKE || p->state == PS__PEER_AUTH ? SHARDPS__MSG_TYPE__REJECT
-                                                                         : SHARDPS__MSG_TYPE__ERROR;
+    h.type = ps__peer_handshaking(p) ? SHARDPS__MSG_TYPE__REJECT : SHARDPS__MSG_TYPE__ERROR;
     h.status = err;
     h.reason = reason;
     if (ps_conn_send(p->conn, &h, NULL, 0, ps__on_refusal_sent, NULL) < 0)

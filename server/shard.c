@@ -19,7 +19,9 @@ typedef struct {
 
 struct ps_shard {
     ps_optimizer_config opt;
-    ps_model_spec spec; /* for the initial values of chunks filled later */
+    /* Borrowed: the server's table, which outlives its shard; for the
+     * initial values of chunks filled later. */
+    const ps_model_spec *spec;
     int with_accumulators;
     int n;
     ps__shard_chunk *chunks;
@@ -51,7 +53,7 @@ int ps_shard_init(ps_shard **out, const ps_partition *part, int server_index,
     if (s == NULL)
         return -ENOMEM;
     s->opt = *opt;
-    s->spec = *spec;
+    s->spec = spec;
     s->with_accumulators = with_accumulators;
     s->chunks =
         calloc((size_t)ps_partition_server_chunk_count(part, server_index) + 1, sizeof(*s->chunks));
@@ -95,7 +97,7 @@ int ps_shard_fill(ps_shard *s, int local, int initial_values)
         return -ENOMEM;
     }
     if (initial_values)
-        ps_model_spec_init_values(&s->spec, (int)sc->desc.tensor_id, sc->desc.offset, n,
+        ps_model_spec_init_values(s->spec, (int)sc->desc.tensor_id, sc->desc.offset, n,
                                   sc->weights);
     return 0;
 }

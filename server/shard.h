@@ -19,8 +19,9 @@ typedef struct ps_shard ps_shard;
  * chunk has memory for its values until it is filled (ps_shard_fill), so a
  * shard of any size costs its descriptions alone. with_accumulators: each
  * chunk gets a gradient accumulator when filled (needed when pushes are
- * averaged before applying). part, spec and opt are read during the call
- * only. Returns 0, -EINVAL or -ENOMEM. */
+ * averaged before applying). part and opt are read during the call
+ * only; spec is borrowed and must outlive the shard (its chunks draw their
+ * initial values from it when filled). Returns 0, -EINVAL or -ENOMEM. */
 int ps_shard_init(ps_shard **out, const ps_partition *part, int server_index,
                   const ps_model_spec *spec, const ps_optimizer_config *opt, int with_accumulators);
 void ps_shard_free(ps_shard *s);

@@ -43,6 +43,8 @@ void ps__free_table(ps_kv_server *s)
     s->seen = NULL;
     s->n_local = 0;
     s->has_table = 0;
+    ps__values_free(s);
+    ps_model_spec_free(&s->table);
     memset(&s->life, 0, sizeof(s->life));
 }
 
@@ -70,7 +72,10 @@ int ps__adopt_table(ps_kv_server *s, const ps_model_spec *spec, ps_table_event h
 
     if (s->has_table)
         return -EEXIST;
-    s->table = *spec;
+    rc = ps_model_spec_copy(&s->table, spec);
+    if (rc < 0)
+        goto fail;
+    ps_model_spec_digest(&s->table, s->table_digest);
     rc = ps_partition_init(&s->part, &s->table, s->cfg.num_servers, s->cfg.chunk_bytes);
     if (rc < 0)
         goto fail;
@@ -87,12 +92,22 @@ int ps__adopt_table(ps_kv_server *s, const ps_model_spec *spec, ps_table_event h
     if (ps_buf_pool_init(&s->bufs, 2 * (size_t)s->cfg.world * share) < 0 ||
         ps_apply_queue_init(&s->updates, s->loop, s->n_local, ps__on_settled, s) < 0)
         goto fail;
+    if (ps__values_init(s) < 0)
+        goto fail;
     s->sync = calloc((size_t)s->n_local + 1, sizeof(*s->sync));
     s->seen = calloc((size_t)s->n_local + 1, sizeof(*s->seen));
     s->ckpt_clocks = calloc((size_t)s->n_local + 1, sizeof(uint64_t));
     s->ckpt_newest = calloc((size_t)s->n_local + 1, sizeof(uint64_t));
     if (s->sync == NULL || s->seen == NULL || s->ckpt_clocks == NULL || s->ckpt_newest == NULL)
         goto fail;
+    /* Buffers and frozen tensors are never pushed: their chunks hold no
+     * step back (the server's clock is the least of the others'). */
+    s->n_pushable = s->n_local;
+    for (int i = 0; i < s->n_local; i++)
+        if (ps__chunk_static(s, i)) {
+            s->sync[i].clock = UINT64_MAX;
+            s->n_pushable--;
+        }
     s->has_table = 1;
     s->applied_base = s->n_applied;
     ps_table_life_step(&s->life, how);
@@ -115,6 +130,11 @@ static void ps__note_applied(ps_kv_server *s)
      * table once they all are. */
     if (s->life.state == PS_TABLE_FILLED && s->n_applied > s->applied_base)
         ps_table_life_step(&s->life, PS_TABLE_APPLIED);
+}
+
+int ps__chunk_static(const ps_kv_server *s, int local)
+{
+    return s->table.tensors[ps_shard_chunk(s->shard, local)->tensor_id].kind != PS_KIND_PARAMETER;
 }
 
 int ps__table_may_checkpoint(ps_kv_server *s)
@@ -177,8 +197,9 @@ static void ps__fill_run(ps_apply_job *j)
     ps__fill *f = (ps__fill *)j;
 
     /* A table withdrawn meanwhile is only drained: no memory for it. */
-    if (!atomic_load_explicit(&f->srv->fills_cancelled, memory_order_relaxed))
-        f->rc = ps_shard_fill(f->shard, f->local, 1);
+    if (!atomic_load_explicit(&f->srv->fills_cancelled, memory_order_relaxed) &&
+        (f->rc = ps_shard_fill(f->shard, f->local, 1)) == 0)
+        ps__values_fill(f->srv, f->local);
 }
 
 static void ps__table_event(ps_kv_server *s, ps_table_event ev, const char *why, int in_queue);
@@ -194,13 +215,26 @@ static void ps__fill_done(ps_apply_job *j)
         snprintf(why, sizeof(why), "no memory to fill chunk %d of this server's %d", f->local,
                  s->n_local);
         ps__table_event(s, PS_TABLE_CHECK_FAILED, why, 1);
-    } else if (s->life.state == PS_TABLE_FILLING && --s->fills_left == 0) {
-        ps__table_event(s, PS_TABLE_FILL_DONE, NULL, 1);
-        ps__note_applied(s);
-        ps_info("the %d chunks of this server are filled (%.1f MiB)", s->n_local,
-                (double)ps_shard_memory_bytes(s->shard) / (1 << 20));
+    } else if (s->life.state == PS_TABLE_FILLING) {
+        s->fills_left--;
+        free(s->pending[f->local]);
+        s->pending[f->local] = NULL;
+        ps__maybe_filled(s, 1);
     }
     free(f);
+}
+
+void ps__maybe_filled(ps_kv_server *s, int in_queue)
+{
+    if (s->life.state != PS_TABLE_FILLING || s->fills_left > 0 || !ps__values_done(s))
+        return;
+    ps__table_event(s, PS_TABLE_FILL_DONE, NULL, in_queue);
+    ps__note_applied(s);
+    ps_info("the %d chunks of this server are filled (%.1f MiB)", s->n_local,
+            (double)ps_shard_memory_bytes(s->shard) / (1 << 20));
+    /* Pulls held for the values may go now. */
+    if (!in_queue)
+        ps__release_pulls(s);
 }
 
 /* Hands every chunk's fill to the thread pool (never run here: that is the
@@ -226,7 +260,7 @@ static void ps__fill_all(ps_kv_server *s)
         }
     }
     if (s->n_local == 0)
-        ps__table_event(s, PS_TABLE_FILL_DONE, NULL, 0);
+        ps__maybe_filled(s, 0);
 }
 
 /* Carries out what a lifecycle event asks for; in_queue: called from a
@@ -314,10 +348,11 @@ void ps__maybe_start(ps_kv_server *s)
     ps__release_pulls(s);
 }
 
-int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
+int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
+                    const ps_model_spec *spec)
 {
-    ps_model_spec spec;
-    char why[256];
+    uint8_t digest[PS_TABLE_DIGEST_BYTES];
+    char why[512];
     int rc;
 
     /* A table being withdrawn is neither compared with nor replaced until
@@ -329,10 +364,10 @@ int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
         return -1;
     }
     /* No table: the client joins the job as declared (and learns the
-     * tensors from the WELCOME), which needs a table to join. Until a worker
-     * declares one, -EAGAIN tells a joiner to come back (ps_kv_client waits
-     * within its connect timeout); nothing about it is kept here. */
-    if (hello->table == NULL || hello->table->n_tensors == 0) {
+     * tensors from a TABLE frame), which needs a table to join. Until a
+     * worker declares one, -EAGAIN tells a joiner to come back (ps_kv_client
+     * waits within its connect timeout); nothing about it is kept here. */
+    if (spec == NULL) {
         if (s->has_table)
             return 0;
         ps__peer_fail(p, -EAGAIN,
@@ -340,22 +375,21 @@ int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
                       "server, so there is nothing to join");
         return -1;
     }
-    rc = ps_tensor_table_from_wire(hello->table, s->cfg.max_model_bytes, &spec, why, sizeof(why));
-    if (rc < 0) {
-        ps__peer_fail(p, rc == -E2BIG ? -PS_ETOOBIG : -PS_EPROTO, "tensor table refused: %s", why);
-        return -1;
-    }
     if (s->has_table) {
-        if (ps_tensor_table_diff(&spec, &s->table, "from the worker", "on this server", why,
-                                 sizeof(why)) == 0)
+        ps_model_spec_digest(spec, digest);
+        if (memcmp(digest, s->table_digest, sizeof(digest)) == 0)
             return 0;
+        /* Both tables are here: the refusal names the first difference. */
+        if (ps_tensor_table_diff(spec, &s->table, "from the worker", "on this server", why,
+                                 sizeof(why)) == 0)
+            snprintf(why, sizeof(why), "the tables' digests differ");
         ps__peer_fail(p, -PS_EMISMATCH,
                       "model mismatch: %s; every process of a job must declare the same "
                       "tensors and --seed",
                       why);
         return -1;
     }
-    rc = ps__adopt_table(s, &spec, PS_TABLE_DECLARE);
+    rc = ps__adopt_table(s, spec, PS_TABLE_DECLARE);
     if (rc < 0) {
         ps__peer_fail(p, rc == -ENOMEM ? -ENOMEM : -PS_EPROTO,
                       "this server cannot hold the declared tensors in %d servers of "
@@ -366,6 +400,6 @@ int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello)
     ps_info(
         "tensor table of %d tensors (%zu bytes) declared by worker %u (%s); it is the job's once "
         "a step is applied, and withdrawn if every worker that declared it leaves before",
-        spec.n_tensors, spec.total_numel * sizeof(float), hello->rank, ps_conn_peer(p->conn));
+        spec->n_tensors, spec->total_words * sizeof(float), hello->rank, ps_conn_peer(p->conn));
     return 0;
 }

@@ -8,12 +8,14 @@
 #include <stdio.h>
 
 #include "ps_error.h"
+#include "tensor_table.h"
 
 int ps_validate_worker_type(Shardps__MsgType type, char *why, size_t why_len)
 {
     switch (type) {
     case SHARDPS__MSG_TYPE__PULL:
     case SHARDPS__MSG_TYPE__PUSH:
+    case SHARDPS__MSG_TYPE__WRITE:
     case SHARDPS__MSG_TYPE__BYE:
     case SHARDPS__MSG_TYPE__HEARTBEAT:
         return 0;
@@ -21,6 +23,27 @@ int ps_validate_worker_type(Shardps__MsgType type, char *why, size_t why_len)
         snprintf(why, why_len, "unexpected message type %d from a worker", type);
         return -PS_EPROTO;
     }
+}
+
+int ps_validate_table_frame(Shardps__MsgType type, size_t n_keys, uint64_t payload_bytes, char *why,
+                            size_t why_len)
+{
+    if (type != SHARDPS__MSG_TYPE__TABLE) {
+        snprintf(why, why_len,
+                 "expected the TABLE its HELLO's table_digest announced, got message type %d",
+                 type);
+        return -PS_EPROTO;
+    }
+    if (n_keys != 0 || payload_bytes == 0) {
+        snprintf(why, why_len, "a TABLE carries the packed table and no keys");
+        return -PS_EPROTO;
+    }
+    if (payload_bytes > PS_TABLE_MAX_BYTES) {
+        snprintf(why, why_len, "a TABLE of %llu bytes; the tensor table takes at most %zu",
+                 (unsigned long long)payload_bytes, PS_TABLE_MAX_BYTES);
+        return -PS_ETOOBIG;
+    }
+    return 0;
 }
 
 int ps_validate_evaluator_type(Shardps__MsgType type, char *why, size_t why_len)

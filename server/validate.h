@@ -32,6 +32,11 @@ int ps_validate_evaluator_slot(int max_connections, int world, int evaluators, c
  * before any payload byte is buffered. */
 int ps_validate_payload(Shardps__MsgType type, Shardps__DType dtype, size_t f32_bytes,
                         uint64_t payload_bytes, char *why, size_t why_len);
+/* A declarer's frame after its HELLO (and proof): a TABLE, no keys, a
+ * payload of 1 to PS_TABLE_MAX_BYTES bytes; checked on the header alone,
+ * before any payload byte is buffered. */
+int ps_validate_table_frame(Shardps__MsgType type, size_t n_keys, uint64_t payload_bytes, char *why,
+                            size_t why_len);
 /* A chunk's gradient g[0..n) against max_norm (0: no limit): refused when
  * its L2 norm is larger (or not a number). */
 int ps_validate_grad_norm(const float *g, size_t n, double max_norm, char *why, size_t why_len);

@@ -27,6 +27,7 @@ static void ps__cpu_free(ps_backend *b)
     ps__cpu *c = (ps__cpu *)b;
 
     ps_model_free(c->model);
+    ps_model_spec_free(&c->spec);
     free(c->base.batch_x);
     free(c->base.batch_y);
     free(c);
@@ -84,7 +85,9 @@ int ps__backend_cpu_init(ps_backend **out, const ps_model_desc *desc, const ps_m
     if (rc < 0)
         goto fail;
     ps_model_on_grads(c->model, ps__cpu_grads_done, c);
-    c->spec = *spec;
+    rc = ps_model_spec_copy(&c->spec, spec);
+    if (rc < 0)
+        goto fail;
     c->clip_norm = (float)cfg->clip_norm;
     c->base.device = PS_DEVICE_CPU;
     c->base.max_batch = cfg->max_batch;

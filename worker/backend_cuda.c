@@ -53,14 +53,14 @@ typedef struct {
     float clip_norm;
     int narrow;
     /* Per tensor: its upload is done (recorded on copy). */
-    cudaEvent_t param_ready[PS_MAX_TENSORS];
+    cudaEvent_t param_ready[PS_MAX_MODEL_TENSORS];
     /* Per layer, in the order backward reaches them: its gradients are
      * final on the device (compute), and in the host mirrors (copy). */
-    cudaEvent_t grad_ready[PS_MAX_TENSORS], grad_home[PS_MAX_TENSORS];
-    int home_first[PS_MAX_TENSORS], home_count[PS_MAX_TENSORS], n_home;
+    cudaEvent_t grad_ready[PS_MAX_MODEL_TENSORS], grad_home[PS_MAX_MODEL_TENSORS];
+    int home_first[PS_MAX_MODEL_TENSORS], home_count[PS_MAX_MODEL_TENSORS], n_home;
     int queue_rc;     /* the first failure of the gradient hook this step */
     char *host_arena; /* pinned: the mirrors, the batch, the 16-bit gradients */
-    uint16_t *h_half[PS_MAX_TENSORS], *d_half[PS_MAX_TENSORS];
+    uint16_t *h_half[PS_MAX_MODEL_TENSORS], *d_half[PS_MAX_MODEL_TENSORS];
     double *d_clip_part;
     float *d_x;
     uint8_t *d_y;
@@ -115,7 +115,7 @@ static void ps__cuda_free(ps_backend *b)
     /* Failures are logged and otherwise ignored: there is nothing left to do
      * with the device. cudaFree waits for work still queued. */
     ps_model_free(c->model);
-    for (int t = 0; t < PS_MAX_TENSORS; t++) {
+    for (int t = 0; t < PS_MAX_MODEL_TENSORS; t++) {
         cudaEvent_t *ev[] = {&c->param_ready[t], &c->grad_ready[t], &c->grad_home[t]};
         for (int i = 0; i < 3; i++)
             if (*ev[i])
@@ -133,6 +133,7 @@ static void ps__cuda_free(ps_backend *b)
         ps__check(cudaStreamDestroy(c->copy), "destroying a stream");
     if (c->host_arena)
         ps__check(cudaFreeHost(c->host_arena), "freeing pinned host memory");
+    ps_model_spec_free(&c->spec);
     free(c);
 }
 
@@ -411,7 +412,10 @@ int ps__backend_cuda_init(ps_backend **out, const ps_model_desc *desc, const ps_
     c->base.ops = &ps__cuda_ops;
     c->base.device = PS_DEVICE_CUDA;
     c->base.max_batch = cfg->max_batch;
-    c->spec = *spec;
+    if (ps_model_spec_copy(&c->spec, spec) < 0) {
+        free(c);
+        return -ENOMEM;
+    }
     c->clip_norm = (float)cfg->clip_norm;
     c->narrow = cfg->narrow_bf16;
     c->cx.math = cfg->precision == PS_PRECISION_BF16 ? PS_CUDA_BF16

@@ -28,8 +28,8 @@ struct ps_backend {
     char describe[256];
     /* Host buffers indexed by tensor id, and the batch's, owned by the
      * implementation. */
-    float *params[PS_MAX_TENSORS];
-    float *grads[PS_MAX_TENSORS];
+    float *params[PS_MAX_MODEL_TENSORS];
+    float *grads[PS_MAX_MODEL_TENSORS];
     float *batch_x;
     uint8_t *batch_y;
     ps_backend_layer_cb on_layer; /* see ps_backend_on_layer_grads */

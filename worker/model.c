@@ -45,7 +45,7 @@ struct ps_model {
     int first_param; /* the lowest layer with parameters (backward stops there) */
     size_t input_n;  /* values per input sample */
     ps__layer layers[PS_DESC_MAX_LAYERS];
-    float *params[PS_MAX_TENSORS], *grads[PS_MAX_TENSORS];
+    float *params[PS_MAX_MODEL_TENSORS], *grads[PS_MAX_MODEL_TENSORS];
     float *delta[2];         /* two of the widest activation of a batch */
     float *ws;               /* layer scratch, the largest any layer needs */
     float *rows;             /* the loss's per-sample workspace */
@@ -227,7 +227,11 @@ int ps_model_init(ps_model **out, const ps_model_ops *ops, void *dev, const ps_m
         return -ENOMEM;
     m->ops = ops;
     m->dev = dev;
-    m->table = *table;
+    rc = ps_model_spec_copy(&m->table, table);
+    if (rc < 0) {
+        free(m);
+        return rc;
+    }
     m->n_layers = desc->n_layers;
     m->classes = desc->classes;
     m->max_batch = max_batch;
@@ -272,6 +276,7 @@ void ps_model_free(ps_model *m)
     m->ops->release(m->dev, m->ws);
     m->ops->release(m->dev, m->rows);
     m->ops->release(m->dev, m->totals);
+    ps_model_spec_free(&m->table);
     free(m);
 }
 

@@ -33,8 +33,8 @@ struct ps_trainer {
     float *batch_x; /* this step's batch: the backend's buffers (pinned on CUDA) */
     uint8_t *batch_y;
     uint32_t *order; /* this epoch's sample order */
-    float *params[PS_MAX_TENSORS];
-    const float *grads[PS_MAX_TENSORS];
+    float *params[PS_MAX_MODEL_TENSORS];
+    const float *grads[PS_MAX_MODEL_TENSORS];
     ps_train_metrics tm;
     int eval; /* rank 0 evaluates on the test set */
     int steps_per_epoch;
@@ -170,7 +170,7 @@ static int ps__pull(ps_trainer *t, uint64_t clock)
 
 static int ps__save_model(ps_trainer *t)
 {
-    const float *tensors[PS_MAX_TENSORS];
+    const float *tensors[PS_MAX_MODEL_TENSORS];
     char err[512];
     int rc;
 

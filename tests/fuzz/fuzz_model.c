@@ -55,6 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         if (off != m.table.total_numel)
             abort();
+        ps_model_spec_free(&again);
     }
     ps_saved_model_free(&m);
     return 0;

@@ -46,12 +46,9 @@ static const fs_case fs_cases[] = {
     {"stall-mid-frame", "sends half of the first PULL_REPLY, then nothing"},
     {"welcome-clock", "WELCOME at clock 2^64-1"},
     {"welcome-mode", "WELCOME with mode \"bogus\""},
-    {"welcome-no-table", "WELCOME without the tensor table"},
-    {"welcome-table-33", "WELCOME whose table has 33 tensors"},
-    {"welcome-table-dim0", "WELCOME whose table has a dimension 0"},
-    {"welcome-table-huge", "WELCOME whose table is too large for any pull reply"},
-    {"welcome-table-fans", "WELCOME whose table is ours but for fans of 2^31-1 (their sum "
-                           "overflowed an int)"},
+    {"welcome-no-table", "WELCOME without the tensor table's digest"},
+    {"welcome-table-other", "WELCOME naming another table than the worker declared (its seed "
+                            "differs)"},
     {"pull-dtype", "PULL_REPLY with dtype 99"},
     {"pull-clock", "PULL_REPLY at clock 2^64-1"},
     {"pull-nan", "PULL_REPLY whose weights are NaN"},
@@ -110,45 +107,25 @@ static int send_frame(int fd, Shardps__Header *h, const void *payload, size_t le
     return rc;
 }
 
-/* The table of the WELCOME: the honest one, or the case's lie about it. */
-static void welcome_table(ps_tensor_table_wire *t, Shardps__TensorDecl *extra,
-                          Shardps__TensorDecl **ptrs)
-{
-    static uint32_t huge[1] = {INT32_MAX}, zero[2] = {0, 4};
-
-    ps_tensor_table_to_wire(&fs.spec, t);
-    if (fs_is("welcome-table-33")) {
-        /* Every declaration again, the first one 33 times over. */
-        for (int i = 0; i < PS_MAX_TENSORS + 1; i++)
-            ptrs[i] = i < fs.spec.n_tensors ? t->decl_ptrs[i] : extra;
-        *extra = *t->decl_ptrs[0];
-        t->msg.tensors = ptrs;
-        t->msg.n_tensors = PS_MAX_TENSORS + 1;
-    } else if (fs_is("welcome-table-dim0")) {
-        t->decls[0].dims = zero;
-        t->decls[0].n_dims = 2;
-    } else if (fs_is("welcome-table-huge")) {
-        t->decls[0].dims = huge;
-        t->decls[0].n_dims = 1;
-    } else if (fs_is("welcome-table-fans")) {
-        t->decls[0].fan_in = t->decls[0].fan_out = INT32_MAX;
-    }
-}
-
 static int answer_hello(int fd, const Shardps__Header *req)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
     Shardps__Welcome w = SHARDPS__WELCOME__INIT;
-    Shardps__TensorDecl extra, *ptrs[PS_MAX_TENSORS + 1];
-    ps_tensor_table_wire t;
+    uint8_t digest[PS_TABLE_DIGEST_BYTES];
 
     h.type = SHARDPS__MSG_TYPE__WELCOME;
     h.request_id = req->request_id;
     w.clock = fs_is("welcome-clock") ? UINT64_MAX : 0;
     w.mode = fs_is("welcome-mode") ? "bogus" : "sync";
     w.heartbeat_ms = 500;
-    welcome_table(&t, &extra, ptrs);
-    w.table = fs_is("welcome-no-table") ? NULL : &t.msg;
+    /* The honest table's digest, or the case's lie about it. */
+    fs.spec.seed ^= fs_is("welcome-table-other");
+    ps_model_spec_digest(&fs.spec, digest);
+    fs.spec.seed ^= fs_is("welcome-table-other");
+    if (!fs_is("welcome-no-table")) {
+        w.table_digest.len = sizeof(digest);
+        w.table_digest.data = digest;
+    }
     h.welcome = &w;
     return send_frame(fd, &h, NULL, 0, 0);
 }

@@ -210,26 +210,58 @@ int expect_refusal(hc_ctx *ctx, hc_conn *c, Shardps__MsgType want_type, int want
     return 0;
 }
 
-/* The tensor table the HELLOs declare; one at a time, this tool is
- * single-threaded. */
-static ps_tensor_table_wire hc_table;
+/* The tensor table the HELLOs declare, packed, and its digest; one at a
+ * time, this tool is single-threaded. */
+static uint8_t *hc_packed;
+static size_t hc_packed_len;
+static uint8_t hc_digest[PS_TABLE_DIGEST_BYTES];
 
-/* A HELLO as shardps-worker would send it for ctx's job. */
-void make_hello(const hc_ctx *ctx, Shardps__Header *h, Shardps__Hello *hello)
+void make_hello_table(const hc_ctx *ctx, Shardps__Header *h, Shardps__Hello *hello,
+                      const ps_model_spec *table)
 {
     shardps__header__init(h);
     shardps__hello__init(hello);
     hello->role = SHARDPS__ROLE__ROLE_WORKER;
     hello->rank = (uint32_t)ctx->rank;
     hello->world = (uint32_t)ctx->workers;
-    ps_tensor_table_to_wire(&ctx->spec, &hc_table);
-    hello->table = &hc_table.msg;
+    free(hc_packed);
+    hc_packed = NULL;
+    if (ps_tensor_table_pack(table, &hc_packed, &hc_packed_len) < 0) {
+        fprintf(stderr, "ps-hostile-client: cannot pack a tensor table\n");
+        exit(2);
+    }
+    ps_model_spec_digest(table, hc_digest);
+    hello->table_digest.len = sizeof(hc_digest);
+    hello->table_digest.data = hc_digest;
     hello->num_servers = (uint32_t)ctx->num_servers;
     hello->chunk_bytes = ctx->chunk_bytes;
     hello->server_index = (uint32_t)ctx->server_index;
     h->type = SHARDPS__MSG_TYPE__HELLO;
     h->request_id = 1;
     h->hello = hello;
+}
+
+void make_hello(const hc_ctx *ctx, Shardps__Header *h, Shardps__Hello *hello)
+{
+    make_hello_table(ctx, h, hello, &ctx->spec);
+}
+
+const uint8_t *hello_table(size_t *len)
+{
+    *len = hc_packed_len;
+    return hc_packed;
+}
+
+int send_hello(hc_conn *c, Shardps__Header *h)
+{
+    Shardps__Header t = SHARDPS__HEADER__INIT;
+    int rc = send_frame(c, h, NULL, 0);
+
+    if (rc < 0 || h->hello == NULL || h->hello->table_digest.len == 0)
+        return rc;
+    t.type = SHARDPS__MSG_TYPE__TABLE;
+    t.request_id = h->request_id;
+    return send_frame(c, &t, hc_packed, hc_packed_len);
 }
 
 /* Sends a valid HELLO and waits for the WELCOME. Returns 0 and the clock the
@@ -242,7 +274,7 @@ int handshake(hc_ctx *ctx, hc_conn *c, uint64_t *clock)
     int rc;
 
     make_hello(ctx, &h, &hello);
-    rc = send_frame(c, &h, NULL, 0);
+    rc = send_hello(c, &h);
     if (rc == 0)
         rc = read_frame(c, &f);
     if (rc != 1) {
@@ -283,6 +315,12 @@ static const hc_scenario hc_scenarios[] = {
     {"push-announced", "a PUSH header announcing 32 MiB for one chunk", sc_push_announced, 1},
     {"heartbeat-payload", "a HEARTBEAT carrying 1 KiB", sc_heartbeat_payload, 1},
     {"slow-reader", "a flood of PULLs, never reading a reply", sc_slow_reader, 1},
+    {"table-over-limit", "a declaring HELLO, then a TABLE announcing 2 MiB + 1",
+     sc_table_over_limit, 1},
+    {"table-digest-lie", "a HELLO with the job's digest, then a TABLE of another table",
+     sc_table_digest_lie, 1},
+    {"no-table", "a declaring HELLO, then a PULL where its TABLE should be", sc_no_table, 1},
+    {"write-not-rank-0", "a WRITE of initial values from rank 1", sc_write_not_rank_0, 1},
     {"bye", "a good HELLO, then BYE: the rank leaves as finished", sc_bye, 0},
     {"stranger-table", "a HELLO declaring the table x[1], then gone", sc_stranger_table, 0},
     {"huge-table",
@@ -485,6 +523,7 @@ int main(int argc, char **argv)
         load_keys(&ctx) < 0) {
         fprintf(stderr, "ps-hostile-client: bad --server, model or partition options\n");
         free(ctx.keys);
+        ps_model_spec_free(&ctx.spec);
         return 2;
     }
     /* A server that resets while we write must fail a send, not kill us. */
@@ -506,6 +545,8 @@ int main(int argc, char **argv)
         }
     }
     free(ctx.keys);
+    ps_model_spec_free(&ctx.spec);
+    free(hc_packed);
     fprintf(stderr, "ps-hostile-client: %d scenario%s, %d failed\n", ran, ran == 1 ? "" : "s",
             failed);
     return failed ? 1 : 0;

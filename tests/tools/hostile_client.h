@@ -72,9 +72,18 @@ int read_frame(hc_conn *c, ps_frame *f);
  * 0 or -1 (detail says why). */
 int expect_refusal(hc_ctx *ctx, hc_conn *c, Shardps__MsgType want_type, int want_status,
                    const char *want);
-/* A HELLO as shardps-worker would send it for ctx's job (its table lives
- * until the next make_hello). */
+/* A HELLO as shardps-worker would send it for ctx's job, declaring ctx's
+ * table by digest (the packed table, sent by send_hello, lives until the
+ * next make_hello). */
 void make_hello(const hc_ctx *ctx, Shardps__Header *h, Shardps__Hello *hello);
+/* The same, declaring table instead. */
+void make_hello_table(const hc_ctx *ctx, Shardps__Header *h, Shardps__Hello *hello,
+                      const ps_model_spec *table);
+/* The packed table of the last make_hello. */
+const uint8_t *hello_table(size_t *len);
+/* Sends the HELLO h and, when it declares a table, the TABLE frame that
+ * follows it. 0 or a negative code. */
+int send_hello(hc_conn *c, Shardps__Header *h);
 /* A valid HELLO and its WELCOME: 0 and the clock, or -1. */
 int handshake(hc_ctx *ctx, hc_conn *c, uint64_t *clock);
 /* The next number of the tool's generator (noise). */
@@ -118,6 +127,10 @@ int sc_silent(hc_ctx *ctx, hc_conn *c);
 int sc_stranger_table(hc_ctx *ctx, hc_conn *c);
 int sc_huge_table(hc_ctx *ctx, hc_conn *c);
 int sc_idle_slots(hc_ctx *ctx, hc_conn *c);
+int sc_table_over_limit(hc_ctx *ctx, hc_conn *c);
+int sc_table_digest_lie(hc_ctx *ctx, hc_conn *c);
+int sc_no_table(hc_ctx *ctx, hc_conn *c);
+int sc_write_not_rank_0(hc_ctx *ctx, hc_conn *c);
 int sc_evaluator_push(hc_ctx *ctx, hc_conn *c);
 
 #endif

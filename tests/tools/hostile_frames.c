@@ -142,32 +142,46 @@ int sc_wrong_model(hc_ctx *ctx, hc_conn *c)
 {
     Shardps__Header h;
     Shardps__Hello hello;
+    ps_model_spec other;
+    int rc;
 
-    make_hello(ctx, &h, &hello);
-    hello.table->seed ^= 1;
-    if (send_frame(c, &h, NULL, 0) < 0)
+    if (ps_model_spec_copy(&other, &ctx->spec) < 0)
+        return -1;
+    other.seed ^= 1;
+    make_hello_table(ctx, &h, &hello, &other);
+    rc = send_hello(c, &h);
+    ps_model_spec_free(&other);
+    if (rc < 0)
         return -1;
     return expect_refusal(ctx, c, SHARDPS__MSG_TYPE__REJECT, -PS_EMISMATCH, "model mismatch");
 }
 
 /* Issue 22, cause 8: "fc1\0weight" in the table of an otherwise valid
- * HELLO. protobuf-c hands it over as "fc1"; the server must refuse the
- * frame naming the NUL byte, not adopt or compare a table renamed. */
+ * HELLO's TABLE. protobuf-c hands it over as "fc1"; the server must refuse
+ * the frame naming the NUL byte, not adopt or compare a table renamed. */
 int sc_nul_name(hc_ctx *ctx, hc_conn *c)
 {
-    Shardps__Header h;
+    Shardps__Header h, t = SHARDPS__HEADER__INIT;
     Shardps__Hello hello;
+    const uint8_t *table;
     uint8_t *buf, *at;
     size_t len;
     int rc;
 
     make_hello(ctx, &h, &hello);
-    if (ps_frame_encode(&h, NULL, 0, &buf, &len) < 0)
+    table = hello_table(&len);
+    buf = malloc(len);
+    if (buf == NULL)
         return -1;
+    memcpy(buf, table, len);
     at = memmem(buf, len, "fc1.weight", 10);
     if (at)
         at[3] = '\0';
-    rc = at ? send_all(c->fd, buf, len) : -EINVAL;
+    t.type = SHARDPS__MSG_TYPE__TABLE;
+    t.request_id = h.request_id;
+    rc = at ? send_frame(c, &h, NULL, 0) : -EINVAL;
+    if (rc == 0)
+        rc = send_frame(c, &t, buf, len);
     free(buf);
     if (rc < 0)
         return -1;
@@ -181,7 +195,7 @@ int sc_bad_rank(hc_ctx *ctx, hc_conn *c)
 
     make_hello(ctx, &h, &hello);
     hello.rank = hello.world;
-    if (send_frame(c, &h, NULL, 0) < 0)
+    if (send_hello(c, &h) < 0)
         return -1;
     return expect_refusal(ctx, c, SHARDPS__MSG_TYPE__REJECT, -PS_EMISMATCH, "rank");
 }

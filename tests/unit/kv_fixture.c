@@ -89,6 +89,10 @@ void server_up_with(const ps_kv_server_config *cfg)
     pthread_cond_init(&fx.done_cond, NULL);
     cr_assert_eq(uv_loop_init(&fx.loop), 0);
     cr_assert_eq(ps_kv_server_init(&fx.srv, &fx.loop, cfg, on_done, NULL), 0);
+    if (fx.restore) {
+        char err[1024];
+        cr_assert_eq(ps_kv_server_restore(fx.srv, UINT64_MAX, err, sizeof(err)), 0, "%s", err);
+    }
     cr_assert_eq(uv_ip4_addr("127.0.0.1", 0, &addr), 0);
     cr_assert_eq(ps_kv_server_start(fx.srv, (const struct sockaddr *)&addr, &fx.port), 0);
     cr_assert_gt(fx.port, 0);
@@ -161,6 +165,24 @@ int raw_send(int fd, const void *data, size_t len)
     return 0;
 }
 
+/* The table of the HELLO made last, packed, and its digest: they must live
+ * until the HELLO is sent. */
+static uint8_t *hello_packed;
+static size_t hello_packed_len;
+static uint8_t hello_digest[PS_TABLE_DIGEST_BYTES];
+
+void raw_send_payload(int fd, Shardps__Header *h, const void *payload, size_t payload_len)
+{
+    ps_iov iov = {payload, payload_len};
+    uint8_t *head;
+    size_t len;
+
+    cr_assert_eq(ps_frame_encode(h, &iov, 1, &head, &len), 0);
+    cr_assert_eq(raw_send(fd, head, len), 0);
+    cr_assert_eq(raw_send(fd, payload, payload_len), 0);
+    free(head);
+}
+
 void raw_send_frame(int fd, Shardps__Header *h)
 {
     uint8_t *head;
@@ -169,6 +191,13 @@ void raw_send_frame(int fd, Shardps__Header *h)
     cr_assert_eq(ps_frame_encode(h, NULL, 0, &head, &len), 0);
     cr_assert_eq(raw_send(fd, head, len), 0);
     free(head);
+    /* A declaring HELLO is followed by its table, as ps_kv_client sends it. */
+    if (h->type == SHARDPS__MSG_TYPE__HELLO && h->hello && h->hello->table_digest.len > 0) {
+        Shardps__Header t = SHARDPS__HEADER__INIT;
+        t.type = SHARDPS__MSG_TYPE__TABLE;
+        t.request_id = h->request_id;
+        raw_send_payload(fd, &t, hello_packed, hello_packed_len);
+    }
 }
 
 /* The server must end the connection: EOF or a reset, within the receive
@@ -215,9 +244,6 @@ void raw_read_frame(int fd, ps_frame_decoder *d, ps_frame *f, const char *what)
     }
 }
 
-/* The table of the HELLO made last: it must live until the HELLO is sent. */
-static ps_tensor_table_wire hello_table;
-
 /* A HELLO as ps_kv_client would send it for rank 0 of world 1. */
 void make_hello(Shardps__Header *h, Shardps__Hello *hello, const ps_model_spec *table)
 {
@@ -232,8 +258,12 @@ void make_hello_as(Shardps__Header *h, Shardps__Hello *hello, const ps_model_spe
     hello->role = SHARDPS__ROLE__ROLE_WORKER;
     hello->rank = rank;
     hello->world = world;
-    ps_tensor_table_to_wire(table, &hello_table);
-    hello->table = &hello_table.msg;
+    free(hello_packed);
+    hello_packed = NULL;
+    cr_assert_eq(ps_tensor_table_pack(table, &hello_packed, &hello_packed_len), 0);
+    ps_model_spec_digest(table, hello_digest);
+    hello->table_digest.len = sizeof(hello_digest);
+    hello->table_digest.data = hello_digest;
     hello->num_servers = 1;
     hello->chunk_bytes = CHUNK_BYTES;
     hello->server_index = 0;

@@ -32,6 +32,7 @@ typedef struct {
     char addr[32];
     ps_model_spec spec;
     ps_kv_server_stats stats; /* as the server ended, taken by server_down */
+    int restore;              /* server_up_with restores from cfg's checkpoint dir first */
 } kv_fixture_state;
 
 extern kv_fixture_state fx;
@@ -50,7 +51,11 @@ void wait_done(void);
 int raw_connect(void);
 /* Sends everything, or stops early when the server has hung up; 0 or -errno. */
 int raw_send(int fd, const void *data, size_t len);
+/* h, encoded; a HELLO that declares a table (make_hello) is followed by the
+ * TABLE frame with that table. */
 void raw_send_frame(int fd, Shardps__Header *h);
+/* h with payload_len bytes of payload. */
+void raw_send_payload(int fd, Shardps__Header *h, const void *payload, size_t payload_len);
 /* The server must end the connection within the timeout; closes fd. */
 void expect_closed(int fd, const char *what);
 /* Reads until d yields a frame (owned by d until the next call). */

@@ -268,9 +268,10 @@ Test(kv_server, hello_for_another_model_is_rejected_with_a_reason, .timeout = 30
     int fd = raw_connect();
 
     cr_assert_eq(ps_frame_decoder_init(&d, 1 << 20), 0);
-    other = fx.spec;
+    cr_assert_eq(ps_model_spec_copy(&other, &fx.spec), 0);
     other.seed++;
     make_hello(&h, &hello, &other);
+    ps_model_spec_free(&other);
     raw_send_frame(fd, &h);
     raw_read_frame(fd, d, &f, "wrong model");
     cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__REJECT);
@@ -381,9 +382,10 @@ Test(kv_server, good_worker_trains_after_and_beside_bad_peers, .timeout = 30)
     expect_closed(fd, "length 0xFFFFFFFF");
 
     fd = raw_connect();
-    other = fx.spec;
+    cr_assert_eq(ps_model_spec_copy(&other, &fx.spec), 0);
     other.tensors[0].fan_in++;
     make_hello(&h, &hello, &other);
+    ps_model_spec_free(&other);
     raw_send_frame(fd, &h);
     raw_read_frame(fd, d, &f, "wrong model");
     cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__REJECT);

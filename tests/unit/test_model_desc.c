@@ -66,6 +66,9 @@ Test(model_desc, mlp_file_equals_model_spec_table)
     ps_model_spec again;
     load_resolve("mlp.model", &flat, 10, 7, &d, &again);
     cr_assert_eq(ps_model_spec_fingerprint(&again), ps_model_spec_fingerprint(&want));
+    ps_model_spec_free(&again);
+    ps_model_spec_free(&got);
+    ps_model_spec_free(&want);
 }
 
 Test(model_desc, cnn_file_shapes)
@@ -127,10 +130,15 @@ Test(model_desc, cnn_file_shapes)
     cr_assert_neq(ps_model_spec_fingerprint(&t), ps_model_spec_fingerprint(&mlp));
     load_resolve("cnn.model", &mnist, 10, 2, &d2, &t2);
     cr_assert_neq(ps_model_spec_fingerprint(&t), ps_model_spec_fingerprint(&t2));
+    ps_model_spec_free(&t2);
     load_resolve("cnn.model", &mnist, 11, 1, &d2, &t2);
     cr_assert_neq(ps_model_spec_fingerprint(&t), ps_model_spec_fingerprint(&t2));
+    ps_model_spec_free(&t2);
     load_resolve("cnn.model", &mnist, 10, 1, &d2, &t2);
     cr_assert_eq(ps_model_spec_fingerprint(&t), ps_model_spec_fingerprint(&t2));
+    ps_model_spec_free(&t2);
+    ps_model_spec_free(&mlp);
+    ps_model_spec_free(&t);
 }
 
 Test(model_desc, defaults_comments_and_format_round_trip)
@@ -297,6 +305,7 @@ Test(model_desc, resolve_refuses_bad_data_and_too_many_weighted_layers)
     cr_assert_eq(ps_model_desc_resolve(&d, &empty, 10, 1, &t, err, sizeof(err)), -PS_EFORMAT);
     cr_assert_eq(ps_model_desc_resolve(&d, &mnist, 256, 1, &t, err, sizeof(err)), 0, "%s", err);
     cr_assert_eq(t.tensors[0].shape[0], 256);
+    ps_model_spec_free(&t);
 
     for (int i = 0; i < PS_MAX_LAYERS; i++)
         strcat(text, "dense out=4\n");

@@ -114,7 +114,8 @@ Test(model_spec, init_mlp_bad)
     cr_assert_eq(ps_model_spec_init_mlp(&spec, sizes, 0, 0), -EINVAL);
     cr_assert_eq(ps_model_spec_init_mlp(&spec, sizes, PS_MAX_LAYERS + 2, 0), -EINVAL);
     cr_assert_eq(ps_model_spec_init_mlp(&spec, sizes, PS_MAX_LAYERS + 1, 0), 0);
-    cr_assert_eq(spec.n_tensors, PS_MAX_TENSORS);
+    cr_assert_eq(spec.n_tensors, PS_MAX_MODEL_TENSORS);
+    ps_model_spec_free(&spec);
     sizes[1] = 0;
     cr_assert_eq(ps_model_spec_init_mlp(&spec, sizes, 3, 0), -EINVAL);
     sizes[1] = -5;
@@ -251,13 +252,52 @@ Test(model_spec, add_tensor_shapes_and_limits)
     cr_assert_eq(ps_model_spec_add_tensor(&spec, "", 1, conv, PS_INIT_ZERO, 1, 1), -EINVAL);
     cr_assert_eq(ps_model_spec_add_tensor(&spec, "x", 5, conv, PS_INIT_ZERO, 1, 1), -EINVAL);
     cr_assert_eq(ps_model_spec_add_tensor(&spec, "x", 1, conv, PS_INIT_ZERO, 0, 1), -EINVAL);
-    cr_assert_eq(ps_model_spec_add_tensor(&spec, "a-name-of-thirty-two-characters!", 1, conv,
-                                          PS_INIT_ZERO, 1, 1),
-                 -EINVAL);
-    cr_assert_eq(spec.n_tensors, 1, "a refused tensor is not added");
+    {
+        char name[PS_MAX_NAME_BYTES + 2];
+        memset(name, 'n', sizeof(name) - 1);
+        name[sizeof(name) - 1] = '\0';
+        cr_assert_eq(ps_model_spec_add_tensor(&spec, name, 1, conv, PS_INIT_ZERO, 1, 1), -EINVAL,
+                     "256 bytes");
+        name[PS_MAX_NAME_BYTES] = '\0';
+        cr_assert_eq(ps_model_spec_add_tensor(&spec, name, 1, conv, PS_INIT_ZERO, 1, 1), 0,
+                     "255 bytes");
+        cr_assert_eq(ps_model_spec_add_tensor(&spec, "a b", 1, conv, PS_INIT_ZERO, 1, 1), -EINVAL);
+    }
+    cr_assert_eq(spec.n_tensors, 2, "a refused tensor is not added");
     while (spec.n_tensors < PS_MAX_TENSORS)
         cr_assert_eq(ps_model_spec_add_tensor(&spec, "b", 1, conv, PS_INIT_ZERO, 1, 1), 0);
     cr_assert_eq(ps_model_spec_add_tensor(&spec, "b", 1, conv, PS_INIT_ZERO, 1, 1), -E2BIG);
+    cr_assert_eq(ps_model_spec_duplicate(&spec), 3, "the second b");
+    ps_model_spec_free(&spec);
+}
+
+/* The digest covers what a tensor is (kind, dtype), not only its shape: a
+ * buffer and a parameter of the same shape are different tables. */
+Test(model_spec, digest_covers_kind_and_dtype)
+{
+    int shape[1] = {4};
+    ps_tensor_decl d = {"bn.running_mean", 1,           shape, PS_INIT_ZERO, 1, 1,
+                        PS_KIND_PARAMETER, PS_DTYPE_F32};
+    ps_model_spec a = {0}, b = {0}, c = {0};
+    uint8_t da[PS_TABLE_DIGEST_BYTES], db[PS_TABLE_DIGEST_BYTES], dc[PS_TABLE_DIGEST_BYTES];
+
+    cr_assert_eq(ps_model_spec_add(&a, &d), 0);
+    d.kind = PS_KIND_BUFFER;
+    cr_assert_eq(ps_model_spec_add(&b, &d), 0);
+    d.dtype = PS_DTYPE_I64;
+    cr_assert_eq(ps_model_spec_add(&c, &d), 0);
+    cr_assert_eq(c.total_words, 8, "int64 values are two words each");
+    ps_model_spec_digest(&a, da);
+    ps_model_spec_digest(&b, db);
+    ps_model_spec_digest(&c, dc);
+    cr_assert_neq(memcmp(da, db, sizeof(da)), 0);
+    cr_assert_neq(memcmp(db, dc, sizeof(db)), 0);
+    /* A parameter is float32: the optimizer updates floats. */
+    d.kind = PS_KIND_PARAMETER;
+    cr_assert_eq(ps_model_spec_add(&a, &d), -EINVAL);
+    ps_model_spec_free(&a);
+    ps_model_spec_free(&b);
+    ps_model_spec_free(&c);
 }
 
 Test(model_spec, mlp_tensors_have_shapes)

@@ -233,6 +233,7 @@ Test(shardps, pushes_and_pulls_carry_the_exact_bytes)
     cr_assert_eq(shardps_close(h), 0);
     wait_done();
     server_down();
+    ps_model_spec_free(&spec);
 }
 
 /* shardps_pull_into (1.3) is told each buffer's size: a short or long one is
@@ -320,9 +321,12 @@ Test(shardps, declared_tensors_match_the_servers_table)
     expect_err(h, shardps_declare(h, "x", 1, (int64_t[]){0}, 0, 1, 1), -EINVAL, "dimension 0");
     expect_err(h, shardps_declare(h, "x", 1, (int64_t[]){3}, 7, 1, 1), -EINVAL, "kind 7");
     expect_err(h, shardps_declare(h, "x", 1, (int64_t[]){3}, 0, 0, 1), -EINVAL, "fan");
-    expect_err(h,
-               shardps_declare(h, "a-name-longer-than-31-bytes-in-all", 1, (int64_t[]){3}, 0, 1, 1),
-               -EINVAL, "name");
+    {
+        char long_name[PS_MAX_NAME_BYTES + 2];
+        memset(long_name, 'n', PS_MAX_NAME_BYTES + 1);
+        long_name[PS_MAX_NAME_BYTES + 1] = '\0';
+        expect_err(h, shardps_declare(h, long_name, 1, (int64_t[]){3}, 0, 1, 1), -EINVAL, "name");
+    }
     expect_err(h, shardps_declare(h, "x", 2, (int64_t[]){65536, 65536}, 0, 1, 1), -E2BIG, "2^31");
     cr_assert_eq(shardps_tensor_count(h), 0);
     /* The fixture's 5-16-3 MLP, one tensor at a time: the same fingerprint. */
@@ -588,7 +592,7 @@ static int fake_welcome(int lfd, const ps_model_spec *table, ps_frame_decoder *d
     struct timeval tv = {.tv_sec = 5};
     Shardps__Header h = SHARDPS__HEADER__INIT;
     Shardps__Welcome w = SHARDPS__WELCOME__INIT;
-    ps_tensor_table_wire wire;
+    uint8_t digest[PS_TABLE_DIGEST_BYTES];
     ps_frame f;
     int fd = accept(lfd, NULL, NULL);
 
@@ -596,14 +600,23 @@ static int fake_welcome(int lfd, const ps_model_spec *table, ps_frame_decoder *d
     cr_assert_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
     raw_read_frame(fd, dec, &f, "the joiner's HELLO");
     cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__HELLO);
-    cr_assert_null(f.hdr->hello->table, "a joiner declares no tensors");
-    h.type = SHARDPS__MSG_TYPE__WELCOME;
+    cr_assert_eq(f.hdr->hello->table_digest.len, 0, "a joiner declares no tensors");
     h.request_id = f.hdr->request_id;
-    w.mode = "sync";
     if (table) {
-        ps_tensor_table_to_wire(table, &wire);
-        w.table = &wire.msg;
+        Shardps__Header t = SHARDPS__HEADER__INIT;
+        uint8_t *packed;
+        size_t len;
+        cr_assert_eq(ps_tensor_table_pack(table, &packed, &len), 0);
+        t.type = SHARDPS__MSG_TYPE__TABLE;
+        t.request_id = h.request_id;
+        raw_send_payload(fd, &t, packed, len);
+        free(packed);
+        ps_model_spec_digest(table, digest);
+        w.table_digest.len = sizeof(digest);
+        w.table_digest.data = digest;
     }
+    h.type = SHARDPS__MSG_TYPE__WELCOME;
+    w.mode = "sync";
     h.welcome = &w;
     raw_send_frame(fd, &h);
     return fd;
@@ -647,14 +660,19 @@ Test(shardps, a_joiner_refuses_servers_that_hold_different_tables)
     join_two(&a, &b, SHARDPS_EMISMATCH,
              "the servers hold different tensor tables: tensor fc1.weight: 1");
     /* The same tensors from another seed are other weights. */
+    ps_model_spec_free(&b);
     cr_assert_eq(ps_model_spec_init_mlp(&b, sizes, 3, 99), 0);
     join_two(&a, &b, SHARDPS_EMISMATCH, "seed");
     /* More than the servers' replies (2 of max-payload 1024 bytes) can carry. */
+    ps_model_spec_free(&b);
     cr_assert_eq(ps_model_spec_init_mlp(&b, (int[]){5, 300, 3}, 3, 1234), 0);
     join_two(&b, &b, SHARDPS_EPROTO, "more than 2 servers answer in frames of at most 1024 bytes");
     /* A WELCOME that does not say the tensors leaves nothing to join. */
     join_two(&a, NULL, SHARDPS_EPROTO, "server 1");
+    ps_model_spec_free(&b);
     cr_assert_eq(ps_model_spec_init_mlp(&b, sizes, 3, 1234), 0);
     /* Equal tables: joined. */
     join_two(&a, &b, 0, "");
+    ps_model_spec_free(&a);
+    ps_model_spec_free(&b);
 }

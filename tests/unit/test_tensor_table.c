@@ -28,11 +28,12 @@ static int round_trip(const ps_model_spec *spec, size_t max_bytes, ps_model_spec
     uint8_t *buf;
     int rc;
 
-    ps_tensor_table_to_wire(spec, &w);
+    cr_assert_eq(ps_tensor_table_to_wire(spec, &w), 0);
     len = shardps__tensor_table__get_packed_size(&w.msg);
     buf = malloc(len);
     cr_assert_not_null(buf);
     shardps__tensor_table__pack(&w.msg, buf);
+    ps_tensor_table_wire_free(&w);
     t = shardps__tensor_table__unpack(NULL, len, buf);
     cr_assert_not_null(t);
     rc = ps_tensor_table_from_wire(t, max_bytes, out, why, 256);
@@ -78,20 +79,27 @@ static int refused(void (*edit)(ps_tensor_table_wire *w), char *why)
 {
     ps_model_spec a, b;
     ps_tensor_table_wire w;
+    int rc;
 
     mlp(&a, 16, 1);
-    ps_tensor_table_to_wire(&a, &w);
+    cr_assert_eq(ps_tensor_table_to_wire(&a, &w), 0);
     edit(&w);
-    return ps_tensor_table_from_wire(&w.msg, 0, &b, why, 256);
+    rc = ps_tensor_table_from_wire(&w.msg, 0, &b, why, 256);
+    ps_tensor_table_wire_free(&w);
+    ps_model_spec_free(&a);
+    ps_model_spec_free(&b);
+    return rc;
 }
 
 static void bad_name(ps_tensor_table_wire *w)
 {
     w->decls[1].name = "fc1 bias";
 }
+static char name_256[257];
 static void long_name(ps_tensor_table_wire *w)
 {
-    w->decls[1].name = "a_name_of_thirty_two_characters_";
+    memset(name_256, 'a', 256);
+    w->decls[1].name = name_256;
 }
 static void twice(ps_tensor_table_wire *w)
 {
@@ -109,12 +117,12 @@ static void five_dims(ps_tensor_table_wire *w)
 }
 static void zero_dim(ps_tensor_table_wire *w)
 {
-    w->dims[0][1] = 0;
+    w->dims[1] = 0;
 }
 static void huge_tensor(ps_tensor_table_wire *w)
 {
-    w->dims[0][0] = 1u << 20;
-    w->dims[0][1] = 1u << 20;
+    w->dims[0] = 1u << 20;
+    w->dims[1] = 1u << 20;
 }
 static void bad_init(ps_tensor_table_wire *w)
 {
@@ -132,14 +140,24 @@ static void too_many(ps_tensor_table_wire *w)
 {
     w->msg.n_tensors = PS_MAX_TENSORS + 1;
 }
+static void int64_parameter(ps_tensor_table_wire *w)
+{
+    w->decls[0].dtype = SHARDPS__TENSOR_DTYPE__TENSOR_I64;
+}
+static void bad_kind(ps_tensor_table_wire *w)
+{
+    w->decls[0].kind = (Shardps__TensorKind)3;
+}
 
 Test(tensor_table, every_rule_is_refused_by_name)
 {
     char why[256];
 
     cr_assert_eq(refused(bad_name, why), -PS_EPROTO);
-    cr_assert(strstr(why, "tensor 1: a name is 1-31 characters"), "%s", why);
+    cr_assert(strstr(why, "tensor 1 (\"fc1?bias\", 8 bytes): a name is 1-255 bytes"), "%s", why);
     cr_assert_eq(refused(long_name, why), -PS_EPROTO);
+    cr_assert(strstr(why, "tensor 1 (\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...\", 256 bytes)"),
+              "%s", why);
     cr_assert_eq(refused(twice, why), -PS_EPROTO);
     cr_assert_str_eq(why, "tensor fc1.weight is declared twice");
     cr_assert_eq(refused(no_dims, why), -PS_EPROTO);
@@ -153,6 +171,11 @@ Test(tensor_table, every_rule_is_refused_by_name)
     cr_assert_eq(refused(zero_fan, why), -PS_EPROTO);
     cr_assert_eq(refused(empty, why), -PS_EPROTO);
     cr_assert_eq(refused(too_many, why), -E2BIG);
+    cr_assert_str_eq(why, "4097 tensors; at most 4096");
+    cr_assert_eq(refused(int64_parameter, why), -PS_EPROTO);
+    cr_assert(strstr(why, "a int64 parameter cannot be initialised as he_uniform"), "%s", why);
+    cr_assert_eq(refused(bad_kind, why), -PS_EPROTO);
+    cr_assert(strstr(why, "unknown kind 3"), "%s", why);
     cr_assert_eq(ps_tensor_table_from_wire(NULL, 0, &(ps_model_spec){0}, why, sizeof(why)),
                  -PS_EPROTO);
 }
