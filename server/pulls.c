@@ -104,8 +104,7 @@ void ps__release_pulls(ps_kv_server *s)
     while (*pp) {
         ps__pull *q = *pp;
         /* A table still waiting for rank 0's initial values (values.c) is
-         * seen by nobody, an evaluator included, so no rank starts from a
-         * partly written one. */
+         * seen by nobody, so no rank starts from a partly written one. */
         if (!ps_table_life_filled(&s->life) ||
             (q->snapshot ? !s->started : !ps_consistency_pull_ready(&v, q->clock, q->peer->fed))) {
             pp = &q->next;
