@@ -1,6 +1,7 @@
-/* The libshardps handle's state, shared by the library's own files
- * (shardps.c, the public entries; shardps_values.c, the declared values and
- * buffers): internal to lib/, never installed. */
+/* The inside of a libshardps handle (include/shardps.h), shared by the files
+ * that implement its entries: lib/shardps.c (the lifecycle, pushes and
+ * pulls) and lib/shardps_values.c (declared values and buffers). Not
+ * installed; nothing outside lib/ includes it. */
 #ifndef PS_SHARDPS_HANDLE_H
 #define PS_SHARDPS_HANDLE_H
 
@@ -14,6 +15,9 @@
 #include "model_spec.h"
 #include "push_copies.h"
 #include "shardps.h"
+
+#define PS__MAX_SERVERS 4096
+#define PS__ADDR_MAX    256
 
 /* Room for the rows of the job options the library takes. */
 #define PS__MAX_OPTIONS 16
@@ -31,7 +35,7 @@ struct shardps {
     char *job_settings; /* owned; cfg.job_settings points here */
     int declared;       /* tensors declared, or adopted by joining */
     /* Per tensor: the caller's initial values of one declared with them
-     * (ps_shardps_declare_values), NULL for the others; borrowed until
+     * (shardps_declare_values), NULL for the others; borrowed until
      * shardps_connect returns. Owned array, n_values long; cfg.values. */
     const void **values;
     int n_values;
@@ -46,15 +50,14 @@ struct shardps {
     char error[512];
 };
 
-/* Writes the sentence of a failure onto h (or, with no handle, where
- * shardps_last_error(NULL) reads it) and returns code. */
-__attribute__((format(printf, 3, 4))) int ps__err(shardps *h, int code, const char *fmt, ...);
-/* A failure of the client: its own sentence when it has one. */
-int ps__kv_err(shardps *h, int rc, const char *doing);
-/* The calls that move data need a live client: 0, or -EINVAL said. */
-int ps__ready(shardps *h, const char *fn);
-/* shardps_values.c: before connecting, one values entry per tensor (NULL
- * for those declared without), handed to the client. 0 or -ENOMEM said. */
-int ps__values_connect(shardps *h);
+/* Keeps the sentence of a failure on h (NULL: shardps_new's, per thread)
+ * and returns code. */
+__attribute__((format(printf, 3, 4))) int ps_shardps_err(shardps *h, int code, const char *fmt,
+                                                         ...);
+/* A failure rc of the client while doing (a function's name): the client's
+ * own sentence when it has one. Returns rc. */
+int ps_shardps_kv_err(shardps *h, int rc, const char *doing);
+/* 0 when h is connected, else -EINVAL with fn's sentence. */
+int ps_shardps_ready(shardps *h, const char *fn);
 
 #endif

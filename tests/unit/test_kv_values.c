@@ -23,7 +23,7 @@
 #include "kv_client.h"
 #include "kv_fixture.h"
 #include "partition.h"
-#include "shardps_internal.h"
+#include "shardps.h"
 #include "ps_error.h"
 #include "tensor_table.h"
 
@@ -199,7 +199,7 @@ Test(kv_values, writes_by_anyone_else_or_for_seeded_tensors_are_refused, .timeou
     ps_model_spec_free(&table);
 }
 
-/* ---- through libshardps (lib/shardps_internal.h) ------------------------ */
+/* ---- through libshardps (shardps_declare_values) ----------------------- */
 
 typedef struct {
     shardps *h;
@@ -232,12 +232,16 @@ static shardps *lib_rank(int rank, const float *mine_emb, const float *mine_fcw)
     cr_assert_eq(shardps_set_option(h, "chunk-bytes", "64"), 0);
     cr_assert_eq(shardps_set_option(h, "seed", "77"), 0);
     cr_assert_eq(shardps_set_option(h, "log-level", "none"), 0);
-    cr_assert_eq(
-        ps_shardps_declare_values(h, "encoder.embedding.weight", 1, (int64_t[]){40}, 0, mine_emb),
-        0, "%s", shardps_last_error(h));
+    cr_assert_eq(shardps_declare_values(h, "encoder.embedding.weight", 1, (int64_t[]){40},
+                                        SHARDPS_KIND_PARAMETER, SHARDPS_DTYPE_FLOAT32, mine_emb,
+                                        40 * 4),
+                 0, "%s", shardps_last_error(h));
     cr_assert_eq(
         shardps_declare(h, "fc.bias", 1, (int64_t[]){7}, SHARDPS_INIT_XAVIER_UNIFORM, 40, 7), 0);
-    cr_assert_eq(ps_shardps_declare_values(h, "fc.weight", 2, (int64_t[]){7, 40}, 0, mine_fcw), 0);
+    cr_assert_eq(shardps_declare_values(h, "fc.weight", 2, (int64_t[]){7, 40},
+                                        SHARDPS_KIND_PARAMETER, SHARDPS_DTYPE_FLOAT32, mine_fcw,
+                                        7 * 40 * 4),
+                 0);
     return h;
 }
 
