@@ -15,8 +15,12 @@
 
 #include "shardps.pb-c.h"
 
-/* 3: WAITING (a server says why a pull is held). */
-#define PS_PROTOCOL_VERSION    3
+/* 3: WAITING (a server says why a pull is held). 4: the tensor table in a
+ * TABLE frame of its own, the HELLO and WELCOME carrying its digest; WRITE
+ * (rank 0's initial values and buffers). An older peer would send its table
+ * where a digest is expected and be taken for a joiner: refused by version
+ * instead. */
+#define PS_PROTOCOL_VERSION    4
 #define PS_MAX_HEADER_BYTES    (64u * 1024u)
 #define PS_DEFAULT_MAX_PAYLOAD ((size_t)1 << 30)
 #define PS_FRAME_PREFIX_BYTES  4

@@ -2,6 +2,7 @@
  * messages can never drift apart from the enum. */
 #include "ps_error.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,6 +33,12 @@ const char *ps_err_name(int err)
     default:
         return strerrorname_np(e) ? strerrorname_np(e) : "EUNKNOWN";
     }
+}
+
+int ps_error_is_connection_loss(int err)
+{
+    return err < 0 && err != -PS_EREJECTED && err != -PS_EPROTO && err != -PS_EMISMATCH &&
+           err != -ENOMEM && err != -EINVAL;
 }
 
 int ps_err_printf(char *buf, size_t len, int code, const char *fmt, ...)

@@ -33,6 +33,13 @@ const char *ps_strerror(int err);
 /* Returns the symbolic name ("PS_EPROTO", "ENOMEM"), static; never NULL. */
 const char *ps_err_name(int err);
 
+/* Whether a client that met err (negative) has lost its connection, so that
+ * connecting again may find the peer back: closed, reset, a broken pipe,
+ * timed out. Not a peer that refused us, broke the protocol or holds another
+ * model, and not our own fault (-ENOMEM, -EINVAL): a new connection would
+ * meet those again. Pure. */
+int ps_error_is_connection_loss(int err);
+
 /* For functions that explain a refusal in a caller's buffer: formats the
  * message into buf[len] (always NUL-terminated when len > 0) and returns
  * code, so "return ps_err_printf(err, errlen, -EINVAL, ...)" is one line. */

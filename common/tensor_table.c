@@ -223,6 +223,19 @@ int ps_tensor_table_from_wire(const Shardps__TensorTable *t, size_t max_bytes, p
             goto fail;
         }
     }
+    {
+        int params = 0;
+        for (int i = 0; i < spec->n_tensors; i++)
+            params += spec->tensors[i].kind == PS_KIND_PARAMETER;
+        if (params == 0) {
+            snprintf(why, why_len,
+                     "none of the %d tensors is a parameter (only buffers and frozen tensors): "
+                     "a job trains at least one",
+                     spec->n_tensors);
+            rc = -PS_EPROTO;
+            goto fail;
+        }
+    }
     dup = ps_model_spec_duplicate(spec);
     if (dup == -ENOMEM) {
         snprintf(why, why_len, "out of memory");

@@ -18,7 +18,9 @@ shardps.torch.attach; the servers run Adam and the consistency mode.
 --model cnn (the default) is models/cnn.model's network: two 3x3 convolutions
 with 2x2 max pooling, dense 128, dropout, dense 10; --model mlp is the C
 worker's default MLP 784-256-128-10. The servers adopt the tensor table the
-first worker declares (shardps.torch.attach: one tensor per parameter).
+first worker declares (shardps.torch.attach: one tensor per parameter) and
+draw its initial values (init="server": the distributions the DDP baseline
+draws from too; attach's default would start from rank 0's model).
 """
 import argparse
 import gzip
@@ -129,7 +131,7 @@ def train(a):
     torch.set_num_threads(1)
     x, y = load("train")
     model = CNN() if a.model == "cnn" else MLP()
-    ps = shardps.torch.attach(model, a.servers, a.rank, a.workers,
+    ps = shardps.torch.attach(model, a.servers, a.rank, a.workers, init="server",
                               total_steps=a.steps)                    # the one line
     clock = Clock(a, a.rank, settle=ps.sync)  # measuring only, as the DDP baseline does
     for step, idx in enumerate(batches(len(x), a, a.rank), 1):

@@ -54,6 +54,19 @@ extern "C" {
 #define SHARDPS_INIT_HE_UNIFORM     1 /* U(-b, b), b = sqrt(6 / fan_in) */
 #define SHARDPS_INIT_XAVIER_UNIFORM 2 /* U(-b, b), b = sqrt(6 / (fan_in + fan_out)) */
 
+/* What a tensor is (1.3): a parameter the servers' optimizer updates from
+ * the pushed gradients; a buffer only rank 0 writes, every step
+ * (shardps_write_buffers: a batch norm's running statistics); a frozen
+ * tensor nobody changes (requires_grad=False). Buffers and frozen tensors
+ * are never pushed, and take no part in a step's barrier. */
+#define SHARDPS_KIND_PARAMETER 0
+#define SHARDPS_KIND_BUFFER    1
+#define SHARDPS_KIND_FROZEN    2
+/* The element type of a tensor's values (1.3): parameters are float32;
+ * buffers and frozen tensors may be int64 (a counter), carried exactly. */
+#define SHARDPS_DTYPE_FLOAT32 0
+#define SHARDPS_DTYPE_INT64   1
+
 typedef struct shardps shardps;
 
 typedef struct {
@@ -70,8 +83,10 @@ typedef struct {
 /* The library's version, "1.4.0" (1.1 added joining and shardps_tensor_shape;
  * 1.2 shardps_set_stop_flag, and shardps_new_from_env and shardps_report for
  * programs a launcher starts; 1.3 shardps_pull_into and shardps_push_copy,
- * for callers such as a binding whose buffers are not theirs to keep; 1.4
- * the embedding tables, at the end of this header). */
+ * for callers such as a binding whose buffers are not theirs to keep, and
+ * a model's own values, buffers and frozen tensors: shardps_declare_values,
+ * shardps_write_buffers, shardps_tensor_kind); 1.4 the embedding tables, at
+ * the end of this header). */
 const char *shardps_version(void);
 
 /* A static description of code ("timed out"); never NULL. */
@@ -136,6 +151,21 @@ int shardps_set_stop_flag(shardps *h, const volatile sig_atomic_t *flag);
 int shardps_declare(shardps *h, const char *name, int ndim, const int64_t *shape, int init,
                     int fan_in, int fan_out);
 
+/* Declares the next tensor with the caller's own initial values (1.3): the
+ * servers draw nothing for it. name and shape as shardps_declare (names up
+ * to 255 bytes); kind SHARDPS_KIND_*, dtype SHARDPS_DTYPE_* (int64 only for
+ * a buffer or a frozen tensor); values its elements in row-major order,
+ * nbytes long (numel times 4 or 8, else -EINVAL naming the tensor),
+ * borrowed until shardps_connect returns. Only rank 0's values are sent (to
+ * servers that ask for them: one restored from a checkpoint does not), and
+ * every rank's first pull holds them bit for bit, whichever rank connects
+ * first (the others wait for them within the connect timeout). Every rank
+ * must declare the same table; the other ranks' values are never read, but
+ * must be given. Returns 0, -EINVAL, -E2BIG (table full) or -EBUSY
+ * (connected). */
+int shardps_declare_values(shardps *h, const char *name, int ndim, const int64_t *shape, int kind,
+                           int dtype, const void *values, size_t nbytes);
+
 /* Declares the table of an MLP: layer sizes (input, hidden..., classes),
  * tensors fc1.weight [sizes[1], sizes[0]], fc1.bias, fc2.weight, ... He
  * initialisation, Xavier for the last layer, zero biases, replacing what
@@ -164,6 +194,10 @@ int shardps_tensor_info(const shardps *h, int i, char *name, size_t name_len, si
  * shape and returns its ndim (1..4), or -EINVAL. */
 int shardps_tensor_shape(const shardps *h, int i, int64_t *shape, int max_ndim);
 
+/* Writes tensor i's kind (SHARDPS_KIND_*) and dtype (SHARDPS_DTYPE_*);
+ * either pointer may be NULL. Returns 0 or -EINVAL. (1.3) */
+int shardps_tensor_kind(const shardps *h, int i, int *kind, int *dtype);
+
 /* The clock the job welcomed us at, and the (oldest) clock of the weights of
  * the last pull. */
 int shardps_start_clock(const shardps *h, uint64_t *clock);
@@ -189,14 +223,25 @@ int shardps_pull(shardps *h, uint64_t clock, float *const *dest, int n_dest);
  * copies may still be sent from: -EBUSY until shardps_reconnect. (1.3) */
 int shardps_push_copy(shardps *h, int tensor, const float *grad, size_t numel);
 /* shardps_pull, told the size of each destination: counts[i] is the number
- * of floats dest[i] holds and must be tensor i's numel (shardps_tensor_info),
+ * of elements dest[i] holds and must be tensor i's numel (shardps_tensor_info),
  * else nothing is started or written and -EINVAL's sentence names the
  * tensor ("shardps_pull_into: the destination of fc1.bias holds 2 floats;
- * it needs 16"). counts is read during the call; dest and the buffers it
- * points to are borrowed until wait, as shardps_pull's. Returns 0, -EINVAL,
- * -EBUSY (a pull in flight) or a connection error. (1.3) */
+ * it needs 16"). An int64 tensor's destination (shardps_tensor_kind) is
+ * an int64_t array of numel elements, cast to float *. counts is read during the call; dest and the
+ * buffers it points to are borrowed until wait, as shardps_pull's. Returns 0, -EINVAL, -EBUSY (a
+ * pull in flight) or a connection error. (1.3) */
 int shardps_pull_into(shardps *h, uint64_t clock, float *const *dest, const size_t *counts,
                       int n_dest);
+/* Rank 0, connected: writes the buffers whose values[t] is not NULL (one
+ * entry per tensor of the table, n_values of them; nbytes[t] the bytes of
+ * values[t]: the buffer's numel times 4 for float32, 8 for int64, else
+ * -EINVAL naming it; a non-buffer entry must be NULL). Called before a
+ * step's pushes, every rank's pull of the next step holds them, exactly
+ * (DDP's broadcast of rank 0's buffers). The values are copied into the
+ * outgoing frames during the call. Returns 0, -EINVAL (a wrong entry, a
+ * rank other than 0, not connected) or a connection error. (1.3) */
+int shardps_write_buffers(shardps *h, const void *const *values, const size_t *nbytes,
+                          int n_values);
 /* Moves what can move without blocking, and sends the heartbeats the
  * servers asked for (a worker silent for their --heartbeat-timeout leaves
  * the job): a loop that computes or tests for longer than that calls it now

@@ -46,6 +46,9 @@ int ps__layout(ps_kv_client *c)
 {
     int rc = ps_partition_init(&c->part, &c->cfg.spec, c->n_servers, c->cfg.chunk_bytes);
 
+    for (int t = 0; t < c->cfg.spec.n_tensors; t++)
+        c->has_int64 |= c->cfg.spec.tensors[t].dtype == PS_DTYPE_I64;
+
     for (int s = 0; rc == 0 && s < c->n_servers; s++) {
         ps__server *sv = &c->servers[s];
         int n = ps_partition_server_chunk_count(c->part, s), k = 0;

@@ -36,6 +36,11 @@ typedef struct {
     /* The tensors this worker declares to every server; none (n_tensors 0):
      * join the job's, which the servers' WELCOMEs carry (ps_kv_client_spec). */
     ps_model_spec spec;
+    /* Per tensor of spec: the initial values of its INIT_VALUES tensors (its
+     * words: numel floats, or numel int64s), NULL for the others; borrowed
+     * during ps_kv_client_connect only. Rank 0 WRITEs them to the servers
+     * that ask (a restored server does not). NULL: none declared. */
+    const void *const *values;
     int rank, world;
     const char *const *servers; /* "host:port", in server-index order; borrowed during init */
     int n_servers;
@@ -165,6 +170,12 @@ int ps_kv_client_snapshot_clocks(const ps_kv_client *c, uint64_t *lo, uint64_t *
 /* The tensors: the config's, or once a joiner is connected, the job's.
  * Owned by the client. */
 const ps_model_spec *ps_kv_client_spec(const ps_kv_client *c);
+/* Rank 0 only: writes the buffers whose values[t] is not NULL (tensor t's
+ * words: numel floats, or numel int64s carried as their bytes; borrowed for
+ * the call) to the servers, which keep them as they are (no optimizer).
+ * Queued before the step's push and pull, every rank's next pull sees
+ * them. Returns 0, -EINVAL (not rank 0, or joined), or a negative code. */
+int ps_kv_client_write_buffers(ps_kv_client *c, const void *const *values);
 
 void ps_kv_client_stats_get(const ps_kv_client *c, ps_kv_client_stats *out);
 

@@ -115,6 +115,7 @@ struct ps_kv_client {
     uint8_t *table_packed;
     size_t table_len;
     uint8_t digest[PS_TABLE_DIGEST_BYTES];
+    int has_int64; /* the table holds int64 tensors (pull replies rescanned) */
     ps_kv_client_stats stats;
     uint64_t stop_seen_ms; /* loop time a wait first saw the stop flag set; 0: not yet */
     char last_error[512];  /* the sentence behind error */
@@ -155,6 +156,11 @@ void ps__send_hello(ps__server *sv);
 void ps__handle_challenge(ps__server *sv, const ps_frame *f);
 /* WELCOME: sv is admitted; a joiner learns the job's table from it. */
 void ps__handle_welcome(ps__server *sv, const ps_frame *f);
+/* kv_transfer.c: one WRITE to sv: initial, rank 0's initial values (every
+ * chunk of an INIT_VALUES tensor); else the chunks of the buffers values
+ * gives (NULL entries skipped). values[t]: tensor t's words, borrowed for
+ * the call. Returns 0 or a negative code (the client failed). */
+int ps__send_write(ps__server *sv, int initial, const void *const *values);
 /* Joining: the job's table, sent just before the WELCOME. */
 void ps__handle_told_table(ps__server *sv, const ps_frame *f);
 /* REJECT or ERROR: a retry where the refusal is for now, else a failure. */

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <uv.h>
 
@@ -59,7 +60,7 @@ void ps__send_hello(ps__server *sv)
     hello.world = c->cfg.evaluator ? 0 : (uint32_t)c->cfg.world;
     /* The tensors, declared to every server by digest, then in a TABLE
      * frame: the first a server gets makes them the job's, and it refuses
-     * any other. A joiner (an evaluator too) declares none. */
+     * any other. A joiner (and an evaluator) declares none. */
     if (!c->joining) {
         hello.table_digest.len = PS_TABLE_DIGEST_BYTES;
         hello.table_digest.data = c->digest;
@@ -311,6 +312,12 @@ int ps_kv_client_connect(ps_kv_client *c, uint64_t *start_clock)
     rc = ps__run_until_done(c);
     if (rc < 0)
         return rc;
+    for (int s = 0; s < c->n_servers; s++)
+        if (c->servers[s].welcome.values_wanted &&
+            (rc = ps__send_write(&c->servers[s], 1, c->cfg.values)) < 0)
+            return rc;
+    /* Borrowed for this call only. */
+    c->cfg.values = NULL;
     if (c->joining && c->part == NULL) {
         rc = ps__layout(c);
         if (rc < 0) {

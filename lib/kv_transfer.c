@@ -4,11 +4,15 @@
  * and the replies that complete them, checked by server_reply.h before they
  * count. */
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "half.h"
 #include "kv_client_internal.h"
 #include "ps_error.h"
+#include "ps_log.h"
 
 /* Pushed chunks smaller than this wait to share a write (see
  * ps__push_chunk): below it a system call costs more than the bytes. */
@@ -50,14 +54,36 @@ int ps__place_reply(ps_conn *conn, const Shardps__Header *h, const ps_frame_piec
     return sv->n_keys;
 }
 
+/* The decoder scanned the whole reply as float32: int64 tensors' words may
+ * look like NaNs. Whether a float32 chunk of the landed reply really is not
+ * finite. */
+static int ps__floats_nonfinite(const ps__server *sv)
+{
+    const ps_model_spec *spec = &sv->cl->cfg.spec;
+
+    for (int i = 0; i < sv->n_keys; i++) {
+        const ps_chunk *ch = sv->chunks[i];
+        const float *v = sv->pull_dest[ch->tensor_id] + ch->offset;
+        if (spec->tensors[ch->tensor_id].dtype != PS_DTYPE_F32)
+            continue;
+        for (size_t k = 0; k < ch->numel; k++)
+            if (!isfinite(v[k]))
+                return 1;
+    }
+    return 0;
+}
+
 /* Checks a pull reply against what was asked; it is already in place unless
  * it did not match. Weights that are not finite are refused after the fact:
  * the worker then fails and never computes on them. */
 void ps__handle_pull_reply(ps__server *sv, const ps_frame *f)
 {
+    ps_frame g = *f;
     char why[256];
 
-    if (ps_reply_check_pull(f, sv->pull_dest ? &sv->pull : NULL, f->payload == NULL, why,
+    if (g.nonfinite && g.payload == NULL && sv->pull_dest && sv->cl->has_int64)
+        g.nonfinite = ps__floats_nonfinite(sv);
+    if (ps_reply_check_pull(&g, sv->pull_dest ? &sv->pull : NULL, f->payload == NULL, why,
                             sizeof(why)) < 0) {
         ps__distrust(sv, why);
         return;
@@ -190,6 +216,10 @@ int ps_kv_client_push_tensor(ps_kv_client *c, int tensor_id, const float *grad)
 
     if (tensor_id < 0 || tensor_id >= c->cfg.spec.n_tensors)
         return -EINVAL;
+    /* Buffers are written (ps_kv_client_write_buffers), frozen tensors
+     * never change: the servers would refuse the push. */
+    if (c->cfg.spec.tensors[tensor_id].kind != PS_KIND_PARAMETER)
+        return -EPERM;
     for (int s = 0; s < c->n_servers; s++) {
         ps__server *sv = &c->servers[s];
 
@@ -250,4 +280,95 @@ uint64_t ps_kv_client_weights_clock(const ps_kv_client *c)
         if (c->servers[s].n_keys > 0 && c->servers[s].pulled_clock < m)
             m = c->servers[s].pulled_clock;
     return m == UINT64_MAX ? 0 : m;
+}
+
+static void ps__free_sent(ps_conn *conn, int status, void *arg)
+{
+    (void)conn;
+    (void)status;
+    free(arg);
+}
+
+/* Whether chunk ch goes into the WRITE: initial, every chunk of an
+ * INIT_VALUES tensor; else every chunk of a buffer given values. */
+static int ps__writes(const ps_kv_client *c, const ps_chunk *ch, int initial,
+                      const void *const *values)
+{
+    const ps_tensor_spec *t = &c->cfg.spec.tensors[ch->tensor_id];
+
+    return initial ? t->init == PS_INIT_VALUES
+                   : t->kind == PS_KIND_BUFFER && values[ch->tensor_id] != NULL;
+}
+
+int ps__send_write(ps__server *sv, int initial, const void *const *values)
+{
+    ps_kv_client *c = sv->cl;
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    uint64_t *keys = malloc((size_t)(sv->n_keys ? sv->n_keys : 1) * sizeof(*keys));
+    size_t words = 0, n = 0;
+    uint8_t *payload = NULL;
+    ps_iov iov;
+    int rc = -ENOMEM;
+
+    if (keys == NULL)
+        goto fail;
+    for (int i = 0; i < sv->n_keys; i++)
+        if (ps__writes(c, sv->chunks[i], initial, values))
+            words += sv->chunks[i]->numel;
+    if ((payload = malloc(words ? words * sizeof(float) : 1)) == NULL)
+        goto fail;
+    for (int i = 0, at = 0; i < sv->n_keys; i++) {
+        const ps_chunk *ch = sv->chunks[i];
+        const uint8_t *v;
+        if (!ps__writes(c, ch, initial, values))
+            continue;
+        v = values ? values[ch->tensor_id] : NULL;
+        if (v == NULL) {
+            rc = -EINVAL;
+            ps__failf(c, rc,
+                      "server %d (%s) asks for the initial values of tensor %s, which this "
+                      "worker does not hold (they are sent once, by rank 0 when it declares)",
+                      sv->index, sv->addr_text, c->cfg.spec.tensors[ch->tensor_id].name);
+            goto out;
+        }
+        memcpy(payload + (size_t)at * sizeof(float), v + ch->offset * sizeof(float),
+               ch->numel * sizeof(float));
+        at += (int)ch->numel;
+        keys[n++] = ch->key;
+    }
+    if (n == 0) {
+        rc = 0;
+        goto out;
+    }
+    h.type = SHARDPS__MSG_TYPE__WRITE;
+    h.request_id = ++c->next_id;
+    h.n_keys = n;
+    h.keys = keys;
+    iov.base = payload;
+    iov.len = words * sizeof(float);
+    rc = ps_conn_send(sv->conn, &h, &iov, 1, ps__free_sent, payload);
+    if (rc == 0) {
+        free(keys);
+        ps_debug("wrote the values of %zu chunks to server %d", n, sv->index);
+        return 0;
+    }
+fail:
+    ps__failf(c, rc, "cannot send our values to server %d (%s): %s", sv->index, sv->addr_text,
+              ps_strerror(rc));
+out:
+    free(payload);
+    free(keys);
+    return rc;
+}
+
+int ps_kv_client_write_buffers(ps_kv_client *c, const void *const *values)
+{
+    if (c->cfg.rank != 0 || c->joining || values == NULL)
+        return -EINVAL;
+    for (int s = 0; s < c->n_servers; s++) {
+        int rc = c->servers[s].conn ? ps__send_write(&c->servers[s], 0, values) : 0;
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
 }

@@ -81,6 +81,7 @@ int ps_reply_check_welcome(const ps_frame *f, uint64_t hello_id, uint64_t max_cl
     out->staleness = st;
     out->clock = w->clock;
     out->heartbeat_ms = w->heartbeat_ms;
+    out->values_wanted = w->values_wanted;
     return 0;
 }
 

@@ -32,6 +32,7 @@ typedef struct {
     uint32_t staleness; /* 0 sync, UINT32_MAX async, else the ssp bound */
     uint64_t clock;
     uint32_t heartbeat_ms;
+    int values_wanted; /* the declaring rank 0 is to WRITE its initial values */
 } ps_reply_welcome;
 
 /* A WELCOME answering the HELLO with id hello_id: details present, mode one of

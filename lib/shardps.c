@@ -1,7 +1,7 @@
 /* libshardps (include/shardps.h): the public face of the worker's key-value
  * client. Checks every argument and the handle's state before the client
  * sees them, and keeps the sentence behind each failure on the handle. */
-#include "shardps.h"
+#include "shardps_handle.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,17 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auth.h"
-#include "flag_table.h"
 #include "frame.h"
-#include "job_options.h"
-#include "job_report.h"
-#include "kv_client.h"
-#include "model_spec.h"
 #include "partition.h"
 #include "ps_error.h"
 #include "ps_log.h"
-#include "push_copies.h"
 #include "server_list.h"
 #include "transport.h"
 
@@ -31,39 +24,10 @@ _Static_assert(SHARDPS_INIT_ZERO == PS_INIT_ZERO && SHARDPS_INIT_HE_UNIFORM == P
                    SHARDPS_INIT_XAVIER_UNIFORM == PS_INIT_XAVIER_UNIFORM,
                "the public init kinds are model_spec.h's");
 
-#define PS__MAX_SERVERS 4096
-#define PS__ADDR_MAX    256
-
-/* Room for the rows of the job options the library takes. */
-#define PS__MAX_OPTIONS 16
-
-struct shardps {
-    ps_kv_client_config cfg;
-    /* The job options the library takes (PS_JOB_LIBRARY), checked and set
-     * through their rows of the one table; cfg is built from them. */
-    ps_job_options opts;
-    ps_flag options[PS__MAX_OPTIONS];
-    int n_options;
-    ps_kv_client *kv; /* NULL until connected */
-    char **servers;   /* owned copies; cfg.servers points here */
-    uint8_t auth_key[PS_AUTH_KEY_BYTES];
-    char *job_settings; /* owned; cfg.job_settings points here */
-    int declared;       /* tensors declared, or adopted by joining */
-    /* Tensors pushed since the last wait: the client's own check is per
-     * server (its ring of acks), so a second push of one tensor would
-     * otherwise send some of its chunks twice. */
-    unsigned char pushed[PS_MAX_TENSORS];
-    int started;           /* a push or pull was started since the last wait */
-    ps_push_copies copies; /* shardps_push_copy's, owned */
-    uint64_t start_clock;
-    ps_job_report report; /* to the launcher that started us, if one did */
-    char error[512];
-};
-
 /* shardps_new's failures have no handle to carry their sentence. */
 static _Thread_local char ps__new_error[512];
 
-__attribute__((format(printf, 3, 4))) static int ps__err(shardps *h, int code, const char *fmt, ...)
+int ps_shardps_err(shardps *h, int code, const char *fmt, ...)
 {
     va_list ap;
     char *buf = h ? h->error : ps__new_error;
@@ -76,13 +40,13 @@ __attribute__((format(printf, 3, 4))) static int ps__err(shardps *h, int code, c
 }
 
 /* A failure of the client: its own sentence when it has one. */
-static int ps__kv_err(shardps *h, int rc, const char *doing)
+int ps_shardps_kv_err(shardps *h, int rc, const char *doing)
 {
     const char *why = h->kv ? ps_kv_client_last_error(h->kv) : "";
 
     if (*why)
-        return ps__err(h, rc, "%s: %s", doing, why);
-    return ps__err(h, rc, "%s: %s", doing, ps_strerror(rc));
+        return ps_shardps_err(h, rc, "%s: %s", doing, why);
+    return ps_shardps_err(h, rc, "%s: %s", doing, ps_strerror(rc));
 }
 
 const char *shardps_version(void)
@@ -132,7 +96,7 @@ static int ps__take_text(shardps *h, const char *name, const char *value, const 
     h->opts.auth_token_file = NULL;
     rc = ps_auth_load_key(value, h->auth_key, &loose, why, sizeof(why));
     if (rc < 0)
-        return ps__err(h, rc, "%s: %s", origin, why);
+        return ps_shardps_err(h, rc, "%s: %s", origin, why);
     if (loose)
         ps_warn("%s is readable by other users; chmod 600 it", value);
     h->cfg.auth_key = h->auth_key;
@@ -147,11 +111,11 @@ static int ps__report_fd(shardps *h, const char *value, const char *origin)
     long fd = strtol(value, &end, 10);
 
     if (end == value || *end != '\0' || fd < -1 || fd > 1 << 20)
-        return ps__err(h, -EINVAL, "%s: '%s' is not a descriptor (accepted: -1 to %d)", origin,
-                       value, 1 << 20);
+        return ps_shardps_err(h, -EINVAL, "%s: '%s' is not a descriptor (accepted: -1 to %d)",
+                              origin, value, 1 << 20);
     if (fd >= 0 && fcntl((int)fd, F_GETFD) < 0)
-        return ps__err(h, -EINVAL, "%s: descriptor %ld is not open (%s)", origin, fd,
-                       strerror(errno));
+        return ps_shardps_err(h, -EINVAL, "%s: descriptor %ld is not open (%s)", origin, fd,
+                              strerror(errno));
     h->report.fd = (int)fd;
     return 0;
 }
@@ -176,21 +140,22 @@ int shardps_new(shardps **out, const char *const *servers, int n_servers, int ra
     shardps *h;
 
     if (out == NULL)
-        return ps__err(NULL, -EINVAL, "shardps_new: out is NULL");
+        return ps_shardps_err(NULL, -EINVAL, "shardps_new: out is NULL");
     *out = NULL;
     if (servers == NULL || n_servers < 1 || n_servers > PS__MAX_SERVERS)
-        return ps__err(NULL, -EINVAL, "shardps_new: need 1 to %d server addresses, got %d",
-                       PS__MAX_SERVERS, servers == NULL ? 0 : n_servers);
+        return ps_shardps_err(NULL, -EINVAL, "shardps_new: need 1 to %d server addresses, got %d",
+                              PS__MAX_SERVERS, servers == NULL ? 0 : n_servers);
     if (world < 1 || rank < 0 || rank >= world)
-        return ps__err(NULL, -EINVAL, "shardps_new: rank %d is not in 0..world-1 (world %d)", rank,
-                       world);
+        return ps_shardps_err(NULL, -EINVAL, "shardps_new: rank %d is not in 0..world-1 (world %d)",
+                              rank, world);
     for (int s = 0; s < n_servers; s++) {
         struct sockaddr_storage addr;
         char why[256] = "longer than any address";
         if (servers[s] == NULL || strlen(servers[s]) >= PS__ADDR_MAX ||
             ps_parse_hostport(servers[s], &addr, 0, why, sizeof(why)) < 0)
-            return ps__err(NULL, -EINVAL, "shardps_new: server address %d ('%s'): %s", s,
-                           servers[s] ? servers[s] : "(null)", servers[s] ? why : "not HOST:PORT");
+            return ps_shardps_err(NULL, -EINVAL, "shardps_new: server address %d ('%s'): %s", s,
+                                  servers[s] ? servers[s] : "(null)",
+                                  servers[s] ? why : "not HOST:PORT");
     }
     h = calloc(1, sizeof(*h));
     if (h == NULL || (h->servers = calloc((size_t)n_servers, sizeof(char *))) == NULL)
@@ -215,7 +180,7 @@ fail:
     if (h)
         h->cfg.n_servers = n_servers;
     shardps_abandon(h);
-    return ps__err(NULL, -ENOMEM, "shardps_new: out of memory");
+    return ps_shardps_err(NULL, -ENOMEM, "shardps_new: out of memory");
 }
 
 static int ps__log_level(shardps *h, const char *value)
@@ -231,8 +196,8 @@ static int ps__log_level(shardps *h, const char *value)
         ps_log_set_level(PS_LOG_OFF);
         return 0;
     }
-    return ps__err(h, -EINVAL, "option log-level: '%s' is not debug, info, warn, error or none",
-                   value);
+    return ps_shardps_err(h, -EINVAL,
+                          "option log-level: '%s' is not debug, info, warn, error or none", value);
 }
 
 /* Sets the job option of row f (a row of h->options) from value, given as
@@ -240,7 +205,7 @@ static int ps__log_level(shardps *h, const char *value)
 static int ps__set_row(shardps *h, const ps_flag *f, const char *value, const char *origin)
 {
     if (strcmp(f->name, "seed") == 0 && h->declared)
-        return ps__err(h, -EBUSY, "%s: set the seed before declaring the tensors", origin);
+        return ps_shardps_err(h, -EBUSY, "%s: set the seed before declaring the tensors", origin);
     if (ps_flag_check_set(f, value, origin, h->error, sizeof(h->error)) < 0)
         return -EINVAL;
     if (f->type == PS_FLAG_STRING || f->type == PS_FLAG_CHOICE)
@@ -257,15 +222,15 @@ int shardps_set_option(shardps *h, const char *name, const char *value)
     if (h == NULL)
         return -EINVAL;
     if (name == NULL || value == NULL)
-        return ps__err(h, -EINVAL, "shardps_set_option: name or value is NULL");
+        return ps_shardps_err(h, -EINVAL, "shardps_set_option: name or value is NULL");
     if (h->kv)
-        return ps__err(h, -EBUSY, "option %s: set options before shardps_connect", name);
+        return ps_shardps_err(h, -EBUSY, "option %s: set options before shardps_connect", name);
     snprintf(origin, sizeof(origin), "option %.40s", name);
     /* The library's own three; every other option is a job option. */
     if (strcmp(name, "job-settings") == 0) {
         char *copy = strdup(value);
         if (copy == NULL)
-            return ps__err(h, -ENOMEM, "option job-settings: out of memory");
+            return ps_shardps_err(h, -ENOMEM, "option job-settings: out of memory");
         free(h->job_settings);
         h->job_settings = copy;
         h->cfg.job_settings = copy;
@@ -277,7 +242,7 @@ int shardps_set_option(shardps *h, const char *name, const char *value)
         return ps__report_fd(h, value, origin);
     i = ps_flag_find(h->options, h->n_options, name);
     if (i < 0)
-        return ps__err(h, -EINVAL, "unknown option '%s'", name);
+        return ps_shardps_err(h, -EINVAL, "unknown option '%s'", name);
     return ps__set_row(h, &h->options[i], value, origin);
 }
 
@@ -299,18 +264,22 @@ int shardps_declare_mlp(shardps *h, const int *sizes, int n_sizes)
     if (h == NULL)
         return -EINVAL;
     if (h->kv)
-        return ps__err(h, -EBUSY, "shardps_declare_mlp: already connected");
+        return ps_shardps_err(h, -EBUSY, "shardps_declare_mlp: already connected");
     if (sizes == NULL)
-        return ps__err(h, -EINVAL, "shardps_declare_mlp: sizes is NULL");
+        return ps_shardps_err(h, -EINVAL, "shardps_declare_mlp: sizes is NULL");
     seed = h->cfg.spec.seed;
     ps_model_spec_free(&h->cfg.spec);
+    free(h->values);
+    h->values = NULL;
+    h->n_values = 0;
     if (ps_model_spec_init_mlp(&h->cfg.spec, sizes, n_sizes, seed) < 0) {
         h->cfg.spec.seed = seed;
         h->declared = 0;
-        return ps__err(h, -EINVAL,
-                       "shardps_declare_mlp: need 2 to %d sizes (input, hidden..., classes), "
-                       "each 1..%d",
-                       PS_MAX_LAYERS + 1, 1 << 20);
+        return ps_shardps_err(
+            h, -EINVAL,
+            "shardps_declare_mlp: need 2 to %d sizes (input, hidden..., classes), "
+            "each 1..%d",
+            PS_MAX_LAYERS + 1, 1 << 20);
     }
     h->declared = 1;
     return 0;
@@ -325,48 +294,64 @@ int shardps_declare(shardps *h, const char *name, int ndim, const int64_t *shape
     if (h == NULL)
         return -EINVAL;
     if (h->kv)
-        return ps__err(h, -EBUSY, "shardps_declare: already connected");
+        return ps_shardps_err(h, -EBUSY, "shardps_declare: already connected");
     if (name == NULL || shape == NULL || ndim < 1 || ndim > PS_MAX_DIMS)
-        return ps__err(h, -EINVAL, "shardps_declare: need a name and 1 to %d dimensions",
-                       PS_MAX_DIMS);
+        return ps_shardps_err(h, -EINVAL, "shardps_declare: need a name and 1 to %d dimensions",
+                              PS_MAX_DIMS);
     if (init < SHARDPS_INIT_ZERO || init > SHARDPS_INIT_XAVIER_UNIFORM)
-        return ps__err(h, -EINVAL, "shardps_declare %s: no initialisation kind %d", name, init);
+        return ps_shardps_err(h, -EINVAL, "shardps_declare %s: no initialisation kind %d", name,
+                              init);
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 1 || shape[d] > INT32_MAX)
-            return ps__err(h, -EINVAL, "shardps_declare %s: dimension %d is %lld", name, d,
-                           (long long)shape[d]);
+            return ps_shardps_err(h, -EINVAL, "shardps_declare %s: dimension %d is %lld", name, d,
+                                  (long long)shape[d]);
         dims[d] = (int)shape[d];
     }
     rc = ps_model_spec_add_tensor(&h->cfg.spec, name, ndim, dims, (ps_init_kind)init, fan_in,
                                   fan_out);
     if (rc == -E2BIG)
-        return ps__err(h, rc,
-                       "shardps_declare %s: the table is full (%d tensors) or the tensor "
-                       "exceeds 2^31 elements",
-                       name, PS_MAX_TENSORS);
+        return ps_shardps_err(h, rc,
+                              "shardps_declare %s: the table is full (%d tensors) or the tensor "
+                              "exceeds 2^31 elements",
+                              name, PS_MAX_TENSORS);
     if (rc < 0)
-        return ps__err(h, rc, "shardps_declare %s: a bad name (1..31 bytes) or fan (%d, %d)", name,
-                       fan_in, fan_out);
+        return ps_shardps_err(
+            h, rc,
+            "shardps_declare %s: a bad name (1..255 bytes of printable ASCII but the "
+            "space) or fan (%d, %d)",
+            name, fan_in, fan_out);
     h->declared = 1;
     return 0;
 }
 
 static int ps__connect(shardps *h)
 {
-    int rc = ps_kv_client_init(&h->kv, &h->cfg);
+    int rc = 0;
+
+    /* One entry per tensor, whichever way each was declared. */
+    if (h->values && h->n_values < h->cfg.spec.n_tensors) {
+        const void **v = realloc(h->values, (size_t)h->cfg.spec.n_tensors * sizeof(*v));
+        if (v == NULL)
+            return ps_shardps_err(h, -ENOMEM, "out of memory");
+        memset(v + h->n_values, 0, (size_t)(h->cfg.spec.n_tensors - h->n_values) * sizeof(*v));
+        h->values = v;
+        h->n_values = h->cfg.spec.n_tensors;
+    }
+    h->cfg.values = h->values;
+    rc = ps_kv_client_init(&h->kv, &h->cfg);
 
     if (rc < 0) {
         h->kv = NULL;
-        return ps__err(h, rc, "cannot create the client: %s", ps_strerror(rc));
+        return ps_shardps_err(h, rc, "cannot create the client: %s", ps_strerror(rc));
     }
     rc = ps_kv_client_connect(h->kv, &h->start_clock);
     if (rc < 0)
-        return ps__kv_err(h, rc, "cannot join the job");
+        return ps_shardps_kv_err(h, rc, "cannot join the job");
     /* A joiner now holds the job's table: the calls that follow, and a
      * reconnect (which declares it), use it. */
     if (h->cfg.spec.n_tensors == 0 &&
         (rc = ps_model_spec_copy(&h->cfg.spec, ps_kv_client_spec(h->kv))) < 0)
-        return ps__err(h, rc, "out of memory");
+        return ps_shardps_err(h, rc, "out of memory");
     h->declared = 1;
     /* Once per handle: a reconnect goes on with the same run. */
     if (!h->report.started)
@@ -380,7 +365,7 @@ int shardps_connect(shardps *h)
     if (h == NULL)
         return -EINVAL;
     if (h->kv)
-        return ps__err(h, -EBUSY, "shardps_connect: already connected (shardps_reconnect?)");
+        return ps_shardps_err(h, -EBUSY, "shardps_connect: already connected (shardps_reconnect?)");
     return ps__connect(h);
 }
 
@@ -389,7 +374,7 @@ int shardps_reconnect(shardps *h)
     if (h == NULL)
         return -EINVAL;
     if (!h->declared)
-        return ps__err(h, -EINVAL, "shardps_reconnect: connect first (nothing is declared)");
+        return ps_shardps_err(h, -EINVAL, "shardps_reconnect: connect first (nothing is declared)");
     ps_kv_client_abandon(h->kv);
     h->kv = NULL;
     memset(h->pushed, 0, sizeof(h->pushed));
@@ -400,12 +385,12 @@ int shardps_reconnect(shardps *h)
 }
 
 /* The calls that move data need a live client. */
-static int ps__ready(shardps *h, const char *fn)
+int ps_shardps_ready(shardps *h, const char *fn)
 {
     if (h == NULL)
         return -EINVAL;
     if (h->kv == NULL)
-        return ps__err(h, -EINVAL, "%s: not connected (shardps_connect first)", fn);
+        return ps_shardps_err(h, -EINVAL, "%s: not connected (shardps_connect first)", fn);
     return 0;
 }
 
@@ -461,30 +446,38 @@ int shardps_weights_clock(const shardps *h, uint64_t *clock)
 static int ps__push(shardps *h, int tensor, const float *grad, size_t numel, const char *fn,
                     int copy)
 {
-    int rc = ps__ready(h, fn);
+    int rc = ps_shardps_ready(h, fn);
 
     if (rc < 0)
         return rc;
     if (tensor < 0 || tensor >= h->cfg.spec.n_tensors)
-        return ps__err(h, -EINVAL, "%s: no tensor %d (the table has %d)", fn, tensor,
-                       h->cfg.spec.n_tensors);
+        return ps_shardps_err(h, -EINVAL, "%s: no tensor %d (the table has %d)", fn, tensor,
+                              h->cfg.spec.n_tensors);
     if (grad == NULL || numel != h->cfg.spec.tensors[tensor].numel)
-        return ps__err(h, -EINVAL, "%s: %s holds %zu floats, got %zu%s", fn,
-                       h->cfg.spec.tensors[tensor].name, h->cfg.spec.tensors[tensor].numel, numel,
-                       grad == NULL ? " (NULL)" : "");
+        return ps_shardps_err(h, -EINVAL, "%s: %s holds %zu floats, got %zu%s", fn,
+                              h->cfg.spec.tensors[tensor].name, h->cfg.spec.tensors[tensor].numel,
+                              numel, grad == NULL ? " (NULL)" : "");
+    if (h->cfg.spec.tensors[tensor].kind != PS_KIND_PARAMETER)
+        return ps_shardps_err(h, -EPERM, "shardps_push: %s is a %s tensor: %s",
+                              h->cfg.spec.tensors[tensor].name,
+                              ps_tensor_kind_name(h->cfg.spec.tensors[tensor].kind),
+                              h->cfg.spec.tensors[tensor].kind == PS_KIND_FROZEN
+                                  ? "frozen tensors are never pushed"
+                                  : "buffers are written by rank 0, never pushed");
     if (h->pushed[tensor])
-        return ps__err(h, -EBUSY, "%s: %s was already pushed this step (wait first)", fn,
-                       h->cfg.spec.tensors[tensor].name);
+        return ps_shardps_err(h, -EBUSY, "%s: %s was already pushed this step (wait first)", fn,
+                              h->cfg.spec.tensors[tensor].name);
     if (copy && (rc = ps_push_copies_take(&h->copies, h->cfg.spec.n_tensors, tensor, grad, numel,
                                           &grad)) < 0)
-        return ps__err(h, rc, "%s: %s", fn,
-                       rc == -EBUSY ? "the last wait failed and its sends may still read the "
-                                      "copies: shardps_reconnect first"
-                                    : "out of memory for the gradient's copy");
+        return ps_shardps_err(h, rc, "%s: %s", fn,
+                              rc == -EBUSY
+                                  ? "the last wait failed and its sends may still read the "
+                                    "copies: shardps_reconnect first"
+                                  : "out of memory for the gradient's copy");
     h->pushed[tensor] = 1;
     h->started = 1;
     rc = ps_kv_client_push_tensor(h->kv, tensor, grad);
-    return rc < 0 ? ps__kv_err(h, rc, fn) : 0;
+    return rc < 0 ? ps_shardps_kv_err(h, rc, fn) : 0;
 }
 
 int shardps_push(shardps *h, int tensor, const float *grad, size_t numel)
@@ -502,26 +495,27 @@ int shardps_push_copy(shardps *h, int tensor, const float *grad, size_t numel)
 static int ps__pull(shardps *h, uint64_t clock, float *const *dest, const size_t *counts,
                     int n_dest, const char *fn)
 {
-    int rc = ps__ready(h, fn);
+    int rc = ps_shardps_ready(h, fn);
 
     if (rc < 0)
         return rc;
     if (dest == NULL || n_dest != h->cfg.spec.n_tensors)
-        return ps__err(h, -EINVAL, "%s: need %d destinations, got %d", fn, h->cfg.spec.n_tensors,
-                       dest == NULL ? 0 : n_dest);
+        return ps_shardps_err(h, -EINVAL, "%s: need %d destinations, got %d", fn,
+                              h->cfg.spec.n_tensors, dest == NULL ? 0 : n_dest);
     for (int i = 0; i < n_dest; i++) {
         const ps_tensor_spec *t = &h->cfg.spec.tensors[i];
         if (dest[i] == NULL)
-            return ps__err(h, -EINVAL, "%s: the destination of %s is NULL", fn, t->name);
+            return ps_shardps_err(h, -EINVAL, "%s: the destination of %s is NULL", fn, t->name);
         if (counts && counts[i] != t->numel)
-            return ps__err(h, -EINVAL, "%s: the destination of %s holds %zu floats; it needs %zu",
-                           fn, t->name, counts[i], t->numel);
+            return ps_shardps_err(h, -EINVAL,
+                                  "%s: the destination of %s holds %zu floats; it needs %zu", fn,
+                                  t->name, counts[i], t->numel);
     }
     h->started = 1;
     rc = ps_kv_client_pull(h->kv, clock, dest);
     if (rc == -EBUSY)
-        return ps__err(h, rc, "%s: a pull is already in flight (wait first)", fn);
-    return rc < 0 ? ps__kv_err(h, rc, fn) : 0;
+        return ps_shardps_err(h, rc, "%s: a pull is already in flight (wait first)", fn);
+    return rc < 0 ? ps_shardps_kv_err(h, rc, fn) : 0;
 }
 
 int shardps_pull(shardps *h, uint64_t clock, float *const *dest, int n_dest)
@@ -533,22 +527,22 @@ int shardps_pull_into(shardps *h, uint64_t clock, float *const *dest, const size
                       int n_dest)
 {
     if (h != NULL && counts == NULL)
-        return ps__err(h, -EINVAL, "shardps_pull_into: counts is NULL");
+        return ps_shardps_err(h, -EINVAL, "shardps_pull_into: counts is NULL");
     return ps__pull(h, clock, dest, counts, n_dest, "shardps_pull_into");
 }
 
 int shardps_progress(shardps *h)
 {
-    int rc = ps__ready(h, "shardps_progress");
+    int rc = ps_shardps_ready(h, "shardps_progress");
 
     if (rc == 0 && (rc = ps_kv_client_progress(h->kv)) < 0)
-        return ps__kv_err(h, rc, "shardps_progress");
+        return ps_shardps_kv_err(h, rc, "shardps_progress");
     return rc;
 }
 
 int shardps_wait(shardps *h)
 {
-    int rc = ps__ready(h, "shardps_wait");
+    int rc = ps_shardps_ready(h, "shardps_wait");
 
     if (rc < 0)
         return rc;
@@ -556,7 +550,7 @@ int shardps_wait(shardps *h)
     h->started = 0;
     rc = ps_kv_client_wait(h->kv);
     ps_push_copies_waited(&h->copies, rc);
-    return rc < 0 ? ps__kv_err(h, rc, "shardps_wait") : 0;
+    return rc < 0 ? ps_shardps_kv_err(h, rc, "shardps_wait") : 0;
 }
 
 int shardps_stats_get(const shardps *h, shardps_stats *out)
@@ -586,6 +580,7 @@ static void ps__free(shardps *h, int goodbye)
     free(h->servers);
     free(h->job_settings);
     ps_model_spec_free(&h->cfg.spec);
+    free(h->values);
     free(h);
 }
 
@@ -612,7 +607,7 @@ void shardps_abandon(shardps *h)
 int shardps_report(shardps *h, uint64_t step, double loss, uint64_t samples)
 {
     shardps_stats st;
-    int rc = ps__ready(h, "shardps_report");
+    int rc = ps_shardps_ready(h, "shardps_report");
 
     if (rc < 0)
         return rc;
@@ -623,10 +618,11 @@ int shardps_report(shardps *h, uint64_t step, double loss, uint64_t samples)
 /* A variable of the job's place that the environment lacks. */
 static int ps__env_missing(const char *name)
 {
-    return ps__err(NULL, -EINVAL,
-                   "shardps_new_from_env: %s is not set: start the program under shardps-run, "
-                   "or set SHARDPS_SERVERS, SHARDPS_RANK and SHARDPS_WORKERS (docs/run.md)",
-                   name);
+    return ps_shardps_err(
+        NULL, -EINVAL,
+        "shardps_new_from_env: %s is not set: start the program under shardps-run, "
+        "or set SHARDPS_SERVERS, SHARDPS_RANK and SHARDPS_WORKERS (docs/run.md)",
+        name);
 }
 
 /* An integer variable of the environment, in [min, max]. */
@@ -640,8 +636,9 @@ static int ps__env_int(const char *name, int min, int max, int *out)
         return ps__env_missing(name);
     n = strtol(v, &end, 10);
     if (end == v || *end != '\0' || n < min || n > max)
-        return ps__err(NULL, -EINVAL, "shardps_new_from_env: %s: '%s' is not an integer in %d..%d",
-                       name, v, min, max);
+        return ps_shardps_err(NULL, -EINVAL,
+                              "shardps_new_from_env: %s: '%s' is not an integer in %d..%d", name, v,
+                              min, max);
     *out = (int)n;
     return 0;
 }
@@ -671,7 +668,7 @@ int shardps_new_from_env(shardps **out)
     int rank, world, rc;
 
     if (out == NULL)
-        return ps__err(NULL, -EINVAL, "shardps_new_from_env: out is NULL");
+        return ps_shardps_err(NULL, -EINVAL, "shardps_new_from_env: out is NULL");
     *out = NULL;
     if (servers == NULL || *servers == '\0')
         return ps__env_missing("SHARDPS_SERVERS");
@@ -682,15 +679,15 @@ int shardps_new_from_env(shardps **out)
         return rc;
     rc = ps_server_list_parse(&sl, servers, PS__MAX_SERVERS, 0, why, sizeof(why));
     if (rc < 0)
-        return ps__err(NULL, rc, "shardps_new_from_env: SHARDPS_SERVERS '%s': %s", servers,
-                       rc == -ENOMEM ? "out of memory" : why);
+        return ps_shardps_err(NULL, rc, "shardps_new_from_env: SHARDPS_SERVERS '%s': %s", servers,
+                              rc == -ENOMEM ? "out of memory" : why);
     rc = shardps_new(out, ps_server_list_entries(sl), ps_server_list_count(sl), rank, world);
     ps_server_list_free(sl);
     if (rc < 0)
         return rc;
     rc = ps__options_from_env(*out);
     if (rc < 0) {
-        ps__err(NULL, rc, "shardps_new_from_env: %s", (*out)->error);
+        ps_shardps_err(NULL, rc, "shardps_new_from_env: %s", (*out)->error);
         shardps_abandon(*out);
         *out = NULL;
         return rc;
@@ -699,30 +696,4 @@ int shardps_new_from_env(shardps **out)
     snprintf(role, sizeof(role), "worker %d", rank);
     ps_log_set_role(role);
     return 0;
-}
-
-/* For lib/shardps_rows.c (shardps_internal.h): the handle's parts it needs. */
-ps_kv_client_config *ps__shardps_config(shardps *h)
-{
-    return &h->cfg;
-}
-
-ps_kv_client *ps__shardps_client(const shardps *h)
-{
-    return h->kv;
-}
-
-int ps__shardps_fail(shardps *h, int code, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(h->error, sizeof(h->error), fmt, ap);
-    va_end(ap);
-    return code;
-}
-
-int ps__shardps_kv_fail(shardps *h, int rc, const char *doing)
-{
-    return ps__kv_err(h, rc, doing);
 }

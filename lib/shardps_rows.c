@@ -1,7 +1,7 @@
 /* libshardps's embedding tables (include/shardps.h, 1.4): declaring them,
  * finding one by name, pulling and pushing rows. Every argument and the
  * handle's state are checked here before the client (lib/kv_rows.c) sees
- * them; the handle's parts come through lib/shardps_internal.h. */
+ * them; the handle's parts come through lib/shardps_handle.h. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,7 +10,7 @@
 #include "model_spec.h"
 #include "row_table.h"
 #include "shardps.h"
-#include "shardps_internal.h"
+#include "shardps_handle.h"
 
 _Static_assert(SHARDPS_ROW_INIT_ZEROS == PS_ROW_INIT_ZEROS &&
                    SHARDPS_ROW_INIT_UNIFORM == PS_ROW_INIT_UNIFORM &&
@@ -25,18 +25,18 @@ int shardps_declare_rows(shardps *h, const shardps_row_table *t, size_t size)
 
     if (h == NULL)
         return -EINVAL;
-    if (ps__shardps_client(h))
-        return ps__shardps_fail(h, -EBUSY, "shardps_declare_rows: already connected");
+    if (h->kv)
+        return ps_shardps_err(h, -EBUSY, "shardps_declare_rows: already connected");
     if (t == NULL || size != sizeof(*t) || t->name == NULL)
-        return ps__shardps_fail(h, -EINVAL,
-                                "shardps_declare_rows: need a table with a name and size %zu "
-                                "(sizeof(shardps_row_table)), got %zu",
-                                sizeof(*t), size);
+        return ps_shardps_err(h, -EINVAL,
+                              "shardps_declare_rows: need a table with a name and size %zu "
+                              "(sizeof(shardps_row_table)), got %zu",
+                              sizeof(*t), size);
     memset(&r, 0, sizeof(r));
     if (strlen(t->name) >= sizeof(r.name) ||
         (t->optimizer && strlen(t->optimizer) >= sizeof(r.optimizer)))
-        return ps__shardps_fail(h, -EINVAL,
-                                "shardps_declare_rows: a name or optimizer name too long");
+        return ps_shardps_err(h, -EINVAL,
+                              "shardps_declare_rows: a name or optimizer name too long");
     snprintf(r.name, sizeof(r.name), "%s", t->name);
     snprintf(r.optimizer, sizeof(r.optimizer), "%s", t->optimizer ? t->optimizer : "");
     r.dim = t->dim;
@@ -44,10 +44,10 @@ int shardps_declare_rows(shardps *h, const shardps_row_table *t, size_t size)
     r.admit_after = t->admit_after;
     r.expire_after = t->expire_after;
     r.capacity = t->capacity;
-    rc = ps_model_spec_add_row_table(&ps__shardps_config(h)->spec, &r, why, sizeof(why));
+    rc = ps_model_spec_add_row_table(&h->cfg.spec, &r, why, sizeof(why));
     if (rc < 0)
-        return ps__shardps_fail(h, rc == -ENOMEM ? rc : -EINVAL, "shardps_declare_rows: %s",
-                                rc == -ENOMEM ? "out of memory" : why);
+        return ps_shardps_err(h, rc == -ENOMEM ? rc : -EINVAL, "shardps_declare_rows: %s",
+                              rc == -ENOMEM ? "out of memory" : why);
     return 0;
 }
 
@@ -55,9 +55,9 @@ int shardps_declare_rows(shardps *h, const shardps_row_table *t, size_t size)
  * job's (a joiner learns it from the servers). */
 static const ps_model_spec *ps__spec(shardps *h)
 {
-    ps_kv_client *kv = ps__shardps_client(h);
+    ps_kv_client *kv = h->kv;
 
-    return kv ? ps_kv_client_spec(kv) : &ps__shardps_config(h)->spec;
+    return kv ? ps_kv_client_spec(kv) : &h->cfg.spec;
 }
 
 int shardps_row_table_find(const shardps *h, const char *name, uint32_t *dim)
@@ -66,7 +66,7 @@ int shardps_row_table_find(const shardps *h, const char *name, uint32_t *dim)
 
     if (h == NULL || name == NULL)
         return -EINVAL;
-    /* Reading only; the accessors take the handle as they find it. */
+    /* Reading only: ps__spec does not change the handle. */
     spec = ps__spec((shardps *)h);
     for (int i = 0; i < spec->n_row_tables; i++)
         if (strcmp(spec->row_tables[i].name, name) == 0) {
@@ -87,19 +87,19 @@ static int ps__rows_args(shardps *h, const char *fn, int table, const uint64_t *
 
     if (h == NULL)
         return -EINVAL;
-    if (ps__shardps_client(h) == NULL)
-        return ps__shardps_fail(h, -EINVAL, "%s: not connected (shardps_connect first)", fn);
+    if (h->kv == NULL)
+        return ps_shardps_err(h, -EINVAL, "%s: not connected (shardps_connect first)", fn);
     spec = ps__spec(h);
     if (table < 0 || table >= spec->n_row_tables)
-        return ps__shardps_fail(h, -EINVAL, "%s: no row table %d (the job has %d)", fn, table,
-                                spec->n_row_tables);
+        return ps_shardps_err(h, -EINVAL, "%s: no row table %d (the job has %d)", fn, table,
+                              spec->n_row_tables);
     dim = spec->row_tables[table].dim;
     if (n >= ((size_t)1 << 31) || (n > 0 && (ids == NULL || buf == NULL)) || len / dim != n ||
         len % dim != 0)
-        return ps__shardps_fail(h, -EINVAL,
-                                "%s: row table %s: %zu IDs take %zu x %u floats, got %zu%s", fn,
-                                spec->row_tables[table].name, n, n, dim, len,
-                                n > 0 && (ids == NULL || buf == NULL) ? " (a NULL pointer)" : "");
+        return ps_shardps_err(h, -EINVAL,
+                              "%s: row table %s: %zu IDs take %zu x %u floats, got %zu%s", fn,
+                              spec->row_tables[table].name, n, n, dim, len,
+                              n > 0 && (ids == NULL || buf == NULL) ? " (a NULL pointer)" : "");
     return 0;
 }
 
@@ -110,8 +110,8 @@ int shardps_pull_rows(shardps *h, int table, uint64_t clock, const uint64_t *ids
 
     if (rc < 0)
         return rc;
-    rc = ps_kv_client_pull_rows(ps__shardps_client(h), (uint32_t)table, clock, ids, n, out);
-    return rc < 0 ? ps__shardps_kv_fail(h, rc, "shardps_pull_rows") : 0;
+    rc = ps_kv_client_pull_rows(h->kv, (uint32_t)table, clock, ids, n, out);
+    return rc < 0 ? ps_shardps_kv_err(h, rc, "shardps_pull_rows") : 0;
 }
 
 int shardps_push_rows(shardps *h, int table, const uint64_t *ids, size_t n, const float *grads,
@@ -121,6 +121,6 @@ int shardps_push_rows(shardps *h, int table, const uint64_t *ids, size_t n, cons
 
     if (rc < 0)
         return rc;
-    rc = ps_kv_client_push_rows(ps__shardps_client(h), (uint32_t)table, ids, n, grads);
-    return rc < 0 ? ps__shardps_kv_fail(h, rc, "shardps_push_rows") : 0;
+    rc = ps_kv_client_push_rows(h->kv, (uint32_t)table, ids, n, grads);
+    return rc < 0 ? ps_shardps_kv_err(h, rc, "shardps_push_rows") : 0;
 }

@@ -73,6 +73,10 @@ int ps__wait_reason(const ps_kv_server *s, uint64_t clock, uint64_t fed, char *w
     uint64_t applied = ps__server_clock(s);
 
     memset(want, 0, (size_t)s->cfg.world);
+    if (s->started && !ps_table_life_filled(&s->life) && s->values_left > 0) {
+        snprintf(why, len, "waiting for rank 0's initial values of %d chunks", s->values_left);
+        return 0;
+    }
     if (!s->started) {
         for (int r = 0; r < s->cfg.world; r++)
             want[r] = !s->has_joined[r];

@@ -206,7 +206,9 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
     s->restoring = 0;
     if (rc == 0) {
         for (int i = 0; i < s->n_local; i++) {
-            s->sync[i].clock = clocks.clock[i];
+            /* Buffers and frozen tensors stay out of the barrier whatever
+             * the file says. */
+            s->sync[i].clock = ps__chunk_static(s, i) ? UINT64_MAX : clocks.clock[i];
             s->sync[i].newest = clocks.newest[i];
         }
         /* The embedding program's table, now with a checkpoint's values. */
@@ -283,8 +285,10 @@ static int ps__at_step_boundary(const ps_kv_server *s)
 {
     if (s->cfg.staleness != 0)
         return 1;
+    uint64_t step = ps__server_clock(s);
+
     for (int i = 0; i < s->n_local; i++)
-        if (s->sync[i].clock != s->sync[0].clock || s->sync[i].pushes > 0 ||
+        if ((!ps__chunk_static(s, i) && s->sync[i].clock != step) || s->sync[i].pushes > 0 ||
             s->sync[i].live_pushes > 0)
             return 0;
     return 1;

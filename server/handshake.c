@@ -5,8 +5,8 @@
  * TABLE frame, which must match the digest its HELLO carried; the worker is
  * then admitted at the job's current clock with a WELCOME (a joiner first
  * gets the table in a TABLE frame), or refused with a REJECT naming why.
- * A HELLO with the evaluator's role is admitted read-only, without a rank,
- * as a joiner. */
+ * A HELLO with the evaluator's role is admitted read-only, without a rank
+ * (and told the table as a joiner is). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -113,8 +113,9 @@ static void ps__free_sent(ps_conn *c, int status, void *arg)
     free(arg);
 }
 
-/* A joiner learns the job's tensors: the table this server holds, packed,
- * as a TABLE frame just before its WELCOME (which carries its digest). */
+/* A joiner (or an evaluator) learns the job's tensors: the table this
+ * server holds, packed, as a TABLE frame just before its WELCOME (which
+ * carries its digest). */
 static int ps__send_table(ps_kv_server *s, ps__peer *p, uint64_t request_id)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
@@ -135,10 +136,12 @@ static int ps__send_table(ps_kv_server *s, ps__peer *p, uint64_t request_id)
     return rc;
 }
 
-/* The WELCOME that admits p at clock, with the digest of the table this
- * server holds; a joiner (told) first gets the table itself in a TABLE
- * frame. Returns 0, or a negative code with the connection closing. */
-static int ps__welcome(ps_kv_server *s, ps__peer *p, uint64_t request_id, uint64_t clock, int told)
+/* The WELCOME that admits p at clock, with the table's digest; a joiner
+ * (declared: 0) gets the table first; values_wanted: the declaring rank 0
+ * is to WRITE its initial values (values.c). Returns 0, or a negative code
+ * with the connection closing. */
+static int ps__welcome(ps_kv_server *s, ps__peer *p, uint64_t request_id, uint64_t clock,
+                       int declared, int values_wanted)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
     Shardps__Welcome w = SHARDPS__WELCOME__INIT;
@@ -152,8 +155,9 @@ static int ps__welcome(ps_kv_server *s, ps__peer *p, uint64_t request_id, uint64
     w.heartbeat_ms = s->cfg.heartbeat_timeout_ms / 4;
     w.table_digest.len = PS_TABLE_DIGEST_BYTES;
     w.table_digest.data = s->table_digest;
+    w.values_wanted = values_wanted;
     h.welcome = &w;
-    rc = told ? ps__send_table(s, p, request_id) : 0;
+    rc = declared ? 0 : ps__send_table(s, p, request_id);
     if (rc == 0)
         rc = ps_conn_send(p->conn, &h, NULL, 0, NULL, NULL);
     if (rc < 0)
@@ -171,7 +175,7 @@ static void ps__admit_evaluator(ps_kv_server *s, ps__peer *p, const Shardps__Hel
     char why[256];
     int rc;
 
-    if (hello->table_digest.len != 0) {
+    if (hello->table_digest.len > 0) {
         ps__peer_fail(p, -PS_EPROTO, "an evaluator declares no tensors: it reads the job's");
         return;
     }
@@ -191,7 +195,7 @@ static void ps__admit_evaluator(ps_kv_server *s, ps__peer *p, const Shardps__Hel
     snprintf(p->name, sizeof(p->name), "evaluator (%s)", ps_conn_peer(p->conn));
     ps_info("%s joined at clock %" PRIu64 "; it reads the weights and holds no rank", p->name,
             ps__progress_clock(s));
-    (void)ps__welcome(s, p, request_id, ps__progress_clock(s), 1);
+    (void)ps__welcome(s, p, request_id, ps__progress_clock(s), 0, 0);
 }
 
 /* Admits a worker whose HELLO has passed authentication (if any): model and
@@ -245,7 +249,9 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
     if (spec != NULL)
         ps__table_declarer_joined(s, p);
 
-    if (ps__welcome(s, p, request_id, p->clock, spec == NULL) < 0)
+    /* Only the declaring rank 0 has the model's own values to send. */
+    if (ps__welcome(s, p, request_id, p->clock, spec != NULL,
+                    p->rank == 0 && spec != NULL && ps__values_wanted(s)) < 0)
         return;
     if (!s->started) {
         /* A rank that left before the start no longer counts as joined

@@ -165,11 +165,18 @@ struct ps_kv_server {
     /* Set when the table is withdrawn: fills not yet begun on the pool skip
      * their work (read there, hence atomic). */
     atomic_int fills_cancelled;
+    /* values.c: chunks of INIT_VALUES tensors whose values have not come,
+     * their copies queued behind fills, which came (per local chunk), and
+     * those that came before their chunk's fill (per local chunk; owned). */
+    int values_left, writes_inflight;
+    uint8_t *written;
+    float **pending;
     ps_model_spec table;                         /* owned while has_table */
     uint8_t table_digest[PS_TABLE_DIGEST_BYTES]; /* ps_model_spec_digest(&table) */
     ps_partition *part;
     ps_shard *shard;
     int n_local;
+    int n_pushable;       /* local chunks of parameters: a worker's whole step */
     ps_chunk_clock *sync; /* per local chunk */
     uint32_t *seen;       /* per local chunk: stamp of the request that last named it */
     uint32_t seen_stamp;
@@ -317,8 +324,29 @@ void ps__table_peer_left(ps_kv_server *s, ps__peer *p);
 /* Training starts once every rank has joined and the table is filled
  * (filling it if need be); call after a join and after a fill. */
 void ps__maybe_start(ps_kv_server *s);
+/* Chunk local belongs to a buffer or a frozen tensor: never pushed, out of
+ * the sync barrier (its clock is UINT64_MAX, which the server's clock, the
+ * least of its chunks', passes over). */
+int ps__chunk_static(const ps_kv_server *s, int local);
 /* Only a committed table (a step applied, or restored) is checkpointed. */
 int ps__table_may_checkpoint(ps_kv_server *s);
+/* A filling table is filled once every chunk's fill has run and every
+ * initial value it waits for has come (values.c); in_queue: called from a
+ * job's done callback inside the apply queue. */
+void ps__maybe_filled(ps_kv_server *s, int in_queue);
+
+/* values.c: the declaring rank 0's own initial values (INIT_VALUES). */
+/* Counts the chunks that wait for values; with the table's other state. */
+int ps__values_init(ps_kv_server *s);
+void ps__values_free(ps_kv_server *s);
+/* The WELCOME of the declaring rank 0 asks for them. */
+int ps__values_wanted(const ps_kv_server *s);
+/* Every value has come and been copied in. */
+int ps__values_done(const ps_kv_server *s);
+/* On the pool, right after chunk local's fill: its values, if they came
+ * before it. */
+void ps__values_fill(ps_kv_server *s, int local);
+void ps__handle_write(ps_kv_server *s, ps__peer *p, const ps_frame *f);
 
 /* handshake.c: the first frames of a connection. */
 void ps__handle_hello(ps_kv_server *s, ps__peer *p, const ps_frame *f);

@@ -78,6 +78,9 @@ static void ps__on_frame(ps_conn *c, const ps_frame *f)
     case SHARDPS__MSG_TYPE__PUSH_ROWS:
         ps__handle_push_rows(s, p, f);
         break;
+    case SHARDPS__MSG_TYPE__WRITE:
+        ps__handle_write(s, p, f);
+        break;
     case SHARDPS__MSG_TYPE__BYE:
         ps__handle_bye(s, p);
         break;

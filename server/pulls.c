@@ -103,7 +103,10 @@ void ps__release_pulls(ps_kv_server *s)
         hold = s->ckpt_seq;
     while (*pp) {
         ps__pull *q = *pp;
-        if (q->snapshot ? !s->started : !ps_consistency_pull_ready(&v, q->clock, q->peer->fed)) {
+        /* A table still waiting for rank 0's initial values (values.c) is
+         * seen by nobody, so no rank starts from a partly written one. */
+        if (!ps_table_life_filled(&s->life) ||
+            (q->snapshot ? !s->started : !ps_consistency_pull_ready(&v, q->clock, q->peer->fed))) {
             pp = &q->next;
             continue;
         }

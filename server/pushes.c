@@ -221,6 +221,17 @@ static long long ps__check_push(ps_kv_server *s, ps__peer *p, const Shardps__Hea
 
     if (bytes < 0)
         return -1;
+    for (size_t i = 0; i < h->n_keys; i++)
+        if (ps__chunk_static(s, locals[i])) {
+            const ps_tensor_spec *t =
+                &s->table.tensors[ps_shard_chunk(s->shard, locals[i])->tensor_id];
+            ps__peer_fail(p, -PS_EPROTO, "a push to tensor %s, a %s: %s", t->name,
+                          ps_tensor_kind_name(t->kind),
+                          t->kind == PS_KIND_FROZEN ? "frozen tensors are never pushed"
+                                                    : "buffers are written by rank 0 (WRITE), "
+                                                      "never pushed");
+            return -1;
+        }
     if (ps_validate_payload(h->type, h->dtype, (size_t)bytes, h->payload_bytes, why, sizeof(why)) <
         0) {
         ps__peer_fail(p, -PS_EPROTO, "%s", why);
@@ -276,6 +287,10 @@ int ps__place_push(ps_conn *c, const Shardps__Header *h, const ps_frame_piece **
     /* Nothing more is read from a peer already refused or gone. */
     if (p->failed || p->state != PS__PEER_WORKER)
         return -PS_EPROTO;
+    /* Initial values land in the connection's buffer; values.c checks
+     * them against their keys (within --max-payload, like a push). */
+    if (h->type == SHARDPS__MSG_TYPE__WRITE)
+        return 0;
     if (ps_validate_worker_type(h->type, why, sizeof(why)) == 0 &&
         (h->type == SHARDPS__MSG_TYPE__PULL_ROWS || h->type == SHARDPS__MSG_TYPE__PUSH_ROWS))
         return ps__place_rows(s, p, h, pieces);
@@ -421,7 +436,7 @@ void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     p->n_pushes++;
     p->bytes_in += f->payload_len;
     p->keys_pushed += (int)h->n_keys;
-    if (p->keys_pushed >= s->n_local) {
+    if (p->keys_pushed >= s->n_pushable) {
         p->keys_pushed = 0;
         p->clock = h->clock + 1;
         p->earned = p->clock;

@@ -44,6 +44,7 @@ void ps__free_table(ps_kv_server *s)
     s->seen = NULL;
     s->n_local = 0;
     s->has_table = 0;
+    ps__values_free(s);
     ps_model_spec_free(&s->table);
     memset(&s->life, 0, sizeof(s->life));
 }
@@ -92,6 +93,8 @@ int ps__adopt_table(ps_kv_server *s, const ps_model_spec *spec, ps_table_event h
     if (ps_buf_pool_init(&s->bufs, 2 * (size_t)s->cfg.world * share) < 0 ||
         ps_apply_queue_init(&s->updates, s->loop, s->n_local, ps__on_settled, s) < 0)
         goto fail;
+    if (ps__values_init(s) < 0)
+        goto fail;
     s->sync = calloc((size_t)s->n_local + 1, sizeof(*s->sync));
     s->seen = calloc((size_t)s->n_local + 1, sizeof(*s->seen));
     s->ckpt_clocks = calloc((size_t)s->n_local + 1, sizeof(uint64_t));
@@ -101,6 +104,14 @@ int ps__adopt_table(ps_kv_server *s, const ps_model_spec *spec, ps_table_event h
     rc = ps__rows_build(s);
     if (rc < 0)
         goto fail;
+    /* Buffers and frozen tensors are never pushed: their chunks hold no
+     * step back (the server's clock is the least of the others'). */
+    s->n_pushable = s->n_local;
+    for (int i = 0; i < s->n_local; i++)
+        if (ps__chunk_static(s, i)) {
+            s->sync[i].clock = UINT64_MAX;
+            s->n_pushable--;
+        }
     s->has_table = 1;
     s->applied_base = s->n_applied;
     ps_table_life_step(&s->life, how);
@@ -123,6 +134,11 @@ static void ps__note_applied(ps_kv_server *s)
      * table once they all are. */
     if (s->life.state == PS_TABLE_FILLED && s->n_applied > s->applied_base)
         ps_table_life_step(&s->life, PS_TABLE_APPLIED);
+}
+
+int ps__chunk_static(const ps_kv_server *s, int local)
+{
+    return s->table.tensors[ps_shard_chunk(s->shard, local)->tensor_id].kind != PS_KIND_PARAMETER;
 }
 
 int ps__table_may_checkpoint(ps_kv_server *s)
@@ -185,8 +201,9 @@ static void ps__fill_run(ps_apply_job *j)
     ps__fill *f = (ps__fill *)j;
 
     /* A table withdrawn meanwhile is only drained: no memory for it. */
-    if (!atomic_load_explicit(&f->srv->fills_cancelled, memory_order_relaxed))
-        f->rc = ps_shard_fill(f->shard, f->local, 1);
+    if (!atomic_load_explicit(&f->srv->fills_cancelled, memory_order_relaxed) &&
+        (f->rc = ps_shard_fill(f->shard, f->local, 1)) == 0)
+        ps__values_fill(f->srv, f->local);
 }
 
 static void ps__table_event(ps_kv_server *s, ps_table_event ev, const char *why, int in_queue);
@@ -202,13 +219,26 @@ static void ps__fill_done(ps_apply_job *j)
         snprintf(why, sizeof(why), "no memory to fill chunk %d of this server's %d", f->local,
                  s->n_local);
         ps__table_event(s, PS_TABLE_CHECK_FAILED, why, 1);
-    } else if (s->life.state == PS_TABLE_FILLING && --s->fills_left == 0) {
-        ps__table_event(s, PS_TABLE_FILL_DONE, NULL, 1);
-        ps__note_applied(s);
-        ps_info("the %d chunks of this server are filled (%.1f MiB)", s->n_local,
-                (double)ps_shard_memory_bytes(s->shard) / (1 << 20));
+    } else if (s->life.state == PS_TABLE_FILLING) {
+        s->fills_left--;
+        free(s->pending[f->local]);
+        s->pending[f->local] = NULL;
+        ps__maybe_filled(s, 1);
     }
     free(f);
+}
+
+void ps__maybe_filled(ps_kv_server *s, int in_queue)
+{
+    if (s->life.state != PS_TABLE_FILLING || s->fills_left > 0 || !ps__values_done(s))
+        return;
+    ps__table_event(s, PS_TABLE_FILL_DONE, NULL, in_queue);
+    ps__note_applied(s);
+    ps_info("the %d chunks of this server are filled (%.1f MiB)", s->n_local,
+            (double)ps_shard_memory_bytes(s->shard) / (1 << 20));
+    /* Pulls held for the values may go now. */
+    if (!in_queue)
+        ps__release_pulls(s);
 }
 
 /* Hands every chunk's fill to the thread pool (never run here: that is the
@@ -234,7 +264,7 @@ static void ps__fill_all(ps_kv_server *s)
         }
     }
     if (s->n_local == 0)
-        ps__table_event(s, PS_TABLE_FILL_DONE, NULL, 0);
+        ps__maybe_filled(s, 0);
 }
 
 /* Carries out what a lifecycle event asks for; in_queue: called from a

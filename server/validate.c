@@ -15,6 +15,7 @@ int ps_validate_worker_type(Shardps__MsgType type, char *why, size_t why_len)
     switch (type) {
     case SHARDPS__MSG_TYPE__PULL:
     case SHARDPS__MSG_TYPE__PUSH:
+    case SHARDPS__MSG_TYPE__WRITE:
     case SHARDPS__MSG_TYPE__BYE:
     case SHARDPS__MSG_TYPE__HEARTBEAT:
     case SHARDPS__MSG_TYPE__PULL_ROWS:

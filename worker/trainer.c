@@ -113,12 +113,13 @@ static int ps__dump_weights(ps_trainer *t)
     return 0;
 }
 
-/* Errors after which rejoining makes sense: the connection went away. A
- * server that refused us or found us misbehaving would refuse us again. */
+/* Errors after which rejoining makes sense: the connection went away
+ * (ps_error_is_connection_loss), but not a server that stopped answering
+ * within --request-timeout, which a worker reports rather than waits out
+ * again. */
 static int ps__is_connection_loss(int rc)
 {
-    return rc != -PS_EREJECTED && rc != -PS_EPROTO && rc != -PS_EMISMATCH && rc != -ENOMEM &&
-           rc != -EINVAL && rc != -PS_ETIMEOUT;
+    return ps_error_is_connection_loss(rc) && rc != -PS_ETIMEOUT;
 }
 
 /* Joins the job again after a lost connection; writes the clock to start at.

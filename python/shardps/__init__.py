@@ -8,9 +8,16 @@ copy=True is sent from the library's own copy instead, and the array is
 free again when push() returns.
 
 Every array is checked against the job's table before the library sees it:
-a NumPy ndarray (TypeError), float32 (TypeError), C-contiguous (ValueError)
-and of the tensor's element count (ValueError), each message naming the
-tensor; a pull takes one array per tensor (ValueError). The library checks
+a NumPy ndarray (TypeError), of the tensor's dtype (float32; int64 for an
+int64 buffer or frozen tensor: TypeError), C-contiguous (ValueError) and of
+the tensor's element count (ValueError), each message naming the tensor; a
+pull takes one array per tensor (ValueError).
+
+A tensor declared with declare_values starts from the caller's values
+(rank 0's: every rank's first pull holds them bit for bit); its kind says
+whether the servers' optimizer updates it (KIND_PARAMETER), rank 0 writes
+it each step (KIND_BUFFER, write_buffers) or nobody changes it
+(KIND_FROZEN). The library checks
 the sizes again (shardps_pull_into, shardps_push): nothing is written
 outside an array.
 
@@ -52,10 +59,18 @@ from numpy.typing import NDArray
 __version__ = "1.4.0"
 
 __all__ = ["Client", "ShardpsError", "Float32Array", "load_library", "library_path", "INIT_ZERO",
-           "INIT_HE_UNIFORM", "INIT_XAVIER_UNIFORM", "__version__"]
+           "INIT_HE_UNIFORM", "INIT_XAVIER_UNIFORM", "KIND_PARAMETER", "KIND_BUFFER",
+           "KIND_FROZEN", "__version__"]
 
 #: Initial values of a declared tensor (include/shardps.h's SHARDPS_INIT_*).
 INIT_ZERO, INIT_HE_UNIFORM, INIT_XAVIER_UNIFORM = 0, 1, 2
+#: What a tensor is (SHARDPS_KIND_*): a parameter the servers' optimizer
+#: updates, a buffer rank 0 writes each step, a frozen tensor nobody changes.
+KIND_PARAMETER, KIND_BUFFER, KIND_FROZEN = 0, 1, 2
+#: The dtypes a tensor's values may have (SHARDPS_DTYPE_*, in that order):
+#: int64 for buffers and frozen tensors only.
+_DTYPES = (np.dtype(np.float32), np.dtype(np.int64))
+_KIND_NAMES = ("parameter", "buffer", "frozen")
 
 # include/shardps.h's SHARDPS_EVERSION: a library of another version.
 _EVERSION = -10002
@@ -141,6 +156,13 @@ def _declare(lib: ctypes.CDLL) -> None:
         "shardps_declare": (c_int, [c_void_p, c_char_p, c_int, ctypes.POINTER(ctypes.c_int64),
                                     c_int, c_int, c_int]),
         "shardps_declare_mlp": (c_int, [c_void_p, ctypes.POINTER(c_int), c_int]),
+        "shardps_declare_values": (c_int, [c_void_p, c_char_p, c_int,
+                                           ctypes.POINTER(ctypes.c_int64), c_int, c_int, c_void_p,
+                                           ctypes.c_size_t]),
+        "shardps_write_buffers": (c_int, [c_void_p, ctypes.POINTER(c_void_p),
+                                          ctypes.POINTER(ctypes.c_size_t), c_int]),
+        "shardps_tensor_kind": (c_int, [c_void_p, c_int, ctypes.POINTER(c_int),
+                                        ctypes.POINTER(c_int)]),
         "shardps_connect": (c_int, [c_void_p]),
         "shardps_reconnect": (c_int, [c_void_p]),
         "shardps_tensor_count": (c_int, [c_void_p]),
@@ -231,6 +253,8 @@ class Client:
         self._clock: Optional[int] = None  # the step to pull next
         self._pulling = False
         self._table: Optional[List[Tuple[str, int]]] = None  # (name, numel), once connected
+        self._dtypes: List[np.dtype] = []  # each tensor's, once connected
+        self._declared: List[Any] = []  # declare_values' arrays, until connect() returns
         for name, value in options.items():
             self.set_option(name.replace("_", "-"), value)
 
@@ -270,6 +294,28 @@ class Client:
         self._check(self._lib.shardps_declare(self._handle(), name.encode(), len(shape), dims,
                                               init, fan_in, fan_out))
 
+    def declare_values(self, name: str, values: Any, kind: int = KIND_PARAMETER) -> None:
+        """Declares the next tensor with its own initial values
+        (shardps_declare_values): values a C-contiguous NumPy array, float32
+        (or int64 for a KIND_BUFFER or KIND_FROZEN tensor), whose shape is the
+        tensor's (1 to 4 dimensions; a 0-dimensional array is shape (1,)).
+        Only rank 0's values are sent; the array is kept until connect()
+        returns."""
+        what = f"declare_values: the values of {name}"
+        if not isinstance(values, np.ndarray):
+            raise TypeError(f"{what} are a {type(values).__name__}; give a NumPy array")
+        if values.dtype not in _DTYPES:
+            raise TypeError(f"{what} are {values.dtype}; a tensor's values are float32 (int64 "
+                            "for a buffer or frozen tensor)")
+        if not values.flags.c_contiguous:
+            raise ValueError(f"{what} are not C-contiguous; use np.ascontiguousarray")
+        shape = values.shape or (1,)
+        dims = (ctypes.c_int64 * len(shape))(*shape)
+        self._check(self._lib.shardps_declare_values(
+            self._handle(), name.encode(), len(shape), dims, operator.index(kind),
+            _DTYPES.index(values.dtype), values.ctypes.data_as(ctypes.c_void_p), values.nbytes))
+        self._declared.append(values)
+
     def declare_mlp(self, sizes: Sequence[int]) -> None:
         """Declares an MLP's table (shardps_declare_mlp): layer sizes from the
         input to the classes."""
@@ -281,8 +327,12 @@ class Client:
         With nothing declared, it adopts the tensors the servers hold (waiting
         within connect_timeout for a worker to declare them): see tensors and
         shapes."""
-        self._check(self._lib.shardps_connect(self._handle()))
+        try:
+            self._check(self._lib.shardps_connect(self._handle()))
+        finally:
+            self._declared = []
         self._table = self.tensors
+        self._dtypes = [_DTYPES[d] for _, d in self.kinds]
         self._clock = self.start_clock
 
     def reconnect(self) -> None:
@@ -298,9 +348,9 @@ class Client:
         n = self._check(self._lib.shardps_tensor_count(self._handle()))
         out = []
         for i in range(n):
-            name = ctypes.create_string_buffer(64)
+            name = ctypes.create_string_buffer(256)  # names of up to 255 bytes
             numel = ctypes.c_size_t()
-            self._check(self._lib.shardps_tensor_info(self._h, i, name, 64, ctypes.byref(numel)))
+            self._check(self._lib.shardps_tensor_info(self._h, i, name, 256, ctypes.byref(numel)))
             out.append((name.value.decode(), numel.value))
         return out
 
@@ -313,6 +363,19 @@ class Client:
             dims = (ctypes.c_int64 * 4)()
             ndim = self._check(self._lib.shardps_tensor_shape(self._h, i, dims, 4))
             out.append(tuple(dims[:ndim]))
+        return out
+
+    @property
+    def kinds(self) -> List[Tuple[int, int]]:
+        """[(kind, dtype)] in the table's order: kind one of KIND_*, dtype 0
+        (float32) or 1 (int64)."""
+        n = self._check(self._lib.shardps_tensor_count(self._handle()))
+        out = []
+        for i in range(n):
+            kind, dtype = ctypes.c_int(), ctypes.c_int()
+            self._check(self._lib.shardps_tensor_kind(self._h, i, ctypes.byref(kind),
+                                                      ctypes.byref(dtype)))
+            out.append((kind.value, dtype.value))
         return out
 
     def _clock_of(self, fn: Any) -> int:
@@ -339,14 +402,15 @@ class Client:
         if not isinstance(a, np.ndarray):
             raise TypeError(f"{what} is a {type(a).__name__}; shardps moves float32 NumPy arrays "
                             "(no copies are made)")
-        if a.dtype != np.float32:
-            raise TypeError(f"{what} is {a.dtype}; shardps moves float32 arrays (no copies are "
-                            "made: convert it with .astype(np.float32) and keep the result)")
+        want = self._dtypes[tensor] if self._dtypes else np.dtype(np.float32)
+        if a.dtype != want:
+            raise TypeError(f"{what} is {a.dtype}; {name} is {want} (no copies are made: "
+                            f"convert it with .astype(np.{want}) and keep the result)")
         if not a.flags.c_contiguous:
             raise ValueError(f"{what} is not C-contiguous (a strided view?); use "
                              "np.ascontiguousarray and keep the result")
         if a.size != numel:
-            raise ValueError(f"{what} holds {a.size} float32 values; {name} has {numel}")
+            raise ValueError(f"{what} holds {a.size} {want} values; {name} has {numel}")
         if writable and not a.flags.writeable:
             raise ValueError(f"{what} is read-only; a pull writes into it")
         return a
@@ -514,6 +578,23 @@ class Client:
                                           u.size, _float_ptr(grads), grads.size))
 
     # ---- end of the embedding tables ------------------------------------------
+    def write_buffers(self, values: Sequence[Optional[Any]]) -> None:
+        """Rank 0: writes the buffers (shardps_write_buffers) whose entry is
+        an array (one entry per tensor, None for the others, each array
+        checked as a pull's); every rank's pull of the next step holds them
+        exactly. Call it before the step's pushes. The arrays are copied
+        before this returns."""
+        table = self._connected_table("write_buffers")
+        values = list(values)
+        if len(values) != len(table):
+            raise ValueError(f"write_buffers: the table has {len(table)} tensors; got "
+                             f"{len(values)} entries (None for the tensors not written)")
+        arrs = [None if a is None else self._as_buffer(a, i, "write_buffers", False)
+                for i, a in enumerate(values)]
+        ptrs = (ctypes.c_void_p * len(arrs))(*[None if a is None else a.ctypes.data
+                                               for a in arrs])
+        sizes = (ctypes.c_size_t * len(arrs))(*[0 if a is None else a.nbytes for a in arrs])
+        self._check(self._lib.shardps_write_buffers(self._h, ptrs, sizes, len(arrs)))
 
     def report(self, step: int, loss: float, samples: int) -> None:
         """Tells the launcher how training goes: step steps of the job done,

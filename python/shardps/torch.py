@@ -1,19 +1,38 @@
 """PyTorch on shardps: the servers hold the weights and run the optimizer.
 
-    ps = shardps.torch.attach(model, servers, rank, world)
+    ps = shardps.torch.attach(model)          # the job shardps-run started
     for x, y in batches:
         loss = F.cross_entropy(model(x), y)   # weights pulled before forward
         loss.backward()                       # each gradient pushed as autograd
                                               # produces it
     ps.close()                                # the final weights, then leave
+                                              # (at exit if never called)
 
-attach declares one tensor per parameter (named as in named_parameters, in
-that order; every worker of the job must build the same model), joins the
-job and hooks the model: a gradient hook on each parameter pushes it the
-moment backward has it, and a forward pre-hook completes those pushes and
-pulls the next step's weights straight into the parameters (CPU: no copy).
-No optimizer runs here: the servers apply sync, async or ssp as they were
-started. The loop needs no optimizer.step() and no zero_grad().
+attach declares one tensor per parameter and per buffer (parameters named
+and ordered as in named_parameters, then buffers as in named_buffers; every
+worker of the job must build the same model, and the servers refuse one
+whose table differs), joins the job and hooks the model: a gradient hook on
+each parameter pushes it the moment backward has it, and a forward pre-hook
+completes those pushes and pulls the next step's weights and buffers
+straight into the model (CPU: no copy). No optimizer runs here: the servers
+apply sync, async or ssp as they were started. The loop needs no
+optimizer.step() and no zero_grad().
+
+The starting point is rank 0's model as it is when attach is called (its
+own initialisation, pretrained or fine-tuned weights): rank 0 alone sends
+its values, and every rank's first pull equals rank 0's state_dict bit for
+bit, whichever rank starts first. init="server" keeps the servers' seeded
+initialisation for the parameters instead (a checkpoint the servers
+restored wins over both).
+
+What DDP does by default, shardps.torch does: every rank's forward uses
+rank 0's buffers (BatchNorm's running statistics and its int64
+num_batches_tracked, carried exactly), refreshed every step: rank 0 writes
+its buffers as its backward starts, and every rank pulls them with the
+weights. Parameters with requires_grad=False are declared frozen, with
+their values, and never pushed. A parameter that no forward of a step used
+gets no gradient; the others' step goes on (see Attached.sync for how that
+compares with DDP's find_unused_parameters=True).
 
 What a gradient hook pushes is a copy the library owns (shardps_push_copy,
 on CUDA the pinned staging buffer), taken before the hook returns: a
@@ -32,14 +51,22 @@ step). That path is untested: the machine this was written on has no GPU.
 
 from __future__ import annotations
 
+import atexit
 import math
+import os
+import weakref
 from collections.abc import Iterable, Sequence, Sized
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
+import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Sampler
 
-from . import INIT_HE_UNIFORM, INIT_XAVIER_UNIFORM, INIT_ZERO, Client
+from . import (INIT_HE_UNIFORM, INIT_XAVIER_UNIFORM, INIT_ZERO, KIND_BUFFER, KIND_FROZEN,
+               KIND_PARAMETER, Client)
+
+#: A job's table at most (common/model_spec.h): tensors, bytes of a name.
+MAX_TENSORS, MAX_NAME_BYTES = 4096, 255
 
 #: (kind, fan_in, fan_out) of one parameter: kind one of shardps.INIT_*.
 Init = Tuple[int, int, int]
@@ -117,22 +144,28 @@ class Attached:
     """A model hooked to a job (see attach). close() leaves the job."""
 
     def __init__(self, model: torch.nn.Module, client: Client, rank: int, world: int,
-                 accumulate: int = 1, clip_norm: float = 0.0) -> None:
+                 table: List[Tuple[str, torch.Tensor, int]], accumulate: int = 1,
+                 clip_norm: float = 0.0) -> None:
         self.client = client
         self.rank, self.world = rank, world
-        named = list(model.named_parameters())
-        self._names = [n for n, _ in named]
-        self._params = [p for _, p in named]
+        self._tensors = [t for _, t, _ in table]
+        # The trainable parameters: their index in the table, name, tensor.
+        self._pidx = [i for i, (_, _, k) in enumerate(table) if k == KIND_PARAMETER]
+        self._names = [table[i][0] for i in self._pidx]
+        self._params = [table[i][1] for i in self._pidx]
+        self._buffers = [i for i, (_, _, k) in enumerate(table) if k == KIND_BUFFER]
+        # Every parameter, frozen ones too, must not change in place.
+        self._watched = [(n, t) for n, t, k in table if k != KIND_BUFFER]
         self._accumulate = accumulate
         self._clip_norm = clip_norm
-        self._cuda = any(p.is_cuda for p in self._params)
+        self._cuda = any(t.is_cuda for t in self._tensors)
         if self._cuda:
-            self._host = [torch.empty(p.numel(), dtype=torch.float32).pin_memory()
-                          for p in self._params]
-            self._grad_host = [torch.empty_like(h).pin_memory() for h in self._host]
+            self._host = [torch.empty(t.numel(), dtype=t.dtype).pin_memory()
+                          for t in self._tensors]
+            self._grad_host = [self._host[i].clone().pin_memory() for i in self._pidx]
         else:
-            # Pulls land in the parameters' own storage.
-            self._host = [p.data.view(-1) for p in self._params]
+            # Pulls land in the tensors' own storage.
+            self._host = [t.data.view(-1) for t in self._tensors]
         self._dest = [h.numpy() for h in self._host]
         # Per parameter: the gradients backward gave it this step, and
         # (accumulate > 1) their sum so far.
@@ -141,9 +174,59 @@ class Attached:
         self._pushed = 0     # this step's pushes so far
         self._pulled = False
         self._versions: List[int] = []  # each parameter's _version after the last pull
-        self._handles = [p.register_hook(self._grad_hook(i)) for i, p in enumerate(self._params)]
-        self._handles.append(model.register_forward_pre_hook(lambda m, inp: self.sync()))
+        self._handles = [p.register_hook(self._grad_hook(j)) for j, p in enumerate(self._params)]
+        self._samples = 0  # trained since the last report
+        self._loss = math.nan  # the loop's, through report()
+        self._handles.append(model.register_forward_pre_hook(self._pre_forward))
         self.sync()
+        # Leaves the job at exit if the script never calls close().
+        ref = weakref.ref(self)
+        self._at_exit = lambda: _leave_at_exit(ref)
+        atexit.register(self._at_exit)
+
+    def _pre_forward(self, module: torch.nn.Module, inp: Tuple[object, ...]) -> None:
+        """Before every forward: syncs, and counts a training forward's
+        samples (the length of its first tensor argument) for the launcher's
+        progress line."""
+        self.sync()
+        if module.training and torch.is_grad_enabled() and inp and isinstance(inp[0],
+                                                                               torch.Tensor):
+            self._samples += len(inp[0]) if inp[0].dim() else 1
+
+    def report(self, loss: Union[float, torch.Tensor]) -> None:
+        """Gives the launcher this step's training loss (a float or a
+        one-element tensor), shown in its progress line; the steps and
+        samples attach reports by itself after every step (nan as the loss
+        until this is called)."""
+        self._loss = float(loss)
+
+    def _write_buffers(self) -> None:
+        """Rank 0, before a step's first push: its buffers, as its forward
+        left them, for every rank's next pull (DDP's broadcast_buffers)."""
+        values: List[Optional[np.ndarray]] = [None] * len(self._tensors)
+        for i in self._buffers:
+            if self._cuda:
+                self._host[i].copy_(self._tensors[i].detach().view(-1))
+                values[i] = self._dest[i]
+            else:
+                values[i] = self._tensors[i].detach().view(-1).numpy()
+        self.client.write_buffers(values)
+
+    def _push(self, j: int, g: torch.Tensor) -> None:
+        """Pushes parameter j's gradient g (flat), rank 0's buffers first."""
+        if self._pushed == 0 and self.rank == 0 and self._buffers:
+            self._write_buffers()
+        if g.is_cuda:
+            # Synchronous: the bytes are in the staging buffer, which
+            # nobody else writes, before the push starts.
+            self._grad_host[j].copy_(g)
+            self.client.push(self._pidx[j], self._grad_host[j].numpy(), block=False)
+        else:
+            # The library's copy: the loop may zero, change or drop the
+            # gradient as soon as backward has it.
+            self.client.push(self._pidx[j], g.contiguous().numpy(), block=False, copy=True)
+        self.client.progress()
+        self._pushed += 1
 
     def _grad_hook(self, i: int) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:
@@ -166,17 +249,7 @@ class Attached:
                 g, self._sum[i] = self._sum[i], None  # type: ignore[assignment]
             if self._clip_norm > 0:
                 g = _clipped(g, self._clip_norm)
-            if g.is_cuda:
-                # Synchronous: the bytes are in the staging buffer, which
-                # nobody else writes, before the push starts.
-                self._grad_host[i].copy_(g)
-                self.client.push(i, self._grad_host[i].numpy(), block=False)
-            else:
-                # The library's copy: the loop may zero, change or drop the
-                # gradient as soon as backward has it.
-                self.client.push(i, g.contiguous().numpy(), block=False, copy=True)
-            self.client.progress()
-            self._pushed += 1
+            self._push(i, g)
         return hook
 
     def sampler(self, dataset: Sized, shuffle: bool = True, seed: int = 0,
@@ -192,7 +265,7 @@ class Attached:
     def _check_unchanged(self) -> None:
         """Refuses parameters changed in place since the pull: the servers
         run the optimizer, and the next pull would silently undo it."""
-        for name, p, v in zip(self._names, self._params, self._versions):
+        for (name, p), v in zip(self._watched, self._versions):
             if p._version != v:
                 raise RuntimeError(
                     f"shardps: {name} was changed in place since its weights were pulled (an "
@@ -203,8 +276,20 @@ class Attached:
                     "--lr-schedule (docs/torch.md)")
 
     def sync(self) -> None:
-        """Completes this step's pushes and pulls the next weights into the
-        parameters: called before every forward, so a loop never calls it."""
+        """Completes this step's pushes and pulls the next weights and
+        buffers into the model: called before every forward, so a loop
+        never calls it.
+
+        A parameter that no forward of the step used (its gradient hook
+        never ran) is pushed a zero gradient once every other parameter
+        has its gradient, so that the sync step completes: the servers
+        average it with the other ranks' as DDP with
+        find_unused_parameters=True averages a rank's unused parameter as
+        zero. Where no rank used it, DDP leaves its .grad None and
+        torch.optim skips it; the servers apply the zero gradient, which
+        leaves it unchanged under plain SGD (momentum 0, weight decay 0)
+        but moves it by its momentum, weight decay or Adam's moments
+        otherwise (docs/torch.md)."""
         self._check_unchanged()
         if self._pulled and len(set(self._count)) == 1 and self._pushed == 0:
             # A forward with nothing to exchange (a test of the model, or
@@ -213,26 +298,39 @@ class Attached:
             self.client.progress()
             return
         if self._pulled and self._pushed < len(self._params):
-            missing = next(n for n, c in zip(self._names, self._count)
-                           if c < self._accumulate)
-            raise RuntimeError(f"shardps: only {self._pushed} of {len(self._params)} parameters "
-                               f"got their gradient this step ({missing} did not); every "
-                               "parameter must be pushed")
+            partial = [(n, c) for n, c in zip(self._names, self._count)
+                       if 0 < c < self._accumulate]
+            if partial:
+                raise RuntimeError(f"shardps: {partial[0][0]} got {partial[0][1]} of the "
+                                   f"{self._accumulate} gradients of the step; a parameter "
+                                   "used in the step must get one from each backward pass")
+            for j, c in enumerate(self._count):
+                if c == 0:
+                    self._push(j, torch.zeros(self._params[j].numel(), dtype=torch.float32))
+        stepped = self._pulled
         self.client.pull(self._dest)  # waits for the pushes too
+        if stepped:
+            self.client.report(self.client.weights_clock, self._loss, self._samples)
+            self._samples, self._loss = 0, math.nan
         self._pushed = 0
         self._count = [0] * len(self._params)
         self._pulled = True
         with torch.no_grad():
-            for p, h in zip(self._params, self._host):
+            for t, h in zip(self._tensors, self._host):
                 if self._cuda:
-                    p.data.view(-1).copy_(h, non_blocking=False)
+                    t.data.view(-1).copy_(h, non_blocking=False)
+            for p in self._params:
                 p.grad = None
-        self._versions = [p._version for p in self._params]
+        self._versions = [p._version for _, p in self._watched]
 
     def close(self) -> None:
         """Completes the last step (its pushes, and the pull of the weights
         they make), unhooks the model and leaves the job: the model keeps the
-        final weights. A step left unfinished raises after the job is left."""
+        final weights. A step left unfinished raises after the job is left.
+        Called at interpreter exit if the script never calls it."""
+        if not self._handles:
+            return
+        atexit.unregister(self._at_exit)
         try:
             if any(self._count):
                 self.sync()
@@ -296,41 +394,98 @@ class ServedEmbedding(torch.nn.Module):
 # ---- end of the embedding tables -------------------------------------------------
 
 
-def attach(model: torch.nn.Module, servers: Union[str, Sequence[str]], rank: int, world: int,
-           init: Optional[Dict[str, Init]] = None, accumulate: int = 1,
+def _leave_at_exit(ref: "weakref.ref[Attached]") -> None:
+    """atexit: the Attached model of ref, if it is still attached, leaves the
+    job (its last step completed) as close() does."""
+    a = ref()
+    if a is not None:
+        a.close()
+
+
+def _table(model: torch.nn.Module) -> List[Tuple[str, torch.Tensor, int]]:
+    """The job's table of model: (name, tensor, kind) of each parameter
+    (frozen when requires_grad is False), then each buffer; raises naming
+    the first tensor shardps cannot carry."""
+    out = [(n, p, KIND_PARAMETER if p.requires_grad else KIND_FROZEN)
+           for n, p in model.named_parameters()]
+    out += [(n, b, KIND_BUFFER) for n, b in model.named_buffers()]
+    if len(out) > MAX_TENSORS:
+        raise ValueError(f"shardps: the model has {len(out)} tensors (parameters and buffers); "
+                         f"a job's table holds at most {MAX_TENSORS}")
+    for name, t, kind in out:
+        if not 1 <= len(name.encode()) <= MAX_NAME_BYTES:
+            raise ValueError(f"shardps: the name {name[:40]}... is {len(name.encode())} bytes; a "
+                             f"tensor's name takes at most {MAX_NAME_BYTES}")
+        if kind != KIND_BUFFER and t.dtype != torch.float32:
+            raise TypeError(f"shardps trains float32 parameters; {name} is {t.dtype}")
+        if t.dtype not in (torch.float32, torch.int64):
+            raise TypeError(f"shardps carries float32 and int64 buffers; {name} is {t.dtype}")
+        if t.dim() > 4:
+            raise ValueError(f"shardps: {name} has {t.dim()} dimensions {tuple(t.shape)}; a "
+                             "tensor of the job has 1 to 4")
+        if not t.is_contiguous():
+            raise ValueError(f"shardps: {name} is not contiguous; the pulls write into its "
+                             "storage")
+    return out
+
+
+def attach(model: torch.nn.Module, servers: Optional[Union[str, Sequence[str]]] = None,
+           rank: Optional[int] = None, world: Optional[int] = None,
+           init: Union[str, Dict[str, Init]] = "model", accumulate: int = 1,
            clip_norm: float = 0.0, **options: Union[str, int, float, bool]) -> Attached:
-    """Declares model's parameters as the job's tensors, joins the job, pulls
-    the current weights into the model and hooks it (see the module text).
-    servers: as Client's ("HOST:PORT,HOST:PORT" or a sequence of "HOST:PORT").
-    init: {name: (kind, fan_in, fan_out)} overriding default_init.
+    """Declares model's parameters and buffers as the job's tensors, joins the
+    job, pulls its starting point into the model and hooks it (see the
+    module text).
+    servers, rank, world: the job's place (servers as Client's, "HOST:PORT,
+    HOST:PORT" or a sequence of "HOST:PORT"); all three None (the default):
+    the job shardps-run put in the environment (Client.from_env:
+    SHARDPS_SERVERS, SHARDPS_RANK, SHARDPS_WORKERS, SHARDPS_<OPTION>).
+    init: "model" (rank 0's current values, the default), "server" (the
+    servers' seeded initialisation, default_init's kinds), or {name: (kind,
+    fan_in, fan_out)}: "server" with those kinds. Buffers and frozen
+    parameters always start from rank 0's values.
     accumulate: K backward passes (each after its own forward) summed into
     one step's gradient, as p.grad sums them before an optimizer.step().
     clip_norm: each tensor's gradient scaled to at most this L2 norm before
     it is pushed (the C worker's --clip-norm; 0: off). options:
     Client's (auth_token_file=..., seed=..., total_steps=..., ...). Returns
-    the Attached model; its close() leaves the job."""
+    the Attached model; its close() leaves the job (at exit, if the script
+    never calls it)."""
     if isinstance(accumulate, bool) or not isinstance(accumulate, int) or accumulate < 1:
         raise ValueError(f"attach: accumulate is the count of backward passes per step, an "
                          f"int >= 1; got {accumulate!r}")
     if not isinstance(clip_norm, (int, float)) or not 0 <= clip_norm < math.inf:
         raise ValueError(f"attach: clip_norm is an L2 norm >= 0 (0: off); got {clip_norm!r}")
-    params = list(model.named_parameters())
-    for name, p in params:
-        if p.dtype != torch.float32:
-            raise TypeError(f"shardps trains float32 parameters; {name} is {p.dtype}")
-    kinds = default_init(params)
-    kinds.update(init or {})
-    client = Client(servers, rank, world, **options)
+    if not (isinstance(init, dict) or init in ("model", "server")):
+        raise ValueError(f"attach: init is \"model\", \"server\" or {{name: (kind, fan_in, "
+                         f"fan_out)}}; got {init!r}")
+    place = (servers, rank, world)
+    if any(v is None for v in place) and any(v is not None for v in place):
+        raise ValueError("attach: give servers, rank and world together, or none of them (the "
+                         "job shardps-run put in the environment)")
+    table = _table(model)
+    kinds = default_init((n, t) for n, t, k in table if k != KIND_BUFFER)
+    if isinstance(init, dict):
+        kinds.update(init)
+    if servers is None:
+        client = Client.from_env(**options)
+        rank, world = int(os.environ["SHARDPS_RANK"]), int(os.environ["SHARDPS_WORKERS"])
+    else:
+        client = Client(servers, rank, world, **options)  # type: ignore[arg-type]
     served = [m for m in model.modules() if isinstance(m, ServedEmbedding)]
     try:
-        for name, p in params:
-            client.declare(name, list(p.shape), *kinds[name])
+        for name, t, kind in table:
+            if kind == KIND_PARAMETER and init != "model":
+                client.declare(name, list(t.shape) or [1], *kinds[name])
+            else:
+                client.declare_values(name, t.detach().cpu().contiguous().numpy(), kind)
         for m in served:
             m._declare(client, accumulate)
         client.connect()
         for m in served:
             m._bind(client)
-        return Attached(model, client, rank, world, accumulate, float(clip_norm))
+        return Attached(model, client, rank, world, table,  # type: ignore[arg-type]
+                        accumulate, float(clip_norm))
     except BaseException:
         client.abandon()
         raise

@@ -160,7 +160,7 @@ static int ps__shutdown(const ps__opts *o, ps_kv_client *kv, ps__servers *sv)
 
 static int ps__run(const ps__opts *o)
 {
-    ps_model_spec spec;
+    ps_model_spec spec = {0};
     ps_optimizer_config oc;
     ps_optimizer_kind kind;
     ps_partition *part = NULL;
@@ -269,6 +269,7 @@ out:
         free(again[t]);
     }
     ps_partition_free(part);
+    ps_model_spec_free(&spec);
     return rc;
 }
 

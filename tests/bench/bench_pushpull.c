@@ -465,8 +465,10 @@ static int ps__run_config(const ps__opts *o, ps__config *cf)
         return rc;
     cf->payload = kc.spec.total_numel * sizeof(float);
     rc = ps__server_bytes(&kc.spec, cf->servers, cf->chunk, rawc.bytes);
-    if (rc < 0)
+    if (rc < 0) {
+        ps_model_spec_free(&kc.spec);
         return rc;
+    }
 
     /* Buffers first, touched, so no step pays for their first-use faults. */
     rc = -ENOMEM;
@@ -556,6 +558,7 @@ out:
     }
     free(rawc.send);
     free(rawc.recv);
+    ps_model_spec_free(&kc.spec);
     return rc;
 }
 

@@ -668,6 +668,7 @@ static int ps__run_model(const ps__opts *o, const ps__model *m, const ps_dataset
     r.other_cores = r.other_cores > 0 ? r.other_cores : 0;
     if (rc == 0)
         ps__report(o, &r, json, len);
+    ps_model_spec_free(&r.spec);
     return rc;
 }
 

@@ -59,16 +59,43 @@ static long cf_read(const char *path, uint8_t **buf)
 
 static int cf_table(const char *dir, const char *name, const ps_model_spec *spec, const char *nul)
 {
-    ps_tensor_table_wire w;
-    uint8_t buf[8192], *at;
+    uint8_t *buf, *at;
     size_t len;
+    int rc;
 
-    ps_tensor_table_to_wire(spec, &w);
-    len = shardps__tensor_table__pack(&w.msg, buf);
+    if (ps_tensor_table_pack(spec, &buf, &len) < 0)
+        return -1;
     /* A NUL put into a name after packing: protobuf-c cannot pack one. */
     if (nul && (at = memmem(buf, len, nul, strlen(nul))) != NULL)
         at[1] = '\0';
-    return cf_write(dir, "table", name, buf, len);
+    rc = cf_write(dir, "table", name, buf, len);
+    free(buf);
+    return rc;
+}
+
+/* n tensors with names of the longest length, every kind and dtype. */
+static int cf_big(ps_model_spec *spec, int n)
+{
+    static const ps_tensor_kind kinds[] = {PS_KIND_PARAMETER, PS_KIND_BUFFER, PS_KIND_FROZEN};
+    char name[PS_MAX_NAME_BYTES + 1];
+    int shape[2] = {2, 3};
+
+    memset(spec, 0, sizeof(*spec));
+    spec->seed = 5;
+    for (int i = 0; i < n; i++) {
+        int k = snprintf(name, sizeof(name), "model.layers.%d.norm.", i);
+        ps_tensor_decl d = {name, 1 + i % 2, shape,        PS_INIT_HE_UNIFORM,
+                            3,    2,         kinds[i % 3], PS_DTYPE_F32};
+        memset(name + k, 'z', PS_MAX_NAME_BYTES - (size_t)k);
+        name[PS_MAX_NAME_BYTES] = '\0';
+        if (i % 3 != 0) {
+            d.init = i % 2 ? PS_INIT_VALUES : PS_INIT_ZERO;
+            d.dtype = i % 4 == 1 ? PS_DTYPE_I64 : PS_DTYPE_F32;
+        }
+        if (ps_model_spec_add(spec, &d) < 0)
+            return -1;
+    }
+    return 0;
 }
 
 static int cf_tables(const char *dir)
@@ -80,25 +107,43 @@ static int cf_tables(const char *dir)
     psf_spec(&spec);
     rc |= cf_table(dir, "fuzz-model", &spec, NULL);
     rc |= cf_table(dir, "fuzz-model-nul-name", &spec, "fc1.weight");
+    ps_model_spec_free(&spec);
     rc |= ps_model_spec_init_mlp(&spec, mlp, 4, 1);
     rc |= cf_table(dir, "default-mlp", &spec, NULL);
+    ps_model_spec_free(&spec);
+    rc |= cf_big(&spec, 12);
+    rc |= cf_table(dir, "kinds-and-long-names", &spec, NULL);
+    ps_model_spec_free(&spec);
     memset(&one, 0, sizeof(one));
     rc |= ps_model_spec_add_tensor(&one, "x", 1, &n, PS_INIT_XAVIER_UNIFORM, INT32_MAX, INT32_MAX);
     rc |= cf_table(dir, "max-fans", &one, NULL);
-    /* 33 tensors: one more than a table holds, built as a message. */
+    /* 4,097 tensors: one more than a table holds, built as a message. */
     {
         ps_tensor_table_wire w;
-        Shardps__TensorDecl *ptrs[PS_MAX_TENSORS + 1];
-        uint8_t buf[8192];
-        size_t len;
-        ps_tensor_table_to_wire(&one, &w);
+        Shardps__TensorDecl **ptrs = malloc((PS_MAX_TENSORS + 1) * sizeof(*ptrs));
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        if (ptrs == NULL || ps_tensor_table_to_wire(&one, &w) < 0) {
+            free(ptrs);
+            ps_model_spec_free(&one);
+            return -1;
+        }
         for (int i = 0; i <= PS_MAX_TENSORS; i++)
             ptrs[i] = w.decl_ptrs[0];
         w.msg.tensors = ptrs;
         w.msg.n_tensors = PS_MAX_TENSORS + 1;
-        len = shardps__tensor_table__pack(&w.msg, buf);
-        rc |= cf_write(dir, "table", "33-tensors", buf, len);
+        len = shardps__tensor_table__get_packed_size(&w.msg);
+        buf = malloc(len);
+        if (buf != NULL) {
+            shardps__tensor_table__pack(&w.msg, buf);
+            rc |= cf_write(dir, "table", "4097-tensors", buf, len);
+        }
+        rc |= buf == NULL;
+        free(buf);
+        free(ptrs);
+        ps_tensor_table_wire_free(&w);
     }
+    ps_model_spec_free(&one);
     return rc;
 }
 
@@ -154,6 +199,7 @@ out:
     free(buf);
     ps_shard_free(shard);
     ps_partition_free(part);
+    ps_model_spec_free(&spec);
     rmdir(tmp);
     return rc;
 }
@@ -161,9 +207,9 @@ out:
 static int cf_model(const char *dir, const char *name, const char *text, const ps_act_shape *in)
 {
     char path[] = "/tmp/ps-fuzz-corpus-model.XXXXXX", err[256];
-    const float *tensor[PS_MAX_TENSORS];
+    const float *tensor[PS_MAX_MODEL_TENSORS];
     ps_model_desc desc;
-    ps_model_spec table;
+    ps_model_spec table = {0};
     float *values = NULL;
     uint8_t *buf = NULL;
     long len;
@@ -187,6 +233,7 @@ static int cf_model(const char *dir, const char *name, const char *text, const p
 out:
     free(buf);
     free(values);
+    ps_model_spec_free(&table);
     unlink(path);
     return rc;
 }

@@ -26,6 +26,7 @@ typedef struct {
     ps_optimizer_config opt;
     ps_partition *part;
     ps_shard *shard;
+    ps_model_spec table; /* the shard's (it borrows it) */
     uint64_t *clock, *newest;
     uint64_t fingerprint;
     int adopted, withdrawn;
@@ -35,6 +36,7 @@ static void fc_free(fc_sink *k)
 {
     ps_shard_free(k->shard);
     ps_partition_free(k->part);
+    ps_model_spec_free(&k->table);
     free(k->clock);
     free(k->newest);
     k->shard = NULL;
@@ -50,8 +52,9 @@ static ps_shard *fc_adopt(void *arg, const ps_model_spec *table, ps_checkpoint_c
 
     k->adopted++;
     k->fingerprint = ps_model_spec_fingerprint(table);
-    if (ps_partition_init(&k->part, table, 1, PSF_CHUNK_BYTES) < 0 ||
-        ps_shard_init(&k->shard, k->part, 0, table, &k->opt, 0) < 0)
+    if (ps_model_spec_copy(&k->table, table) < 0 ||
+        ps_partition_init(&k->part, &k->table, 1, PSF_CHUNK_BYTES) < 0 ||
+        ps_shard_init(&k->shard, k->part, 0, &k->table, &k->opt, 0) < 0)
         goto fail;
     n = ps_shard_chunk_count(k->shard);
     k->clock = calloc((size_t)n + 1, sizeof(uint64_t));

@@ -41,8 +41,11 @@ void psf_spec(ps_model_spec *spec)
     ps_model_spec_init_mlp(spec, sizes, 3, 1234);
 }
 
-/* The table of the HELLO made last; the fuzz targets are single-threaded. */
-static ps_tensor_table_wire psf_table;
+/* The table of the HELLO made last, packed, and its digest; the fuzz
+ * targets are single-threaded. */
+static uint8_t *psf_packed;
+static size_t psf_packed_len;
+static uint8_t psf_digest[PS_TABLE_DIGEST_BYTES];
 
 void psf_hello(Shardps__Header *h, Shardps__Hello *hello, const ps_model_spec *spec)
 {
@@ -51,14 +54,46 @@ void psf_hello(Shardps__Header *h, Shardps__Hello *hello, const ps_model_spec *s
     hello->role = SHARDPS__ROLE__ROLE_WORKER;
     hello->rank = 0;
     hello->world = 1;
-    ps_tensor_table_to_wire(spec, &psf_table);
-    hello->table = &psf_table.msg;
+    free(psf_packed);
+    psf_packed = NULL;
+    /* Cannot fail for the tables the targets declare, short of memory. */
+    if (ps_tensor_table_pack(spec, &psf_packed, &psf_packed_len) < 0)
+        abort();
+    ps_model_spec_digest(spec, psf_digest);
+    hello->table_digest.len = sizeof(psf_digest);
+    hello->table_digest.data = psf_digest;
     hello->num_servers = 1;
     hello->chunk_bytes = PSF_CHUNK_BYTES;
     hello->server_index = 0;
     h->type = SHARDPS__MSG_TYPE__HELLO;
     h->request_id = 1;
     h->hello = hello;
+}
+
+/* The TABLE frame that follows the last psf_hello's HELLO h. */
+static void psf_table_header(Shardps__Header *t, const Shardps__Header *h)
+{
+    shardps__header__init(t);
+    t->type = SHARDPS__MSG_TYPE__TABLE;
+    t->request_id = h->request_id;
+}
+
+int psf_hello_frames(psf_buf *b, Shardps__Header *h)
+{
+    Shardps__Header t;
+    int rc = psf_frame(b, h, NULL, 0);
+
+    psf_table_header(&t, h);
+    return rc < 0 ? rc : psf_frame(b, &t, psf_packed, psf_packed_len);
+}
+
+int psf_hello_records(psf_buf *b, const Shardps__Header *h)
+{
+    Shardps__Header t;
+    int rc = psf_record(b, h, NULL, 0);
+
+    psf_table_header(&t, h);
+    return rc < 0 ? rc : psf_record(b, &t, psf_packed, psf_packed_len);
 }
 
 int psf_keys(const ps_model_spec *spec, uint64_t *keys, size_t max_keys)
@@ -196,7 +231,8 @@ int psf_stream(const uint8_t *data, size_t len, psf_buf *out)
     if (mode & PSF_MODE_HELLO) {
         psf_spec(&spec);
         psf_hello(&h, &hello, &spec);
-        rc = psf_frame(out, &h, NULL, 0);
+        rc = psf_hello_frames(out, &h);
+        ps_model_spec_free(&spec);
         if (rc < 0)
             return rc;
     }

@@ -35,11 +35,16 @@ void psf_buf_free(psf_buf *b);
 
 /* The model: an MLP 5-16-3 with seed 1234 (147 floats in 10 chunks). */
 void psf_spec(ps_model_spec *spec);
-/* A HELLO for rank 0 of 1 worker and 1 server declaring spec; hello and spec
- * must outlive h, which points into storage reused by the next psf_hello. */
+/* A HELLO for rank 0 of 1 worker and 1 server declaring spec by digest;
+ * hello must outlive h, which points into storage reused by the next
+ * psf_hello (the packed table too). */
 void psf_hello(Shardps__Header *h, Shardps__Hello *hello, const ps_model_spec *spec);
+/* Appends the HELLO h of the last psf_hello and the TABLE frame with its
+ * table, as frames or as records. Return 0 or a negative code. */
+int psf_hello_frames(psf_buf *b, Shardps__Header *h);
+int psf_hello_records(psf_buf *b, const Shardps__Header *h);
 /* Every key of spec on a single server, in partition order, into keys
- * (room for PS_MAX_TENSORS * 64); returns how many, or a negative code. */
+ * (room for its chunks); returns how many, or a negative code. */
 int psf_keys(const ps_model_spec *spec, uint64_t *keys, size_t max_keys);
 
 /* Appends h and its payload as one record. Returns 0 or a negative code. */

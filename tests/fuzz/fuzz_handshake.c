@@ -202,9 +202,10 @@ static void fh_probe(void)
 
     psf_spec(&spec);
     psf_hello(&h, &hello, &spec);
-    FH_CHECK(psf_frame(&b, &h, NULL, 0) == 0, "encode HELLO");
+    FH_CHECK(psf_hello_frames(&b, &h) == 0, "encode HELLO");
     fh_connection(b.p, b.len, 1);
     psf_buf_free(&b);
+    ps_model_spec_free(&spec);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -91,7 +91,7 @@ static int mc_frames(mc_ctx *m)
     int rc = 0;
 
     psf_hello(&h, &hello, &m->spec);
-    rc |= psf_frame(&b, &h, NULL, 0);
+    rc |= psf_hello_frames(&b, &h);
     mc_frame_seed(m, "hello", &b);
     mc_pull(m, &h, 0);
     rc |= psf_frame(&b, &h, NULL, 0);
@@ -157,13 +157,19 @@ static int mc_handshakes(mc_ctx *m)
 
     /* Raw streams, as a peer would send them. */
     psf_hello(&h, &hello, &m->spec);
-    rc |= psf_frame(&b, &h, NULL, 0);
+    rc |= psf_hello_frames(&b, &h);
     mc_handshake_seed(m, "raw-hello", 0, &b);
     b.len = 0;
-    hello.table->seed ^= 1;
-    rc |= psf_frame(&b, &h, NULL, 0);
-    mc_handshake_seed(m, "raw-wrong-model", 0, &b);
-    b.len = 0;
+    {
+        ps_model_spec other;
+        rc |= ps_model_spec_copy(&other, &m->spec);
+        other.seed ^= 1;
+        psf_hello(&h, &hello, &other);
+        rc |= psf_hello_frames(&b, &h);
+        mc_handshake_seed(m, "raw-wrong-model", 0, &b);
+        b.len = 0;
+        ps_model_spec_free(&other);
+    }
     mc_pull(m, &h, 0);
     rc |= psf_frame(&b, &h, NULL, 0);
     mc_handshake_seed(m, "raw-pull-before-hello", 0, &b);
@@ -176,7 +182,7 @@ static int mc_handshakes(mc_ctx *m)
 
     /* Records: a whole step, then requests that break the rules. */
     psf_hello(&h, &hello, &m->spec);
-    rc |= psf_record(&b, &h, NULL, 0);
+    rc |= psf_hello_records(&b, &h);
     mc_pull(m, &h, 0);
     rc |= psf_record(&b, &h, NULL, 0);
     mc_push(m, &h, 0);
@@ -235,7 +241,7 @@ static int mc_client_seed(mc_ctx *m, const char *name, int lie)
 {
     Shardps__Header h;
     Shardps__Welcome w = SHARDPS__WELCOME__INIT;
-    ps_tensor_table_wire tw;
+    uint8_t digest[PS_TABLE_DIGEST_BYTES];
     psf_buf b = {0};
     uint64_t id = 1;
     int rc = 0;
@@ -247,9 +253,10 @@ static int mc_client_seed(mc_ctx *m, const char *name, int lie)
     w.staleness = lie == MC_ASYNC ? UINT32_MAX : 0;
     w.clock = lie == MC_WELCOME_CLOCK ? UINT64_MAX : 0;
     w.heartbeat_ms = 2500;
-    /* The table the client declared: it checks the WELCOME's (issue 22). */
-    ps_tensor_table_to_wire(&m->spec, &tw);
-    w.table = &tw.msg;
+    /* The table the client declared: it checks the WELCOME's digest. */
+    ps_model_spec_digest(&m->spec, digest);
+    w.table_digest.len = sizeof(digest);
+    w.table_digest.data = digest;
     h.welcome = &w;
     rc |= psf_record(&b, &h, NULL, 0);
     for (uint64_t step = 0; step <= 2; step++) {
@@ -322,7 +329,9 @@ int main(int argc, char **argv)
     if (mc_frames(&m) != 0 || mc_handshakes(&m) != 0 || mc_clients(&m) != 0 || m.failed ||
         psf_file_seeds(m.dir) != 0) {
         fprintf(stderr, "ps-fuzz-corpus: could not build every seed\n");
+        ps_model_spec_free(&m.spec);
         return 1;
     }
+    ps_model_spec_free(&m.spec);
     return 0;
 }

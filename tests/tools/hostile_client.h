@@ -135,6 +135,10 @@ int sc_silent(hc_ctx *ctx, hc_conn *c);
 int sc_stranger_table(hc_ctx *ctx, hc_conn *c);
 int sc_huge_table(hc_ctx *ctx, hc_conn *c);
 int sc_idle_slots(hc_ctx *ctx, hc_conn *c);
+int sc_table_over_limit(hc_ctx *ctx, hc_conn *c);
+int sc_table_digest_lie(hc_ctx *ctx, hc_conn *c);
+int sc_no_table(hc_ctx *ctx, hc_conn *c);
+int sc_write_not_rank_0(hc_ctx *ctx, hc_conn *c);
 int sc_evaluator_push(hc_ctx *ctx, hc_conn *c);
 
 #endif

@@ -42,7 +42,7 @@ static int hello_answer(hc_conn *c)
     ps_frame f;
     int rc = read_frame(c, &f);
 
-    /* A joiner (an evaluator) is sent the job's table before its WELCOME. */
+    /* A joiner (an evaluator) is told the table before its WELCOME. */
     if (rc == 1 && f.hdr->type == SHARDPS__MSG_TYPE__TABLE)
         rc = read_frame(c, &f);
     if (rc != 1) {
@@ -140,6 +140,104 @@ int sc_idle_slots(hc_ctx *ctx, hc_conn *c)
     return 0;
 }
 
+/* Issue 23: the table in a TABLE frame of its own. A TABLE announcing more
+ * than PS_TABLE_MAX_BYTES is refused on its header (nothing buffered). */
+int sc_table_over_limit(hc_ctx *ctx, hc_conn *c)
+{
+    Shardps__Header h, t = SHARDPS__HEADER__INIT;
+    Shardps__Hello hello;
+    uint8_t *buf;
+    size_t len;
+    int rc;
+
+    make_hello(ctx, &h, &hello);
+    if (send_frame(c, &h, NULL, 0) < 0)
+        return -1;
+    t.type = SHARDPS__MSG_TYPE__TABLE;
+    t.request_id = h.request_id;
+    t.version = PS_PROTOCOL_VERSION;
+    t.payload_bytes = PS_TABLE_MAX_BYTES + 1;
+    if (ps_frame_pack_header(&t, &buf, &len) < 0)
+        return -1;
+    rc = send_all(c->fd, buf, len);
+    free(buf);
+    if (rc < 0)
+        return -1;
+    return expect_refusal(ctx, c, SHARDPS__MSG_TYPE__REJECT, -PS_ETOOBIG,
+                          "the tensor table takes at most");
+}
+
+/* A HELLO announcing the job's table by digest, then a TABLE of another. */
+int sc_table_digest_lie(hc_ctx *ctx, hc_conn *c)
+{
+    Shardps__Header h, t = SHARDPS__HEADER__INIT;
+    Shardps__Hello hello;
+    const uint8_t *table;
+    uint8_t digest[PS_TABLE_DIGEST_BYTES], *copy;
+    ps_model_spec other;
+    size_t len;
+    int rc;
+
+    if (ps_model_spec_copy(&other, &ctx->spec) < 0)
+        return -1;
+    other.seed ^= 1;
+    make_hello_table(ctx, &h, &hello, &other);
+    ps_model_spec_free(&other);
+    table = hello_table(&len);
+    copy = malloc(len);
+    if (copy == NULL)
+        return -1;
+    memcpy(copy, table, len);
+    /* The HELLO says the job's table; the TABLE is the other one. */
+    ps_model_spec_digest(&ctx->spec, digest);
+    hello.table_digest.data = digest;
+    t.type = SHARDPS__MSG_TYPE__TABLE;
+    t.request_id = h.request_id;
+    rc = send_frame(c, &h, NULL, 0);
+    if (rc == 0)
+        rc = send_frame(c, &t, copy, len);
+    free(copy);
+    if (rc < 0)
+        return -1;
+    return expect_refusal(ctx, c, SHARDPS__MSG_TYPE__REJECT, -PS_EPROTO,
+                          "not the one the HELLO announced");
+}
+
+/* A declaring HELLO followed by a PULL where its TABLE should be. */
+int sc_no_table(hc_ctx *ctx, hc_conn *c)
+{
+    Shardps__Header h, p = SHARDPS__HEADER__INIT;
+    Shardps__Hello hello;
+
+    make_hello(ctx, &h, &hello);
+    p.type = SHARDPS__MSG_TYPE__PULL;
+    p.request_id = 2;
+    p.n_keys = ctx->n_keys;
+    p.keys = ctx->keys;
+    if (send_frame(c, &h, NULL, 0) < 0 || send_frame(c, &p, NULL, 0) < 0)
+        return -1;
+    return expect_refusal(ctx, c, SHARDPS__MSG_TYPE__REJECT, -PS_EPROTO, "expected the TABLE");
+}
+
+/* A WRITE of initial values from a rank other than 0 (issue 23, point 2). */
+int sc_write_not_rank_0(hc_ctx *ctx, hc_conn *c)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    uint64_t clock;
+    float zero[64] = {0};
+
+    if (handshake(ctx, c, &clock) < 0)
+        return -1;
+    h.type = SHARDPS__MSG_TYPE__WRITE;
+    h.request_id = 2;
+    h.n_keys = 1;
+    h.keys = ctx->keys;
+    if (send_frame(c, &h, zero, sizeof(float)) < 0)
+        return -1;
+    return expect_refusal(ctx, c, SHARDPS__MSG_TYPE__ERROR, -PS_EPROTO,
+                          ctx->rank == 0 ? "WRITE names key" : "only the rank 0");
+}
+
 /* The evaluator role (read-only): a HELLO as shardps-eval --follow sends it
  * (no table, no rank), its WELCOME, then a well-formed PUSH of the first
  * key, which the server must refuse naming the rule. Passes when it did;
@@ -158,7 +256,6 @@ int sc_evaluator_push(hc_ctx *ctx, hc_conn *c)
     hello.role = SHARDPS__ROLE__ROLE_EVALUATOR;
     hello.rank = hello.world = 0;
     hello.table_digest.len = 0;
-    hello.table_digest.data = NULL;
     if (send_frame(c, &h, NULL, 0) < 0 || hello_answer(c) != 1)
         return -1;
     if (ps_partition_init(&part, &ctx->spec, ctx->num_servers, ctx->chunk_bytes) < 0)

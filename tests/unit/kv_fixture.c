@@ -89,6 +89,10 @@ void server_up_with(const ps_kv_server_config *cfg)
     pthread_cond_init(&fx.done_cond, NULL);
     cr_assert_eq(uv_loop_init(&fx.loop), 0);
     cr_assert_eq(ps_kv_server_init(&fx.srv, &fx.loop, cfg, on_done, NULL), 0);
+    if (fx.restore) {
+        char err[1024];
+        cr_assert_eq(ps_kv_server_restore(fx.srv, UINT64_MAX, err, sizeof(err)), 0, "%s", err);
+    }
     cr_assert_eq(uv_ip4_addr("127.0.0.1", 0, &addr), 0);
     cr_assert_eq(ps_kv_server_start(fx.srv, (const struct sockaddr *)&addr, &fx.port), 0);
     cr_assert_gt(fx.port, 0);

@@ -32,6 +32,7 @@ typedef struct {
     char addr[32];
     ps_model_spec spec;
     ps_kv_server_stats stats; /* as the server ended, taken by server_down */
+    int restore;              /* server_up_with restores from cfg's checkpoint dir first */
 } kv_fixture_state;
 
 extern kv_fixture_state fx;

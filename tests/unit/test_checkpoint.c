@@ -6,7 +6,9 @@
  *    older checkpoint of the real table still restores;
  *  - a table over the server's --max-model-bytes is refused by that limit;
  *  - damaged files (truncated, a bad header, random bytes) are told apart
- *    from other jobs' files, each with what is wrong. */
+ *    from other jobs' files, each with what is wrong;
+ *  - a table of 4,096 tensors with 255-byte names (over 1 MiB packed, where
+ *    format 3 held 64 KiB) is written and restored. */
 #include <criterion/criterion.h>
 
 #include <errno.h>
@@ -84,13 +86,16 @@ static void write_real(const ps_kv_server_config *cfg, const ps_model_spec *tabl
     ps_checkpoint_meta meta;
     ps_partition *part;
     ps_shard *shard;
-    uint64_t c[256] = {0}, n[256] = {0};
-    ps_checkpoint_clocks clocks = {c, n};
+    uint64_t *c, *n;
+    ps_checkpoint_clocks clocks;
 
     meta_for(&meta, cfg, table, clock);
     cr_assert_eq(ps_partition_init(&part, table, 1, cfg->chunk_bytes), 0);
     cr_assert_eq(ps_shard_init(&shard, part, 0, table, &cfg->opt, 0), 0);
-    cr_assert_lt(ps_shard_chunk_count(shard), 256);
+    c = calloc((size_t)ps_shard_chunk_count(shard), sizeof(*c));
+    n = calloc((size_t)ps_shard_chunk_count(shard), sizeof(*n));
+    cr_assert(c && n);
+    clocks = (ps_checkpoint_clocks){c, n};
     for (int i = 0; i < ps_shard_chunk_count(shard); i++) {
         cr_assert_eq(ps_shard_fill(shard, i, 1), 0);
         c[i] = n[i] = clock;
@@ -98,6 +103,8 @@ static void write_real(const ps_kv_server_config *cfg, const ps_model_spec *tabl
     cr_assert_eq(ps_checkpoint_write(dir, 10, &meta, table, shard, &clocks, NULL, 0), 0);
     ps_shard_free(shard);
     ps_partition_free(part);
+    free(c);
+    free(n);
 }
 
 static void put32(uint8_t **p, uint32_t v)
@@ -215,6 +222,35 @@ Test(checkpoint, a_table_over_the_limit_is_refused, .init = setup, .fini = teard
     cr_assert_eq(st.clock, 10);
     cr_assert(strstr(err, "clock-000000000020.ckpt: ") && strstr(err, "--max-model-bytes"), "%s",
               err);
+}
+
+Test(checkpoint, a_table_of_4096_tensors_with_255_byte_names_round_trips, .init = setup,
+     .fini = teardown)
+{
+    ps_kv_server_config cfg;
+    ps_kv_server_stats st;
+    ps_model_spec big = {0};
+    int shape[1] = {3};
+    uint8_t *packed;
+    size_t len;
+    char err[4096], name[PS_MAX_NAME_BYTES + 1];
+
+    big.seed = 7;
+    for (int i = 0; i < PS_MAX_TENSORS; i++) {
+        int k = snprintf(name, sizeof(name), "layers.%d.mlp.fc.weight.", i);
+        memset(name + k, 'q', PS_MAX_NAME_BYTES - (size_t)k);
+        name[PS_MAX_NAME_BYTES] = '\0';
+        cr_assert_eq(ps_model_spec_add_tensor(&big, name, 1, shape, PS_INIT_HE_UNIFORM, 3, 3), 0);
+    }
+    cr_assert_eq(ps_tensor_table_pack(&big, &packed, &len), 0);
+    cr_assert_gt(len, (size_t)1 << 20);
+    free(packed);
+    server_config(&cfg);
+    write_real(&cfg, &big, 10);
+    cr_assert_eq(restore(&cfg, &st, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(st.clock, 10);
+    cr_assert_eq(st.weight_bytes, big.total_numel * sizeof(float));
+    ps_model_spec_free(&big);
 }
 
 /* Everything the server logs, for the tests that judge its lines. */

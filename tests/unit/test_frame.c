@@ -1140,3 +1140,20 @@ Test(frame, string_field_with_a_nul_is_refused, .timeout = 30)
     }
     free(buf);
 }
+
+/* What a client reconnects after (the trainer rejoins, shardps-eval --follow
+ * looks for the servers again): a connection that went away, however the
+ * kernel said so (the evaluator once gave up on a broken pipe from a server
+ * exiting at the job's end), but never a refusal, a protocol breach, another
+ * model or its own fault. */
+Test(frame, connection_loss_is_any_way_a_connection_ends, .timeout = 30)
+{
+    const int lost[] = {-PS_ECLOSED,   -PS_ETIMEOUT,  -EPIPE,    -ECONNRESET,
+                        -ECONNREFUSED, -ECONNABORTED, -ETIMEDOUT};
+    const int kept[] = {-PS_EREJECTED, -PS_EPROTO, -PS_EMISMATCH, -ENOMEM, -EINVAL, 0};
+
+    for (size_t i = 0; i < sizeof(lost) / sizeof(lost[0]); i++)
+        cr_assert(ps_error_is_connection_loss(lost[i]), "%s", ps_err_name(lost[i]));
+    for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++)
+        cr_assert(!ps_error_is_connection_loss(kept[i]), "%s", ps_err_name(kept[i]));
+}

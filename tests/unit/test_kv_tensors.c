@@ -5,10 +5,14 @@
  * that fails another check. Raw peers over loopback against the server in a
  * thread (kv_fixture); the WELCOME or REJECT each gets is the evidence, and
  * the stats the server ended with. A HELLO that declares nothing joins the
- * job as declared, and its WELCOME carries the tensors. */
+ * job as declared: a TABLE frame tells it the tensors, its WELCOME their
+ * digest. Tables the size of real models (4,096 tensors, 255-byte names)
+ * are declared and joined; over the limits, refused naming what. */
 #include <criterion/criterion.h>
 
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kv_fixture.h"
@@ -58,7 +62,7 @@ static void start(size_t max_model_bytes)
     cfg.world = 2;
     cfg.max_model_bytes = max_model_bytes;
     server_up_with(&cfg);
-    cr_assert_eq(ps_frame_decoder_init(&dec, 1 << 20), 0);
+    cr_assert_eq(ps_frame_decoder_init(&dec, PS_TABLE_MAX_BYTES), 0);
 }
 
 static void stop(void)
@@ -229,4 +233,199 @@ Test(kv_tensors, a_declaration_leaves_with_its_declarer, .timeout = 30)
     close(w0);
     close(w1);
     cr_assert_eq(fx.stats.weight_bytes, fx.spec.total_numel * sizeof(float));
+}
+
+/* n tensors of 2 floats, each named with 255 bytes: a transformer's worth
+ * of dotted names and then some. */
+static void big_table(ps_model_spec *t, int n)
+{
+    int shape[1] = {2};
+    char name[PS_MAX_NAME_BYTES + 1];
+
+    memset(t, 0, sizeof(*t));
+    t->seed = 7;
+    for (int i = 0; i < n; i++) {
+        int k = snprintf(name, sizeof(name), "encoder.layers.%d.self_attn.in_proj_weight.", i);
+        memset(name + k, 'w', PS_MAX_NAME_BYTES - (size_t)k);
+        name[PS_MAX_NAME_BYTES] = '\0';
+        cr_assert_eq(ps_model_spec_add_tensor(t, name, 1, shape, PS_INIT_HE_UNIFORM, 2, 2), 0,
+                     "tensor %d", i);
+    }
+}
+
+Test(kv_tensors, a_table_of_4096_tensors_with_255_byte_names_is_declared_and_joined, .timeout = 60)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+    ps_model_spec big, told;
+    ps_frame f;
+    char reason[512], why[256];
+    int w0 = -1, fd;
+
+    big_table(&big, PS_MAX_TENSORS);
+    start(0);
+    cr_assert_eq(hello_as(&big, 0, 2, reason, &w0), SHARDPS__MSG_TYPE__WELCOME, "%s", reason);
+    fd = raw_connect();
+    make_hello_as(&h, &hello, &big, 1, 2);
+    hello.table_digest.len = 0;
+    raw_send_frame(fd, &h);
+    raw_read_frame(fd, dec, &f, "the big table");
+    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__TABLE, "%s", f.hdr->reason ? f.hdr->reason : "");
+    cr_assert_gt(f.payload_len, (size_t)1 << 20, "over the old 64 KiB header by far");
+    cr_assert_eq(ps_tensor_table_decode(f.payload, f.payload_len, 0, &told, why, sizeof(why)), 0,
+                 "%s", why);
+    cr_assert_eq(ps_tensor_table_diff(&told, &big, "told", "declared", why, sizeof(why)), 0, "%s",
+                 why);
+    raw_read_frame(fd, dec, &f, "its WELCOME");
+    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__WELCOME);
+    stop();
+    close(fd);
+    close(w0);
+    ps_model_spec_free(&told);
+    ps_model_spec_free(&big);
+}
+
+/* A declaring HELLO (announcing digest) followed by a TABLE frame whose
+ * header says payload_bytes and whose payload is payload (len bytes, sent
+ * only when it matches); the server's refusal must name want. */
+static void declare_raw(const uint8_t *digest, const void *payload, size_t len,
+                        uint64_t payload_bytes, int want_status, const char *want)
+{
+    Shardps__Header h, t = SHARDPS__HEADER__INIT;
+    Shardps__Hello hello;
+    ps_frame f;
+    uint8_t *buf;
+    size_t n;
+    int fd = raw_connect();
+
+    make_hello_as(&h, &hello, &fx.spec, 0, 2);
+    hello.table_digest.data = (uint8_t *)digest;
+    cr_assert_eq(ps_frame_encode(&h, NULL, 0, &buf, &n), 0);
+    cr_assert_eq(raw_send(fd, buf, n), 0);
+    free(buf);
+    t.type = SHARDPS__MSG_TYPE__TABLE;
+    t.request_id = h.request_id;
+    if (payload_bytes == len) {
+        raw_send_payload(fd, &t, payload, len);
+    } else {
+        t.version = PS_PROTOCOL_VERSION;
+        t.payload_bytes = payload_bytes;
+        cr_assert_eq(ps_frame_pack_header(&t, &buf, &n), 0);
+        cr_assert_eq(raw_send(fd, buf, n), 0);
+        free(buf);
+    }
+    raw_read_frame(fd, dec, &f, want);
+    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__REJECT);
+    cr_assert_eq(f.hdr->status, want_status, "%s", f.hdr->reason);
+    cr_assert(f.hdr->reason && strstr(f.hdr->reason, want), "want \"%s\": \"%s\"", want,
+              f.hdr->reason ? f.hdr->reason : "");
+    expect_closed(fd, want);
+}
+
+Test(kv_tensors, tables_over_the_limits_are_refused_naming_what, .timeout = 60)
+{
+    ps_model_spec big, other;
+    ps_tensor_table_wire w;
+    Shardps__TensorDecl extra, **ptrs;
+    static char name_256[PS_MAX_NAME_BYTES + 2];
+    uint8_t digest[PS_TABLE_DIGEST_BYTES] = {0}, *packed;
+    size_t len;
+
+    start(0);
+    /* 4,097 tensors: one more than a table holds. */
+    big_table(&big, PS_MAX_TENSORS);
+    cr_assert_eq(ps_tensor_table_to_wire(&big, &w), 0);
+    ptrs = malloc((PS_MAX_TENSORS + 1) * sizeof(*ptrs));
+    cr_assert_not_null(ptrs);
+    memcpy(ptrs, w.msg.tensors, PS_MAX_TENSORS * sizeof(*ptrs));
+    extra = *w.msg.tensors[0];
+    extra.name = "extra";
+    ptrs[PS_MAX_TENSORS] = &extra;
+    w.msg.tensors = ptrs;
+    w.msg.n_tensors = PS_MAX_TENSORS + 1;
+    len = shardps__tensor_table__get_packed_size(&w.msg);
+    packed = malloc(len);
+    cr_assert_not_null(packed);
+    shardps__tensor_table__pack(&w.msg, packed);
+    declare_raw(digest, packed, len, len, -PS_ETOOBIG, "4097 tensors; at most 4096");
+    free(packed);
+    free(ptrs);
+    ps_tensor_table_wire_free(&w);
+    /* A 256-byte name. */
+    memset(name_256, 'n', PS_MAX_NAME_BYTES + 1);
+    cr_assert_eq(ps_tensor_table_to_wire(&fx.spec, &w), 0);
+    w.decls[1].name = name_256;
+    len = shardps__tensor_table__get_packed_size(&w.msg);
+    packed = malloc(len);
+    cr_assert_not_null(packed);
+    shardps__tensor_table__pack(&w.msg, packed);
+    declare_raw(digest, packed, len, len, -PS_EPROTO,
+                "tensor 1 (\"nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn...\", 256 bytes): a name is "
+                "1-255 bytes");
+    free(packed);
+    ps_tensor_table_wire_free(&w);
+    /* A TABLE announcing more than the limit: refused on its header. */
+    declare_raw(digest, NULL, 0, PS_TABLE_MAX_BYTES + 1, -PS_ETOOBIG,
+                "a TABLE of 2097153 bytes; the tensor table takes at most 2097152");
+    /* A TABLE that is not the table the HELLO's digest announced. */
+    mlp(&other, 8);
+    cr_assert_eq(ps_tensor_table_pack(&other, &packed, &len), 0);
+    ps_model_spec_digest(&fx.spec, digest);
+    declare_raw(digest, packed, len, len, -PS_EPROTO,
+                "its digest is not the one the HELLO announced");
+    free(packed);
+    /* None of it was adopted: the real table is declared afterwards. */
+    {
+        char reason[512];
+        int w0 = -1;
+        cr_assert_eq(hello_as(&fx.spec, 0, 2, reason, &w0), SHARDPS__MSG_TYPE__WELCOME, "%s",
+                     reason);
+        stop();
+        close(w0);
+    }
+    ps_model_spec_free(&other);
+    ps_model_spec_free(&big);
+}
+
+/* Issue 23, point 9: ranks whose tables differ are refused with the first
+ * difference named: by count, by name, by shape (above), by kind; and a
+ * rank started twice is refused as such. The server compares the tables
+ * themselves, since the TABLE frame brings the whole table. */
+Test(kv_tensors, differing_ranks_are_told_the_first_difference, .timeout = 60)
+{
+    ps_model_spec other;
+    char reason[512];
+    int w0 = -1, w1 = -1;
+    int one[1] = {3};
+
+    start(0);
+    cr_assert_eq(hello_as(&fx.spec, 0, 2, reason, &w0), SHARDPS__MSG_TYPE__WELCOME, "%s", reason);
+    /* One tensor more. */
+    cr_assert_eq(ps_model_spec_copy(&other, &fx.spec), 0);
+    cr_assert_eq(ps_model_spec_add_tensor(&other, "head.bias", 1, one, PS_INIT_ZERO, 1, 1), 0);
+    cr_assert_eq(hello_as(&other, 1, 2, reason, &w1), SHARDPS__MSG_TYPE__REJECT);
+    cr_assert(strstr(reason, "model mismatch: 5 tensors from the worker, 4 on this server (first "
+                             "extra: head.bias)"),
+              "%s", reason);
+    ps_model_spec_free(&other);
+    /* A tensor named otherwise. */
+    cr_assert_eq(ps_model_spec_copy(&other, &fx.spec), 0);
+    strcpy(other.tensors[2].name, "classifier.weight");
+    cr_assert_eq(hello_as(&other, 1, 2, reason, &w1), SHARDPS__MSG_TYPE__REJECT);
+    cr_assert(strstr(reason, "tensor 2: classifier.weight from the worker, fc2.weight on this "
+                             "server"),
+              "%s", reason);
+    /* A buffer where the job has a parameter. */
+    strcpy(other.tensors[2].name, "fc2.weight");
+    other.tensors[3].kind = PS_KIND_BUFFER;
+    cr_assert_eq(hello_as(&other, 1, 2, reason, &w1), SHARDPS__MSG_TYPE__REJECT);
+    cr_assert(strstr(reason, "tensor fc2.bias: float32 buffer from the worker, float32 parameter "
+                             "on this server"),
+              "%s", reason);
+    ps_model_spec_free(&other);
+    /* Rank 0 started twice. */
+    cr_assert_eq(hello_as(&fx.spec, 0, 2, reason, &w1), SHARDPS__MSG_TYPE__REJECT);
+    cr_assert(strstr(reason, "rank 0 is already connected"), "%s", reason);
+    stop();
+    close(w0);
 }

@@ -103,7 +103,7 @@ Test(row_wire, keys_tables_types_and_dtypes)
     refused(&h, -PS_EPROTO, "row table 2; the job declares 2");
     h = hdr(SHARDPS__MSG_TYPE__PUSH, 0, 1, 0);
     refused(&h, -PS_EPROTO, "no rows request");
-    h = hdr(SHARDPS__MSG_TYPE__PUSH_ROWS, 0, 1, SHARDPS__DTYPE__DTYPE_I64);
+    h = hdr(SHARDPS__MSG_TYPE__PUSH_ROWS, 0, 1, (Shardps__DType)4);
     refused(&h, -PS_EPROTO, "dtype 4");
 }
 

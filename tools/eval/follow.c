@@ -201,8 +201,10 @@ int ps_follow_run(const ps_follow_config *cfg)
             rc = 0;
             break;
         }
-        if (rc == -PS_ECLOSED || rc == -PS_ETIMEOUT) {
-            /* Dropped, or the job is ending: look for the servers again. */
+        if (ps_error_is_connection_loss(rc)) {
+            /* Dropped, or the job is ending (a server that exits while our
+             * pull is on its way is a reset or a broken pipe as often as a
+             * close): look for the servers again. */
             ps_kv_client_abandon(c);
             c = NULL;
             rc = 0;
