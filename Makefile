@@ -110,7 +110,7 @@ fuzz: deps
 	@cmake -S . -B $(BUILD_FUZZ) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	    -DPS_FUZZ=ON -DPS_TESTS=OFF -DPS_CUDA=OFF >/dev/null
 	@cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_frame fuzz_handshake fuzz_client \
-	    fuzz_table fuzz_checkpoint fuzz_model
+	    fuzz_table fuzz_checkpoint fuzz_model fuzz_rows
 	@bash tests/fuzz/run.sh $(BUILD_FUZZ) $(FUZZ_SECONDS)
 
 # The CPU half of the GPU check (deploy/gpu-check.sh --no-gpu) inside a bare

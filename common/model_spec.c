@@ -18,6 +18,7 @@ void ps_model_spec_free(ps_model_spec *spec)
     if (spec == NULL)
         return;
     free(spec->tensors);
+    free(spec->row_tables);
     memset(spec, 0, sizeof(*spec));
 }
 
@@ -26,16 +27,25 @@ int ps_model_spec_copy(ps_model_spec *dst, const ps_model_spec *src)
     *dst = *src;
     dst->tensors = NULL;
     dst->cap = 0;
+    dst->row_tables = NULL;
+    if (src->n_row_tables > 0) {
+        size_t bytes = (size_t)src->n_row_tables * sizeof(*dst->row_tables);
+        if ((dst->row_tables = malloc(bytes)) == NULL)
+            goto fail;
+        memcpy(dst->row_tables, src->row_tables, bytes);
+    }
     if (src->n_tensors == 0)
         return 0;
     dst->tensors = malloc((size_t)src->n_tensors * sizeof(*dst->tensors));
-    if (dst->tensors == NULL) {
-        memset(dst, 0, sizeof(*dst));
-        return -ENOMEM;
-    }
+    if (dst->tensors == NULL)
+        goto fail;
     memcpy(dst->tensors, src->tensors, (size_t)src->n_tensors * sizeof(*dst->tensors));
     dst->cap = src->n_tensors;
     return 0;
+fail:
+    free(dst->row_tables);
+    memset(dst, 0, sizeof(*dst));
+    return -ENOMEM;
 }
 
 int ps_model_spec_init_mlp(ps_model_spec *spec, const int *sizes, int n_sizes, uint64_t seed)
@@ -225,6 +235,39 @@ int ps_model_spec_duplicate(const ps_model_spec *spec)
     return dup;
 }
 
+_Static_assert(PS_ROW_TABLE_NAME_BYTES == PS_MAX_NAME_BYTES,
+               "a row table's name is as long as a tensor's");
+
+int ps_model_spec_add_row_table(ps_model_spec *spec, const ps_row_table_spec *t, char *why,
+                                size_t why_len)
+{
+    char buf[256];
+    ps_row_table_spec *grown;
+
+    if (why == NULL) {
+        why = buf;
+        why_len = sizeof(buf);
+    }
+    if (spec->n_row_tables >= PS_MAX_ROW_TABLES) {
+        snprintf(why, why_len, "%d row tables; at most %d", spec->n_row_tables + 1,
+                 PS_MAX_ROW_TABLES);
+        return -E2BIG;
+    }
+    if (ps_row_table_check(t, why, why_len) < 0)
+        return -EINVAL;
+    for (int i = 0; i < spec->n_row_tables; i++)
+        if (strcmp(spec->row_tables[i].name, t->name) == 0) {
+            snprintf(why, why_len, "row table %s is declared twice", t->name);
+            return -EINVAL;
+        }
+    grown = realloc(spec->row_tables, (size_t)(spec->n_row_tables + 1) * sizeof(*grown));
+    if (grown == NULL)
+        return -ENOMEM;
+    spec->row_tables = grown;
+    grown[spec->n_row_tables++] = *t;
+    return 0;
+}
+
 static void ps__put_u64(crypto_generichash_state *st, uint64_t v)
 {
     unsigned char b[8];
@@ -262,6 +305,30 @@ void ps_model_spec_digest(const ps_model_spec *spec, uint8_t out[PS_TABLE_DIGEST
         ps__put_u64(&st, (uint64_t)t->fan_out);
     }
     ps__put_u64(&st, spec->seed);
+    /* Nothing added for a table without rows, so its digest is what it was
+     * before row tables existed. */
+    if (spec->n_row_tables > 0)
+        ps__put_u64(&st, (uint64_t)spec->n_row_tables);
+    for (int i = 0; i < spec->n_row_tables; i++) {
+        const ps_row_table_spec *r = &spec->row_tables[i];
+        const double dv[4] = {r->init.lo, r->init.hi, r->init.mean, r->init.std};
+        size_t len = strnlen(r->name, sizeof(r->name)), olen = strnlen(r->optimizer, 24);
+
+        ps__put_u64(&st, len);
+        crypto_generichash_update(&st, (const unsigned char *)r->name, len);
+        ps__put_u64(&st, r->dim);
+        ps__put_u64(&st, (uint64_t)r->init.kind);
+        for (int k = 0; k < 4; k++) {
+            uint64_t bits;
+            memcpy(&bits, &dv[k], sizeof(bits));
+            ps__put_u64(&st, bits);
+        }
+        ps__put_u64(&st, olen);
+        crypto_generichash_update(&st, (const unsigned char *)r->optimizer, olen);
+        ps__put_u64(&st, r->admit_after);
+        ps__put_u64(&st, r->expire_after);
+        ps__put_u64(&st, r->capacity);
+    }
     crypto_generichash_final(&st, out, PS_TABLE_DIGEST_BYTES);
 }
 

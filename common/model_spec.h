@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "row_table.h"
+
 #define PS_MAX_LAYERS 16
 /* A model description's table (the C worker's: a weight and a bias per
  * layer); a job's table may be far larger. */
@@ -86,6 +88,10 @@ typedef struct {
     ps_tensor_spec *tensors; /* owned; NULL while empty */
     size_t total_numel;      /* elements of all tensors */
     size_t total_words;      /* 4-byte words of all their values */
+    /* The job's embedding tables (row table id = position; row_table.h),
+     * owned; NULL while none. */
+    int n_row_tables;
+    ps_row_table_spec *row_tables;
 } ps_model_spec;
 
 /* One tensor to add (ps_model_spec_add); everything is copied. */
@@ -118,6 +124,12 @@ int ps_model_spec_add(ps_model_spec *spec, const ps_tensor_decl *d);
 int ps_model_spec_add_tensor(ps_model_spec *spec, const char *name, int ndim, const int *shape,
                              ps_init_kind init, int fan_in, int fan_out);
 
+/* Appends an embedding table (copied) once it passes ps_row_table_check
+ * and its name is not another row table's. Returns 0, -EINVAL (the reason
+ * in why, which may be NULL), -E2BIG past PS_MAX_ROW_TABLES, or -ENOMEM. */
+int ps_model_spec_add_row_table(ps_model_spec *spec, const ps_row_table_spec *t, char *why,
+                                size_t why_len);
+
 /* Frees what spec holds and leaves it empty (its seed and MLP view too).
  * NULL and an empty spec are allowed. */
 void ps_model_spec_free(ps_model_spec *spec);
@@ -142,7 +154,8 @@ int ps_model_spec_parse_sizes(const char *text, int *sizes, int max_sizes);
  * value little-endian, names length-prefixed: the count, then each tensor's
  * name, shape, kind, dtype, init kind and fans, then the seed): everything
  * the tensors and their seeded values depend on, so equal digests mean the
- * same table. What a HELLO carries instead of the table. */
+ * same table; then, when it has any, the row tables, each field in order,
+ * doubles by their bits). What a HELLO carries instead of the table. */
 void ps_model_spec_digest(const ps_model_spec *spec, uint8_t out[PS_TABLE_DIGEST_BYTES]);
 /* The digest's first 8 bytes as a little-endian number: for checkpoint
  * headers and log lines. */

@@ -47,6 +47,8 @@ void ps_tensor_table_wire_free(ps_tensor_table_wire *w)
     free(w->decls);
     free(w->decl_ptrs);
     free(w->dims);
+    free(w->rows);
+    free(w->row_ptrs);
     memset(w, 0, sizeof(*w));
 }
 
@@ -59,7 +61,10 @@ int ps_tensor_table_to_wire(const ps_model_spec *spec, ps_tensor_table_wire *w)
     w->decls = calloc(n + 1, sizeof(*w->decls));
     w->decl_ptrs = calloc(n + 1, sizeof(*w->decl_ptrs));
     w->dims = calloc((n + 1) * PS_MAX_DIMS, sizeof(*w->dims));
-    if (w->decls == NULL || w->decl_ptrs == NULL || w->dims == NULL) {
+    w->rows = calloc((size_t)spec->n_row_tables + 1, sizeof(*w->rows));
+    w->row_ptrs = calloc((size_t)spec->n_row_tables + 1, sizeof(*w->row_ptrs));
+    if (w->decls == NULL || w->decl_ptrs == NULL || w->dims == NULL || w->rows == NULL ||
+        w->row_ptrs == NULL) {
         ps_tensor_table_wire_free(w);
         shardps__tensor_table__init(&w->msg);
         return -ENOMEM;
@@ -86,6 +91,12 @@ int ps_tensor_table_to_wire(const ps_model_spec *spec, ps_tensor_table_wire *w)
         d->dtype = (Shardps__TensorDType)t->dtype;
         w->decl_ptrs[i] = d;
     }
+    for (int i = 0; i < spec->n_row_tables; i++) {
+        ps_row_table_to_decl(&spec->row_tables[i], &w->rows[i]);
+        w->row_ptrs[i] = &w->rows[i];
+    }
+    w->msg.n_row_tables = (size_t)spec->n_row_tables;
+    w->msg.row_tables = w->row_ptrs;
     return 0;
 }
 
@@ -236,6 +247,20 @@ int ps_tensor_table_from_wire(const Shardps__TensorTable *t, size_t max_bytes, p
         rc = -PS_EPROTO;
         goto fail;
     }
+    if (t->n_row_tables > PS_MAX_ROW_TABLES) {
+        snprintf(why, why_len, "%zu row tables; at most %d", t->n_row_tables, PS_MAX_ROW_TABLES);
+        rc = -E2BIG;
+        goto fail;
+    }
+    for (size_t i = 0; i < t->n_row_tables; i++) {
+        ps_row_table_spec r;
+
+        rc = ps_row_table_from_decl(t->row_tables[i], t->seed, &r, why, why_len);
+        if (rc == 0 && (rc = ps_model_spec_add_row_table(spec, &r, why, why_len)) == -EINVAL)
+            rc = -PS_EPROTO;
+        if (rc < 0)
+            goto fail;
+    }
     return 0;
 fail:
     ps_model_spec_free(spec);
@@ -325,6 +350,9 @@ int ps_tensor_table_diff(const ps_model_spec *a, const ps_model_spec *b, const c
         snprintf(msg, len, "seed %" PRIu64 " %s, %" PRIu64 " %s", a->seed, a_side, b->seed, b_side);
         return 1;
     }
+    if (ps_row_table_diff(a->row_tables, a->n_row_tables, b->row_tables, b->n_row_tables, a_side,
+                          b_side, msg, len))
+        return 1;
     if (len > 0)
         msg[0] = '\0';
     return 0;

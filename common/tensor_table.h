@@ -27,9 +27,11 @@
  * that spec and this struct live and stay in place. */
 typedef struct {
     Shardps__TensorTable msg;
-    Shardps__TensorDecl *decls;      /* owned */
-    Shardps__TensorDecl **decl_ptrs; /* owned */
-    uint32_t *dims;                  /* owned: PS_MAX_DIMS per tensor */
+    Shardps__TensorDecl *decls;       /* owned */
+    Shardps__TensorDecl **decl_ptrs;  /* owned */
+    uint32_t *dims;                   /* owned: PS_MAX_DIMS per tensor */
+    Shardps__RowTableDecl *rows;      /* owned */
+    Shardps__RowTableDecl **row_ptrs; /* owned */
 } ps_tensor_table_wire;
 
 /* Fills w from spec (borrowed: w->msg points at spec's tensor names).
@@ -48,8 +50,9 @@ int ps_tensor_table_pack(const ps_model_spec *spec, uint8_t **out, size_t *len);
  * dimensions each >= 1, fewer than 2^31 elements per tensor, fans >= 1 and
  * below 2^31, a known init kind, kind and dtype in a combination a table
  * may hold (ps_model_spec_add), and at most max_bytes of values in all (0:
- * no limit). The spec has no MLP view (n_layers 0); it is overwritten (free
- * what it held first), and empty after a refusal. Returns 0, or -PS_EPROTO /
+ * no limit); then up to PS_MAX_ROW_TABLES row tables, each as
+ * ps_row_table_from_decl accepts it, with unique names. The spec has no MLP view (n_layers 0); it
+ * is overwritten (free what it held first), and empty after a refusal. Returns 0, or -PS_EPROTO /
  * -E2BIG with the reason in why, or -ENOMEM. */
 int ps_tensor_table_from_wire(const Shardps__TensorTable *t, size_t max_bytes, ps_model_spec *spec,
                               char *why, size_t why_len);
@@ -70,7 +73,7 @@ int ps_tensor_table_decode(const uint8_t *buf, size_t len, size_t max_bytes, ps_
                            char *why, size_t why_len);
 
 /* Compares two tables (tensor order, names, shapes, kinds, dtypes,
- * initialisation, seed: everything the digest covers). Returns 0 when they
+ * initialisation, seed, row tables: everything the digest covers). Returns 0 when they
  * are equal, else 1 with the first difference written into msg as "tensor
  * fc1.weight: 256x784 from the worker, 128x784 on this server" (a_side,
  * b_side name where a and b came from). Pure. */

@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define SHARDPS_VERSION_MAJOR 1
-#define SHARDPS_VERSION_MINOR 3
+#define SHARDPS_VERSION_MINOR 4
 
 /* Codes beyond errno's (values as in the servers' logs). */
 #define SHARDPS_EPROTO    (-10001) /* a server broke the protocol or lied */
@@ -80,12 +80,13 @@ typedef struct {
     uint64_t rejected; /* of dropped, those refused as non-finite or over --max-grad-norm */
 } shardps_stats;
 
-/* The library's version, "1.3.0" (1.1 added joining and shardps_tensor_shape;
+/* The library's version, "1.4.0" (1.1 added joining and shardps_tensor_shape;
  * 1.2 shardps_set_stop_flag, and shardps_new_from_env and shardps_report for
  * programs a launcher starts; 1.3 shardps_pull_into and shardps_push_copy,
  * for callers such as a binding whose buffers are not theirs to keep, and
  * a model's own values, buffers and frozen tensors: shardps_declare_values,
- * shardps_write_buffers, shardps_tensor_kind). */
+ * shardps_write_buffers, shardps_tensor_kind); 1.4 the embedding tables, at
+ * the end of this header). */
 const char *shardps_version(void);
 
 /* A static description of code ("timed out"); never NULL. */
@@ -292,6 +293,53 @@ int shardps_new_from_env(shardps **out);
  * then knows the program left without finishing). Returns 0 or -EINVAL
  * (not connected, or step before the last one reported). */
 int shardps_report(shardps *h, uint64_t step, double loss, uint64_t samples);
+
+/* Embedding tables (1.4): tables of rows of dim float32 addressed by any
+ * 64-bit ID, held once, sharded by a hash of (table, ID) over the servers,
+ * of which each step moves only the rows it touches. Declared with the
+ * tensors (every worker the same, in the same order, before connecting;
+ * a joiner learns them), a table's id is its position among the row tables.
+ * A row never pushed reads as its initializer's values, a pure function
+ * of (seed, table, ID). */
+#define SHARDPS_ROW_INIT_ZEROS   0
+#define SHARDPS_ROW_INIT_UNIFORM 1 /* uniform(lo, hi) */
+#define SHARDPS_ROW_INIT_NORMAL  2 /* normal(mean, std) truncated to [lo, hi] */
+typedef struct {
+    const char *name;      /* as a tensor's name (copied) */
+    uint32_t dim;          /* 1..65536 */
+    int init;              /* SHARDPS_ROW_INIT_* */
+    double lo, hi;         /* uniform's range; normal's bounds (-INFINITY, INFINITY: none) */
+    double mean, std;      /* normal */
+    const char *optimizer; /* NULL or "": the job's; else sgd, nesterov, adam, adamw,
+                              adagrad or rowwise-adagrad with the job's hyper-parameters */
+    uint32_t admit_after;  /* 0, 1: a row is stored at its first push; N: at its Nth */
+    uint32_t expire_after; /* 0: never; T: a row untouched for T steps reads as new */
+    uint64_t capacity;     /* 0: unbounded; else the most rows one server stores */
+} shardps_row_table;
+/* Declares the next row table; size is sizeof(shardps_row_table). Returns
+ * 0, -EINVAL (a field out of range, named by shardps_last_error; a name
+ * declared before) or -EBUSY (connected). */
+int shardps_declare_rows(shardps *h, const shardps_row_table *t, size_t size);
+/* The id of the row table named name and (dim may be NULL) its dim, or
+ * -ENOENT. */
+int shardps_row_table_find(const shardps *h, const char *name, uint32_t *dim);
+/* Writes the rows of ids[0..n) as of step clock into out (out_len floats,
+ * which must be n x dim). IDs may repeat: each server is asked once for
+ * each unique ID it holds. Blocks until answered (completing the pushes
+ * and pulls started before); in sync mode it waits, as a pull does, for
+ * every worker's rows push of step clock - 1. Returns 0, -EINVAL (no such
+ * table, a NULL pointer, out_len not n x dim, n of 2^31 or more) or the
+ * error of the wait. */
+int shardps_pull_rows(shardps *h, int table, uint64_t clock, const uint64_t *ids, size_t n,
+                      float *out, size_t out_len);
+/* Pushes the gradients grads[i x dim ..] (grads_len floats, n x dim) of
+ * ids[i], computed on the weights of the last pull, its clock; repeated
+ * IDs' gradients are summed. In sync mode call it once per row table per
+ * step, n 0 if the batch touched none: every server needs each worker's
+ * push of each table for the step to complete. Blocks until acknowledged.
+ * Returns as shardps_pull_rows. */
+int shardps_push_rows(shardps *h, int table, const uint64_t *ids, size_t n, const float *grads,
+                      size_t grads_len);
 
 #ifdef __cplusplus
 }

@@ -179,6 +179,28 @@ int ps_kv_client_write_buffers(ps_kv_client *c, const void *const *values);
 
 void ps_kv_client_stats_get(const ps_kv_client *c, ps_kv_client_stats *out);
 
+/* Embedding rows (lib/kv_rows.c). table is the row table's id (its position
+ * in the spec's row_tables), ids[0..n) any 64-bit IDs, repeats allowed:
+ * the client asks each server once for the unique IDs that live there
+ * (common/row_place) and sums a push's repeats. Both block until every
+ * server concerned answered (completing the requests started before). */
+
+/* The unique IDs of ids[0..n) in uniq (the caller's, n), in the order first
+ * seen, and slot[i] = the position of ids[i] in uniq (the caller's, n).
+ * Returns the count of unique IDs, or -ENOMEM. */
+long ps_kv_rows_unique(const uint64_t *ids, size_t n, uint64_t *uniq, uint32_t *slot);
+/* Writes the rows of ids as of step clock into out (n x dim floats, the
+ * caller's): stored rows, or the table's initial values. Returns 0, -EINVAL
+ * (no such table; n past 2^31), -ENOMEM, or what wait returns. */
+int ps_kv_client_pull_rows(ps_kv_client *c, uint32_t table, uint64_t clock, const uint64_t *ids,
+                           size_t n, float *out);
+/* Pushes the gradients grads[i x dim ..] of ids[i] (repeats summed),
+ * computed on the weights of the last pull (its clock), to every server: in
+ * sync mode one push per server, empty for a server holding none of them,
+ * which the step needs from every worker. Returns as pull_rows. */
+int ps_kv_client_push_rows(ps_kv_client *c, uint32_t table, const uint64_t *ids, size_t n,
+                           const float *grads);
+
 /* Says goodbye to every server: this worker has finished, barriers stop
  * counting it at once, and a server whose workers have all finished exits.
  * Then closes the connections and frees the client. NULL is allowed. */

@@ -79,6 +79,11 @@ typedef struct {
     int push_head, push_n;
     float *const *pull_dest;
     int corked; /* requests wait on the connection until ps_kv_client_wait */
+    /* The rows request in flight (kv_rows.c): at most one; a pull's rows
+     * are copied to rows_dest (the caller's, rows.count x rows.dim). */
+    ps_reply_rows rows;
+    int rows_busy;
+    float *rows_dest;
 } ps__server;
 
 struct ps_kv_client {
@@ -169,6 +174,9 @@ void ps__handle_pull_reply(ps__server *sv, const ps_frame *f);
 void ps__handle_push_reply(ps__server *sv, const ps_frame *f);
 /* Sends what requests wait on sv's connection (none: nothing to do). */
 void ps__uncork(ps__server *sv);
+
+/* kv_rows.c */
+void ps__handle_rows_reply(ps__server *sv, const ps_frame *f);
 
 /* kv_wait.c */
 

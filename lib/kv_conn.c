@@ -115,6 +115,10 @@ static void ps__on_frame(ps_conn *conn, const ps_frame *f)
     case SHARDPS__MSG_TYPE__WAITING:
         ps__handle_waiting(sv, f);
         break;
+    case SHARDPS__MSG_TYPE__PULL_ROWS_REPLY:
+    case SHARDPS__MSG_TYPE__PUSH_ROWS_REPLY:
+        ps__handle_rows_reply(sv, f);
+        break;
     default:
         snprintf(why, sizeof(why), "sent a %s, which no server sends",
                  ps_reply_type_name(h->type, name, sizeof(name)));

@@ -48,6 +48,8 @@ static uint64_t ps__owed_until(const ps__server *sv, const char **what)
             limit += (uint64_t)(c->cfg.connect_timeout_s * 1000);
     } else if (sv->push_n > 0) {
         *what = "the acknowledgement of a push";
+    } else if (sv->rows_busy) {
+        *what = sv->rows.push ? "the acknowledgement of a rows push" : "the answer to a rows pull";
     } else {
         return UINT64_MAX;
     }

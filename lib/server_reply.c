@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -154,6 +155,57 @@ int ps_reply_check_push(const ps_frame *f, const ps_reply_push *e, char *why, si
                        "reports staleness %" PRIu32 " for a push of step %" PRIu64
                        "; at most %" PRIu64 " is possible",
                        h->staleness, e->clock, e->max_staleness);
+    return 0;
+}
+
+int ps_reply_check_rows(const ps_frame *f, const ps_reply_rows *e, char *why, size_t why_len)
+{
+    const Shardps__Header *h = f->hdr;
+    Shardps__MsgType want =
+        e && e->push ? SHARDPS__MSG_TYPE__PUSH_ROWS_REPLY : SHARDPS__MSG_TYPE__PULL_ROWS_REPLY;
+
+    if (e == NULL || h->request_id != e->request_id || h->type != want)
+        return ps__bad(why, why_len,
+                       "answered a rows request we did not make (request %" PRIu64 ")",
+                       h->request_id);
+    if (h->row_table != e->table)
+        return ps__bad(why, why_len,
+                       "answered our request of row table %" PRIu32 " for row table %" PRIu32,
+                       e->table, h->row_table);
+    if (e->push) {
+        if (ps__no_payload(f, "PUSH_ROWS_REPLY", why, why_len) < 0)
+            return -PS_EPROTO;
+        if (h->clock != e->clock)
+            return ps__bad(why, why_len,
+                           "acknowledged our rows push of step %" PRIu64 " as step %" PRIu64,
+                           e->clock, h->clock);
+        if (h->status < 0 || (uint64_t)h->status > e->count || h->rejected > (uint32_t)h->status)
+            return ps__bad(why, why_len,
+                           "says it dropped %" PRId32 " (rejected %" PRIu32
+                           ") rows of a push of %" PRIu64,
+                           h->status, h->rejected, e->count);
+        if (e->sync && h->staleness != 0)
+            return ps__bad(why, why_len, "reports staleness %" PRIu32 " in sync mode",
+                           h->staleness);
+        return 0;
+    }
+    if (h->status != 0 || h->row_count != e->count || h->dtype != SHARDPS__DTYPE__DTYPE_F32 ||
+        f->payload_len != e->count * e->dim * sizeof(float))
+        return ps__bad(why, why_len,
+                       "answered a pull of %" PRIu64 " rows of dim %" PRIu32 " with %" PRIu64
+                       " rows, dtype %d, %zu bytes, status %" PRId32,
+                       e->count, e->dim, h->row_count, h->dtype, f->payload_len, h->status);
+    if (h->clock < e->clock ||
+        h->clock > (e->sync ? (e->max_clock > e->clock ? e->max_clock : e->clock) : e->clock))
+        return ps__bad(why, why_len,
+                       "answered our rows pull of step %" PRIu64 " with step %" PRIu64, e->clock,
+                       h->clock);
+    for (size_t i = 0; i < f->payload_len / sizeof(float); i++) {
+        float v;
+        memcpy(&v, f->payload + i * sizeof(float), sizeof(v));
+        if (!isfinite(v))
+            return ps__bad(why, why_len, "sent a row value that is not finite (value %zu)", i);
+    }
     return 0;
 }
 

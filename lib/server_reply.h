@@ -83,6 +83,24 @@ typedef struct {
  * bound, no payload. */
 int ps_reply_check_push(const ps_frame *f, const ps_reply_push *e, char *why, size_t why_len);
 
+/* The rows request in flight on one connection (PULL_ROWS or PUSH_ROWS). */
+typedef struct {
+    uint64_t request_id;
+    uint64_t clock; /* the step asked for, or pushed */
+    int push;       /* 1: a PUSH_ROWS, 0: a PULL_ROWS */
+    int sync;       /* sync pull replies may be newer than asked */
+    uint64_t max_clock;
+    uint32_t table, dim;
+    uint64_t count; /* unique IDs asked for or pushed */
+} ps_reply_rows;
+
+/* A PULL_ROWS_REPLY or PUSH_ROWS_REPLY against the rows request in flight
+ * (e NULL: none is): the type that answers it, same id and table. A pull's:
+ * count x dim float32 values, every one finite, status 0, a clock as a
+ * PULL_REPLY's. A push's: same clock, no payload, rows not applied (status)
+ * within 0..count and rejected ones among them, staleness 0 in sync. */
+int ps_reply_check_rows(const ps_frame *f, const ps_reply_rows *e, char *why, size_t why_len);
+
 /* A WAITING: the server holds the pull in flight (e NULL: none is) for
  * other workers; same id and step, no payload, a reason, copied into reason
  * (printable ASCII only, cut to fit). */

@@ -51,7 +51,7 @@ int ps_shardps_kv_err(shardps *h, int rc, const char *doing)
 
 const char *shardps_version(void)
 {
-    return "1.3.0";
+    return "1.4.0";
 }
 
 const char *shardps_strerror(int code)

@@ -233,6 +233,7 @@ static void ps__admit(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
     for (int i = 0; i < s->n_local; i++)
         if (p->pushed[i] == s->sync[i].clock + 1 && s->sync[i].pushes > 0)
             s->sync[i].live_pushes++;
+    ps__rows_peer_joined(s, p);
     p->state = PS__PEER_WORKER;
     ps_conn_set_max_payload(p->conn, s->cfg.max_payload);
     ps_conn_set_max_write_queue(p->conn, s->max_write_queue);

@@ -129,6 +129,25 @@ typedef struct {
     ps__push_buf *buf;
 } ps__update;
 
+/* One embedding table's share on this server (rows.c). */
+typedef struct {
+    struct ps_row_store *store;
+    struct ps_row_accum *accum; /* sync: the step's pushes summed */
+    ps_chunk_clock clock;       /* as a chunk's: the step accumulated, pushes, newest applied */
+    uint32_t dim;
+} ps__row_table;
+
+/* A rows pull the clock rule holds (sync: the table's step not applied
+ * yet), with its IDs. */
+typedef struct ps__row_pull {
+    struct ps__row_pull *next;
+    ps__peer *peer;
+    uint64_t request_id, clock;
+    uint32_t table;
+    size_t n;
+    uint64_t *ids; /* owned */
+} ps__row_pull;
+
 /* Staleness of applied gradients: exact counts up to PS__STALE_BINS - 1. */
 #define PS__STALE_BINS 256
 
@@ -226,6 +245,14 @@ struct ps_kv_server {
     uint64_t n_unstable;  /* updates refused: they would make a chunk non-finite */
     uint64_t n_too_large; /* chunks refused by --max-grad-norm */
     uint64_t n_capped;    /* connections closed to make room (--max-connections) */
+    /* Embedding tables (rows.c): one per TensorTable.row_tables, built with
+     * the table. row_pushed: by rank x table, 1 + the step of its last rows
+     * push (exactly once across reconnects, as rank_pushed). */
+    ps__row_table *rows;
+    int n_rows;
+    uint64_t *row_pushed;
+    ps__row_pull *row_pulls; /* held, oldest first */
+    uint64_t n_row_pulls, n_row_pushes, rows_out, rows_in, n_row_refused, n_row_nonfinite;
 };
 
 /* peer.c */
@@ -355,6 +382,33 @@ void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f);
 int ps__place_push(ps_conn *c, const Shardps__Header *h, const ps_frame_piece **pieces);
 /* Sync: applies a chunk's step once enough live workers have pushed it. */
 void ps__maybe_apply(ps_kv_server *s, int local);
+
+/* pushes.c, shared with rows.c: the rate of a step, damped by staleness. */
+float ps__lr(const ps_kv_server *s, uint64_t step, uint64_t staleness);
+
+/* rows.c: the embedding tables this server holds a share of. */
+/* Builds one row store per row table of s->table (after the chunks).
+ * Returns 0 or a negative code (logged) with nothing built. */
+int ps__rows_build(ps_kv_server *s);
+void ps__rows_free(ps_kv_server *s);
+/* The place callback's part for PULL_ROWS and PUSH_ROWS: the header
+ * judged (row_wire.h) before a byte is stored. Same returns as
+ * ps__place_push. */
+int ps__place_rows(ps_kv_server *s, ps__peer *p, const Shardps__Header *h,
+                   const ps_frame_piece **pieces);
+void ps__handle_pull_rows(ps_kv_server *s, ps__peer *p, const ps_frame *f);
+void ps__handle_push_rows(ps_kv_server *s, ps__peer *p, const ps_frame *f);
+/* Answers the held rows pulls the clock rule now allows (from
+ * ps__release_pulls). */
+void ps__release_row_pulls(ps_kv_server *s);
+/* Forgets p's held rows pulls (p NULL: everyone's). */
+void ps__drop_row_pulls(ps_kv_server *s, ps__peer *p);
+/* Sync: p joined or left: its pushes of the tables' current steps count as
+ * live or not, and steps that only waited for it are applied. */
+void ps__rows_peer_joined(ps_kv_server *s, ps__peer *p);
+void ps__rows_peer_left(ps_kv_server *s, ps__peer *p);
+/* Adds the row tables' figures to out. */
+void ps__rows_stats(const ps_kv_server *s, ps_kv_server_stats *out);
 
 /* durability.c */
 /* Starts the checkpoint timer if one is configured. */

@@ -72,6 +72,12 @@ static void ps__on_frame(ps_conn *c, const ps_frame *f)
     case SHARDPS__MSG_TYPE__PUSH:
         ps__handle_push(s, p, f);
         break;
+    case SHARDPS__MSG_TYPE__PULL_ROWS:
+        ps__handle_pull_rows(s, p, f);
+        break;
+    case SHARDPS__MSG_TYPE__PUSH_ROWS:
+        ps__handle_push_rows(s, p, f);
+        break;
     case SHARDPS__MSG_TYPE__WRITE:
         ps__handle_write(s, p, f);
         break;
@@ -275,6 +281,8 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
      * joining now may be welcomed one step further by another server; and a
      * server restored from a checkpoint taken every N steps may be up to N
      * steps behind the others. */
+    if (s->cfg.max_row_ids == 0)
+        s->cfg.max_row_ids = (uint64_t)1 << 20;
     s->clock_lead = cfg->max_clock_lead > 0 ? cfg->max_clock_lead
                                             : 1 + (cfg->checkpoint_dir ? cfg->checkpoint_every : 0);
     rc = -ENOMEM;
@@ -403,6 +411,7 @@ void ps_kv_server_stats_get(const ps_kv_server *s, ps_kv_server_stats *out)
     out->weight_bytes =
         s->has_table ? ps_partition_server_numel(s->part, s->cfg.server_index) * sizeof(float) : 0;
     out->memory_bytes = s->has_table ? ps_shard_memory_bytes(s->shard) : 0;
+    ps__rows_stats(s, out);
     for (int b = 0; b < PS__STALE_BINS; b++)
         n += s->stale_hist[b];
     out->staleness_count = n;
@@ -459,4 +468,11 @@ void ps_kv_server_log_summary(const ps_kv_server *s)
             st.updates, st.dropped, st.nonfinite, st.unstable, st.too_large, st.refused,
             st.lost_workers, s->cfg.world, st.weight_bytes, st.chunks, st.memory_bytes,
             st.staleness_mean, st.staleness_p99, st.staleness_max);
+    if (st.row_tables > 0)
+        ps_info("summary of %d row table%s: %" PRIu64 " rows pulls (%" PRIu64 " rows), %" PRIu64
+                " rows pushes (%" PRIu64 " rows), %" PRIu64 " rows requests refused; rows %" PRIu64
+                " stored, %" PRIu64 " created, %" PRIu64 " admitted, %" PRIu64 " evicted, %.1f MiB",
+                st.row_tables, st.row_tables == 1 ? "" : "s", st.row_pulls, st.rows_out,
+                st.row_pushes, st.rows_in, st.rows_refused, st.rows_stored, st.rows_created,
+                st.rows_admitted, st.rows_evicted, (double)st.rows_memory / (1 << 20));
 }

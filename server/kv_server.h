@@ -67,9 +67,10 @@ typedef struct {
     /* A pull held this long by other workers is explained to its worker
      * (WAITING) and in the log, again at this interval; 0 = 5 s. */
     uint32_t wait_report_ms;
-    double max_grad_norm;          /* refuse a chunk's gradient of larger L2 norm; 0 = no limit */
-    uint64_t max_clock_lead;       /* async, ssp: clocks a worker may be past this server; 0 = 1 +
-                                      checkpoint_every */
+    double max_grad_norm;    /* refuse a chunk's gradient of larger L2 norm; 0 = no limit */
+    uint64_t max_clock_lead; /* async, ssp: clocks a worker may be past this server; 0 = 1 +
+                                checkpoint_every */
+    uint64_t max_row_ids;    /* a rows request's IDs at most; 0 = 2^20 */
     uint8_t auth_key[PS_AUTH_KEY_BYTES];
     /* The job's settings (ps_job_settings_format); a worker whose HELLO
      * carries others is refused, each difference named. Borrowed; NULL: not
@@ -91,6 +92,12 @@ typedef struct {
     int chunks;
     uint64_t weight_bytes; /* float32 weights of its chunks */
     uint64_t memory_bytes; /* weights, optimizer state and sync accumulators */
+    /* Embedding rows (all row tables): requests served, rows carried, rows
+     * requests refused (a NaN or Inf gradient, an ID named twice), and the
+     * row stores' counters (server/row_store.h). */
+    int row_tables;
+    uint64_t row_pulls, row_pushes, rows_out, rows_in, rows_refused;
+    uint64_t rows_stored, rows_created, rows_admitted, rows_evicted, rows_memory;
 } ps_kv_server_stats;
 
 typedef struct ps_kv_server ps_kv_server;

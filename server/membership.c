@@ -72,6 +72,7 @@ void ps__worker_leave(ps_kv_server *s, ps__peer *p, const char *why)
     if (s->cfg.staleness == 0 && s->live > 0)
         for (int i = 0; i < s->n_local; i++)
             ps__maybe_apply(s, i);
+    ps__rows_peer_left(s, p);
     if (s->live > 0)
         ps_info("%s left at clock %" PRIu64 " (%s); %d worker%s still live", p->name, p->clock, why,
                 s->live, s->live == 1 ? "" : "s");

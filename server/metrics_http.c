@@ -214,6 +214,21 @@ int ps_metrics_render_prometheus(const ps_metrics_snapshot *s, char **out, size_
          "99th percentile of the staleness (steps) of applied gradients.", st->staleness_p99},
         {"shardps_server_staleness_max", "gauge",
          "Largest staleness (steps) of an applied gradient.", (double)st->staleness_max},
+        {"shardps_server_row_pulls_total", "counter", "Rows pulls answered (all row tables).",
+         (double)st->row_pulls},
+        {"shardps_server_row_pushes_total", "counter", "Rows pushes accepted (all row tables).",
+         (double)st->row_pushes},
+        {"shardps_server_rows_refused_total", "counter",
+         "Rows requests refused for an ID named twice or a NaN or Inf gradient.",
+         (double)st->rows_refused},
+        {"shardps_server_rows_stored", "gauge", "Embedding rows this server stores now.",
+         (double)st->rows_stored},
+        {"shardps_server_rows_created_total", "counter",
+         "Embedding rows stored by a first applied gradient.", (double)st->rows_created},
+        {"shardps_server_rows_admitted_total", "counter",
+         "Of the rows created, those that waited for admission.", (double)st->rows_admitted},
+        {"shardps_server_rows_evicted_total", "counter",
+         "Embedding rows removed by expiry or capacity.", (double)st->rows_evicted},
     };
     FILE *f = open_memstream(out, len);
 
@@ -261,11 +276,13 @@ int ps_metrics_render_json(const ps_metrics_snapshot *s, double elapsed, int fin
             ",\"rejected\":%" PRIu64 ",\"nonfinite\":%" PRIu64
             ",\"live_workers\":%d,\"staleness_count\":%" PRIu64
             ",\"staleness_mean\":%.4f,\"staleness_p99\":%.0f,\"staleness_max\":%" PRIu64
-            ",\"workers\":[",
+            ",\"rows_stored\":%" PRIu64 ",\"rows_created\":%" PRIu64 ",\"rows_admitted\":%" PRIu64
+            ",\"rows_evicted\":%" PRIu64 ",\"workers\":[",
             s->unix_time, elapsed, s->server_index, s->mode, final ? "true" : "false", st->pushes,
             st->pulls, st->bytes_in, st->bytes_out, st->updates, st->dropped, st->refused,
             st->nonfinite, st->live_workers, st->staleness_count, st->staleness_mean,
-            st->staleness_p99, st->staleness_max);
+            st->staleness_p99, st->staleness_max, st->rows_stored, st->rows_created,
+            st->rows_admitted, st->rows_evicted);
     for (int i = 0; i < s->n_workers; i++) {
         const ps_kv_server_worker *w = &s->workers[i];
         fprintf(f,

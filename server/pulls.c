@@ -128,6 +128,7 @@ void ps__release_pulls(ps_kv_server *s)
         free(q);
     }
     ps_apply_queue_hold_from(s->updates, hold);
+    ps__release_row_pulls(s);
 }
 
 void ps__on_updates_settled(void *arg)
@@ -247,6 +248,7 @@ void ps__drop_pulls(ps_kv_server *s, ps__peer *p)
 {
     ps__pull **pp = &s->pulls;
 
+    ps__drop_row_pulls(s, p);
     while (*pp) {
         ps__pull *q = *pp;
         if (p != NULL && q->peer != p) {

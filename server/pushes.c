@@ -98,9 +98,7 @@ static int ps__submit_update(ps_kv_server *s, ps__update_kind kind, int local, c
     return 0;
 }
 
-/* Applies the averaged gradient of a chunk once no live worker still owes a
- * push for its current step. */
-static float ps__lr(const ps_kv_server *s, uint64_t step, uint64_t staleness)
+float ps__lr(const ps_kv_server *s, uint64_t step, uint64_t staleness)
 {
     ps_lr_schedule sched = s->cfg.lr;
     double lr;
@@ -120,9 +118,10 @@ static void ps__record_staleness(ps_kv_server *s, uint64_t staleness)
         s->stale_max = staleness;
 }
 
-/* A step completes when enough live workers have pushed it. Pushes rejected
- * for non-finite values count toward that but add nothing; a step with no
- * usable gradient at all is passed over rather than left to block. */
+/* Applies the averaged gradient of a chunk once no live worker still owes a
+ * push for its current step. A step completes when enough live workers have pushed it. Pushes
+ * rejected for non-finite values count toward that but add nothing; a step with no usable gradient
+ * at all is passed over rather than left to block. */
 void ps__maybe_apply(ps_kv_server *s, int local)
 {
     ps_chunk_clock *c = &s->sync[local];
@@ -292,6 +291,9 @@ int ps__place_push(ps_conn *c, const Shardps__Header *h, const ps_frame_piece **
      * them against their keys (within --max-payload, like a push). */
     if (h->type == SHARDPS__MSG_TYPE__WRITE)
         return 0;
+    if (ps_validate_worker_type(h->type, why, sizeof(why)) == 0 &&
+        (h->type == SHARDPS__MSG_TYPE__PULL_ROWS || h->type == SHARDPS__MSG_TYPE__PUSH_ROWS))
+        return ps__place_rows(s, p, h, pieces);
     if (ps_validate_worker_type(h->type, why, sizeof(why)) < 0 ||
         (h->type != SHARDPS__MSG_TYPE__PUSH &&
          ps_validate_payload(h->type, h->dtype, 0, h->payload_bytes, why, sizeof(why)) < 0)) {

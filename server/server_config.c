@@ -74,6 +74,7 @@ int ps_server_config_build(ps_kv_server_config *cfg, const ps_job_options *o,
     cfg->handshake_timeout_ms = ps__ms(o->handshake_timeout);
     cfg->max_grad_norm = o->max_grad_norm;
     cfg->max_clock_lead = (uint64_t)o->max_clock_lead;
+    cfg->max_row_ids = (uint64_t)o->max_row_ids;
     cfg->job_settings = plan->settings;
     cfg->pool_updates = threads > 0;
     cfg->pool_min_bytes = (size_t)o->apply_pool_min_bytes;

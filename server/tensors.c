@@ -21,6 +21,7 @@
 
 void ps__free_table(ps_kv_server *s)
 {
+    ps__rows_free(s);
     ps_apply_queue_close(s->updates);
     ps_buf_pool_close(s->bufs);
     free(s->ckpt_clocks);
@@ -99,6 +100,9 @@ int ps__adopt_table(ps_kv_server *s, const ps_model_spec *spec, ps_table_event h
     s->ckpt_clocks = calloc((size_t)s->n_local + 1, sizeof(uint64_t));
     s->ckpt_newest = calloc((size_t)s->n_local + 1, sizeof(uint64_t));
     if (s->sync == NULL || s->seen == NULL || s->ckpt_clocks == NULL || s->ckpt_newest == NULL)
+        goto fail;
+    rc = ps__rows_build(s);
+    if (rc < 0)
         goto fail;
     /* Buffers and frozen tensors are never pushed: their chunks hold no
      * step back (the server's clock is the least of the others'). */

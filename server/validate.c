@@ -18,6 +18,8 @@ int ps_validate_worker_type(Shardps__MsgType type, char *why, size_t why_len)
     case SHARDPS__MSG_TYPE__WRITE:
     case SHARDPS__MSG_TYPE__BYE:
     case SHARDPS__MSG_TYPE__HEARTBEAT:
+    case SHARDPS__MSG_TYPE__PULL_ROWS:
+    case SHARDPS__MSG_TYPE__PUSH_ROWS:
         return 0;
     default:
         snprintf(why, why_len, "unexpected message type %d from a worker", type);

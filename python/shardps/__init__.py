@@ -56,7 +56,7 @@ from typing import Any, Dict, List, Optional, Tuple, Type, Union
 import numpy as np
 from numpy.typing import NDArray
 
-__version__ = "1.3.0"
+__version__ = "1.4.0"
 
 __all__ = ["Client", "ShardpsError", "Float32Array", "load_library", "library_path", "INIT_ZERO",
            "INIT_HE_UNIFORM", "INIT_XAVIER_UNIFORM", "KIND_PARAMETER", "KIND_BUFFER",
@@ -466,6 +466,118 @@ class Client:
         if block:
             self.wait()
 
+    # ---- Embedding tables (include/shardps.h 1.4; issue 24) ------------------
+    # Row tables are declared beside the tensors, before connect(); a joiner
+    # learns them. A table is named by its name.
+
+    class _RowTable(ctypes.Structure):
+        _fields_ = [("name", ctypes.c_char_p), ("dim", ctypes.c_uint32), ("init", ctypes.c_int),
+                    ("lo", ctypes.c_double), ("hi", ctypes.c_double), ("mean", ctypes.c_double),
+                    ("std", ctypes.c_double), ("optimizer", ctypes.c_char_p),
+                    ("admit_after", ctypes.c_uint32), ("expire_after", ctypes.c_uint32),
+                    ("capacity", ctypes.c_uint64)]
+
+    _ROW_INITS = {"zeros": 0, "uniform": 1, "normal": 2}
+
+    def _rows_lib(self) -> ctypes.CDLL:
+        """The library with the row functions' C signatures (set once)."""
+        lib = self._lib
+        if not getattr(lib, "_shardps_rows", False):
+            c_int, c_void_p, size_t = ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t
+            u64p, fptr = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_float)
+            sigs = {
+                "shardps_declare_rows": [c_void_p, ctypes.POINTER(Client._RowTable), size_t],
+                "shardps_row_table_find": [c_void_p, ctypes.c_char_p,
+                                           ctypes.POINTER(ctypes.c_uint32)],
+                "shardps_pull_rows": [c_void_p, c_int, ctypes.c_uint64, u64p, size_t, fptr,
+                                      size_t],
+                "shardps_push_rows": [c_void_p, c_int, u64p, size_t, fptr, size_t],
+            }
+            for name, args in sigs.items():
+                f = getattr(lib, name)
+                f.restype, f.argtypes = c_int, args
+            lib._shardps_rows = True
+        return lib
+
+    def declare_rows(self, name: str, dim: int, init: str = "zeros", lo: float = -np.inf,
+                     hi: float = np.inf, mean: float = 0.0, std: float = 0.0,
+                     optimizer: str = "", admit_after: int = 0, expire_after: int = 0,
+                     capacity: int = 0) -> int:
+        """Declares the next row table (before connect()): rows of dim float32
+        addressed by any 64-bit ID. init "zeros", "uniform" (lo, hi) or
+        "normal" (mean, std, truncated to [lo, hi]); optimizer "" for the
+        job's, else sgd, nesterov, adam, adamw, adagrad or rowwise-adagrad;
+        admit_after N: a row is stored at its Nth push; expire_after T: a row
+        untouched for T steps reads as new; capacity: the most rows a server
+        stores. Returns the table's id."""
+        if init not in self._ROW_INITS:
+            raise ValueError(f"row table {name}: init {init!r}; one of "
+                             f"{', '.join(self._ROW_INITS)}")
+        t = Client._RowTable(name.encode(), operator.index(dim), self._ROW_INITS[init], float(lo),
+                             float(hi), float(mean), float(std), optimizer.encode(),
+                             operator.index(admit_after), operator.index(expire_after),
+                             operator.index(capacity))
+        lib = self._rows_lib()
+        self._check(lib.shardps_declare_rows(self._handle(), ctypes.byref(t), ctypes.sizeof(t)))
+        return self.row_table(name)[0]
+
+    def row_table(self, table: str) -> Tuple[int, int]:
+        """(id, dim) of the row table named table."""
+        lib, dim = self._rows_lib(), ctypes.c_uint32()
+        tid = lib.shardps_row_table_find(self._handle(), str(table).encode(), ctypes.byref(dim))
+        if tid < 0:
+            raise ShardpsError(tid, f"no row table {table!r}")
+        return tid, dim.value
+
+    def _row_ids(self, where: str, ids: Any) -> NDArray[np.uint64]:
+        """ids as the uint64 array the wire carries: a 1-D C-contiguous int64
+        array reinterpreted bit for bit (or a uint64 one as it is)."""
+        if (not isinstance(ids, np.ndarray) or ids.dtype not in (np.int64, np.uint64)
+                or ids.ndim != 1 or not ids.flags.c_contiguous):
+            got = (f"{ids.dtype} {ids.ndim}-D {'C' if ids.flags.c_contiguous else 'non-C'}"
+                   "-contiguous array" if isinstance(ids, np.ndarray) else type(ids).__name__)
+            raise TypeError(f"{where}: IDs are a 1-D C-contiguous int64 (or uint64) NumPy "
+                            f"array; got {got}")
+        return ids.view(np.uint64)
+
+    def pull_rows(self, table: str, ids: Any, clock: Optional[int] = None) -> Float32Array:
+        """The rows of ids (int64 or uint64, repeats allowed) of the row
+        table named table as a new (len(ids), dim) float32 array. clock: the
+        step whose rows to read; None: the step of the weights last pulled
+        (the start clock before any pull). Blocks; completes the requests
+        started before."""
+        tid, dim = self.row_table(table)
+        u = self._row_ids(f"pull_rows (row table {table})", ids)
+        out = np.empty((u.size, dim), np.float32)
+        if clock is None:
+            self.wait()
+            clock = self.weights_clock if self._clock != self.start_clock else self._clock
+        lib = self._rows_lib()
+        self._check(lib.shardps_pull_rows(self._handle(), tid, int(clock),
+                                          u.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)),
+                                          u.size, _float_ptr(out), out.size))
+        return out
+
+    def push_rows(self, table: str, ids: Any, grads: Float32Array) -> None:
+        """Pushes the gradients grads (float32, (len(ids), dim) or flat,
+        C-contiguous) of ids (int64 or uint64; repeats are summed) of the
+        row table named table, computed on the weights last pulled. In sync mode once per
+        table and step, even with no IDs. Blocks until acknowledged."""
+        tid, dim = self.row_table(table)
+        where = f"push_rows (row table {table})"
+        u = self._row_ids(where, ids)
+        if (not isinstance(grads, np.ndarray) or grads.dtype != np.float32
+                or not grads.flags.c_contiguous):
+            raise TypeError(f"{where}: gradients are a C-contiguous float32 NumPy array")
+        if grads.size != u.size * dim:
+            raise ValueError(f"{where}: {u.size} IDs of dim {dim} take {u.size * dim} "
+                             f"gradient values; got {grads.size}")
+        lib = self._rows_lib()
+        self._check(lib.shardps_push_rows(self._handle(), tid,
+                                          u.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)),
+                                          u.size, _float_ptr(grads), grads.size))
+
+    # ---- end of the embedding tables ------------------------------------------
     def write_buffers(self, values: Sequence[Optional[Any]]) -> None:
         """Rank 0: writes the buffers (shardps_write_buffers) whose entry is
         an array (one entry per tensor, None for the others, each array

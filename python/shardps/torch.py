@@ -71,7 +71,7 @@ MAX_TENSORS, MAX_NAME_BYTES = 4096, 255
 #: (kind, fan_in, fan_out) of one parameter: kind one of shardps.INIT_*.
 Init = Tuple[int, int, int]
 
-__all__ = ["attach", "Attached", "default_init", "sampler", "check_sampler"]
+__all__ = ["attach", "Attached", "default_init", "sampler", "check_sampler", "ServedEmbedding"]
 
 
 def default_init(named_params: Iterable[Tuple[str, torch.nn.Parameter]]) -> Dict[str, Init]:
@@ -341,6 +341,59 @@ class Attached:
             self.client.close()
 
 
+# ---- Embedding tables (issue 24): a model's embeddings served by a row table ----
+
+class ServedEmbedding(torch.nn.Module):
+    """nn.Embedding (mode None) or nn.EmbeddingBag (mode "sum" or "mean") whose
+    table lives on the servers as a row table of dim float32 columns, addressed
+    by any int64 ID: attach declares it (name, dim and the row table's options,
+    declare_rows'), and each forward pulls the rows of the batch's unique IDs
+    (after the dense weights: the model's forward pre-hook runs first), and the
+    backward pushes their gradients (summed over repeats by autograd) once per
+    step, as the dense gradients go. The rows pulled are a leaf of this step's
+    graph only: nothing of the table is held here. One forward and backward per
+    step (attach's accumulate=1)."""
+
+    def __init__(self, name: str, dim: int, mode: Optional[str] = None,
+                 **row_options: Union[str, int, float]) -> None:
+        super().__init__()
+        if mode not in (None, "sum", "mean"):
+            raise ValueError(f"ServedEmbedding {name}: mode None, 'sum' or 'mean'; got {mode!r}")
+        self.name, self.dim, self.mode = name, int(dim), mode
+        self._row_options = row_options
+        self._client: Optional[Client] = None
+
+    def _declare(self, client: Client, accumulate: int) -> None:
+        if accumulate != 1:
+            raise ValueError(f"ServedEmbedding {self.name}: one forward and backward per step "
+                             "(attach's accumulate=1): a row table takes one push per step")
+        client.declare_rows(self.name, self.dim, **self._row_options)  # type: ignore[arg-type]
+
+    def _bind(self, client: Client) -> None:
+        self._client = client
+
+    def forward(self, ids: torch.Tensor, offsets: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if self._client is None:
+            raise RuntimeError(f"ServedEmbedding {self.name}: not attached (shardps.torch.attach "
+                               "declares and binds it)")
+        if ids.dtype != torch.int64:
+            raise TypeError(f"ServedEmbedding {self.name}: IDs are int64; got {ids.dtype}")
+        uniq, inverse = torch.unique(ids.detach().cpu(), return_inverse=True)
+        rows = torch.from_numpy(self._client.pull_rows(self.name, uniq.contiguous().numpy()))
+        if torch.is_grad_enabled():
+            rows.requires_grad_(True)
+            client, name, keys = self._client, self.name, uniq.contiguous().numpy()
+            rows.register_hook(lambda g: client.push_rows(
+                name, keys, g.detach().contiguous().numpy().astype("float32", copy=False)))
+        rows_d = rows.to(ids.device)
+        inverse = inverse.to(ids.device).reshape(ids.shape)
+        if self.mode is None:
+            return torch.nn.functional.embedding(inverse, rows_d)
+        return torch.nn.functional.embedding_bag(inverse, rows_d, offsets, mode=self.mode)
+
+# ---- end of the embedding tables -------------------------------------------------
+
+
 def _leave_at_exit(ref: "weakref.ref[Attached]") -> None:
     """atexit: the Attached model of ref, if it is still attached, leaves the
     job (its last step completed) as close() does."""
@@ -419,13 +472,18 @@ def attach(model: torch.nn.Module, servers: Optional[Union[str, Sequence[str]]] 
         rank, world = int(os.environ["SHARDPS_RANK"]), int(os.environ["SHARDPS_WORKERS"])
     else:
         client = Client(servers, rank, world, **options)  # type: ignore[arg-type]
+    served = [m for m in model.modules() if isinstance(m, ServedEmbedding)]
     try:
         for name, t, kind in table:
             if kind == KIND_PARAMETER and init != "model":
                 client.declare(name, list(t.shape) or [1], *kinds[name])
             else:
                 client.declare_values(name, t.detach().cpu().contiguous().numpy(), kind)
+        for m in served:
+            m._declare(client, accumulate)
         client.connect()
+        for m in served:
+            m._bind(client)
         return Attached(model, client, rank, world, table,  # type: ignore[arg-type]
                         accumulate, float(clip_norm))
     except BaseException:

@@ -9,17 +9,18 @@
 # 4 KiB for the handshake and the client (one connection's worth of
 # requests, or answers, for the small fuzz model) and for a tensor table
 # (32 declarations fit many times over), 8 KiB for a checkpoint and a model
-# file (the fuzz model's, and the seeds', fit). Prints the executions each
+# file (the fuzz model's, and the seeds', fit), 4 KiB for a rows request
+# (its header's 12 bytes and up to 500 IDs). Prints the executions each
 # target reached and fails if any crashed, leaked, hung or ran out of memory.
 set -euo pipefail
 build=${1:?usage: run.sh BUILD_DIR [SECONDS_PER_TARGET]}
 secs=${2:-30}
 src=$(cd "$(dirname "$0")" && pwd)
 declare -A max_len=([frame]=16384 [handshake]=4096 [client]=4096 [table]=4096 [checkpoint]=8192
-    [model]=8192)
+    [model]=8192 [rows]=4096)
 status=0
 mkdir -p "$build/fuzz-artifacts"
-for name in frame handshake client table checkpoint model; do
+for name in frame handshake client table checkpoint model rows; do
     work="$build/fuzz-corpus/$name"
     log="$build/fuzz-$name.log"
     mkdir -p "$work"

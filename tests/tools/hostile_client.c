@@ -331,6 +331,11 @@ static const hc_scenario hc_scenarios[] = {
      sc_idle_slots, 0},
     {"silent", "connect and say nothing until the server closes", sc_silent, 0},
     {"evaluator-push", "admitted as an evaluator, then a PUSH", sc_evaluator_push, 0},
+    {"rows-too-many", "a rows pull of 100 million IDs (header only)", sc_rows_too_many, 0},
+    {"rows-short", "a rows push 4 bytes short of its count", sc_rows_short, 0},
+    {"rows-dup", "a rows pull naming an ID twice", sc_rows_dup, 0},
+    {"rows-nan", "a rows push holding NaN, then the rows read back", sc_rows_nan, 0},
+    {"rows-dim", "a second declarer of the row table with twice its dim", sc_rows_dim, 0},
 };
 #define HC_N_SCENARIOS ((int)(sizeof(hc_scenarios) / sizeof(hc_scenarios[0])))
 
@@ -369,7 +374,8 @@ static void usage(FILE *out)
             "  --table-floats N (2^30-16), --probes N (10), --max-rtt-ms MS (50),\n"
             "  --max-rss-mib MIB (64): huge-table's declaration and bounds\n"
             "  --idle N (40): idle-slots' connections\n"
-            "scenarios (\"all\": every one but the last five):\n",
+            "  --row-dim D: declare the row table \"emb\" of dim D too (the rows-* scenarios)\n"
+            "scenarios (\"all\": every one but the last eleven):\n",
             PS_DEFAULT_CHUNK_BYTES);
     for (int i = 0; i < HC_N_SCENARIOS; i++)
         fprintf(out, "  %-14s %s\n", hc_scenarios[i].name, hc_scenarios[i].what);
@@ -461,7 +467,7 @@ int main(int argc, char **argv)
     double rank = 0, chunk_bytes = PS_DEFAULT_CHUNK_BYTES, timeout = 10, stall_ms = 1000;
     double server_pid = 0, max_growth = 400, report_only = 0, silent_wait = 60;
     double table_floats = (1 << 30) - 16, probes = 10, max_rtt_ms = 50, max_rss_mib = 64;
-    double idle = 40;
+    double idle = 40, row_dim = 0;
     const hc_opt opts[] = {
         {"server", &server, NULL, 0, 0},
         {"hidden", &hidden, NULL, 0, 0},
@@ -484,6 +490,7 @@ int main(int argc, char **argv)
         {"max-rtt-ms", NULL, &max_rtt_ms, 0.001, 1e6},
         {"max-rss-mib", NULL, &max_rss_mib, 1, 1 << 20},
         {"idle", NULL, &idle, 1, 100000},
+        {"row-dim", NULL, &row_dim, 1, 64},
     };
     int sizes[PS_MAX_LAYERS + 1], nh, first, failed = 0, ran = 0;
     hc_ctx ctx;
@@ -520,7 +527,7 @@ int main(int argc, char **argv)
         sizes[nh + 1] = (int)classes;
     if (nh < 0 || ps_model_spec_init_mlp(&ctx.spec, sizes, nh + 2, (uint64_t)seed) < 0 ||
         ps_parse_hostport(server, &ctx.addr, 0, addr_err, sizeof(addr_err)) < 0 ||
-        load_keys(&ctx) < 0) {
+        load_keys(&ctx) < 0 || (row_dim > 0 && hc_rows_declare(&ctx, (uint32_t)row_dim) < 0)) {
         fprintf(stderr, "ps-hostile-client: bad --server, model or partition options\n");
         free(ctx.keys);
         ps_model_spec_free(&ctx.spec);

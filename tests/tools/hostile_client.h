@@ -98,6 +98,14 @@ double probe(hc_ctx *ctx);
  * and a clean goodbye. sc_wrong_model (a HELLO for another model, refused
  * "model mismatch") is also the probe's request. */
 int sc_wrong_model(hc_ctx *ctx, hc_conn *c);
+/* hostile_rows.c: embedding rows (issue 24). hc_rows_declare adds the row
+ * table "emb" of dim to ctx's table (--row-dim). */
+int hc_rows_declare(hc_ctx *ctx, uint32_t dim);
+int sc_rows_too_many(hc_ctx *ctx, hc_conn *c);
+int sc_rows_short(hc_ctx *ctx, hc_conn *c);
+int sc_rows_dup(hc_ctx *ctx, hc_conn *c);
+int sc_rows_nan(hc_ctx *ctx, hc_conn *c);
+int sc_rows_dim(hc_ctx *ctx, hc_conn *c);
 int sc_random_bytes(hc_ctx *ctx, hc_conn *c);
 int sc_random_header(hc_ctx *ctx, hc_conn *c);
 int sc_truncated(hc_ctx *ctx, hc_conn *c);

@@ -121,6 +121,10 @@ static void fill(ps_metrics_snapshot *s, ps_kv_server_worker *w)
     s->stats.staleness_mean = 0.25;
     s->stats.staleness_p99 = 2;
     s->stats.staleness_max = 3;
+    s->stats.rows_stored = 21;
+    s->stats.rows_created = 22;
+    s->stats.rows_admitted = 23;
+    s->stats.rows_evicted = 24;
     w[0].rank = 1;
     w[0].clock = 40;
     w[0].pushes = 41;
@@ -166,13 +170,16 @@ Test(metrics_render, prometheus_reads_back)
     cr_assert_eq(ps_metrics_render_prometheus(&s, &text, &len), 0);
     cr_assert_eq(strlen(text), len);
     cr_assert_eq(ps_prom_parse_text(text, len, on_sample, &seen, &bad), 0, "line %d", bad);
-    /* info + 16 server series + 6 per-worker families x 2 workers */
-    cr_assert_eq(seen.samples, 1 + 16 + 12);
+    /* info + 16 server series + 7 of embedding rows + 6 per-worker
+     * families x 2 workers */
+    cr_assert_eq(seen.samples, 1 + 16 + 7 + 12);
     cr_assert_eq(seen.server_has_label, seen.samples);
     cr_assert(seen.found_pushes && seen.found_rank4_clock && seen.found_info);
     /* Every family is declared once, before its samples. */
     cr_assert_not_null(strstr(text, "# TYPE shardps_server_dropped_pushes_total counter\n"
                                     "shardps_server_dropped_pushes_total{server=\"3\"} 14\n"));
+    cr_assert_not_null(strstr(text, "# TYPE shardps_server_rows_evicted_total counter\n"
+                                    "shardps_server_rows_evicted_total{server=\"3\"} 24\n"));
     cr_assert_not_null(strstr(text, "# TYPE shardps_server_worker_seconds_since_seen gauge\n"
                                     "shardps_server_worker_seconds_since_seen{server=\"3\","
                                     "rank=\"1\"} 0\n"));
@@ -196,6 +203,8 @@ Test(metrics_render, json_line)
         strstr(text, "\"elapsed\":1.500,\"server\":3,\"mode\":\"ssp\",\"final\":true"));
     cr_assert_not_null(strstr(text, "\"pushes\":1234567890123,"));
     cr_assert_not_null(strstr(text, "\"rejected\":15,\"nonfinite\":17,"));
+    cr_assert_not_null(strstr(text, "\"rows_stored\":21,\"rows_created\":22,\"rows_admitted\":23,"
+                                    "\"rows_evicted\":24,\"workers\":["));
     cr_assert_not_null(strstr(text, "\"workers\":[{\"rank\":1,\"clock\":40,\"pushes\":41,"));
     cr_assert_not_null(strstr(text, "},{\"rank\":4,\"clock\":42,"));
     free(text);

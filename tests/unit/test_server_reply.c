@@ -2,6 +2,7 @@
  * refuses each lie of issue 18 with a sentence that says which. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 #include "ps_error.h"
@@ -273,4 +274,70 @@ Test(server_reply, waiting_names_our_pull_and_a_clean_reason)
     cr_assert_eq(ps_reply_check_waiting(&f, &e, reason, sizeof(reason), why, sizeof(why)),
                  -PS_EPROTO);
     cr_assert(strstr(why, "without saying why"), "%s", why);
+}
+
+/* A rows reply of type for e's request: e's id, table, count and clock. */
+static void rows_reply(Shardps__Header *h, Shardps__MsgType type, const ps_reply_rows *e)
+{
+    shardps__header__init(h);
+    h->type = type;
+    h->request_id = e->request_id;
+    h->clock = e->clock;
+    h->row_table = e->table;
+    h->row_count = e->count;
+    h->dtype = SHARDPS__DTYPE__DTYPE_F32;
+}
+
+Test(server_reply, rows_replies_are_held_to_the_request)
+{
+    ps_reply_rows pull = {.request_id = 9,
+                          .clock = 4,
+                          .push = 0,
+                          .sync = 1,
+                          .max_clock = 6,
+                          .table = 1,
+                          .dim = 2,
+                          .count = 3};
+    ps_reply_rows push = pull;
+    float rows[6] = {1, 2, 3, 4, 5, 6};
+    Shardps__Header h;
+    ps_frame f = frame_of(&h, sizeof(rows));
+    char why[256];
+
+    f.payload = (uint8_t *)rows;
+    push.push = 1;
+    rows_reply(&h, SHARDPS__MSG_TYPE__PULL_ROWS_REPLY, &pull);
+    cr_assert_eq(ps_reply_check_rows(&f, &pull, why, sizeof(why)), 0, "%s", why);
+    h.clock = 6; /* sync: newer, within the plan */
+    cr_assert_eq(ps_reply_check_rows(&f, &pull, why, sizeof(why)), 0, "%s", why);
+    h.clock = 7;
+    cr_assert_eq(ps_reply_check_rows(&f, &pull, why, sizeof(why)), -PS_EPROTO);
+    h.clock = 4;
+    h.row_table = 0;
+    cr_assert_eq(ps_reply_check_rows(&f, &pull, why, sizeof(why)), -PS_EPROTO);
+    cr_assert(strstr(why, "row table 1 for row table 0"), "%s", why);
+    h.row_table = 1;
+    f.payload_len -= 4;
+    cr_assert_eq(ps_reply_check_rows(&f, &pull, why, sizeof(why)), -PS_EPROTO);
+    f.payload_len += 4;
+    rows[5] = NAN;
+    cr_assert_eq(ps_reply_check_rows(&f, &pull, why, sizeof(why)), -PS_EPROTO);
+    cr_assert(strstr(why, "not finite (value 5)"), "%s", why);
+    cr_assert_eq(ps_reply_check_rows(&f, NULL, why, sizeof(why)), -PS_EPROTO, "none in flight");
+
+    f = frame_of(&h, 0);
+    rows_reply(&h, SHARDPS__MSG_TYPE__PUSH_ROWS_REPLY, &push);
+    h.status = 3;
+    h.rejected = 3;
+    cr_assert_eq(ps_reply_check_rows(&f, &push, why, sizeof(why)), 0, "%s", why);
+    h.status = 4;
+    cr_assert_eq(ps_reply_check_rows(&f, &push, why, sizeof(why)), -PS_EPROTO, "4 of 3 dropped");
+    h.status = 1;
+    cr_assert_eq(ps_reply_check_rows(&f, &push, why, sizeof(why)), -PS_EPROTO, "3 of 1 rejected");
+    h.rejected = 0;
+    h.staleness = 1;
+    cr_assert_eq(ps_reply_check_rows(&f, &push, why, sizeof(why)), -PS_EPROTO, "sync staleness");
+    h.staleness = 0;
+    h.type = SHARDPS__MSG_TYPE__PULL_ROWS_REPLY;
+    cr_assert_eq(ps_reply_check_rows(&f, &push, why, sizeof(why)), -PS_EPROTO, "a pull's answer");
 }
