@@ -262,6 +262,12 @@ field() {
 
 # ---- build --------------------------------------------------------------------
 mkdir -p "$WORK"
+# A build folder another checkout configured (CMake refuses to reuse it) is
+# started afresh rather than failing the run.
+if [ -f "$BUILD/CMakeCache.txt" ] &&
+    ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$SRC" "$BUILD/CMakeCache.txt"; then
+    rm -rf "$BUILD"
+fi
 # Only the GPU at hand's architecture: half the nvcc time of the default two.
 # --no-gpu still builds the CUDA code where CMake finds nvcc (it must compile).
 cuda_flag=("-DCMAKE_CUDA_ARCHITECTURES=$ARCHS")
