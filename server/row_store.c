@@ -126,8 +126,8 @@ static int ps__reserve_rows(ps_row_store *st, size_t more)
     size_t stored = st->counters.stored;
     int rc;
 
-    if (more > ps__room(st) &&
-        (rc = ps__reserve_slots(st, st->n_slots + (more - ps__room(st)))) < 0)
+    /* Free slots are reused first: the slots in use plus `more` must exist. */
+    if (more > ps__room(st) && (rc = ps__reserve_slots(st, stored + more)) < 0)
         return rc;
     return ps_row_map_reserve(st->map, stored + more);
 }

@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_raw.h"
 #include "bench_util.h"
 #include "clock.h"
 #include "flags.h"
@@ -72,47 +73,11 @@ typedef struct {
 typedef int (*ps__step_fn)(void *ctx);
 
 typedef struct {
-    int fds[PS__MAX_SERVERS];
-    size_t bytes[PS__MAX_SERVERS];
-    int n;
-    uint8_t *send, *recv;
-} ps__raw_client;
-
-typedef struct {
     ps_kv_client *kv;
     uint64_t clock;
     float *params[PS_MAX_TENSORS], *grads[PS_MAX_TENSORS];
     int n_tensors;
 } ps__ps_client;
-
-/* ---- child processes ---------------------------------------------------- */
-
-/* CPU seconds and minor faults of another process so far, from
- * /proc/PID/stat (fields 10, 14 and 15). */
-static int ps__proc_usage(pid_t pid, double *cpu_s, uint64_t *minflt)
-{
-    char path[64], buf[1024], *p;
-    unsigned long long flt, ut, st;
-    FILE *f;
-    size_t n;
-
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    f = fopen(path, "r");
-    if (f == NULL)
-        return -errno;
-    n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* The command name may hold spaces and parentheses; fields resume after
-     * the last ')'. */
-    p = strrchr(buf, ')');
-    if (p == NULL || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %llu %*u %*u %*u %llu %llu", &flt,
-                            &ut, &st) != 3)
-        return -PS_EFORMAT;
-    *cpu_s = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-    *minflt = flt;
-    return 0;
-}
 
 static void ps__self_usage(double *cpu_s, uint64_t *minflt)
 {
@@ -122,168 +87,6 @@ static void ps__self_usage(double *cpu_s, uint64_t *minflt)
     *cpu_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
              (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
     *minflt = (uint64_t)ru.ru_minflt;
-}
-
-/* ---- the raw TCP baseline ----------------------------------------------- */
-
-static int ps__write_full(int fd, const struct iovec *iov_in, int n)
-{
-    struct iovec iov[2];
-
-    memcpy(iov, iov_in, (size_t)n * sizeof(*iov));
-    while (n > 0) {
-        ssize_t w = writev(fd, iov, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -errno;
-        while (n > 0 && (size_t)w >= iov[0].iov_len) {
-            w -= (ssize_t)iov[0].iov_len;
-            memmove(iov, iov + 1, (size_t)(n - 1) * sizeof(*iov));
-            n--;
-        }
-        if (n > 0) {
-            iov[0].iov_base = (uint8_t *)iov[0].iov_base + w;
-            iov[0].iov_len -= (size_t)w;
-        }
-    }
-    return 0;
-}
-
-/* Returns 0, 1 at a clean end of stream before the first byte, or -errno. */
-static int ps__read_full(int fd, void *buf, size_t len)
-{
-    size_t got = 0;
-
-    while (got < len) {
-        ssize_t r = read(fd, (uint8_t *)buf + got, len - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return -errno;
-        if (r == 0)
-            return got == 0 ? 1 : -PS_ECLOSED;
-        got += (size_t)r;
-    }
-    return 0;
-}
-
-static void ps__nodelay(int fd)
-{
-    int one = 1;
-
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
-
-/* The raw echo server (this binary with --raw-server): accepts one client,
- * then for each request [u64 length][length bytes] replies with the same bytes
- * from the buffer it read them into, until the client closes. */
-static int ps__raw_serve(int ready_fd)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t alen = sizeof(a);
-    int lfd, fd = -1, rc;
-    uint8_t *buf = NULL;
-    size_t cap = 0;
-    char line[16];
-
-    lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (lfd < 0)
-        return -errno;
-    if (bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 1) < 0 ||
-        getsockname(lfd, (struct sockaddr *)&a, &alen) < 0) {
-        rc = -errno;
-        goto out;
-    }
-    snprintf(line, sizeof(line), "%d\n", ntohs(a.sin_port));
-    if (write(ready_fd, line, strlen(line)) < 0) {
-        rc = -errno;
-        goto out;
-    }
-    close(ready_fd);
-    fd = accept(lfd, NULL, NULL);
-    if (fd < 0) {
-        rc = -errno;
-        goto out;
-    }
-    ps__nodelay(fd);
-    for (;;) {
-        uint64_t len;
-        struct iovec iov;
-
-        rc = ps__read_full(fd, &len, sizeof(len));
-        if (rc != 0)
-            break;
-        if (len > cap) {
-            uint8_t *p = realloc(buf, len);
-            if (p == NULL) {
-                rc = -ENOMEM;
-                break;
-            }
-            /* Touch it now so page faults are not charged to the first steps. */
-            memset(p, 0, len);
-            buf = p;
-            cap = len;
-        }
-        rc = ps__read_full(fd, buf, len);
-        if (rc != 0)
-            break;
-        iov.iov_base = buf;
-        iov.iov_len = len;
-        rc = ps__write_full(fd, &iov, 1);
-        if (rc < 0)
-            break;
-    }
-    rc = rc == 1 ? 0 : rc;
-out:
-    if (fd >= 0)
-        close(fd);
-    close(lfd);
-    free(buf);
-    return rc;
-}
-
-static int ps__raw_connect(int port)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-    if (fd < 0)
-        return -errno;
-    a.sin_port = htons((uint16_t)port);
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-        int err = -errno;
-        close(fd);
-        return err;
-    }
-    ps__nodelay(fd);
-    return fd;
-}
-
-/* One raw step: every server's request goes out (blocking writes, in server
- * order), then every reply is read back. */
-static int ps__raw_step(void *ctx)
-{
-    ps__raw_client *r = ctx;
-    size_t off = 0;
-    int rc;
-
-    for (int s = 0; s < r->n; s++) {
-        uint64_t len = r->bytes[s];
-        struct iovec iov[2] = {{&len, sizeof(len)}, {r->send + off, r->bytes[s]}};
-        rc = ps__write_full(r->fds[s], iov, 2);
-        if (rc < 0)
-            return rc;
-        off += r->bytes[s];
-    }
-    off = 0;
-    for (int s = 0; s < r->n; s++) {
-        rc = ps__read_full(r->fds[s], r->recv + off, r->bytes[s]);
-        if (rc != 0)
-            return rc < 0 ? rc : -PS_ECLOSED;
-        off += r->bytes[s];
-    }
-    return 0;
 }
 
 /* ---- the shardps client ------------------------------------------------- */
@@ -311,7 +114,7 @@ static int ps__usage_of(const ps_bench_child *kids, int n, double *cpu_s, uint64
     for (int i = 0; i < n; i++) {
         double c;
         uint64_t f;
-        int rc = ps__proc_usage(kids[i].pid, &c, &f);
+        int rc = ps_bench_proc_usage(kids[i].pid, &c, &f);
         if (rc < 0)
             return rc;
         *cpu_s += c;
@@ -416,20 +219,6 @@ static int ps__start_servers(const ps__opts *o, const ps__config *cf, ps_bench_c
     return rc;
 }
 
-static int ps__start_raw(const ps__opts *o, int n, ps_bench_child *kids)
-{
-    char *argv[] = {(char *)o->self_bin, "--raw-server", NULL};
-
-    for (int s = 0; s < n; s++) {
-        int rc = ps_bench_spawn(argv, 1, 1, &kids[s]);
-        if (rc < 0) {
-            fprintf(stderr, "bench-pushpull: the raw echo server did not report a port\n");
-            return rc;
-        }
-    }
-    return 0;
-}
-
 /* Fills per-server byte counts from the same partition the servers use. */
 static int ps__server_bytes(const ps_model_spec *spec, int servers, size_t chunk, size_t *bytes)
 {
@@ -451,7 +240,7 @@ static int ps__run_config(const ps__opts *o, ps__config *cf)
     const char *addrs[PS__MAX_SERVERS];
     ps_kv_client_config kc;
     ps__ps_client pc = {0};
-    ps__raw_client rawc = {.n = 0};
+    ps_bench_raw rawc = {.n = 0};
     int in, out, rc, rc2;
 
     for (int s = 0; s < PS__MAX_SERVERS; s++)
@@ -464,7 +253,8 @@ static int ps__run_config(const ps__opts *o, ps__config *cf)
     if (rc < 0)
         return rc;
     cf->payload = kc.spec.total_numel * sizeof(float);
-    rc = ps__server_bytes(&kc.spec, cf->servers, cf->chunk, rawc.bytes);
+    rc = ps__server_bytes(&kc.spec, cf->servers, cf->chunk, rawc.req);
+    memcpy(rawc.reply, rawc.req, sizeof(rawc.reply));
     if (rc < 0) {
         ps_model_spec_free(&kc.spec);
         return rc;
@@ -491,13 +281,15 @@ static int ps__run_config(const ps__opts *o, ps__config *cf)
     rc = ps__start_servers(o, cf, srv);
     if (rc < 0)
         goto out;
-    rc = ps__start_raw(o, cf->servers, raw);
-    if (rc < 0)
+    rc = ps_bench_raw_start(o->self_bin, cf->servers, raw);
+    if (rc < 0) {
+        fprintf(stderr, "bench-pushpull: the raw echo server did not report a port\n");
         goto out;
+    }
     for (int s = 0; s < cf->servers; s++) {
         snprintf(addr_buf[s], sizeof(addr_buf[s]), "127.0.0.1:%d", srv[s].port);
         addrs[s] = addr_buf[s];
-        rc = ps__raw_connect(raw[s].port);
+        rc = ps_bench_raw_connect(raw[s].port);
         if (rc < 0)
             goto out;
         rawc.fds[s] = rc;
@@ -517,13 +309,14 @@ static int ps__run_config(const ps__opts *o, ps__config *cf)
     if (rc < 0)
         goto out;
 
-    if ((rc = ps__warmup(ps__raw_step, &rawc, o->warmup_s)) < 0 ||
+    if ((rc = ps__warmup(ps_bench_raw_step, &rawc, o->warmup_s)) < 0 ||
         (rc = ps__warmup(ps__ps_step, &pc, o->warmup_s)) < 0)
         goto out;
     for (int r = 0; r < o->rounds; r++) {
         double each = o->seconds / o->rounds;
         int min = (o->min_steps + o->rounds - 1) / o->rounds;
-        if ((rc = ps__measure(ps__raw_step, &rawc, raw, cf->servers, each, min, &cf->raw)) < 0 ||
+        if ((rc = ps__measure(ps_bench_raw_step, &rawc, raw, cf->servers, each, min, &cf->raw)) <
+                0 ||
             (rc = ps__measure(ps__ps_step, &pc, srv, cf->servers, each, min, &cf->ps)) < 0)
             goto out;
     }
@@ -663,7 +456,7 @@ int main(int argc, char **argv)
     if (rc != 0)
         return rc > 0 ? 0 : 2;
     if (raw_server)
-        return ps__raw_serve(3) < 0 ? 1 : 0;
+        return ps_bench_raw_serve(3) < 0 ? 1 : 0;
     ps_log_set_role("bench");
     n_sizes = ps_bench_parse_sizes(sizes_text, sizes, PS__MAX_SIZES);
     n_counts = ps_bench_parse_sizes(servers_text, counts, PS__MAX_SIZES);

@@ -151,6 +151,31 @@ Test(row_store, apply_creates_then_updates)
     }
 }
 
+/* Batches of new rows that do not fill whole slabs (4,096 records of dim
+ * 64 with Adagrad each): every batch's room is reserved before its first
+ * row is written, however much of the last slab earlier batches left. */
+Test(row_store, batches_that_leave_slabs_part_full)
+{
+    ps_row_store_config c = config("adagrad", 64);
+    ps_row_store *st = create(&c);
+    static uint64_t ids[3000];
+    static float g[3000 * 64], out[64];
+    ps_row_apply_result r;
+
+    for (int i = 0; i < 3000 * 64; i++)
+        g[i] = 1e-3f;
+    for (uint64_t b = 0; b < 4; b++) {
+        for (uint64_t i = 0; i < 3000; i++)
+            ids[i] = b * 3000 + i + 1;
+        cr_assert_eq(ps_row_store_apply(st, ids, g, 3000, b, 0.01f, 1.0f, &r), 0);
+        cr_assert_eq(r.created, 3000);
+    }
+    cr_assert_eq(counters(st).stored, 12000);
+    cr_assert_eq(ps_row_store_gather(st, ids + 2999, 1, 4, out, NULL), 0);
+    cr_assert(out[0] > -1 && out[0] < 1);
+    ps_row_store_free(st);
+}
+
 /* scale multiplies the gradient before the update: the same bits as
  * pushing the multiplied gradient (1/W in sync mode). */
 Test(row_store, scaled_gradients)
