@@ -385,6 +385,11 @@ void ps__maybe_apply(ps_kv_server *s, int local);
 
 /* pushes.c, shared with rows.c: the rate of a step, damped by staleness. */
 float ps__lr(const ps_kv_server *s, uint64_t step, uint64_t staleness);
+/* The last step of the place callback for a judged frame: its payload of
+ * bytes lands in p's pooled buffer (the one of a frame that was then not
+ * handled is given back first). Returns 1 with *pieces set, or 0 when the
+ * pool has no such buffer (the transport then buffers it itself). */
+int ps__place_payload(ps_kv_server *s, ps__peer *p, uint64_t bytes, const ps_frame_piece **pieces);
 
 /* rows.c: the embedding tables this server holds a share of. */
 /* Builds one row store per row table of s->table (after the chunks).

@@ -307,12 +307,17 @@ int ps__place_push(ps_conn *c, const Shardps__Header *h, const ps_frame_piece **
     free(locals);
     if (bytes < 0)
         return -PS_EPROTO;
+    return ps__place_payload(s, p, h->payload_bytes, pieces);
+}
+
+int ps__place_payload(ps_kv_server *s, ps__peer *p, uint64_t bytes, const ps_frame_piece **pieces)
+{
     /* One placed for a frame that was then not handled. */
     ps_buf_pool_put(p->push_piece.base);
-    p->push_piece.base = ps_buf_pool_get(s->bufs, (size_t)h->payload_bytes);
+    p->push_piece.base = ps_buf_pool_get(s->bufs, (size_t)bytes);
     if (p->push_piece.base == NULL)
         return 0;
-    p->push_piece.len = (size_t)h->payload_bytes;
+    p->push_piece.len = (size_t)bytes;
     *pieces = &p->push_piece;
     return 1;
 }

@@ -150,13 +150,7 @@ int ps__place_rows(ps_kv_server *s, ps__peer *p, const Shardps__Header *h,
 {
     if (ps__rows_check(s, p, h) < 0)
         return -PS_EPROTO;
-    ps_buf_pool_put(p->push_piece.base);
-    p->push_piece.base = ps_buf_pool_get(s->bufs, (size_t)h->payload_bytes);
-    if (p->push_piece.base == NULL)
-        return 0;
-    p->push_piece.len = (size_t)h->payload_bytes;
-    *pieces = &p->push_piece;
-    return 1;
+    return ps__place_payload(s, p, h->payload_bytes, pieces);
 }
 
 /* The request's payload: where it was placed, or the connection's buffer. */

@@ -24,6 +24,7 @@ import sys
 import numpy as np
 
 import shardps
+from expect import raises
 
 
 def sizes_of(hidden):
@@ -128,15 +129,6 @@ def share(addrs, hidden, steps, out, join=False):
     print("PASS join" if join else "PASS share")
 
 
-def expect_raise(fn, exc, words):
-    try:
-        fn()
-    except exc as e:
-        assert words in str(e), f"'{words}' not in '{e}'"
-        return
-    raise AssertionError(f"no {exc.__name__} raised (expected '{words}')")
-
-
 def arrays(addr):
     c = shardps.Client(addr, rank=0, world=1, connect_timeout=10)
     c.declare("w", [2, 3], shardps.INIT_HE_UNIFORM, 3, 2)
@@ -146,8 +138,8 @@ def arrays(addr):
     # The case: a view of 2 values of a 10-value array, for a
     # 6-value tensor. The library would write 6 floats from its start.
     big = np.full(10, -7, np.float32)
-    expect_raise(lambda: c.pull([w, big[:2]]), ValueError,
-                 "pull: the array of b (tensor 1) holds 2 float32 values; b has 6")
+    raises(ValueError, lambda: c.pull([w, big[:2]]),
+           "pull: the array of b (tensor 1) holds 2 float32 values; b has 6")
     assert (big == -7).all(), big
     bad = [([w, big], ValueError, "the array of b (tensor 1) holds 10 float32 values"),
            ([w, np.empty(6, np.float64)], TypeError, "the array of b (tensor 1) is float64"),
@@ -157,18 +149,18 @@ def arrays(addr):
            ([w], ValueError, "the table has 2 tensors (w, b); got 1 arrays"),
            ([w, b, b], ValueError, "the table has 2 tensors (w, b); got 3 arrays")]
     for dest, exc, words in bad:
-        expect_raise(lambda: c.pull(dest), exc, words)
+        raises(exc, lambda: c.pull(dest), words)
     ro = np.empty(6, np.float32)
     ro.flags.writeable = False
-    expect_raise(lambda: c.pull([ro, b]), ValueError, "the array of w (tensor 0) is read-only")
+    raises(ValueError, lambda: c.pull([ro, b]), "the array of w (tensor 0) is read-only")
     c.pull([w, b])
     assert (b == 0).all() and (w != 0).all(), (w, b)
     for g, exc, words in ((big[:2], ValueError, "push: the array of b (tensor 1) holds 2"),
                           (big, ValueError, "push: the array of b (tensor 1) holds 10"),
                           (np.ones(6, np.float64), TypeError, "b (tensor 1) is float64"),
                           (np.ones(12, np.float32)[::2], ValueError, "b (tensor 1) is not C-")):
-        expect_raise(lambda: c.push(1, g), exc, words)
-    expect_raise(lambda: c.push(2, b), ValueError, "push: no tensor 2 (the table has 2)")
+        raises(exc, lambda: c.push(1, g), words)
+    raises(ValueError, lambda: c.push(2, b), "push: no tensor 2 (the table has 2)")
     # copy=True: the array is the caller's again when push() returns; what
     # travels is its value then (plain SGD, lr 0.1: w - 0.1 g bit for bit).
     gw, gb = np.arange(6, dtype=np.float32), np.full(6, 2, np.float32)

@@ -20,17 +20,9 @@ import sys
 import numpy as np
 
 import shardps
+from expect import raises
 
 LR = np.float32(0.1)
-
-
-def expect(exc, fn, words):
-    try:
-        fn()
-    except exc as e:
-        assert words in str(e), f"'{words}' not in '{e}'"
-        return
-    raise AssertionError(f"no {exc.__name__} raised (expected '{words}')")
 
 
 def batch(step, rank):
@@ -74,20 +66,20 @@ def worker(addrs, rank, world, steps):
     c.declare_mlp([8, 4, 2])
     assert c.declare_rows("users", 8) == 0
     assert c.declare_rows("items", 3, init="uniform", lo=-0.1, hi=0.1) == 1
-    expect(shardps.ShardpsError, lambda: c.declare_rows("users", 4), "declared twice")
-    expect(shardps.ShardpsError, lambda: c.declare_rows("x", 0), "row table x: dim 0")
-    expect(ValueError, lambda: c.declare_rows("x", 4, init="gauss"), "init 'gauss'")
+    raises(shardps.ShardpsError, lambda: c.declare_rows("users", 4), "declared twice")
+    raises(shardps.ShardpsError, lambda: c.declare_rows("x", 0), "row table x: dim 0")
+    raises(ValueError, lambda: c.declare_rows("x", 4, init="gauss"), "init 'gauss'")
     c.connect()
     assert c.row_table("users") == (0, 8) and c.row_table("items") == (1, 3)
     ids = batch(0, rank)
-    expect(TypeError, lambda: c.pull_rows("users", ids.astype(np.float64)),
+    raises(TypeError, lambda: c.pull_rows("users", ids.astype(np.float64)),
            "pull_rows (row table users): IDs are a 1-D C-contiguous int64")
-    expect(TypeError, lambda: c.pull_rows("users", np.zeros(12, np.int64)[::2]), "non-C")
-    expect(TypeError, lambda: c.push_rows("items", ids, np.zeros((6, 3), np.float64)),
+    raises(TypeError, lambda: c.pull_rows("users", np.zeros(12, np.int64)[::2]), "non-C")
+    raises(TypeError, lambda: c.push_rows("items", ids, np.zeros((6, 3), np.float64)),
            "push_rows (row table items): gradients are a C-contiguous float32")
-    expect(ValueError, lambda: c.push_rows("items", ids, np.zeros((6, 2), np.float32)),
+    raises(ValueError, lambda: c.push_rows("items", ids, np.zeros((6, 2), np.float32)),
            "6 IDs of dim 3 take 18 gradient values; got 12")
-    expect(shardps.ShardpsError, lambda: c.pull_rows("nope", ids), "no row table 'nope'")
+    raises(shardps.ShardpsError, lambda: c.pull_rows("nope", ids), "no row table 'nope'")
 
     weights = [np.empty(n, np.float32) for _, n in c.tensors]
     zeros = [np.zeros(n, np.float32) for _, n in c.tensors]

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 import shardps
 import shardps.torch
+from expect import raises
 
 
 class Net(torch.nn.Module):
@@ -58,37 +59,25 @@ class Many(torch.nn.Module):
         return x * sum(getattr(self, n).sum() for n in self.names)
 
 
-def expect(exc_type, words: str, fn) -> None:
-    try:
-        fn()
-    except exc_type as e:
-        if words not in str(e):
-            raise SystemExit(f"FAIL: '{words}' not in: {e}")
-        print(f"raised: {type(e).__name__}: {e}")
-        return
-    raise SystemExit(f"FAIL: no {exc_type.__name__} ({words})")
-
-
 def limits() -> None:
     import numpy as np
     c = shardps.Client("127.0.0.1:1", 0, 1)
-    expect(TypeError, "the values of w are float64",
-           lambda: c.declare_values("w", np.zeros(3)))
-    expect(ValueError, "not C-contiguous",
-           lambda: c.declare_values("w", np.zeros((3, 2), np.float32).T))
-    expect(shardps.ShardpsError, "a parameter is float32",
-           lambda: c.declare_values("n", np.zeros(3, np.int64)))
-    expect(shardps.ShardpsError, "not connected", lambda: c.write_buffers([None]))
+    raises(TypeError, lambda: c.declare_values("w", np.zeros(3)), "the values of w are float64")
+    raises(ValueError, lambda: c.declare_values("w", np.zeros((3, 2), np.float32).T),
+           "not C-contiguous")
+    raises(shardps.ShardpsError, lambda: c.declare_values("n", np.zeros(3, np.int64)),
+           "a parameter is float32")
+    raises(shardps.ShardpsError, lambda: c.write_buffers([None]), "not connected")
     c.abandon()
-    expect(ValueError, "4097 tensors", lambda: shardps.torch.attach(
-        Many(4097, 8), "127.0.0.1:1", 0, 1))
-    expect(ValueError, "256 bytes", lambda: shardps.torch.attach(
-        Many(1, 256), "127.0.0.1:1", 0, 1))
+    raises(ValueError, lambda: shardps.torch.attach(
+        Many(4097, 8), "127.0.0.1:1", 0, 1), "4097 tensors")
+    raises(ValueError, lambda: shardps.torch.attach(
+        Many(1, 256), "127.0.0.1:1", 0, 1), "256 bytes")
 
 
 def missing(addr: str) -> None:
-    expect(shardps.ShardpsError, addr, lambda: shardps.torch.attach(
-        Net(), addr, 0, 1, connect_timeout=1))
+    raises(shardps.ShardpsError, lambda: shardps.torch.attach(
+        Net(), addr, 0, 1, connect_timeout=1), addr)
 
 
 def train(model: torch.nn.Module, ps, steps: int, seed: int) -> None:
@@ -135,14 +124,14 @@ def job(addr: str, log: str) -> None:
     for model, words in ((Net(extra=True), "first extra: fc3.weight"),
                          (Net(name="head"), "head.weight from the worker, fc2.weight on this"),
                          (Net(hidden=9), "fc1.weight")):
-        expect(shardps.ShardpsError, words,
-               lambda: shardps.torch.attach(model, addr, 1, 2, connect_timeout=60))
+        raises(shardps.ShardpsError,
+               lambda: shardps.torch.attach(model, addr, 1, 2, connect_timeout=60), words)
     t1 = threading.Thread(target=rank, args=(1,))
     t1.start()
     ready[1].wait()
     # A second rank 1 while the first is in the job.
-    expect(shardps.ShardpsError, "rank 1", lambda: shardps.torch.attach(
-        Net(), addr, 1, 2, connect_timeout=5))
+    raises(shardps.ShardpsError, lambda: shardps.torch.attach(
+        Net(), addr, 1, 2, connect_timeout=5), "rank 1")
     t0.join()
     t1.join()
     if errors:

@@ -50,6 +50,7 @@ import torch
 import torch.nn.functional as F
 
 import shardps.torch
+from expect import raises
 
 IN, HIDDEN, OUT, BATCH = 32, 128, 10, 16
 
@@ -107,23 +108,13 @@ def loop(addr, variant, steps, out):
     print(f"PASS loop {variant}")
 
 
-def expect_raise(fn, exc, words):
-    try:
-        fn()
-    except exc as e:
-        assert words in str(e), f"'{words}' not in '{e}'"
-        print(f"raised {exc.__name__}: {e}")
-        return
-    raise AssertionError(f"no {exc.__name__} raised (expected '{words}')")
-
-
 def refuse(addr, case):
     if case == "args":
         for kw, words in (({"accumulate": 0}, "accumulate is the count"),
                           ({"accumulate": 1.5}, "accumulate is the count"),
                           ({"clip_norm": -1.0}, "clip_norm is an L2 norm"),
                           ({"clip_norm": float("nan")}, "clip_norm is an L2 norm")):
-            expect_raise(lambda: shardps.torch.attach(mlp(), addr, 0, 1, **kw), ValueError, words)
+            raises(ValueError, lambda: shardps.torch.attach(mlp(), addr, 0, 1, **kw), words)
         print("PASS refuse args")
         return
     model, ps = attached(addr, 3)
@@ -139,13 +130,12 @@ def refuse(addr, case):
         scaler.update()
         sched.step()
         opt.zero_grad()
-        expect_raise(lambda: model(x), RuntimeError,
-                     "0.weight was changed in place since its weights were pulled (an "
-                     "optimizer.step()")
+        raises(RuntimeError, lambda: model(x),
+               "0.weight was changed in place since its weights were pulled (an optimizer.step()")
     elif case == "twice":
         loss = F.cross_entropy(model(x), y)
         loss.backward(retain_graph=True)
-        expect_raise(loss.backward, RuntimeError, "got a gradient from more than 1 backward pass")
+        raises(RuntimeError, loss.backward, "got a gradient from more than 1 backward pass")
     else:
         raise SystemExit(f"no case {case}")
     ps.client.abandon()
@@ -184,12 +174,12 @@ def shard(addr, rank, out):
                                           torch.randint(0, OUT, (n,)))
     if rank == 0:
         plain = torch.utils.data.DataLoader(data, batch_size=10, shuffle=True)
-        expect_raise(lambda: shardps.torch.check_sampler(plain, 0, world), ValueError,
-                     "rank 0 of 2 draws its data from a RandomSampler, which deals every rank "
-                     "the whole dataset")
+        raises(ValueError, lambda: shardps.torch.check_sampler(plain, 0, world),
+               "rank 0 of 2 draws its data from a RandomSampler, which deals every rank "
+               "the whole dataset")
         other = shardps.torch.sampler(data, 1, world)
-        expect_raise(lambda: shardps.torch.check_sampler(other, 0, world), ValueError,
-                     "its DistributedSampler deals rank 1 of 2")
+        raises(ValueError, lambda: shardps.torch.check_sampler(other, 0, world),
+               "its DistributedSampler deals rank 1 of 2")
         shardps.torch.check_sampler(plain, 0, 1)  # one worker: all of it is its share
         for drop_last, repeated, left_out in ((False, 1, 0), (True, 0, 1)):
             shares = [list(shardps.torch.sampler(range(103), r, world, drop_last=drop_last))

@@ -67,4 +67,15 @@ void make_hello(Shardps__Header *h, Shardps__Hello *hello, const ps_model_spec *
 void make_hello_as(Shardps__Header *h, Shardps__Hello *hello, const ps_model_spec *table,
                    uint32_t rank, uint32_t world);
 
+/* A libshardps call (shardps.h) on handle h returned code, and h's sentence
+ * holds words. */
+#define expect_err(h, call, code, words)                                                           \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        cr_assert_eq(rc_, (code), "%s returned %d, not %d (%s)", #call, rc_, (code),               \
+                     shardps_last_error(h));                                                       \
+        cr_assert(strstr(shardps_last_error(h), (words)) != NULL, "'%s' not in '%s'", (words),     \
+                  shardps_last_error(h));                                                          \
+    } while (0)
+
 #endif

@@ -73,15 +73,18 @@ static void start(void)
     server_up_with(&cfg);
 }
 
-static ps_kv_client *connect_rank(int rank)
+/* rank of 2 connected to the fixture's server, declaring spec with vals
+ * (rank 0's own values; NULL for a rank that sends none); *clock is where
+ * the server starts it. */
+static ps_kv_client *connect_as(const ps_model_spec *spec, const void *const *vals, int rank,
+                                uint64_t *clock)
 {
     const char *servers[1] = {fx.addr};
     ps_kv_client_config cfg = {0};
     ps_kv_client *c = NULL;
-    uint64_t clock;
 
-    cfg.spec = table;
-    cfg.values = rank == 0 ? values : NULL;
+    cfg.spec = *spec;
+    cfg.values = vals;
     cfg.rank = rank;
     cfg.world = 2;
     cfg.servers = servers;
@@ -91,7 +94,15 @@ static ps_kv_client *connect_rank(int rank)
     cfg.request_timeout_s = 20.0;
     cfg.max_payload = (size_t)1 << 20;
     cr_assert_eq(ps_kv_client_init(&c, &cfg), 0);
-    cr_assert_eq(ps_kv_client_connect(c, &clock), 0, "%s", ps_kv_client_last_error(c));
+    cr_assert_eq(ps_kv_client_connect(c, clock), 0, "%s", ps_kv_client_last_error(c));
+    return c;
+}
+
+static ps_kv_client *connect_rank(int rank)
+{
+    uint64_t clock;
+    ps_kv_client *c = connect_as(&table, rank == 0 ? values : NULL, rank, &clock);
+
     cr_assert_eq(clock, 0);
     return c;
 }
@@ -382,24 +393,10 @@ Test(kv_values, buffers_come_from_rank_0_and_frozen_tensors_are_never_pushed, .t
     start();
     make_kinds();
     for (int r = 1; r >= 0; r--) {
-        const char *servers[1] = {fx.addr};
-        ps_kv_client_config cfg = {0};
         uint64_t clock;
 
-        cfg.spec = kinds;
-        cfg.values = r == 0 ? v : NULL;
-        cfg.rank = r;
-        cfg.world = 2;
-        cfg.servers = servers;
-        cfg.n_servers = 1;
-        cfg.chunk_bytes = CHUNK_BYTES;
-        cfg.connect_timeout_s = 5.0;
-        cfg.request_timeout_s = 20.0;
-        cfg.max_payload = (size_t)1 << 20;
         t[r].rank = r;
-        cr_assert_eq(ps_kv_client_init(&t[r].c, &cfg), 0);
-        cr_assert_eq(ps_kv_client_connect(t[r].c, &clock), 0, "%s",
-                     ps_kv_client_last_error(t[r].c));
+        t[r].c = connect_as(&kinds, r == 0 ? v : NULL, r, &clock);
         cr_assert_eq(pthread_create(&th[r], NULL, train, &t[r]), 0);
     }
     for (int r = 0; r < 2; r++) {
@@ -463,23 +460,9 @@ Test(kv_values, a_restored_checkpoint_wins_over_rank_0s_values, .timeout = 60)
     fx.restore = 1;
     server_up_with(&cfg);
     for (int r = 1; r >= 0; r--) {
-        const char *servers[1] = {fx.addr};
-        ps_kv_client_config cc = {0};
         uint64_t clock;
 
-        cc.spec = table;
-        cc.values = r == 0 ? values : NULL;
-        cc.rank = r;
-        cc.world = 2;
-        cc.servers = servers;
-        cc.n_servers = 1;
-        cc.chunk_bytes = CHUNK_BYTES;
-        cc.connect_timeout_s = 5.0;
-        cc.request_timeout_s = 20.0;
-        cc.max_payload = (size_t)1 << 20;
-        cr_assert_eq(ps_kv_client_init(&p[r].c, &cc), 0);
-        cr_assert_eq(ps_kv_client_connect(p[r].c, &clock), 0, "%s",
-                     ps_kv_client_last_error(p[r].c));
+        p[r].c = connect_as(&table, r == 0 ? values : NULL, r, &clock);
         cr_assert_eq(clock, 5, "resumed at the checkpoint's clock");
     }
     for (int r = 0; r < 2; r++) {

@@ -23,16 +23,6 @@
 
 static const int sizes[] = {5, 16, 3};
 
-/* code, and the handle's sentence holds words. */
-#define expect_err(h, call, code, words)                                                           \
-    do {                                                                                           \
-        int rc_ = (call);                                                                          \
-        cr_assert_eq(rc_, (code), "%s returned %d, not %d (%s)", #call, rc_, (code),               \
-                     shardps_last_error(h));                                                       \
-        cr_assert(strstr(shardps_last_error(h), (words)) != NULL, "'%s' not in '%s'", (words),     \
-                  shardps_last_error(h));                                                          \
-    } while (0)
-
 /* A handle to the fixture's server, declared like it (seed 1234, 64-byte
  * chunks), not yet connected. */
 static shardps *handle(void)

@@ -13,15 +13,6 @@
 #include "kv_fixture.h"
 #include "shardps.h"
 
-#define expect_err(h, call, code, words)                                                           \
-    do {                                                                                           \
-        int rc_ = (call);                                                                          \
-        cr_assert_eq(rc_, (code), "%s returned %d, not %d (%s)", #call, rc_, (code),               \
-                     shardps_last_error(h));                                                       \
-        cr_assert(strstr(shardps_last_error(h), (words)) != NULL, "'%s' not in '%s'", (words),     \
-                  shardps_last_error(h));                                                          \
-    } while (0)
-
 #define STEPS 3
 
 /* What each rank declares: its own w, counter, mean and frozen values
