@@ -63,8 +63,8 @@ class Gray(nn.Module):
 MODELS = {
     "resnet18": (Gray, 0.91),
     "vit": (lambda: ViT(dim=64, depth=4, heads=4, patch=4), 0.88),
-    "small-resnet": (lambda: ResNet(width=32, stem_pool=True), 0.91),
-    "small-vit": (lambda: ViT(dim=64, depth=4, heads=4, patch=7), 0.88),
+    "small-resnet": (lambda: ResNet(width=16, stem_pool=True), 0.91),
+    "small-vit": (lambda: ViT(dim=48, depth=3, heads=4, patch=7), 0.88),
 }
 
 
