@@ -105,12 +105,13 @@ class EpochClock(Clock):
     def tick(self, model, step):
         every = self.a.eval_every
         if step % self.per_epoch == 0 or (every and step % every == 0) or step == self.a.steps:
+            # Clock tests at multiples of a.eval_every: with 1, at this step.
             saved, self.a.eval_every = every, 1
             super().tick(model, step)
             self.a.eval_every = saved
 
 
-def data(a, rank, sampler):
+def data(a, sampler):
     """The training images as a DataLoader of this rank's share: the same
     DistributedSampler (shuffled by --seed, each epoch anew) in both modes."""
     x, y = load("train")
@@ -119,18 +120,13 @@ def data(a, rank, sampler):
                                        sampler=sampler(dataset, seed=a.seed, drop_last=True))
 
 
-def plan(a, per_epoch):
-    a.steps = a.steps or a.epochs * per_epoch
-
-
 def shardps_worker(a):
     t0 = time.time()
     torch.set_num_threads(1)
     torch.manual_seed(a.seed + int(os.environ.get("SHARDPS_RANK", "0")))  # rank 0's wins
     model = MODELS[a.model][0]()
     a.workers = int(os.environ.get("SHARDPS_WORKERS", "2"))
-    per_epoch = 60000 // (a.batch * a.workers)
-    plan(a, per_epoch)
+    a.steps = a.steps or a.epochs * (60000 // (a.batch * a.workers))
     span = int(os.environ.get("SHARDPS_TOTAL_STEPS", "0"))
     if os.environ.get("SHARDPS_LR_SCHEDULE") == "cosine" and span != a.steps:
         # The servers anneal over their --total-steps; a worker's own plan
@@ -138,7 +134,7 @@ def shardps_worker(a):
         raise SystemExit(f"torch_models.py: the servers' cosine schedule spans {span} steps and "
                          f"this run takes {a.steps}: give shardps-run --total-steps {a.steps}")
     ps = shardps.torch.attach(model)                                  # the one line
-    loader = data(a, ps.rank, ps.sampler)
+    loader = data(a, ps.sampler)
     clock = EpochClock(a, ps.rank, len(loader), settle=ps.sync)
     loss = train(a, model, model, loader, ps.report, clock)
     ps.close()
@@ -164,7 +160,7 @@ def ddp_rank(rank, a, init_file, t0):
     def sampler(dataset, seed, drop_last):
         return torch.utils.data.DistributedSampler(dataset, a.workers, rank, shuffle=True,
                                                    seed=seed, drop_last=drop_last)
-    loader = data(a, rank, sampler)
+    loader = data(a, sampler)
     clock = EpochClock(a, rank, len(loader))
     loss = train(a, model, net, loader, step, clock)
     dist.destroy_process_group()
@@ -175,7 +171,7 @@ def ddp(a):
     import torch.multiprocessing as mp
     t0 = time.time()
     a.workers = 2
-    plan(a, 60000 // (a.batch * a.workers))
+    a.steps = a.steps or a.epochs * (60000 // (a.batch * a.workers))
     with tempfile.TemporaryDirectory() as d:
         mp.spawn(ddp_rank, args=(a, os.path.join(d, "init"), t0), nprocs=a.workers)
 
