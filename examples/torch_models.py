@@ -41,7 +41,13 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+# torch_fmnist puts this tree's python/shardps first on the path; its
+# library is the one built beside it (build/), as torch_fmnist's launcher
+# has it, unless SHARDPS_LIB names another.
+if os.path.exists(os.path.join(HERE, "..", "build", "libshardps.so.1")):
+    os.environ.setdefault("SHARDPS_LIB", os.path.join(HERE, "..", "build"))
 from small_models import ResNet, ViT  # noqa: E402
 from torch_fmnist import Clock, load, report  # noqa: E402
 import shardps.torch  # noqa: E402  (found through torch_fmnist's path)
