@@ -24,6 +24,7 @@
 #include "apply_queue.h"
 #include "buf_pool.h"
 #include "consistency.h"
+#include "id_set.h"
 #include "kv_server.h"
 #include "partition.h"
 #include "shard.h"
@@ -252,6 +253,7 @@ struct ps_kv_server {
     int n_rows;
     uint64_t *row_pushed;
     ps__row_pull *row_pulls; /* held, oldest first */
+    ps_id_set row_seen;      /* a request's IDs, to find repeats (reused) */
     uint64_t n_row_pulls, n_row_pushes, rows_out, rows_in, n_row_refused, n_row_nonfinite;
 };
 
