@@ -346,7 +346,8 @@ void ps__handle_pull_rows(ps_kv_server *s, ps__peer *p, const ps_frame *f)
         ps_conn_close(p->conn, -ENOMEM);
         goto out;
     }
-    *q = (ps__row_pull){NULL, p, h->request_id, h->clock, h->row_table, (size_t)h->row_count, ids};
+    *q = (ps__row_pull){NULL,          p,   h->request_id,     h->clock, h->row_table,
+                        (size_t)h->row_count, ids, uv_now(s->loop), 0};
     ids = NULL;
     p->pending++;
     {
