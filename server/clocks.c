@@ -96,9 +96,9 @@ static int ps__reason(const ps_kv_server *s, int table, uint64_t clock, uint64_t
                 lowest = i;
         for (int r = 0; table < 0 && r < s->cfg.world && s->n_local > 0; r++)
             want[r] = s->workers[r] && s->workers[r]->pushed[lowest] <= applied;
-        at = table < 0 ? 0
-                       : (size_t)snprintf(why, len, "row table %s: ",
-                                          s->table.row_tables[table].name);
+        at = table < 0
+                 ? 0
+                 : (size_t)snprintf(why, len, "row table %s: ", s->table.row_tables[table].name);
         at += (size_t)snprintf(why + at, len > at ? len - at : 0,
                                "step %" PRIu64 " is waiting for ", applied + 1);
         snprintf(tail, sizeof(tail), " of %d to push it", s->cfg.world);

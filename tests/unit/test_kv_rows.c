@@ -586,8 +586,7 @@ Test(rows, a_pull_over_the_id_limit_is_split_and_such_a_push_refused)
         ids[i] = i < U ? (uint64_t)i * 0x9e3779b97f4a7c15ull : ids[(i - U) * 7];
     up(1, 0);
     h = limited(&d);
-    cr_assert_eq(shardps_pull_rows(h, 0, 0, ids, N, rows, N * DIM), 0, "%s",
-                 shardps_last_error(h));
+    cr_assert_eq(shardps_pull_rows(h, 0, 0, ids, N, rows, N * DIM), 0, "%s", shardps_last_error(h));
     for (int i = 0; i < N; i++) {
         init_row(ids[i], want);
         cr_assert_eq(memcmp(rows + i * DIM, want, sizeof(want)), 0, "row %d", i);
