@@ -338,18 +338,25 @@ int shardps_declare_rows(shardps *h, const shardps_row_table *t, size_t size);
 int shardps_row_table_find(const shardps *h, const char *name, uint32_t *dim);
 /* Writes the rows of ids[0..n) as of step clock into out (out_len floats,
  * which must be n x dim). IDs may repeat: each server is asked once for
- * each unique ID it holds. Blocks until answered (completing the pushes
+ * each unique ID it holds, in several requests when they are more than
+ * the job's --max-row-ids. Blocks until answered (completing the pushes
  * and pulls started before); in sync mode it waits, as a pull does, for
- * every worker's rows push of step clock - 1. Returns 0, -EINVAL (no such
- * table, a NULL pointer, out_len not n x dim, n of 2^31 or more) or the
- * error of the wait. */
+ * every worker's rows push of step clock - 1 (the server says so, as for
+ * a dense pull, and a timeout names the ranks it waits for). Returns 0,
+ * -EINVAL (no such table, a NULL pointer, out_len not n x dim, n of 2^31
+ * or more) or the error of the wait. */
 int shardps_pull_rows(shardps *h, int table, uint64_t clock, const uint64_t *ids, size_t n,
                       float *out, size_t out_len);
 /* Pushes the gradients grads[i x dim ..] (grads_len floats, n x dim) of
  * ids[i], computed on the weights of the last pull, its clock; repeated
  * IDs' gradients are summed. In sync mode call it once per row table per
  * step, n 0 if the batch touched none: every server needs each worker's
- * push of each table for the step to complete. Blocks until acknowledged.
+ * push of each table for the step to complete. A server takes one push
+ * per table per step from a worker (in every mode), so a table used twice
+ * in a step must have its gradients summed into one call: a second push
+ * of a table on the same weights is refused (-EALREADY), as is a push
+ * whose unique IDs for one server exceed --max-row-ids (-E2BIG; it cannot
+ * be split), both before anything is sent. Blocks until acknowledged.
  * Returns as shardps_pull_rows. */
 int shardps_push_rows(shardps *h, int table, const uint64_t *ids, size_t n, const float *grads,
                       size_t grads_len);

@@ -239,6 +239,7 @@ static void ps__client_free(ps_kv_client *c, int goodbye)
     }
     free(c->servers);
     free(c->table_packed);
+    ps__rows_client_free(c);
     ps_model_spec_free(&c->cfg.spec);
     ps_partition_free(c->part);
     free(c);

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "id_set.h"
 #include "model_spec.h"
 
 /* How a push carries the gradient. Pulls carry float32 either way. */
@@ -59,6 +60,10 @@ typedef struct {
      * gets connect_timeout_s more. */
     double request_timeout_s;
     size_t max_payload;
+    /* The most IDs a rows request names (--max-row-ids; 0: the default): a
+     * pull whose share for one server is larger goes in several requests,
+     * such a push is refused (-E2BIG). */
+    uint64_t max_row_ids;
     uint64_t total_steps; /* steps this worker plans; servers use it for lr schedules */
     /* NULL: no authentication. Otherwise the key from ps_auth_load_key
      * (copied): every server must prove it holds the same token, and so
@@ -192,9 +197,11 @@ void ps_kv_client_stats_get(const ps_kv_client *c, ps_kv_client_stats *out);
  * server concerned answered (completing the requests started before). */
 
 /* The unique IDs of ids[0..n) in uniq (the caller's, n), in the order first
- * seen, and slot[i] = the position of ids[i] in uniq (the caller's, n).
- * Returns the count of unique IDs, or -ENOMEM. */
-long ps_kv_rows_unique(const uint64_t *ids, size_t n, uint64_t *uniq, uint32_t *slot);
+ * seen, and slot[i] = the position of ids[i] in uniq (the caller's, n);
+ * seen: the caller's set (common/id_set), reset here. Returns the count of
+ * unique IDs, or -ENOMEM. */
+long ps_kv_rows_unique(ps_id_set *seen, const uint64_t *ids, size_t n, uint64_t *uniq,
+                       uint32_t *slot);
 /* Writes the rows of ids as of step clock into out (n x dim floats, the
  * caller's): stored rows, or the table's initial values. Returns 0, -EINVAL
  * (no such table; n past 2^31), -ENOMEM, or what wait returns. */

@@ -42,6 +42,8 @@ int ps__place_reply(ps_conn *conn, const Shardps__Header *h, const ps_frame_piec
     ps__server *sv = ps_conn_data(conn);
     char why[256];
 
+    if (h->type == SHARDPS__MSG_TYPE__PULL_ROWS_REPLY)
+        return ps__place_rows_reply(sv, h, pieces);
     if (h->type != SHARDPS__MSG_TYPE__PULL_REPLY || sv->pull_dest == NULL ||
         ps_reply_check_pull_header(h, &sv->pull, why, sizeof(why)) < 0)
         return 0;

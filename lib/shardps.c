@@ -72,6 +72,7 @@ static void ps__client_config(shardps *h)
     h->cfg.spec.seed = (uint64_t)h->opts.seed;
     h->cfg.chunk_bytes = (size_t)h->opts.chunk_bytes;
     h->cfg.max_payload = (size_t)h->opts.max_payload;
+    h->cfg.max_row_ids = (uint64_t)h->opts.max_row_ids;
     h->cfg.connect_timeout_s = h->opts.connect_timeout;
     h->cfg.request_timeout_s = h->opts.request_timeout;
     h->cfg.total_steps = (uint64_t)h->opts.total_steps;

@@ -24,6 +24,7 @@
 #include "apply_queue.h"
 #include "buf_pool.h"
 #include "consistency.h"
+#include "id_set.h"
 #include "kv_server.h"
 #include "partition.h"
 #include "shard.h"
@@ -145,7 +146,9 @@ typedef struct ps__row_pull {
     uint64_t request_id, clock;
     uint32_t table;
     size_t n;
-    uint64_t *ids; /* owned */
+    uint64_t *ids;  /* owned */
+    uint64_t since; /* as a dense pull's: loop time (ms) it was queued */
+    uint64_t told;  /* loop time (ms) its worker was last told why it waits; 0: never */
 } ps__row_pull;
 
 /* Staleness of applied gradients: exact counts up to PS__STALE_BINS - 1. */
@@ -252,6 +255,7 @@ struct ps_kv_server {
     int n_rows;
     uint64_t *row_pushed;
     ps__row_pull *row_pulls; /* held, oldest first */
+    ps_id_set row_seen;      /* a request's IDs, to find repeats (reused) */
     uint64_t n_row_pulls, n_row_pushes, rows_out, rows_in, n_row_refused, n_row_nonfinite;
 };
 
@@ -277,6 +281,9 @@ uint64_t ps__progress_clock(const ps_kv_server *s);
  * ranks it names; 0 (why "") when no rank holds it (the updates before it
  * are being applied, or a checkpoint written). */
 int ps__wait_reason(const ps_kv_server *s, uint64_t clock, uint64_t fed, char *why, size_t len);
+/* The same for a pull of row table table, held by that table's step. */
+int ps__row_wait_reason(const ps_kv_server *s, uint32_t table, uint64_t clock, uint64_t fed,
+                        char *why, size_t len);
 
 /* keys.c */
 /* Resolves and checks a request's keys: each must exist on this server and
