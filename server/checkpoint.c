@@ -1,9 +1,11 @@
 /* Checkpoint files (see checkpoint.h). Writing streams through stdio while
  * the CRC accumulates; reading checks the header and the tensor table first,
  * then the file's size against what this server's share of that table needs
- * (computed from the partition, nothing allocated for it), then streams the
- * file once through the CRC, checking each chunk header, and only then has
- * the table adopted and reads the file again straight into its shard. */
+ * (computed from the partition, nothing allocated for it; the rows section,
+ * server/checkpoint_rows, takes the rest), then streams the file once
+ * through the CRC, checking each chunk header and the rows section's
+ * structure, and only then has the table adopted and reads the file again
+ * straight into its shard and row stores. */
 #include "checkpoint.h"
 
 #include <dirent.h>
@@ -30,9 +32,6 @@ static const char ps__magic[8] = {'S', 'H', 'P', 'S', 'C', 'K', 'P', 'T'};
 #define PS__CHUNK_HEADER_BYTES (6 * 8)
 /* The packed tensor table's bytes at most: what a TABLE frame may carry. */
 #define PS__MAX_TABLE_BYTES PS_TABLE_MAX_BYTES
-/* A file is checked by streaming it through the CRC in blocks of this size
- * before anything of it is kept. */
-#define PS__BLOCK_BYTES ((size_t)1 << 20)
 
 static void ps__file_name(char *buf, size_t len, const char *dir, uint32_t server, uint64_t clock)
 {
@@ -82,7 +81,7 @@ static int ps__file_job(const char *path, uint64_t *job, char *why, size_t why_l
  * Streams the file in blocks; 1, or 0 with the reason in why. */
 static int ps__crc_holds(const char *path, char *why, size_t why_len)
 {
-    uint8_t *blk = malloc(PS__BLOCK_BYTES + 4);
+    uint8_t *blk = malloc(PS_CHECKPOINT_BLOCK_BYTES + 4);
     FILE *f = fopen(path, "rb");
     uint32_t crc = 0, want;
     size_t got, kept = 0;
@@ -93,7 +92,7 @@ static int ps__crc_holds(const char *path, char *why, size_t why_len)
         goto out;
     }
     /* The last 4 bytes read are the stored CRC; everything before is summed. */
-    while ((got = fread(blk + kept, 1, PS__BLOCK_BYTES, f)) > 0) {
+    while ((got = fread(blk + kept, 1, PS_CHECKPOINT_BLOCK_BYTES, f)) > 0) {
         size_t have = kept + got;
         kept = have < 4 ? have : 4;
         crc = ps_crc32c(crc, blk, have - kept);
@@ -214,7 +213,8 @@ static int ps__fsync_dir(const char *dir)
 
 int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *meta,
                         const ps_model_spec *table, const ps_shard *shard,
-                        const ps_checkpoint_clocks *clocks, char *path, size_t path_len)
+                        const ps_checkpoint_clocks *clocks, const ps_checkpoint_rows *rows,
+                        char *path, size_t path_len)
 {
     char final[4096], tmp[4200];
     ps_crc_writer w = {NULL, 0, 0};
@@ -226,6 +226,8 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
     for (int i = 0; i < n; i++)
         if (!ps_shard_filled(shard, i))
             return -EINVAL;
+    if ((rows ? rows->n : 0) != table->n_row_tables)
+        return -EINVAL;
     rc = ps_tensor_table_pack(table, &packed, &packed_len);
     if (rc < 0)
         return rc;
@@ -268,6 +270,9 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
         ps_crc_writer_put(&w, ps_shard_weights(shard, i), c->numel * sizeof(float));
         ps_crc_writer_put(&w, ps_shard_state(shard, i), state_n * sizeof(float));
     }
+    rc = ps_checkpoint_rows_write(&w, rows);
+    if (rc < 0 && w.err == 0)
+        w.err = rc;
     {
         uint32_t crc = w.crc;
         ps_crc_writer_put(&w, &crc, sizeof(crc));
@@ -398,14 +403,19 @@ static int ps__read_identity(FILE *f, const ps_checkpoint_meta *meta, uint8_t *h
     }
     if (ps__get32(head + 8) < PS_CHECKPOINT_FORMAT) {
         snprintf(why, why_len,
-                 "format version %" PRIu32 ", written by an older build (its tensor table is "
-                 "missing, or digested differently and limited to 64 KiB); this build reads "
+                 "format version %" PRIu32 ", written by an older build (%s); this build reads "
                  "version %d: restore it with the build that wrote it, or start the job afresh",
-                 ps__get32(head + 8), PS_CHECKPOINT_FORMAT);
+                 ps__get32(head + 8),
+                 ps__get32(head + 8) == 4 ? "it holds no embedding rows"
+                                          : "its tensor table is missing, or digested "
+                                            "differently and limited to 64 KiB",
+                 PS_CHECKPOINT_FORMAT);
         return -PS_EFORMAT;
     }
     if (ps__get32(head + 8) != PS_CHECKPOINT_FORMAT) {
-        snprintf(why, why_len, "format version %" PRIu32 ", this build reads %d",
+        snprintf(why, why_len,
+                 "format version %" PRIu32 ", newer than this build's (%d): restore it with "
+                 "the build that wrote it",
                  ps__get32(head + 8), PS_CHECKPOINT_FORMAT);
         return -PS_EFORMAT;
     }
@@ -459,46 +469,33 @@ static int ps__read_identity(FILE *f, const ps_checkpoint_meta *meta, uint8_t *h
     return 0;
 }
 
-/* Streams n bytes of f through the CRC, into dst when it is not NULL, else
- * through blk (PS__BLOCK_BYTES). Returns 0, or -1 on a short read. */
-static int ps__stream(FILE *f, size_t n, uint8_t *dst, uint8_t *blk, uint32_t *crc)
-{
-    while (n > 0) {
-        size_t take = dst ? n : n < PS__BLOCK_BYTES ? n : PS__BLOCK_BYTES;
-        uint8_t *at = dst ? dst : blk;
-        if (fread(at, 1, take, f) != take)
-            return -1;
-        *crc = ps_crc32c(*crc, at, take);
-        n -= take;
-        if (dst)
-            dst += take;
-    }
-    return 0;
-}
-
 /* The body after head (head_len bytes, already read and in the CRC), read
- * once to check it: every chunk header against the layout, and the CRC over
- * the whole file. Nothing is kept. A damaged file is called damaged (the
- * CRC) before its chunk layout is judged. Returns 0 or a negative code with
- * the reason in why. */
+ * once to check it: every chunk header against the layout, the rows section
+ * (rows_left bytes) against the table's row tables, and the CRC over the
+ * whole file. Nothing is kept. A damaged file is called damaged (the CRC)
+ * before its chunk layout or rows are judged. Returns 0 or a negative code
+ * with the reason in why. */
 static int ps__verify(FILE *f, const uint8_t *head, size_t head_len, const ps__layout *l,
-                      uint8_t *blk, char *why, size_t why_len)
+                      const ps_model_spec *spec, uint64_t rows_left, uint8_t *blk, char *why,
+                      size_t why_len)
 {
     uint32_t crc = ps_crc32c(0, head, head_len), want;
     uint8_t ch[PS__CHUNK_HEADER_BYTES];
-    int bad_chunk = -1;
+    char rows_why[256];
+    int bad_chunk = -1, rows_rc;
 
     for (int i = 0; i < l->n; i++) {
         const ps_chunk *c = l->chunk[i];
-        if (ps__stream(f, sizeof(ch), ch, NULL, &crc) < 0 ||
-            ps__stream(f, c->numel * (1 + l->state_per_weight) * sizeof(float), NULL, blk, &crc) <
-                0)
+        if (ps_checkpoint_stream(f, sizeof(ch), ch, NULL, &crc) < 0 ||
+            ps_checkpoint_stream(f, c->numel * (1 + l->state_per_weight) * sizeof(float), NULL, blk,
+                                 &crc) < 0)
             goto short_read;
         if (bad_chunk < 0 && (ps__get64(ch) != c->key || ps__get64(ch + 8) != c->numel ||
                               ps__get64(ch + 16) != c->numel * l->state_per_weight))
             bad_chunk = i;
     }
-    if (fread(&want, 1, sizeof(want), f) != sizeof(want))
+    rows_rc = ps_checkpoint_rows_verify(f, spec, rows_left, blk, &crc, rows_why, sizeof(rows_why));
+    if (rows_rc == -EIO || fread(&want, 1, sizeof(want), f) != sizeof(want))
         goto short_read;
     if (crc != want) {
         snprintf(why, why_len, "checksum mismatch (the file is corrupt)");
@@ -508,35 +505,44 @@ static int ps__verify(FILE *f, const uint8_t *head, size_t head_len, const ps__l
         snprintf(why, why_len, "chunk %d does not match this shard's layout", bad_chunk);
         return -PS_EMISMATCH;
     }
-    return 0;
+    if (rows_rc < 0)
+        snprintf(why, why_len, "%s", rows_why);
+    return rows_rc;
 short_read:
     snprintf(why, why_len, "short read (the file shrank while it was read)");
     return -PS_EFORMAT;
 }
 
-/* The verified body, read again straight into the shard adopted for it,
- * with its clocks; the CRC is taken again, so a file that changed since it
- * was verified is caught (the caller then withdraws the table). */
+/* The verified body, read again straight into the shard and row stores
+ * adopted for it, with its clocks; the CRC is taken again, so a file that
+ * changed since it was verified is caught (the caller then withdraws the
+ * table). */
 static int ps__copy(FILE *f, const uint8_t *head, size_t head_len, ps_shard *shard,
-                    ps_checkpoint_clocks *clocks, char *why, size_t why_len)
+                    ps_checkpoint_clocks *clocks, ps_checkpoint_rows *rows, char *why,
+                    size_t why_len)
 {
     uint32_t crc = ps_crc32c(0, head, head_len), want;
     uint8_t ch[PS__CHUNK_HEADER_BYTES];
+    int rc;
 
     if (fseek(f, (long)head_len, SEEK_SET) != 0)
         goto changed;
     for (int i = 0; i < ps_shard_chunk_count(shard); i++) {
         size_t numel = ps_shard_chunk(shard, i)->numel, state_n = ps_shard_state_floats(shard, i);
-        if (ps__stream(f, sizeof(ch), ch, NULL, &crc) < 0 ||
-            ps__stream(f, numel * sizeof(float), (uint8_t *)ps_shard_weights_mut(shard, i), NULL,
-                       &crc) < 0 ||
-            (state_n && ps__stream(f, state_n * sizeof(float),
-                                   (uint8_t *)ps_shard_state_mut(shard, i), NULL, &crc) < 0))
+        if (ps_checkpoint_stream(f, sizeof(ch), ch, NULL, &crc) < 0 ||
+            ps_checkpoint_stream(f, numel * sizeof(float),
+                                 (uint8_t *)ps_shard_weights_mut(shard, i), NULL, &crc) < 0 ||
+            (state_n &&
+             ps_checkpoint_stream(f, state_n * sizeof(float),
+                                  (uint8_t *)ps_shard_state_mut(shard, i), NULL, &crc) < 0))
             goto changed;
         clocks->clock[i] = ps__get64(ch + 24);
         clocks->newest[i] = ps__get64(ch + 32);
         ps_shard_set_updates(shard, i, ps__get64(ch + 40));
     }
+    rc = ps_checkpoint_rows_copy(f, rows, &crc, why, why_len);
+    if (rc < 0)
+        return rc;
     if (fread(&want, 1, sizeof(want), f) == sizeof(want) && want == crc)
         return 0;
 changed:
@@ -550,7 +556,8 @@ changed:
  * file refused at any step leaves nothing adopted. Returns 0 or a negative
  * code with the reason in why. */
 static int ps__load_one(const char *file, ps_checkpoint_meta *meta, const ps_checkpoint_sink *sink,
-                        ps_checkpoint_clocks *clocks, char *why, size_t why_len)
+                        ps_checkpoint_clocks *clocks, ps_checkpoint_rows *rows, char *why,
+                        size_t why_len)
 {
     size_t head_len;
     int rc, adopted = 0;
@@ -567,7 +574,7 @@ static int ps__load_one(const char *file, ps_checkpoint_meta *meta, const ps_che
         return -errno;
     }
     head = malloc(PS__HEADER_BYTES + 4 + PS__MAX_TABLE_BYTES);
-    blk = malloc(PS__BLOCK_BYTES);
+    blk = malloc(PS_CHECKPOINT_BLOCK_BYTES);
     if (head == NULL || blk == NULL) {
         rc = -ENOMEM;
         snprintf(why, why_len, "out of memory");
@@ -592,22 +599,31 @@ static int ps__load_one(const char *file, ps_checkpoint_meta *meta, const ps_che
         goto out;
     }
     rc = -PS_EFORMAT;
-    if (fstat(fileno(f), &st) < 0 || (size_t)st.st_size != l.bytes) {
-        snprintf(why, why_len, "%lld bytes where its table's shard needs %zu (truncated)",
-                 (long long)st.st_size, l.bytes);
+    /* The chunks take l.bytes, the rows section the rest (4 bytes at least). */
+    if (fstat(fileno(f), &st) < 0 || (size_t)st.st_size < l.bytes + 4) {
+        snprintf(why, why_len, "%lld bytes where its table's shard needs at least %zu (truncated)",
+                 (long long)st.st_size, l.bytes + 4);
         goto out;
     }
-    rc = ps__verify(f, head, head_len, &l, blk, why, why_len);
+    rc =
+        ps__verify(f, head, head_len, &l, &spec, (uint64_t)st.st_size - l.bytes, blk, why, why_len);
     if (rc < 0)
         goto out;
     /* Every check passed: only now is the table adopted and the shard
      * touched. */
     rc = -PS_EMISMATCH;
-    shard = sink->adopt(sink->arg, &spec, clocks, why, why_len);
+    memset(rows, 0, sizeof(*rows));
+    shard = sink->adopt(sink->arg, &spec, clocks, rows, why, why_len);
     if (shard == NULL)
         goto out;
     adopted = 1;
-    rc = ps__copy(f, head, head_len, shard, clocks, why, why_len);
+    rc = -PS_EMISMATCH;
+    if (rows->n != spec.n_row_tables) {
+        snprintf(why, why_len, "this server holds %d row tables where the file has %d", rows->n,
+                 spec.n_row_tables);
+        goto out;
+    }
+    rc = ps__copy(f, head, head_len, shard, clocks, rows, why, why_len);
     if (rc < 0)
         goto out;
     meta->clock = ps__get64(head + 40);
@@ -626,8 +642,9 @@ out:
 }
 
 int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_meta *meta,
-                          const ps_checkpoint_sink *sink, ps_checkpoint_clocks *clocks, char *path,
-                          size_t path_len, char *err, size_t err_len)
+                          const ps_checkpoint_sink *sink, ps_checkpoint_clocks *clocks,
+                          ps_checkpoint_rows *rows, char *path, size_t path_len, char *err,
+                          size_t err_len)
 {
     uint64_t *found = NULL;
     int n = ps__list(dir, meta->server_index, meta->job, 1, &found, NULL), rc = -ENOENT;
@@ -642,7 +659,7 @@ int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_met
         if (found[i] > max_clock)
             continue;
         ps__file_name(file, sizeof(file), dir, meta->server_index, found[i]);
-        rc = ps__load_one(file, meta, sink, clocks, why, sizeof(why));
+        rc = ps__load_one(file, meta, sink, clocks, rows, why, sizeof(why));
         if (rc == 0) {
             snprintf(path, path_len, "%s", file);
             break;

@@ -1,6 +1,11 @@
 /* Durability: when checkpoints are taken (every N steps, every T seconds,
  * on request), writing them once the updates before them are applied, and
- * restoring the newest usable one at start. The file format is checkpoint.c's. */
+ * restoring the newest usable one at start. The file format is checkpoint.c's.
+ * Embedding rows are written as they are when the file is written, with
+ * their tables' clocks (rows are applied on the loop, and a sync pull waits
+ * for a due checkpoint, so a worker that pulls before it pushes has pushed
+ * the checkpoint's step and nothing after); a sync step of rows pushed but
+ * not yet applied is not kept, as a chunk's is not. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,10 +38,23 @@ static void ps__checkpoint_identity(const ps_kv_server *s, ps_checkpoint_meta *m
     clocks->newest = s->ckpt_newest;
 }
 
+/* The row tables as a checkpoint takes them (borrowed stores). */
+static void ps__checkpoint_rows(const ps_kv_server *s, ps_checkpoint_rows *rows)
+{
+    rows->n = s->n_rows;
+    for (int i = 0; i < s->n_rows; i++) {
+        rows->store[i] = s->rows[i].store;
+        rows->dim[i] = s->rows[i].dim;
+        rows->clock[i] = s->rows[i].clock.clock;
+        rows->newest[i] = s->rows[i].clock.newest;
+    }
+}
+
 /* Writes the checkpoint that was due, with the clocks taken when it was
  * asked for: the updates before it are applied, none after it started. */
 static int ps__write_checkpoint(ps_kv_server *s)
 {
+    ps_checkpoint_rows rows; /* 7 KiB */
     ps_checkpoint_meta meta;
     ps_checkpoint_clocks clocks;
     char path[4096];
@@ -46,8 +64,9 @@ static int ps__write_checkpoint(ps_kv_server *s)
 
     ps__checkpoint_identity(s, &meta, &clocks);
     meta.clock = s->ckpt_due_clock;
+    ps__checkpoint_rows(s, &rows);
     rc = ps_checkpoint_write(s->cfg.checkpoint_dir, s->cfg.keep_checkpoints, &meta, &s->table,
-                             s->shard, &clocks, path, sizeof(path));
+                             s->shard, &clocks, &rows, path, sizeof(path));
     if (rc < 0) {
         ps_error("checkpoint at clock %" PRIu64 " into %s failed: %s; the previous ones are kept",
                  meta.clock, s->cfg.checkpoint_dir, ps_strerror(rc));
@@ -142,7 +161,8 @@ static void ps__restore_withdraw(void *arg);
  * starts without one, unless its embedding program gave one, which the
  * file must then hold). */
 static ps_shard *ps__restore_adopt(void *arg, const ps_model_spec *table,
-                                   ps_checkpoint_clocks *clocks, char *why, size_t why_len)
+                                   ps_checkpoint_clocks *clocks, ps_checkpoint_rows *rows,
+                                   char *why, size_t why_len)
 {
     ps_kv_server *s = arg;
     char diff[256];
@@ -171,6 +191,7 @@ static ps_shard *ps__restore_adopt(void *arg, const ps_model_spec *table,
         }
     clocks->clock = s->ckpt_clocks;
     clocks->newest = s->ckpt_newest;
+    ps__checkpoint_rows(s, rows);
     return s->shard;
 }
 
@@ -187,6 +208,7 @@ static void ps__restore_withdraw(void *arg)
 int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t err_len)
 {
     ps_checkpoint_sink sink = {ps__restore_adopt, ps__restore_withdraw, s};
+    ps_checkpoint_rows rows; /* 7 KiB */
     ps_checkpoint_meta meta;
     ps_checkpoint_clocks clocks;
     char path[4096];
@@ -201,7 +223,7 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
     err[0] = '\0';
     meta.state_per_weight = ps_optimizer_state_floats(&s->cfg.opt, 1);
     meta.max_table_bytes = s->cfg.max_model_bytes;
-    rc = ps_checkpoint_restore(s->cfg.checkpoint_dir, max_clock, &meta, &sink, &clocks, path,
+    rc = ps_checkpoint_restore(s->cfg.checkpoint_dir, max_clock, &meta, &sink, &clocks, &rows, path,
                                sizeof(path), err, err_len);
     s->restoring = 0;
     if (rc == 0) {
@@ -210,6 +232,10 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
              * the file says. */
             s->sync[i].clock = ps__chunk_static(s, i) ? UINT64_MAX : clocks.clock[i];
             s->sync[i].newest = clocks.newest[i];
+        }
+        for (int i = 0; i < s->n_rows; i++) {
+            s->rows[i].clock.clock = rows.clock[i];
+            s->rows[i].clock.newest = rows.newest[i];
         }
         /* The embedding program's table, now with a checkpoint's values. */
         if (s->life.state == PS_TABLE_DECLARED)
@@ -220,7 +246,15 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
         s->ckpt_clock = meta.clock;
         if (*err)
             ps_warn("skipped unusable checkpoints: %s", err);
-        ps_info("restored clock %" PRIu64 " from %s", meta.clock, path);
+        if (s->n_rows > 0) {
+            ps_kv_server_stats st;
+            memset(&st, 0, sizeof(st));
+            ps__rows_stats(s, &st);
+            ps_info("restored clock %" PRIu64 " from %s (%" PRIu64 " embedding rows)", meta.clock,
+                    path, st.rows_stored);
+        } else {
+            ps_info("restored clock %" PRIu64 " from %s", meta.clock, path);
+        }
     }
     return rc;
 }

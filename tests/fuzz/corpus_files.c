@@ -186,7 +186,7 @@ static int cf_checkpoints(const char *dir)
     meta.total_steps = 10;
     meta.job = ps_job_fingerprint(NULL, 0);
     if (n > 64 ||
-        ps_checkpoint_write(tmp, 1, &meta, &spec, shard, &clocks, path, sizeof(path)) < 0 ||
+        ps_checkpoint_write(tmp, 1, &meta, &spec, shard, &clocks, NULL, path, sizeof(path)) < 0 ||
         (len = cf_read(path, &buf)) < 0)
         goto out;
     rc = cf_write(dir, "checkpoint", "adam-clock-3", buf, (size_t)len);

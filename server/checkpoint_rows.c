@@ -1,0 +1,293 @@
+/* The rows section of a checkpoint (see checkpoint_rows.h). */
+#include "checkpoint_rows.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "crc32c.h"
+#include "ps_error.h"
+#include "row_admit.h"
+
+/* u32 index, dim, state floats; u64 clock, newest, sketch bytes */
+#define PS__TABLE_HEADER 36u
+/* u64 ID, u32 last step, u32 updates */
+#define PS__ROW_HEADER 16u
+/* Rows visited per call while writing. */
+#define PS__VISIT_BATCH 4096
+
+int ps_checkpoint_stream(FILE *f, size_t n, uint8_t *dst, uint8_t *blk, uint32_t *crc)
+{
+    while (n > 0) {
+        size_t take = dst ? n : n < PS_CHECKPOINT_BLOCK_BYTES ? n : PS_CHECKPOINT_BLOCK_BYTES;
+        uint8_t *at = dst ? dst : blk;
+        if (fread(at, 1, take, f) != take)
+            return -1;
+        *crc = ps_crc32c(*crc, at, take);
+        n -= take;
+        if (dst)
+            dst += take;
+    }
+    return 0;
+}
+
+static uint32_t ps__get32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+static uint64_t ps__get64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+static int ps__count_row(void *arg, const ps_row_view *row)
+{
+    (void)row;
+    ++*(uint64_t *)arg;
+    return 0;
+}
+
+typedef struct {
+    ps_crc_writer *w;
+    size_t dim, state;
+} ps__row_writer;
+
+static int ps__write_row(void *arg, const ps_row_view *row)
+{
+    ps__row_writer *rw = arg;
+
+    ps_crc_writer_put64(rw->w, row->id);
+    ps_crc_writer_put32(rw->w, row->last_step);
+    ps_crc_writer_put32(rw->w, row->updates);
+    ps_crc_writer_put(rw->w, row->values, rw->dim * sizeof(float));
+    ps_crc_writer_put(rw->w, row->state, rw->state * sizeof(float));
+    return rw->w->err;
+}
+
+/* Every stored row of one store, in visit order: counted first (the count
+ * precedes them), then written. */
+static int ps__write_table(ps_crc_writer *w, const ps_row_store *st, size_t dim)
+{
+    ps__row_writer rw = {w, dim, ps_row_store_state_floats(st)};
+    uint64_t n = 0, cursor = 0;
+    int more;
+
+    /* Step 0: no row counts as expired, so every stored row is saved. */
+    while ((more = ps_row_store_visit(st, 0, &cursor, SIZE_MAX, ps__count_row, &n)) == 1)
+        ;
+    ps_crc_writer_put64(w, n);
+    cursor = 0;
+    while ((more = ps_row_store_visit(st, 0, &cursor, PS__VISIT_BATCH, ps__write_row, &rw)) == 1)
+        ;
+    return more < 0 ? more : w->err;
+}
+
+int ps_checkpoint_rows_write(ps_crc_writer *w, const ps_checkpoint_rows *rows)
+{
+    int n = rows ? rows->n : 0, rc;
+
+    ps_crc_writer_put32(w, (uint32_t)n);
+    for (int i = 0; i < n; i++) {
+        const ps_row_store *st = rows->store[i];
+        const ps_row_admit *sketch = ps_row_store_admission(st);
+        size_t dim = rows->dim[i];
+
+        ps_crc_writer_put32(w, (uint32_t)i);
+        ps_crc_writer_put32(w, (uint32_t)dim);
+        ps_crc_writer_put32(w, (uint32_t)ps_row_store_state_floats(st));
+        ps_crc_writer_put64(w, rows->clock[i]);
+        ps_crc_writer_put64(w, rows->newest[i]);
+        ps_crc_writer_put64(w, sketch ? ps_row_admit_saved_size(sketch) : 0);
+        if (sketch) {
+            size_t len = ps_row_admit_saved_size(sketch);
+            uint8_t *buf = malloc(len);
+            if (buf == NULL)
+                return -ENOMEM;
+            ps_row_admit_save(sketch, buf, len);
+            ps_crc_writer_put(w, buf, len);
+            free(buf);
+        }
+        rc = ps__write_table(w, st, dim);
+        if (rc < 0)
+            return rc;
+    }
+    return w->err;
+}
+
+/* The rest of the section through the CRC, after a structural fault: the
+ * caller tells a damaged file (its CRC) from a wrong one. */
+static int ps__skip(FILE *f, uint64_t left, uint8_t *blk, uint32_t *crc, int rc)
+{
+    return ps_checkpoint_stream(f, (size_t)left, NULL, blk, crc) < 0 ? -EIO : rc;
+}
+
+int ps_checkpoint_rows_verify(FILE *f, const ps_model_spec *table, uint64_t left, uint8_t *blk,
+                              uint32_t *crc, char *why, size_t why_len)
+{
+    uint8_t h[PS__TABLE_HEADER];
+    uint32_t n;
+
+    if (left < 4)
+        return ps__skip(f, left, blk, crc,
+                        ps_err_printf(why, why_len, -PS_EFORMAT, "its rows section is missing"));
+    if (ps_checkpoint_stream(f, 4, h, NULL, crc) < 0)
+        return -EIO;
+    left -= 4;
+    n = ps__get32(h);
+    if (n != (uint32_t)table->n_row_tables)
+        return ps__skip(f, left, blk, crc,
+                        ps_err_printf(why, why_len, -PS_EMISMATCH,
+                                      "holds %" PRIu32 " row tables where its table has %d", n,
+                                      table->n_row_tables));
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t sketch, rows, rec;
+        uint32_t dim, state;
+
+        if (left < PS__TABLE_HEADER + 8)
+            return ps__skip(
+                f, left, blk, crc,
+                ps_err_printf(why, why_len, -PS_EFORMAT, "row table %" PRIu32 " is cut short", i));
+        if (ps_checkpoint_stream(f, PS__TABLE_HEADER, h, NULL, crc) < 0)
+            return -EIO;
+        left -= PS__TABLE_HEADER;
+        dim = ps__get32(h + 4);
+        state = ps__get32(h + 8);
+        sketch = ps__get64(h + 28);
+        if (ps__get32(h) != i || dim != table->row_tables[i].dim || state > 4 * PS_ROW_MAX_DIM)
+            return ps__skip(f, left, blk, crc,
+                            ps_err_printf(why, why_len, -PS_EMISMATCH,
+                                          "row table %" PRIu32 " (%s) does not match its table's "
+                                          "(dim %" PRIu32 ", %" PRIu32 " state floats a row)",
+                                          i, table->row_tables[i].name, dim, state));
+        if (sketch > left - 8)
+            return ps__skip(f, left, blk, crc,
+                            ps_err_printf(why, why_len, -PS_EFORMAT,
+                                          "row table %s: a sketch of %" PRIu64
+                                          " bytes where %" PRIu64 " are left",
+                                          table->row_tables[i].name, sketch, left - 8));
+        if (ps_checkpoint_stream(f, (size_t)sketch, NULL, blk, crc) < 0 ||
+            ps_checkpoint_stream(f, 8, h, NULL, crc) < 0)
+            return -EIO;
+        left -= sketch + 8;
+        rows = ps__get64(h);
+        rec = PS__ROW_HEADER + ((uint64_t)dim + state) * sizeof(float);
+        if (rows > left / rec)
+            return ps__skip(f, left, blk, crc,
+                            ps_err_printf(why, why_len, -PS_EFORMAT,
+                                          "row table %s: %" PRIu64 " rows of %" PRIu64
+                                          " bytes where %" PRIu64 " bytes are left",
+                                          table->row_tables[i].name, rows, rec, left));
+        if (ps_checkpoint_stream(f, (size_t)(rows * rec), NULL, blk, crc) < 0)
+            return -EIO;
+        left -= rows * rec;
+    }
+    if (left != 0)
+        return ps__skip(f, left, blk, crc,
+                        ps_err_printf(why, why_len, -PS_EFORMAT,
+                                      "%" PRIu64 " bytes after its rows section", left));
+    return 0;
+}
+
+/* A table's sketch of len bytes into its store. */
+static int ps__copy_sketch(FILE *f, ps_row_store *st, uint64_t len, uint32_t *crc, const char *name,
+                           char *why, size_t why_len)
+{
+    ps_row_admit *sketch = NULL;
+    uint8_t *buf;
+    char reason[160];
+    int rc;
+
+    if ((len == 0) != (ps_row_store_admission(st) == NULL))
+        return ps_err_printf(why, why_len, -PS_EMISMATCH,
+                             "row table %s: admission is %s here but %s in the file", name,
+                             len ? "off" : "on", len ? "on" : "off");
+    if (len == 0)
+        return 0;
+    buf = malloc((size_t)len);
+    if (buf == NULL)
+        return ps_err_printf(why, why_len, -ENOMEM, "row table %s: no memory for its sketch", name);
+    rc = ps_checkpoint_stream(f, (size_t)len, buf, NULL, crc);
+    if (rc < 0)
+        rc = ps_err_printf(why, why_len, -PS_EFORMAT, "the file changed while it was read");
+    else if ((rc = ps_row_admit_load(&sketch, buf, (size_t)len, reason, sizeof(reason))) < 0)
+        ps_err_printf(why, why_len, rc, "row table %s: %s", name, reason);
+    else if ((rc = ps_row_store_set_admission(st, sketch)) < 0) {
+        ps_row_admit_free(sketch);
+        ps_err_printf(why, why_len, rc, "row table %s: its sketch does not fit this table's", name);
+    }
+    free(buf);
+    return rc;
+}
+
+/* A table's rows into its store, one record at a time. */
+static int ps__copy_table(FILE *f, ps_row_store *st, size_t dim, size_t state, uint64_t rows,
+                          uint32_t *crc, const char *name, char *why, size_t why_len)
+{
+    size_t rec = PS__ROW_HEADER + (dim + state) * sizeof(float);
+    uint8_t *buf = malloc(rec);
+    int rc = 0;
+
+    if (buf == NULL)
+        return ps_err_printf(why, why_len, -ENOMEM, "row table %s: out of memory", name);
+    for (uint64_t r = 0; r < rows && rc == 0; r++) {
+        ps_row_view v;
+        if (ps_checkpoint_stream(f, rec, buf, NULL, crc) < 0) {
+            rc = ps_err_printf(why, why_len, -PS_EFORMAT, "the file changed while it was read");
+            break;
+        }
+        v.id = ps__get64(buf);
+        v.last_step = ps__get32(buf + 8);
+        v.updates = ps__get32(buf + 12);
+        v.values = (const float *)(buf + PS__ROW_HEADER);
+        v.state = v.values + dim;
+        rc = ps_row_store_insert(st, &v);
+        if (rc < 0)
+            ps_err_printf(why, why_len, rc, "row table %s: row %" PRIu64 " refused: %s", name, v.id,
+                          ps_strerror(rc));
+    }
+    free(buf);
+    return rc;
+}
+
+int ps_checkpoint_rows_copy(FILE *f, ps_checkpoint_rows *rows, uint32_t *crc, char *why,
+                            size_t why_len)
+{
+    uint8_t h[PS__TABLE_HEADER];
+    int rc;
+
+    if (ps_checkpoint_stream(f, 4, h, NULL, crc) < 0 || ps__get32(h) != (uint32_t)rows->n)
+        goto changed;
+    for (int i = 0; i < rows->n; i++) {
+        ps_row_store *st = rows->store[i];
+        size_t dim = rows->dim[i], state = ps_row_store_state_floats(st);
+        char name[32];
+
+        snprintf(name, sizeof(name), "%d", i);
+        if (ps_checkpoint_stream(f, PS__TABLE_HEADER, h, NULL, crc) < 0)
+            goto changed;
+        if (ps__get32(h + 4) != dim || ps__get32(h + 8) != state)
+            return ps_err_printf(why, why_len, -PS_EMISMATCH,
+                                 "row table %s: dim %" PRIu32 " with %" PRIu32
+                                 " state floats a row, this server's has %zu and %zu",
+                                 name, ps__get32(h + 4), ps__get32(h + 8), dim, state);
+        rows->clock[i] = ps__get64(h + 12);
+        rows->newest[i] = ps__get64(h + 20);
+        rc = ps__copy_sketch(f, st, ps__get64(h + 28), crc, name, why, why_len);
+        if (rc < 0)
+            return rc;
+        if (ps_checkpoint_stream(f, 8, h, NULL, crc) < 0)
+            goto changed;
+        rc = ps__copy_table(f, st, dim, state, ps__get64(h), crc, name, why, why_len);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+changed:
+    return ps_err_printf(why, why_len, -PS_EFORMAT, "the file changed while it was read");
+}
