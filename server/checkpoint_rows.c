@@ -9,6 +9,7 @@
 #include "crc32c.h"
 #include "ps_error.h"
 #include "row_admit.h"
+#include "row_place.h"
 
 /* u32 index, dim, state floats; u64 clock, newest, sketch bytes */
 #define PS__TABLE_HEADER 36u
@@ -194,9 +195,9 @@ int ps_checkpoint_rows_verify(FILE *f, const ps_model_spec *table, uint64_t left
     return 0;
 }
 
-/* A table's sketch of len bytes into its store. */
-static int ps__copy_sketch(FILE *f, ps_row_store *st, uint64_t len, uint32_t *crc, const char *name,
-                           char *why, size_t why_len)
+/* A table's sketch of len bytes, added into *sum (taken over when NULL). */
+static int ps__copy_sketch(FILE *f, const ps_row_store *st, uint64_t len, ps_row_admit **sum,
+                           uint32_t *crc, const char *name, char *why, size_t why_len)
 {
     ps_row_admit *sketch = NULL;
     uint8_t *buf;
@@ -212,22 +213,29 @@ static int ps__copy_sketch(FILE *f, ps_row_store *st, uint64_t len, uint32_t *cr
     buf = malloc((size_t)len);
     if (buf == NULL)
         return ps_err_printf(why, why_len, -ENOMEM, "row table %s: no memory for its sketch", name);
-    rc = ps_checkpoint_stream(f, (size_t)len, buf, NULL, crc);
-    if (rc < 0)
+    if (ps_checkpoint_stream(f, (size_t)len, buf, NULL, crc) < 0)
         rc = ps_err_printf(why, why_len, -PS_EFORMAT, "the file changed while it was read");
     else if ((rc = ps_row_admit_load(&sketch, buf, (size_t)len, reason, sizeof(reason))) < 0)
         ps_err_printf(why, why_len, rc, "row table %s: %s", name, reason);
-    else if ((rc = ps_row_store_set_admission(st, sketch)) < 0) {
-        ps_row_admit_free(sketch);
-        ps_err_printf(why, why_len, rc, "row table %s: its sketch does not fit this table's", name);
-    }
     free(buf);
-    return rc;
+    if (rc < 0)
+        return rc;
+    if (*sum == NULL) {
+        *sum = sketch;
+        return 0;
+    }
+    rc = ps_row_admit_merge(*sum, sketch);
+    ps_row_admit_free(sketch);
+    if (rc < 0)
+        return ps_err_printf(why, why_len, rc,
+                             "row table %s: its sketch's shape differs from another file's", name);
+    return 0;
 }
 
-/* A table's rows into its store, one record at a time. */
-static int ps__copy_table(FILE *f, ps_row_store *st, size_t dim, size_t state, uint64_t rows,
-                          uint32_t *crc, const char *name, char *why, size_t why_len)
+/* A table's rows into its store, one record at a time: those keep selects. */
+static int ps__copy_table(FILE *f, ps_row_store *st, uint32_t table, size_t dim, size_t state,
+                          uint64_t rows, const ps_checkpoint_keep *keep, uint32_t *crc,
+                          const char *name, char *why, size_t why_len)
 {
     size_t rec = PS__ROW_HEADER + (dim + state) * sizeof(float);
     uint8_t *buf = malloc(rec);
@@ -242,6 +250,8 @@ static int ps__copy_table(FILE *f, ps_row_store *st, size_t dim, size_t state, u
             break;
         }
         v.id = ps__get64(buf);
+        if (keep->servers && ps_row_place(table, v.id, keep->servers) != keep->server)
+            continue;
         v.last_step = ps__get32(buf + 8);
         v.updates = ps__get32(buf + 12);
         v.values = (const float *)(buf + PS__ROW_HEADER);
@@ -255,7 +265,8 @@ static int ps__copy_table(FILE *f, ps_row_store *st, size_t dim, size_t state, u
     return rc;
 }
 
-int ps_checkpoint_rows_copy(FILE *f, ps_checkpoint_rows *rows, uint32_t *crc, char *why,
+int ps_checkpoint_rows_copy(FILE *f, ps_checkpoint_rows *rows, int first,
+                            const ps_checkpoint_keep *keep, uint32_t *crc, char *why,
                             size_t why_len)
 {
     uint8_t h[PS__TABLE_HEADER];
@@ -276,18 +287,41 @@ int ps_checkpoint_rows_copy(FILE *f, ps_checkpoint_rows *rows, uint32_t *crc, ch
                                  "row table %s: dim %" PRIu32 " with %" PRIu32
                                  " state floats a row, this server's has %zu and %zu",
                                  name, ps__get32(h + 4), ps__get32(h + 8), dim, state);
-        rows->clock[i] = ps__get64(h + 12);
-        rows->newest[i] = ps__get64(h + 20);
-        rc = ps__copy_sketch(f, st, ps__get64(h + 28), crc, name, why, why_len);
+        if (first)
+            rows->clock[i] = ps__get64(h + 12);
+        if (first || ps__get64(h + 20) > rows->newest[i])
+            rows->newest[i] = ps__get64(h + 20);
+        rc = ps__copy_sketch(f, st, ps__get64(h + 28), &rows->sketch[i], crc, name, why, why_len);
         if (rc < 0)
             return rc;
         if (ps_checkpoint_stream(f, 8, h, NULL, crc) < 0)
             goto changed;
-        rc = ps__copy_table(f, st, dim, state, ps__get64(h), crc, name, why, why_len);
+        rc = ps__copy_table(f, st, (uint32_t)i, dim, state, ps__get64(h), keep, crc, name, why,
+                            why_len);
         if (rc < 0)
             return rc;
     }
     return 0;
 changed:
     return ps_err_printf(why, why_len, -PS_EFORMAT, "the file changed while it was read");
+}
+
+int ps_checkpoint_rows_finish(ps_checkpoint_rows *rows, int ok, char *why, size_t why_len)
+{
+    int rc = 0;
+
+    for (int i = 0; i < rows->n; i++) {
+        if (rows->sketch[i] == NULL)
+            continue;
+        if (ok && rc == 0 && ps_row_store_set_admission(rows->store[i], rows->sketch[i]) == 0) {
+            rows->sketch[i] = NULL;
+            continue;
+        }
+        if (ok && rc == 0)
+            rc = ps_err_printf(why, why_len, -PS_EMISMATCH,
+                               "row table %d: its sketch does not fit this table's", i);
+        ps_row_admit_free(rows->sketch[i]);
+        rows->sketch[i] = NULL;
+    }
+    return rc;
 }

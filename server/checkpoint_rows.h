@@ -41,13 +41,23 @@
 
 /* A server's row tables as a checkpoint writes them (borrowed stores) and
  * a restore fills them (the sink gives the stores; the clocks are the
- * file's once the restore succeeded). A plain value, the caller's. */
+ * files' once the restore succeeded). sketch: a restore's admission
+ * sketches, summed over the files read until ps_checkpoint_rows_finish
+ * hands them to the stores (owned; NULL before). Zero it before use. */
 typedef struct {
     int n;
     ps_row_store *store[PS_MAX_ROW_TABLES];
     uint32_t dim[PS_MAX_ROW_TABLES]; /* each store's */
     uint64_t clock[PS_MAX_ROW_TABLES], newest[PS_MAX_ROW_TABLES];
+    ps_row_admit *sketch[PS_MAX_ROW_TABLES];
 } ps_checkpoint_rows;
+
+/* Which rows of a file a restore keeps: every one (servers 0), or those
+ * common/row_place puts on server `server` of `servers` (a restore onto
+ * another number of servers reads every old file). */
+typedef struct {
+    uint32_t servers, server;
+} ps_checkpoint_keep;
 
 /* Streams n bytes of f through the CRC, into dst when it is not NULL, else
  * through blk (PS_CHECKPOINT_BLOCK_BYTES). Returns 0, or -1 on a short
@@ -67,11 +77,19 @@ int ps_checkpoint_rows_write(ps_crc_writer *w, const ps_checkpoint_rows *rows);
 int ps_checkpoint_rows_verify(FILE *f, const ps_model_spec *table, uint64_t left, uint8_t *blk,
                               uint32_t *crc, char *why, size_t why_len);
 
-/* Reads the verified section again into rows->store[] (rows->n of them,
- * the table's), its admission sketches and clocks too. Returns 0 or a
- * negative code with the reason in why: a row or a sketch the store
- * refuses, or a short read (the file changed since it was verified). */
-int ps_checkpoint_rows_copy(FILE *f, ps_checkpoint_rows *rows, uint32_t *crc, char *why,
+/* Reads the verified section of one file again into rows->store[] (rows->n
+ * of them, the table's): the rows keep selects, inserted; the admission
+ * sketches added into rows->sketch[]; the clocks taken from the first file
+ * (first) and newest the most of all files'. Returns 0 or a negative code
+ * with the reason in why: a row or a sketch the store refuses, or a short
+ * read (the file changed since it was verified). */
+int ps_checkpoint_rows_copy(FILE *f, ps_checkpoint_rows *rows, int first,
+                            const ps_checkpoint_keep *keep, uint32_t *crc, char *why,
                             size_t why_len);
+
+/* After the last file: hands the summed sketches to their stores (ok), or
+ * frees them (a failed restore). Returns 0, or -PS_EMISMATCH with the
+ * reason in why when a store refuses its sketch. */
+int ps_checkpoint_rows_finish(ps_checkpoint_rows *rows, int ok, char *why, size_t why_len);
 
 #endif

@@ -17,6 +17,29 @@
 #include "ps_log.h"
 #include "tensor_table.h"
 
+/* A checkpoint's job: the job's settings but the number of servers and the
+ * chunk size, which a restore may change (it re-places what the files hold
+ * onto the new plan). */
+static uint64_t ps__checkpoint_job(const char *settings)
+{
+    char kept[PS_JOB_SETTINGS_MAX];
+    size_t used = 0;
+
+    kept[0] = '\0';
+    for (const char *p = settings ? settings : ""; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t line = nl ? (size_t)(nl - p) + 1 : strlen(p);
+        if (strncmp(p, "num-servers=", 12) != 0 && strncmp(p, "chunk-bytes=", 12) != 0 &&
+            used + line < sizeof(kept)) {
+            memcpy(kept + used, p, line);
+            used += line;
+            kept[used] = '\0';
+        }
+        p += line;
+    }
+    return ps_job_fingerprint(kept, 0);
+}
+
 /* What a checkpoint of this server must say about itself, and where its
  * per-chunk clocks are: the server's own ckpt_clocks/ckpt_newest, which a
  * due checkpoint fills and a restore reads into (borrowed, not freed). */
@@ -33,7 +56,7 @@ static void ps__checkpoint_identity(const ps_kv_server *s, ps_checkpoint_meta *m
     /* The settings alone: a server restores before any worker has declared
      * the tensors, so the table is not known then; the table callback of the
      * restore checks the model. */
-    meta->job = ps_job_fingerprint(s->cfg.job_settings, 0);
+    meta->job = ps__checkpoint_job(s->cfg.job_settings);
     clocks->clock = s->ckpt_clocks;
     clocks->newest = s->ckpt_newest;
 }

@@ -1,7 +1,9 @@
 """Embedding rows through a checkpoint (tests/integration/rows_checkpoint.sh).
 
-  worker ADDRS RANK WORLD STEPS OUT   one rank of a sync job on the servers
-                                      ADDRS: an MLP and two row tables,
+  worker ADDRS RANK WORLD STEPS OUT CHUNK
+                                      one rank of a sync job on the servers
+                                      ADDRS (tensors cut into CHUNK-byte
+                                      chunks): an MLP and two row tables,
                                       "users" (dim 8, uniform, Adam rows,
                                       stored at the second push of an ID,
                                       expiring after 5 steps untouched) and
@@ -12,14 +14,15 @@
                                       rows it pulled, then dense ones; rank 0
                                       then writes every dense weight and the
                                       rows of every ID the job ever used to
-                                      OUT (raw float32), and how many of
-                                      those rows the servers hold.
+                                      OUT (raw float32).
 
 The IDs of a step are a function of (step, rank) alone, and every gradient
 a function of what was pulled, so a run restored at any clock and trained
 on to STEPS ends with the same bytes as an uninterrupted one exactly when
 the restore kept every row, its optimizer state and counters (Adam's
-per-row step, expiry's last step), the admission sketch and the clocks.
+per-row step, expiry's last step), the admission sketch and the clocks;
+nothing here depends on the number of servers or the chunk size, so the
+same holds for a run restored onto another plan.
 """
 import sys
 
@@ -46,10 +49,10 @@ def row_grads(rows, step, rank):
             ).astype(np.float32)
 
 
-def worker(addrs, rank, world, steps, out):
-    c = shardps.Client(addrs, rank=rank, world=world, chunk_bytes=4096, seed=11,
+def worker(addrs, rank, world, steps, out, chunk):
+    c = shardps.Client(addrs, rank=rank, world=world, chunk_bytes=chunk, seed=11,
                        connect_timeout=30)
-    c.declare_mlp([6, 5, 3])
+    c.declare_mlp([32, 16, 4])
     c.declare_rows("users", 8, init="uniform", lo=-0.2, hi=0.2, optimizer="adam",
                    admit_after=2, expire_after=5)
     c.declare_rows("items", 4, optimizer="adagrad")
@@ -83,6 +86,6 @@ def worker(addrs, rank, world, steps, out):
 if __name__ == "__main__":
     if sys.argv[1] == "worker":
         worker(sys.argv[2].split(","), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
-               sys.argv[6])
+               sys.argv[6], int(sys.argv[7]))
     else:
         raise SystemExit(f"unknown command {sys.argv[1]}")

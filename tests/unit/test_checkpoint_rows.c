@@ -428,7 +428,7 @@ Test(checkpoint_rows, damaged_or_wrong_rows_are_refused_before_adoption, .init =
     unlink(path);
     assert_refused(path, version_4, 1,
                    "format version 4, written by an older build (it holds "
-                   "no embedding rows)");
+                   "no embedding rows");
     unlink(path);
     unlink(path);
 }
