@@ -237,6 +237,9 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
         free(packed);
         return rc;
     }
+    /* Rows are written a few hundred bytes at a time: a large buffer keeps
+     * them to one write per MiB, as the chunks' large writes are. */
+    setvbuf(w.f, NULL, _IOFBF, PS_CHECKPOINT_BLOCK_BYTES);
     ps_crc_writer_put(&w, PS_CHECKPOINT_MAGIC, 8);
     ps_crc_writer_put32(&w, PS_CHECKPOINT_FORMAT);
     ps_crc_writer_put32(&w, meta->server_index);

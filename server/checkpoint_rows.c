@@ -47,45 +47,60 @@ static uint64_t ps__get64(const uint8_t *p)
     return v;
 }
 
-static int ps__count_row(void *arg, const ps_row_view *row)
-{
-    (void)row;
-    ++*(uint64_t *)arg;
-    return 0;
-}
-
+/* Rows are staged in a block and written a block at a time: one fwrite
+ * and one CRC call per block. Each row's record (header, values, state) is
+ * already the file's form, so staging it is one copy. (Five small writes
+ * a row through stdio made a rows checkpoint twice as slow per byte as a
+ * dense one; writev of the records in place, 256 at a time, 1.3 times.) */
 typedef struct {
     ps_crc_writer *w;
-    size_t dim, state;
+    size_t rec;   /* bytes of a row in the file */
+    uint8_t *buf; /* PS_CHECKPOINT_BLOCK_BYTES and a row */
+    size_t used;
+    uint64_t rows; /* written */
 } ps__row_writer;
+
+static void ps__flush_rows(ps__row_writer *rw)
+{
+    ps_crc_writer_put(rw->w, rw->buf, rw->used);
+    rw->used = 0;
+}
 
 static int ps__write_row(void *arg, const ps_row_view *row)
 {
     ps__row_writer *rw = arg;
 
-    ps_crc_writer_put64(rw->w, row->id);
-    ps_crc_writer_put32(rw->w, row->last_step);
-    ps_crc_writer_put32(rw->w, row->updates);
-    ps_crc_writer_put(rw->w, row->values, rw->dim * sizeof(float));
-    ps_crc_writer_put(rw->w, row->state, rw->state * sizeof(float));
+    if (rw->used + rw->rec > PS_CHECKPOINT_BLOCK_BYTES)
+        ps__flush_rows(rw);
+    memcpy(rw->buf + rw->used, row->record, rw->rec);
+    rw->used += rw->rec;
+    rw->rows++;
     return rw->w->err;
 }
 
-/* Every stored row of one store, in visit order: counted first (the count
- * precedes them), then written. */
+/* Every stored row of one store, in visit order, after their count: the
+ * store's count of rows held, which a visit at step 0 (nothing counts as
+ * expired) walks exactly; checked after. The block has room for one row
+ * more than PS_CHECKPOINT_BLOCK_BYTES, so any row fits after a flush. */
 static int ps__write_table(ps_crc_writer *w, const ps_row_store *st, size_t dim)
 {
-    ps__row_writer rw = {w, dim, ps_row_store_state_floats(st)};
-    uint64_t n = 0, cursor = 0;
+    ps__row_writer rw = {
+        .w = w, .rec = PS__ROW_HEADER + (dim + ps_row_store_state_floats(st)) * sizeof(float)};
+    ps_row_counters c;
+    uint64_t cursor = 0;
     int more;
 
-    /* Step 0: no row counts as expired, so every stored row is saved. */
-    while ((more = ps_row_store_visit(st, 0, &cursor, SIZE_MAX, ps__count_row, &n)) == 1)
-        ;
-    ps_crc_writer_put64(w, n);
-    cursor = 0;
+    rw.buf = malloc(PS_CHECKPOINT_BLOCK_BYTES + rw.rec);
+    if (rw.buf == NULL)
+        return -ENOMEM;
+    ps_row_store_counters(st, &c);
+    ps_crc_writer_put64(w, c.stored);
     while ((more = ps_row_store_visit(st, 0, &cursor, PS__VISIT_BATCH, ps__write_row, &rw)) == 1)
         ;
+    ps__flush_rows(&rw);
+    free(rw.buf);
+    if (more == 0 && rw.rows != c.stored)
+        more = -EIO;
     return more < 0 ? more : w->err;
 }
 
