@@ -311,6 +311,11 @@ int main(int argc, char **argv)
             double ms;
             long bytes = 0;
             if ((rc = ps__state_init(&st)) == 0 && (rc = ps__fill_rows(&st, rows)) == 0) {
+                /* A trained server's optimizer state is resident (an
+                 * untouched calloc'd one is not). */
+                for (int i = 0; i < ps_shard_chunk_count(st.shard); i++)
+                    for (size_t j = 0; j < ps_shard_state_floats(st.shard, i); j++)
+                        ps_shard_state_mut(st.shard, i)[j] = 1e-3f;
                 printf("{\"mode\":\"state\",\"servers\":%d,\"server\":%d,\"rss_mib\":%.1f}\n",
                        servers, server, ps__status_kb("VmRSS:") / 1024);
                 rc = ps__write(&st, dir, &spec, &ms, &bytes);
