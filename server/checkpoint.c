@@ -376,11 +376,12 @@ static int ps__load(const char *dir, uint64_t clock, uint32_t first_server,
         if (rc < 0) {
             if (same)
                 snprintf(why, why_len, "%s", reason);
-            else
-                ps_err_printf(why, why_len, rc,
-                              "re-placing the %" PRIu32 " files of clock %" PRIu64
-                              ": server %" PRIu32 "'s: %s",
-                              n_files, clock, k, reason);
+            else /* a member missing or unreadable makes the set unusable */
+                rc = ps_err_printf(why, why_len,
+                                   rc > -PS__ERR_BASE && rc != -ENOMEM ? -PS_EFORMAT : rc,
+                                   "re-placing the %" PRIu32 " files of clock %" PRIu64
+                                   ": server %" PRIu32 "'s: %s",
+                                   n_files, clock, k, reason);
             goto out;
         }
     }

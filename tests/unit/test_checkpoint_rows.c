@@ -9,7 +9,12 @@
  *    reads of expired and never-stored IDs);
  *  - a damaged rows section, a row table count or row count that disagrees
  *    with the file, a file of format 4 (no rows) and one of a newer format
- *    are each refused with their reason, and nothing of them is adopted. */
+ *    are each refused with their reason, and nothing of them is adopted;
+ *  - a 1-server file restored onto 3 servers with a quarter of the chunk
+ *    size: each server holds exactly the rows row_place gives it, bit for
+ *    bit, the whole admission sketch, and every word of its new chunks
+ *    with its Adam state, clocks and update count; a 2-server file whose
+ *    partner is missing is refused naming the missing file. */
 #include <criterion/criterion.h>
 
 #include <errno.h>
@@ -24,6 +29,7 @@
 #include "job_options.h"
 #include "partition.h"
 #include "ps_error.h"
+#include "row_place.h"
 
 #define CHUNK_BYTES 256
 #define CLOCK       12
@@ -31,6 +37,9 @@
 
 static char dir[64];
 static ps_model_spec spec;
+/* The plan files are written for, and the one a restore is made into. */
+static uint32_t file_servers, servers, server;
+static size_t file_chunk, chunk;
 static ps_optimizer_config opt;
 
 /* What a restore adopted: a shard and a row store per row table. */
@@ -81,6 +90,9 @@ static void setup(void)
     cr_assert_eq(ps_model_spec_add_row_table(&spec, &users, NULL, 0), 0);
     cr_assert_eq(ps_model_spec_add_row_table(&spec, &items, NULL, 0), 0);
     ps_optimizer_defaults(&opt, PS_OPT_ADAM);
+    file_servers = servers = 1;
+    server = 0;
+    file_chunk = chunk = CHUNK_BYTES;
 }
 
 static void teardown(void)
@@ -181,8 +193,8 @@ static ps_shard *adopt(void *arg, const ps_model_spec *table, ps_checkpoint_cloc
     (void)why_len;
     k->adopted++;
     cr_assert_eq(ps_model_spec_fingerprint(table), ps_model_spec_fingerprint(&spec));
-    cr_assert_eq(ps_partition_init(&k->part, &spec, 1, CHUNK_BYTES), 0);
-    cr_assert_eq(ps_shard_init(&k->shard, k->part, 0, &spec, &opt, 0), 0);
+    cr_assert_eq(ps_partition_init(&k->part, &spec, (int)servers, chunk), 0);
+    cr_assert_eq(ps_shard_init(&k->shard, k->part, (int)server, &spec, &opt, 0), 0);
     cr_assert_leq(ps_shard_chunk_count(k->shard), 64);
     for (int i = 0; i < ps_shard_chunk_count(k->shard); i++)
         cr_assert_eq(ps_shard_fill(k->shard, i, 0), 0);
@@ -218,17 +230,26 @@ static void withdraw(void *arg)
 static void meta_for(ps_checkpoint_meta *meta)
 {
     memset(meta, 0, sizeof(*meta));
-    meta->num_servers = 1;
+    meta->server_index = server;
+    meta->num_servers = servers;
     meta->optimizer = PS_OPT_ADAM;
     meta->fingerprint = ps_model_spec_fingerprint(&spec);
-    meta->chunk_bytes = CHUNK_BYTES;
+    meta->chunk_bytes = chunk;
     meta->clock = CLOCK;
     meta->job = ps_job_fingerprint(NULL, 0);
     meta->state_per_weight = ps_optimizer_state_floats(&opt, 1);
     meta->max_table_bytes = 1 << 20;
 }
 
-/* The file of a checkpoint of st (and a shard of spec) at CLOCK. */
+/* What a file holds at word w of tensor t: weights, then Adam's 2 state
+ * floats per weight. */
+static float word_value(uint32_t t, size_t w, int plane)
+{
+    return (float)(t * 1000 + w) + 0.25f * (float)plane;
+}
+
+/* The file of a checkpoint of st (and a shard of spec, its words numbered
+ * by word_value) at CLOCK for server `server` of file_servers. */
 static void write_file(ps_row_store **st, char *path, size_t len)
 {
     ps_checkpoint_meta meta;
@@ -237,14 +258,28 @@ static void write_file(ps_row_store **st, char *path, size_t len)
     ps_shard *shard;
     uint64_t c[64], n[64];
     ps_checkpoint_clocks clocks = {c, n};
+    uint32_t restore_servers = servers;
+    size_t restore_chunk = chunk;
 
+    servers = file_servers;
+    chunk = file_chunk;
     meta_for(&meta);
-    cr_assert_eq(ps_partition_init(&part, &spec, 1, CHUNK_BYTES), 0);
-    cr_assert_eq(ps_shard_init(&shard, part, 0, &spec, &opt, 0), 0);
+    cr_assert_eq(ps_partition_init(&part, &spec, (int)servers, chunk), 0);
+    cr_assert_eq(ps_shard_init(&shard, part, (int)server, &spec, &opt, 0), 0);
     for (int i = 0; i < ps_shard_chunk_count(shard); i++) {
+        const ps_chunk *ch = ps_shard_chunk(shard, i);
         cr_assert_eq(ps_shard_fill(shard, i, 1), 0);
+        for (size_t j = 0; j < ch->numel; j++) {
+            ps_shard_weights_mut(shard, i)[j] = word_value(ch->tensor_id, ch->offset + j, 0);
+            for (int p = 1; p <= 2; p++)
+                ps_shard_state_mut(shard, i)[2 * j + (size_t)p - 1] =
+                    word_value(ch->tensor_id, ch->offset + j, p);
+        }
         c[i] = n[i] = CLOCK;
+        ps_shard_set_updates(shard, i, CLOCK);
     }
+    servers = restore_servers;
+    chunk = restore_chunk;
     memset(&rows, 0, sizeof(rows));
     rows.n = 2;
     for (int i = 0; i < 2; i++) {
@@ -455,6 +490,97 @@ Test(checkpoint_rows, a_newer_format_is_named_and_left_alone, .init = setup, .fi
     cr_assert_not_null(strstr(sv.damaged, "format version 6, which this build (version 5) cannot "
                                           "read"),
                        "%s", sv.damaged);
+    ps_row_store_free(whole[0]);
+    ps_row_store_free(whole[1]);
+}
+
+static int count_rows(void *arg, const ps_row_view *v)
+{
+    (void)v;
+    ++*(int *)arg;
+    return 0;
+}
+
+/* One server's file (a 1-server plan, 256-byte chunks) restored onto 3
+ * servers with 64-byte chunks: each new server holds exactly the rows
+ * row_place gives it, bit for bit, the whole sketch, and every word of its
+ * new chunks with its Adam state, clocks and update count. */
+Test(checkpoint_rows, a_restore_onto_three_servers_re_places_rows_and_chunks, .init = setup,
+     .fini = teardown)
+{
+    ps_row_store *whole[2];
+    ps_checkpoint_rows rows;
+    char path[256], err[1024];
+    int total[2] = {0, 0}, want[2] = {0, 0};
+
+    trained(whole, CLOCK);
+    write_file(whole, path, sizeof(path));
+    servers = 3;
+    chunk = 64;
+    for (server = 0; server < 3; server++) {
+        sink_state k;
+        cr_assert_eq(restore(&k, &rows, err, sizeof(err)), 0, "%s", err);
+        for (int i = 0; i < ps_shard_chunk_count(k.shard); i++) {
+            const ps_chunk *d = ps_shard_chunk(k.shard, i);
+            cr_assert_eq(d->server, (int)server);
+            cr_assert_eq(k.clock[i], CLOCK);
+            cr_assert_eq(ps_shard_updates(k.shard, i), CLOCK);
+            for (size_t j = 0; j < d->numel; j++) {
+                cr_assert_eq(ps_shard_weights(k.shard, i)[j],
+                             word_value(d->tensor_id, d->offset + j, 0));
+                cr_assert_eq(ps_shard_state(k.shard, i)[2 * j + 1],
+                             word_value(d->tensor_id, d->offset + j, 2));
+            }
+        }
+        for (int t = 0; t < 2; t++) {
+            rows_seen *r = calloc(1, sizeof(*r));
+            uint64_t cursor = 0;
+            cr_assert_eq(ps_row_store_visit(k.store[t], 0, &cursor, SIZE_MAX, collect, r), 0);
+            for (int i = 0; i < r->n; i++) {
+                /* At step 0 nothing reads as expired: the stored values. */
+                float got[8], want_row[8];
+                cr_assert_eq(ps_row_place((uint32_t)t, r->row[i].id, 3), server);
+                cr_assert_eq(ps_row_store_gather(whole[t], &r->row[i].id, 1, 0, want_row, NULL), 0);
+                cr_assert_eq(ps_row_store_gather(k.store[t], &r->row[i].id, 1, 0, got, NULL), 0);
+                cr_assert_eq(memcmp(got, want_row, spec.row_tables[t].dim * 4), 0);
+            }
+            total[t] += r->n;
+            free(r);
+            cr_assert_eq(rows.clock[t], CLOCK + (uint64_t)t);
+        }
+        cr_assert_not_null(ps_row_store_admission(k.store[0]));
+        cr_assert_eq(ps_row_admit_estimate(ps_row_store_admission(k.store[0]), 7),
+                     ps_row_admit_estimate(ps_row_store_admission(whole[0]), 7));
+        sink_free(&k);
+    }
+    for (int t = 0; t < 2; t++) {
+        uint64_t cursor = 0;
+        cr_assert_eq(ps_row_store_visit(whole[t], 0, &cursor, SIZE_MAX, count_rows, &want[t]), 0);
+        cr_assert_eq(total[t], want[t], "table %d: %d rows re-placed of %d", t, total[t], want[t]);
+    }
+    ps_row_store_free(whole[0]);
+    ps_row_store_free(whole[1]);
+}
+
+/* A file written for 2 servers whose partner is missing: a server of 3
+ * cannot re-place that clock, says which file is missing, and adopts
+ * nothing. */
+Test(checkpoint_rows, a_set_missing_a_file_is_refused, .init = setup, .fini = teardown)
+{
+    ps_row_store *whole[2];
+    ps_checkpoint_rows rows;
+    sink_state k;
+    char path[256], err[1024];
+
+    trained(whole, CLOCK);
+    file_servers = 2;
+    write_file(whole, path, sizeof(path));
+    servers = 3;
+    server = 2;
+    cr_assert_eq(restore(&k, &rows, err, sizeof(err)), -PS_EFORMAT);
+    cr_assert_not_null(strstr(err, "re-placing the 2 files of clock 12: server 1's: cannot open"),
+                       "%s", err);
+    cr_assert_eq(k.adopted, 0);
     ps_row_store_free(whole[0]);
     ps_row_store_free(whole[1]);
 }
