@@ -1,11 +1,8 @@
-/* Checkpoint files (see checkpoint.h). Writing streams through stdio while
- * the CRC accumulates; reading checks the header and the tensor table first,
- * then the file's size against what this server's share of that table needs
- * (computed from the partition, nothing allocated for it; the rows section,
- * server/checkpoint_rows, takes the rest), then streams the file once
- * through the CRC, checking each chunk header and the rows section's
- * structure, and only then has the table adopted and reads the file again
- * straight into its shard and row stores. */
+/* Checkpoint files (see checkpoint.h): their names, listing and surveying a
+ * directory, writing (through stdio while the CRC accumulates; the rows
+ * section by server/checkpoint_rows), and the restore driver, which picks
+ * the clock and the files to read and has server/checkpoint_file verify
+ * each completely before the table is adopted and then copy it. */
 #include "checkpoint.h"
 
 #include <dirent.h>

@@ -15,10 +15,13 @@
  * files of newer versions are refused as unknown.
  * A file is written beside its final name, fsynced, renamed into place, and
  * the directory fsynced, so a crash leaves either the old set or the new one.
- * On load, the header, the table, the size, the chunk layout and the checksum
- * are all verified before the file's table is adopted or anything is copied;
- * a bad file is refused by name with the reason (nothing of it adopted), and
- * the next older one is tried.
+ * On load, the header, the table, the size, the chunk layout, the rows and
+ * the checksum are all verified before the file's table is adopted or
+ * anything is copied; a bad file is refused by name with the reason
+ * (nothing of it adopted), and the next older one is tried. The header's
+ * server count and chunk size are the plan the file was written for, not
+ * part of its identity: a restore onto another plan reads every file of a
+ * clock and re-places what they hold (ps_checkpoint_restore).
  *
  * Every file carries its job's fingerprint (ps_job_fingerprint): listing,
  * restoring and pruning look only at the files of this server's own job, so
@@ -106,14 +109,20 @@ typedef struct {
 int ps_checkpoint_survey_dir(const char *dir, const ps_checkpoint_meta *meta,
                              ps_checkpoint_survey *out);
 
-/* Restores the newest valid checkpoint of server meta->server_index and job
- * meta->job whose clock is at most max_clock from dir into the shard,
- * clocks and row stores the sink gives for its table, writes the row
- * tables' clocks into rows and its clock into meta->clock. Files that are truncated, corrupt, hold
- * a table over meta->max_table_bytes, or belong to another model, partition or optimizer are
- * refused before their table is adopted: each refusal is appended to err as "FILE: reason; ".
- * Returns 0, -ENOENT when no checkpoint of this server and job exists, or -PS_EFORMAT /
- * -PS_EMISMATCH when none of them is usable. */
+/* Restores the newest valid checkpoint of job meta->job whose clock is at
+ * most max_clock from dir into the shard, clocks and row stores the sink
+ * gives for its table, writes the row tables' clocks into rows and its
+ * clock into meta->clock. meta's server index and count and chunk size are
+ * this server's plan: a file of server meta->server_index written for it is
+ * read alone; otherwise (a file written for another plan, or no file of
+ * this server: it is new, and server 0's clocks are looked at) all the
+ * files of that clock are read and re-placed (checkpoint_file.h). Files
+ * that are truncated, corrupt, hold a table over meta->max_table_bytes, or
+ * belong to another model or optimizer, and sets missing a file, are
+ * refused before a table is adopted: each refusal is appended to err as
+ * "FILE: reason; ". Returns 0, -ENOENT when no checkpoint of this job
+ * exists for this server, or -PS_EFORMAT / -PS_EMISMATCH when none of them
+ * is usable. */
 int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_meta *meta,
                           const ps_checkpoint_sink *sink, ps_checkpoint_clocks *clocks,
                           ps_checkpoint_rows *rows, char *path, size_t path_len, char *err,
