@@ -597,7 +597,8 @@ int ps_row_store_visit(const ps_row_store *st, uint64_t step, uint64_t *cursor, 
                           .last_step = h->last_step,
                           .updates = h->updates,
                           .values = ps__values(h),
-                          .state = ps__state(st, h)};
+                          .state = ps__state(st, h),
+                          .record = h};
         if ((rc = fn(arg, &v)) < 0)
             return rc;
         done++;

@@ -103,9 +103,6 @@ int ps__rows_build(ps_kv_server *s)
     }
     ps_info("server %d of %d holds its share of %d row table%s", s->cfg.server_index,
             s->cfg.num_servers, n, n == 1 ? "" : "s");
-    if (s->cfg.checkpoint_dir)
-        ps_warn("checkpoints do not hold embedding rows yet: a restore starts the row tables "
-                "empty");
     return 0;
 fail:
     ps__rows_free(s);
