@@ -124,6 +124,12 @@ int ps_kv_client_pull(ps_kv_client *c, uint64_t clock, float *const *params);
  * Returns 0, -EINVAL (no such tensor), -PS_ECLOSED (a server is gone) or
  * -EBUSY (the tensor was already pushed this step). */
 int ps_kv_client_push_tensor(ps_kv_client *c, int tensor_id, const float *grad);
+/* Instead of a gradient, tells each server holding the tensor that no
+ * forward used it this step: one frame per chunk marked unused, without a
+ * payload (see the Header's `unused` in proto/shardps.proto for what the
+ * servers make of it). Counts as the tensor's push of the step; returns as
+ * ps_kv_client_push_tensor. */
+int ps_kv_client_push_unused(ps_kv_client *c, int tensor_id);
 /* ps_kv_client_push_tensor for every tensor, last first. */
 int ps_kv_client_push(ps_kv_client *c, const float *const *grads);
 /* Moves whatever bytes can move without blocking: call it between pieces of

@@ -316,9 +316,17 @@ void ps__free_table(ps_kv_server *s);
 /* A HELLO's declared table (spec, from its TABLE frame, already checked
  * against the limits; NULL for a joiner, who declares none): compared with
  * the one held (refused with the first difference) or adopted (copied).
- * Returns 0, or -1 after failing the peer. */
+ * Rank 0's table outranks one only other ranks declared while it is only
+ * declared (table_life.h): that one is withdrawn, its declarers told why,
+ * and rank 0's adopted. Returns 0, or -1 after failing the peer. */
 int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
                     const ps_model_spec *spec);
+/* Whether this HELLO (declaring spec) is rank 0's and would outrank the
+ * table held, were they to differ: then the comparison waits until every
+ * other check of the HELLO passed, so a HELLO refused for anything else
+ * withdraws nothing. */
+int ps__table_may_outrank(const ps_kv_server *s, const Shardps__Hello *hello,
+                          const ps_model_spec *spec);
 /* p, admitted, declared the table. */
 void ps__table_declarer_joined(ps_kv_server *s, ps__peer *p);
 /* A table adopted for a HELLO whose sender was then not admitted: withdrawn
