@@ -53,6 +53,7 @@ import sys
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.utils.data import DistributedSampler
 
 # The models, at their default (the proof's) sizes: the full runs of
