@@ -55,7 +55,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DistributedSampler
-from torchvision.models.resnet import BasicBlock, conv1x1
+
+# The models, at their default (the proof's) sizes: the full runs of
+# examples/torch_models.py train them wider.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "examples"))
+from small_models import ResNet, ViT  # noqa: E402
 
 STEPS, BATCH, LR, MU = 50, 16, 2.0 ** -5, 0.9
 N_TRAIN, N_EVAL, EVAL_AT = STEPS * BATCH * 2, 256, (1, 10, 25, 50)
@@ -74,47 +79,6 @@ DATA = "/usr/share/datasets/fashion-mnist"
 # only hide a real divergence. The controls must miss by at least
 # CONTROL_FACTOR times that ceiling, CEILING.
 TOLERANCE, CEILING, CONTROL_FACTOR = 0.0, 1e-4, 100
-
-
-class ResNet(nn.Module):
-    """14x14 input, a stem, two BasicBlocks (the second strided, with a
-    downsampling 1x1 conv + BatchNorm), global pooling, a classifier."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8),
-                                  nn.ReLU(inplace=True))
-        self.layer1 = BasicBlock(8, 8)
-        self.layer2 = BasicBlock(8, 16, stride=2,
-                                 downsample=nn.Sequential(conv1x1(8, 16, 2), nn.BatchNorm2d(16)))
-        self.fc = nn.Linear(16, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.avg_pool2d(x.view(-1, 1, 28, 28), 2)
-        x = self.layer2(self.layer1(self.stem(x)))
-        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
-
-
-class ViT(nn.Module):
-    """16 patches of 7x7 as tokens plus a class token, 2 pre-norm encoder
-    layers of width 32 (2 heads, no dropout), LayerNorm, a classifier."""
-
-    def __init__(self, dim: int = 32) -> None:
-        super().__init__()
-        self.patch_embedding = nn.Conv2d(1, dim, 7, stride=7)
-        self.class_token = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
-        self.position_embedding = nn.Parameter(torch.randn(1, 17, dim) * 0.02)
-        layer = nn.TransformerEncoderLayer(dim, 2, dim_feedforward=64, dropout=0.0,
-                                           batch_first=True, norm_first=True)
-        self.transformer_encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
-        self.norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        t = self.patch_embedding(x.view(-1, 1, 28, 28)).flatten(2).transpose(1, 2)
-        t = torch.cat([self.class_token.expand(t.shape[0], -1, -1), t], 1)
-        t = self.transformer_encoder(t + self.position_embedding)
-        return self.head(self.norm(t[:, 0]))
 
 
 MODELS = {"resnet": ResNet, "vit": ViT}
