@@ -62,7 +62,7 @@ PRESETS = {
     "default": dict(train=4_000_000, test=500_000),
     "small": dict(train=40_000, test=10_000),
 }
-PLANT = dict(bias=-1.2, weight_std=0.45, factor_std=0.3, knee=3000, decay=0.75,
+PLANT = dict(bias=-1.2, weight_std=0.45, factor_std=0.3, knee=3000, factor_knee=3000, decay=0.75,
              dense_std=0.35, dense_factor_std=0.25)
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -155,11 +155,10 @@ def auc(scores, labels):
     return float((rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
 
 
-def rank_scale(ranks, plant):
+def rank_scale(ranks, knee, decay):
     """How strongly an ID of this rank moves the click probability: 1 up to
     the knee, then falling as (knee / (rank + 1))^decay."""
-    return (np.minimum(1.0, (plant["knee"] / (ranks + 1.0)) ** plant["decay"]) *
-            np.minimum(1.0, (ranks + 1.0) / plant.get("lo", 1.0)) ** plant.get("rise", 0.0))
+    return np.minimum(1.0, (knee / (ranks + 1.0)) ** decay)
 
 
 def normals(key, count):
@@ -180,9 +179,10 @@ def planted_rows(seed, f, ranks, plant):
     (not on the preset, the split or the other draws)."""
     key = mix64(mix64(mix64(np.array([seed], dtype=np.uint64)) ^ np.uint64(f)) ^ ranks.astype(np.uint64))
     rows = normals(key, 1 + FACTORS)
-    rows[:, 0] *= plant["weight_std"]
-    rows[:, 1:] *= plant["factor_std"]
-    return rows * rank_scale(ranks.astype(np.float64), plant)[:, None]
+    r = ranks.astype(np.float64)
+    rows[:, 0] *= plant["weight_std"] * rank_scale(r, plant["knee"], plant["decay"])
+    rows[:, 1:] *= (plant["factor_std"] * rank_scale(r, plant["factor_knee"], plant["decay"]))[:, None]
+    return rows
 
 
 def draw_ranks(seed, f, samples, fields=FIELDS):

@@ -278,10 +278,12 @@ def served_worker(a):
         json.dump(result, fh)
 
 
-def launcher():
-    """build/shardps-run beside this tree (after make)."""
-    run = os.path.join(HERE, "..", "build", "shardps-run")
-    lib = os.path.join(HERE, "..", "build", "libshardps.so.1")
+def launcher(build):
+    """shardps-run and libshardps of the build folder (default: this tree's
+    build/, what make builds)."""
+    build = build or os.path.join(HERE, "..", "build")
+    run = os.path.join(build, "shardps-run")
+    lib = os.path.join(build, "libshardps.so.1")
     for f in (run, lib):
         if not os.path.exists(f):
             raise SystemExit(f"torch_recsys.py: {os.path.normpath(f)} is missing: run make first")
@@ -298,7 +300,7 @@ def run_served(a, meta, argv):
     import re
     import subprocess
     import tempfile
-    run, lib = launcher()
+    run, lib = launcher(a.build)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result")
         cmd = [run, "--servers", str(a.servers), "--workers", str(a.workers), "--mode", a.mode,
@@ -344,6 +346,8 @@ def main():
     p.add_argument("--hash-buckets", type=int, default=0, help="the control: IDs hashed into B rows")
     p.add_argument("--servers", type=int, default=2, help="--mode sync|async: servers (default 2)")
     p.add_argument("--workers", type=int, default=2, help="--mode sync|async: workers (default 2)")
+    p.add_argument("--build", help="--mode sync|async: the build folder with shardps-run and "
+                                   "libshardps (default: build/ of this tree)")
     p.add_argument("--threads", type=int, default=1,
                    help="PyTorch threads in --mode local (default 1: on a busy 2-core machine a second "
                         "thread spins rather than helps)")
