@@ -19,8 +19,10 @@
  * TABLE frame of its own, the HELLO and WELCOME carrying its digest; WRITE
  * (rank 0's initial values and buffers). An older peer would send its table
  * where a digest is expected and be taken for a joiner: refused by version
- * instead. */
-#define PS_PROTOCOL_VERSION    4
+ * instead. 5: a PUSH marked unused, without a payload (a tensor no forward
+ * used); a version 4 server would take it for a short push mid-run, so the
+ * handshake refuses the pair instead. */
+#define PS_PROTOCOL_VERSION    5
 #define PS_MAX_HEADER_BYTES    (64u * 1024u)
 #define PS_DEFAULT_MAX_PAYLOAD ((size_t)1 << 30)
 #define PS_FRAME_PREFIX_BYTES  4

@@ -284,6 +284,9 @@ static int ps__files(const ps_job_options *o, const ps_job_process *p, char *err
         return 0;
     if (o->save_model && (rc = ps__writable_file(o->save_model, "--save-model", err, len)) < 0)
         return rc;
+    if (p->evaluator_curve &&
+        (rc = ps__writable_file(p->evaluator_curve, "--evaluator", err, len)) < 0)
+        return rc;
     if (p->dump_weights &&
         (rc = ps__writable_file(p->dump_weights, "--dump-weights", err, len)) < 0)
         return rc;

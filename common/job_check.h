@@ -65,6 +65,9 @@ typedef struct {
     int rank;           /* worker */
     /* Worker, launcher: written at the end of the run; checked now. */
     const char *dump_weights;
+    /* Launcher: its evaluator's curve (shardps-cluster --evaluator),
+     * written while the job runs; checked now. */
+    const char *evaluator_curve;
     const char *bin_dir; /* launcher: where shardps-server and shardps-worker are */
     /* Launcher: the program its workers run (shardps-run's command: a path,
      * or a name looked up on PATH); NULL: shardps-worker from bin_dir. */

@@ -211,8 +211,9 @@ static const ps__job_option ps__table[] = {
      "behind the others; 0: 1 + --checkpoint-every)",
      0, 1e18, NULL, NULL, NULL, 0, NULL, PS__S | PS__L, 0},
     {"max-row-ids", PS_FLAG_INT, PS__AT(max_row_ids), "N",
-     "a server refuses a rows request naming more IDs, on its header before a byte is read", 1,
-     1 << 26, NULL, NULL, NULL, 1 << 20, NULL, PS__S | PS__L, 0},
+     "a server refuses a rows request naming more IDs, on its header before a byte is read; a "
+     "worker splits a larger pull and refuses a larger push",
+     1, 1 << 26, NULL, NULL, NULL, 1 << 20, NULL, PS__S | PS__W | PS__L | PS__C, 0},
     {"verbose", PS_FLAG_BOOL, PS__AT(verbose), NULL, "log debug detail", 0, 0, NULL, NULL, NULL, 0,
      NULL, PS__S | PS__W | PS__L, 0},
 };

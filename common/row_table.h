@@ -29,6 +29,8 @@
 #define PS_ROW_TABLE_MAX_DIM   65536
 #define PS_ROW_TABLE_MAX_ADMIT 65535
 #define PS_ROW_TABLE_MAX_CAP   ((uint64_t)UINT32_MAX - 1)
+/* --max-row-ids when none is given: the most IDs one rows request names. */
+#define PS_ROWS_DEFAULT_MAX_IDS ((uint64_t)1 << 20)
 
 /* A plain value. */
 typedef struct {

@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define SHARDPS_VERSION_MAJOR 1
-#define SHARDPS_VERSION_MINOR 4
+#define SHARDPS_VERSION_MINOR 5
 
 /* Codes beyond errno's (values as in the servers' logs). */
 #define SHARDPS_EPROTO    (-10001) /* a server broke the protocol or lied */
@@ -80,13 +80,13 @@ typedef struct {
     uint64_t rejected; /* of dropped, those refused as non-finite or over --max-grad-norm */
 } shardps_stats;
 
-/* The library's version, "1.4.0" (1.1 added joining and shardps_tensor_shape;
+/* The library's version, "1.5.0" (1.1 added joining and shardps_tensor_shape;
  * 1.2 shardps_set_stop_flag, and shardps_new_from_env and shardps_report for
  * programs a launcher starts; 1.3 shardps_pull_into and shardps_push_copy,
  * for callers such as a binding whose buffers are not theirs to keep, and
  * a model's own values, buffers and frozen tensors: shardps_declare_values,
  * shardps_write_buffers, shardps_tensor_kind); 1.4 the embedding tables, at
- * the end of this header). */
+ * the end of this header; 1.5 shardps_push_unused). */
 const char *shardps_version(void);
 
 /* A static description of code ("timed out"); never NULL. */
@@ -222,6 +222,19 @@ int shardps_pull(shardps *h, uint64_t clock, float *const *dest, int n_dest);
  * pushed this way, until it is freed. After a shardps_wait that failed, the
  * copies may still be sent from: -EBUSY until shardps_reconnect. (1.3) */
 int shardps_push_copy(shardps *h, int tensor, const float *grad, size_t numel);
+/* Instead of a gradient, tells the servers that no forward of this worker
+ * used tensor this step (PyTorch's unused parameter, DDP's
+ * find_unused_parameters=True): it counts as the tensor's push of the step
+ * and carries no bytes. In sync mode the servers average it as a zero with
+ * the other ranks' gradients, as DDP does for a parameter some ranks used;
+ * when no rank used the tensor in a step, the servers leave it as it was:
+ * weights, optimizer state (momentum, Adam's moments) and its update count
+ * (Adam's bias correction), as torch.optim skips a parameter whose .grad is
+ * None. In async and ssp mode nothing is applied for it. Once per tensor
+ * per step, as shardps_push. Returns 0, -EINVAL (no such tensor), -EPERM (a
+ * buffer or frozen tensor), -EBUSY (already pushed this step) or a
+ * connection error. (1.5) */
+int shardps_push_unused(shardps *h, int tensor);
 /* shardps_pull, told the size of each destination: counts[i] is the number
  * of elements dest[i] holds and must be tensor i's numel (shardps_tensor_info),
  * else nothing is started or written and -EINVAL's sentence names the
@@ -325,18 +338,25 @@ int shardps_declare_rows(shardps *h, const shardps_row_table *t, size_t size);
 int shardps_row_table_find(const shardps *h, const char *name, uint32_t *dim);
 /* Writes the rows of ids[0..n) as of step clock into out (out_len floats,
  * which must be n x dim). IDs may repeat: each server is asked once for
- * each unique ID it holds. Blocks until answered (completing the pushes
+ * each unique ID it holds, in several requests when they are more than
+ * the job's --max-row-ids. Blocks until answered (completing the pushes
  * and pulls started before); in sync mode it waits, as a pull does, for
- * every worker's rows push of step clock - 1. Returns 0, -EINVAL (no such
- * table, a NULL pointer, out_len not n x dim, n of 2^31 or more) or the
- * error of the wait. */
+ * every worker's rows push of step clock - 1 (the server says so, as for
+ * a dense pull, and a timeout names the ranks it waits for). Returns 0,
+ * -EINVAL (no such table, a NULL pointer, out_len not n x dim, n of 2^31
+ * or more) or the error of the wait. */
 int shardps_pull_rows(shardps *h, int table, uint64_t clock, const uint64_t *ids, size_t n,
                       float *out, size_t out_len);
 /* Pushes the gradients grads[i x dim ..] (grads_len floats, n x dim) of
  * ids[i], computed on the weights of the last pull, its clock; repeated
  * IDs' gradients are summed. In sync mode call it once per row table per
  * step, n 0 if the batch touched none: every server needs each worker's
- * push of each table for the step to complete. Blocks until acknowledged.
+ * push of each table for the step to complete. A server takes one push
+ * per table per step from a worker (in every mode), so a table used twice
+ * in a step must have its gradients summed into one call: a second push
+ * of a table on the same weights is refused (-EALREADY), as is a push
+ * whose unique IDs for one server exceed --max-row-ids (-E2BIG; it cannot
+ * be split), both before anything is sent. Blocks until acknowledged.
  * Returns as shardps_pull_rows. */
 int shardps_push_rows(shardps *h, int table, const uint64_t *ids, size_t n, const float *grads,
                       size_t grads_len);

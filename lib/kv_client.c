@@ -17,7 +17,10 @@
 #include "ps_log.h"
 
 /* The client's first error, logged and kept for ps_kv_client_last_error (a
- * library user may not read our stderr); later ones only follow from it. */
+ * library user may not read our stderr); later ones only follow from it.
+ * An evaluator loses its servers at the end of every job it follows: that
+ * is how it learns the job is over, so a lost or refused connection is no
+ * error there (its caller names the failures that are). */
 void ps__failf(ps_kv_client *c, int err, const char *fmt, ...)
 {
     va_list ap;
@@ -27,7 +30,10 @@ void ps__failf(ps_kv_client *c, int err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(c->last_error, sizeof(c->last_error), fmt, ap);
     va_end(ap);
-    ps_error("%s", c->last_error);
+    if (c->cfg.evaluator && ps_error_is_connection_loss(err))
+        ps_info("%s", c->last_error);
+    else
+        ps_error("%s", c->last_error);
     c->error = err;
 }
 
@@ -233,6 +239,7 @@ static void ps__client_free(ps_kv_client *c, int goodbye)
     }
     free(c->servers);
     free(c->table_packed);
+    ps__rows_client_free(c);
     ps_model_spec_free(&c->cfg.spec);
     ps_partition_free(c->part);
     free(c);

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "id_set.h"
 #include "model_spec.h"
 
 /* How a push carries the gradient. Pulls carry float32 either way. */
@@ -59,6 +60,10 @@ typedef struct {
      * gets connect_timeout_s more. */
     double request_timeout_s;
     size_t max_payload;
+    /* The most IDs a rows request names (--max-row-ids; 0: the default): a
+     * pull whose share for one server is larger goes in several requests,
+     * such a push is refused (-E2BIG). */
+    uint64_t max_row_ids;
     uint64_t total_steps; /* steps this worker plans; servers use it for lr schedules */
     /* NULL: no authentication. Otherwise the key from ps_auth_load_key
      * (copied): every server must prove it holds the same token, and so
@@ -119,6 +124,12 @@ int ps_kv_client_pull(ps_kv_client *c, uint64_t clock, float *const *params);
  * Returns 0, -EINVAL (no such tensor), -PS_ECLOSED (a server is gone) or
  * -EBUSY (the tensor was already pushed this step). */
 int ps_kv_client_push_tensor(ps_kv_client *c, int tensor_id, const float *grad);
+/* Instead of a gradient, tells each server holding the tensor that no
+ * forward used it this step: one frame per chunk marked unused, without a
+ * payload (see the Header's `unused` in proto/shardps.proto for what the
+ * servers make of it). Counts as the tensor's push of the step; returns as
+ * ps_kv_client_push_tensor. */
+int ps_kv_client_push_unused(ps_kv_client *c, int tensor_id);
 /* ps_kv_client_push_tensor for every tensor, last first. */
 int ps_kv_client_push(ps_kv_client *c, const float *const *grads);
 /* Moves whatever bytes can move without blocking: call it between pieces of
@@ -186,9 +197,11 @@ void ps_kv_client_stats_get(const ps_kv_client *c, ps_kv_client_stats *out);
  * server concerned answered (completing the requests started before). */
 
 /* The unique IDs of ids[0..n) in uniq (the caller's, n), in the order first
- * seen, and slot[i] = the position of ids[i] in uniq (the caller's, n).
- * Returns the count of unique IDs, or -ENOMEM. */
-long ps_kv_rows_unique(const uint64_t *ids, size_t n, uint64_t *uniq, uint32_t *slot);
+ * seen, and slot[i] = the position of ids[i] in uniq (the caller's, n);
+ * seen: the caller's set (common/id_set), reset here. Returns the count of
+ * unique IDs, or -ENOMEM. */
+long ps_kv_rows_unique(ps_id_set *seen, const uint64_t *ids, size_t n, uint64_t *uniq,
+                       uint32_t *slot);
 /* Writes the rows of ids as of step clock into out (n x dim floats, the
  * caller's): stored rows, or the table's initial values. Returns 0, -EINVAL
  * (no such table; n past 2^31), -ENOMEM, or what wait returns. */

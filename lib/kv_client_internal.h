@@ -21,6 +21,7 @@
 
 #include "auth.h"
 #include "frame.h"
+#include "id_set.h"
 #include "kv_client.h"
 #include "partition.h"
 #include "server_reply.h"
@@ -80,10 +81,12 @@ typedef struct {
     float *const *pull_dest;
     int corked; /* requests wait on the connection until ps_kv_client_wait */
     /* The rows request in flight (kv_rows.c): at most one; a pull's rows
-     * are copied to rows_dest (the caller's, rows.count x rows.dim). */
+     * land in rows_dest (rows.count x rows.dim floats, the client's
+     * scratch or the caller's) through rows_piece. */
     ps_reply_rows rows;
     int rows_busy;
     float *rows_dest;
+    ps_frame_piece rows_piece;
 } ps__server;
 
 struct ps_kv_client {
@@ -119,6 +122,14 @@ struct ps_kv_client {
     ps_kv_client_stats stats;
     uint64_t stop_seen_ms; /* loop time a wait first saw the stop flag set; 0: not yet */
     char last_error[512];  /* the sentence behind error */
+    /* kv_rows.c's scratch, kept from call to call so that a large call
+     * faults no pages in: the IDs seen, and the rows of a pull (or the
+     * summed gradients of a push) grouped by server. */
+    ps_id_set rows_seen;
+    float *rows_buf;
+    size_t rows_buf_floats;
+    /* By row table: 1 + the step of its last rows push (0: none yet). */
+    uint64_t *rows_pushed;
 };
 
 /* kv_client.c */
@@ -177,6 +188,12 @@ void ps__uncork(ps__server *sv);
 
 /* kv_rows.c */
 void ps__handle_rows_reply(ps__server *sv, const ps_frame *f);
+/* The place callback's share for a PULL_ROWS_REPLY (kv_transfer.c): the
+ * rows land straight in rows_dest when the header matches the pull in
+ * flight; returns the pieces (1) or 0. */
+int ps__place_rows_reply(ps__server *sv, const Shardps__Header *h, const ps_frame_piece **pieces);
+/* Frees the rows scratch. */
+void ps__rows_client_free(ps_kv_client *c);
 
 /* kv_wait.c */
 

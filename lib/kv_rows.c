@@ -14,54 +14,49 @@
 #include "kv_client_internal.h"
 #include "ps_error.h"
 #include "row_place.h"
+#include "row_table.h"
 
-typedef struct {
-    uint64_t id;
-    uint32_t at; /* position in the call's ids */
-} ps__id_at;
-
-static int ps__cmp_id_at(const void *a, const void *b)
+long ps_kv_rows_unique(ps_id_set *seen, const uint64_t *ids, size_t n, uint64_t *uniq,
+                       uint32_t *slot)
 {
-    const ps__id_at *x = a, *y = b;
-
-    if (x->id != y->id)
-        return x->id < y->id ? -1 : 1;
-    return x->at < y->at ? -1 : x->at > y->at;
-}
-
-long ps_kv_rows_unique(const uint64_t *ids, size_t n, uint64_t *uniq, uint32_t *slot)
-{
-    ps__id_at *v = malloc((n + 1) * sizeof(*v));
-    uint32_t *first = malloc((n + 1) * sizeof(*first));
     size_t m = 0;
 
-    if (v == NULL || first == NULL) {
-        free(v);
-        free(first);
+    if (ps_id_set_reset(seen, n) < 0)
         return -ENOMEM;
-    }
-    for (size_t i = 0; i < n; i++)
-        v[i] = (ps__id_at){ids[i], (uint32_t)i};
-    qsort(v, n, sizeof(*v), ps__cmp_id_at);
-    /* Mark each ID's first appearance, then number them in call order. */
-    for (size_t i = 0; i < n; i++)
-        first[i] = UINT32_MAX;
-    for (size_t i = 0; i < n; i++)
-        if (i == 0 || v[i].id != v[i - 1].id)
-            first[v[i].at] = 0;
-    for (size_t i = 0; i < n; i++)
-        if (first[i] == 0) {
-            first[i] = (uint32_t)m;
+    for (size_t i = 0; i < n; i++) {
+        int64_t at = ps_id_set_put(seen, ids[i], (uint32_t)m);
+        if (at >= 0) {
+            slot[i] = (uint32_t)at;
+        } else {
+            slot[i] = (uint32_t)m;
             uniq[m++] = ids[i];
         }
-    for (size_t i = 0, head = 0; i < n; i++) {
-        if (i == 0 || v[i].id != v[i - 1].id)
-            head = first[v[i].at];
-        slot[v[i].at] = (uint32_t)head;
     }
-    free(v);
-    free(first);
     return (long)m;
+}
+
+void ps__rows_client_free(ps_kv_client *c)
+{
+    ps_id_set_free(&c->rows_seen);
+    free(c->rows_pushed);
+    c->rows_pushed = NULL;
+    free(c->rows_buf);
+    c->rows_buf = NULL;
+    c->rows_buf_floats = 0;
+}
+
+/* The client's scratch of at least floats floats (contents undefined). */
+static float *ps__rows_scratch(ps_kv_client *c, size_t floats)
+{
+    if (floats > c->rows_buf_floats) {
+        float *b = malloc(floats * sizeof(float));
+        if (b == NULL)
+            return NULL;
+        free(c->rows_buf);
+        c->rows_buf = b;
+        c->rows_buf_floats = floats;
+    }
+    return c->rows_buf;
 }
 
 /* The largest answer sv may send besides a rows pull's: a dense pull of
@@ -69,6 +64,21 @@ long ps_kv_rows_unique(const uint64_t *ids, size_t n, uint64_t *uniq, uint32_t *
 static size_t ps__dense_limit(const ps__server *sv)
 {
     return sv->bytes < sv->cl->cfg.max_payload ? sv->bytes : sv->cl->cfg.max_payload;
+}
+
+int ps__place_rows_reply(ps__server *sv, const Shardps__Header *h, const ps_frame_piece **pieces)
+{
+    ps_frame f = {(Shardps__Header *)h, NULL, (size_t)h->payload_bytes, 0};
+    char why[256];
+
+    /* The header alone is judged here; the values' finiteness once they
+     * landed (the decoder scans them on the way). */
+    if (!sv->rows_busy || sv->rows.push || ps_reply_check_rows(&f, &sv->rows, why, sizeof(why)) < 0)
+        return 0;
+    sv->rows_piece.base = sv->rows_dest;
+    sv->rows_piece.len = f.payload_len;
+    *pieces = &sv->rows_piece;
+    return 1;
 }
 
 void ps__handle_rows_reply(ps__server *sv, const ps_frame *f)
@@ -85,7 +95,11 @@ void ps__handle_rows_reply(ps__server *sv, const ps_frame *f)
         c->stats.rejected += f->hdr->rejected;
         c->stats.acked++;
     } else {
-        memcpy(sv->rows_dest, f->payload, f->payload_len);
+        /* Placed in rows_dest on the way in, unless the header was refused
+         * (then the check above failed); a reply kept in the decoder's
+         * buffer is copied. */
+        if (f->payload != NULL)
+            memcpy(sv->rows_dest, f->payload, f->payload_len);
         c->stats.bytes_received += f->payload_len;
     }
     if (!sv->rows.push)
@@ -177,7 +191,7 @@ static int ps__split(ps_kv_client *c, uint32_t table, const uint64_t *ids, size_
     sp->pos = malloc((n + 1) * sizeof(*sp->pos));
     if (!sp->uniq || !sp->slot || !sp->server || !sp->start || !sp->by_srv || !sp->pos)
         return -ENOMEM;
-    m = ps_kv_rows_unique(ids, n, sp->uniq, sp->slot);
+    m = ps_kv_rows_unique(&c->rows_seen, ids, n, sp->uniq, sp->slot);
     if (m < 0)
         return (int)m;
     sp->m = (size_t)m;
@@ -210,12 +224,19 @@ static int ps__rows_table(ps_kv_client *c, uint32_t table, size_t n, uint32_t *d
     return 0;
 }
 
+/* The most IDs one request may name: the job's --max-row-ids. */
+static size_t ps__rows_limit(const ps_kv_client *c)
+{
+    return c->cfg.max_row_ids ? (size_t)c->cfg.max_row_ids : PS_ROWS_DEFAULT_MAX_IDS;
+}
+
 int ps_kv_client_pull_rows(ps_kv_client *c, uint32_t table, uint64_t clock, const uint64_t *ids,
                            size_t n, float *out)
 {
     ps__rows_split sp;
     ps_reply_rows r = {0};
-    float *got = NULL;
+    float *got;
+    size_t lim = ps__rows_limit(c);
     int rc = ps__rows_table(c, table, n, &r.dim);
 
     if (rc < 0)
@@ -223,32 +244,64 @@ int ps_kv_client_pull_rows(ps_kv_client *c, uint32_t table, uint64_t clock, cons
     rc = ps__split(c, table, ids, n, &sp);
     if (rc < 0)
         goto out;
-    got = malloc((sp.m * r.dim + 1) * sizeof(float));
+    /* Unique IDs that all live on one server arrive in the call's order:
+     * their rows land in out itself. Else in the scratch, then copied out
+     * in the call's order (repeats included). */
+    got = out;
+    for (int s = 0; s < c->n_servers && got == out; s++)
+        if (sp.m != n || (sp.start[s + 1] - sp.start[s] != 0 && sp.start[s + 1] - sp.start[s] != n))
+            got = NULL;
     rc = -ENOMEM;
-    if (got == NULL)
+    if (got == NULL && (got = ps__rows_scratch(c, sp.m * r.dim + 1)) == NULL)
         goto out;
     r.clock = clock;
     r.sync = c->mode.sync;
     r.max_clock = c->max_clock;
     r.table = table;
-    for (int s = 0; s < c->n_servers; s++) {
-        r.count = sp.start[s + 1] - sp.start[s];
-        if (r.count == 0)
-            continue;
-        rc = ps__send_rows(c, &c->servers[s], &r, sp.by_srv + sp.start[s], NULL,
-                           SHARDPS__DTYPE__DTYPE_F32, got + sp.start[s] * r.dim);
+    /* A server's share over --max-row-ids goes in several requests, one
+     * round at a time (one rows request per connection is in flight). */
+    for (size_t off = 0, more = 1; more; off += lim) {
+        more = 0;
+        for (int s = 0; s < c->n_servers; s++) {
+            size_t share = sp.start[s + 1] - sp.start[s], at = sp.start[s] + off;
+            if (share <= off)
+                continue;
+            r.count = share - off < lim ? share - off : lim;
+            rc = ps__send_rows(c, &c->servers[s], &r, sp.by_srv + at, NULL,
+                               SHARDPS__DTYPE__DTYPE_F32, got + at * r.dim);
+            if (rc < 0)
+                goto out;
+            more = 1;
+        }
+        rc = more ? ps_kv_client_wait(c) : 0;
         if (rc < 0)
             goto out;
     }
-    rc = ps_kv_client_wait(c);
-    if (rc < 0)
-        goto out;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; got != out && i < n; i++)
         memcpy(out + i * r.dim, got + (size_t)sp.pos[sp.slot[i]] * r.dim, r.dim * sizeof(float));
 out:
     ps__split_free(&sp);
-    free(got);
     return rc;
+}
+
+/* Whether this call may push table at clock: one push per table per step
+ * (the server takes one, and drops a second as a repeat) and no server's
+ * share over --max-row-ids (a push cannot be split, for the same reason).
+ * Returns 0, -EALREADY or -E2BIG. */
+static int ps__push_allowed(ps_kv_client *c, uint32_t table, uint64_t clock,
+                            const ps__rows_split *sp)
+{
+    const ps_model_spec *spec = ps_kv_client_spec(c);
+
+    if (c->rows_pushed == NULL &&
+        (c->rows_pushed = calloc((size_t)spec->n_row_tables, sizeof(*c->rows_pushed))) == NULL)
+        return -ENOMEM;
+    if (c->rows_pushed[table] == clock + 1)
+        return -EALREADY;
+    for (int s = 0; s < c->n_servers; s++)
+        if (sp->start[s + 1] - sp->start[s] > ps__rows_limit(c))
+            return -E2BIG;
+    return 0;
 }
 
 int ps_kv_client_push_rows(ps_kv_client *c, uint32_t table, const uint64_t *ids, size_t n,
@@ -256,27 +309,36 @@ int ps_kv_client_push_rows(ps_kv_client *c, uint32_t table, const uint64_t *ids,
 {
     ps__rows_split sp;
     ps_reply_rows r = {0};
-    float *sums = NULL;
+    float *sums;
     uint16_t *half = NULL;
     const uint8_t *values;
-    size_t value_bytes = sizeof(float);
+    size_t value_bytes = sizeof(float), fresh = 0;
     Shardps__DType dtype = SHARDPS__DTYPE__DTYPE_F32;
     int rc = ps__rows_table(c, table, n, &r.dim);
 
     if (rc < 0)
         return rc;
     rc = ps__split(c, table, ids, n, &sp);
-    if (rc < 0)
+    r.clock = ps_kv_client_weights_clock(c);
+    if (rc < 0 || (rc = ps__push_allowed(c, table, r.clock, &sp)) < 0)
         goto out;
-    sums = calloc(sp.m * r.dim + 1, sizeof(float));
+    sums = ps__rows_scratch(c, sp.m * r.dim + 1);
     rc = -ENOMEM;
     if (sums == NULL)
         goto out;
-    /* Repeats summed in the call's order, grouped by server. */
+    /* Repeats summed in the call's order, grouped by server; an ID's first
+     * gradient is added to 0 as before, so -0 still travels as +0. */
     for (size_t i = 0; i < n; i++) {
         float *to = sums + (size_t)sp.pos[sp.slot[i]] * r.dim;
-        for (uint32_t k = 0; k < r.dim; k++)
-            to[k] += grads[i * r.dim + k];
+        const float *g = grads + i * r.dim;
+        if (sp.slot[i] == fresh) {
+            fresh++;
+            for (uint32_t k = 0; k < r.dim; k++)
+                to[k] = 0.0f + g[k];
+        } else {
+            for (uint32_t k = 0; k < r.dim; k++)
+                to[k] += g[k];
+        }
     }
     values = (const uint8_t *)sums;
     if (c->cfg.compress != PS_COMPRESS_NONE) {
@@ -293,7 +355,6 @@ int ps_kv_client_push_rows(ps_kv_client *c, uint32_t table, const uint64_t *ids,
         value_bytes = sizeof(uint16_t);
     }
     r.push = 1;
-    r.clock = ps_kv_client_weights_clock(c);
     r.sync = c->mode.sync;
     r.table = table;
     for (int s = 0; s < c->n_servers; s++) {
@@ -305,10 +366,10 @@ int ps_kv_client_push_rows(ps_kv_client *c, uint32_t table, const uint64_t *ids,
         if (rc < 0)
             goto out;
     }
+    c->rows_pushed[table] = r.clock + 1;
     rc = ps_kv_client_wait(c);
 out:
     ps__split_free(&sp);
-    free(sums);
     free(half);
     return rc;
 }

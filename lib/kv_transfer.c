@@ -42,6 +42,8 @@ int ps__place_reply(ps_conn *conn, const Shardps__Header *h, const ps_frame_piec
     ps__server *sv = ps_conn_data(conn);
     char why[256];
 
+    if (h->type == SHARDPS__MSG_TYPE__PULL_ROWS_REPLY)
+        return ps__place_rows_reply(sv, h, pieces);
     if (h->type != SHARDPS__MSG_TYPE__PULL_REPLY || sv->pull_dest == NULL ||
         ps_reply_check_pull_header(h, &sv->pull, why, sizeof(why)) < 0)
         return 0;
@@ -159,20 +161,22 @@ int ps_kv_client_pull(ps_kv_client *c, uint64_t clock, float *const *params)
  * arrived, while the next one is still on the wire. Small frames wait for
  * wait() and leave with the pull in one write; a large one leaves now (with
  * any small ones before it), since its bytes are better on the wire than
- * queued behind the CRC of the next. */
+ * queued behind the CRC of the next. grad NULL: the chunk's tensor was not
+ * used this step, and the frame says so instead of carrying a gradient. */
 static int ps__push_chunk(ps_kv_client *c, ps__server *sv, int i, const float *grad, uint64_t step)
 {
     const ps_chunk *ch = sv->chunks[i];
     Shardps__Header h = SHARDPS__HEADER__INIT;
-    ps_iov iov = {grad, ch->numel * sizeof(float)};
+    ps_iov iov = {grad, grad ? ch->numel * sizeof(float) : 0};
     int rc;
 
     if (sv->conn == NULL)
         return -PS_ECLOSED;
     if (sv->push_n == sv->n_keys)
         return -EBUSY;
-    h.dtype = SHARDPS__DTYPE__DTYPE_F32;
-    if (c->cfg.compress != PS_COMPRESS_NONE) {
+    h.dtype = grad ? SHARDPS__DTYPE__DTYPE_F32 : SHARDPS__DTYPE__DTYPE_UNKNOWN;
+    h.unused = grad == NULL;
+    if (grad && c->cfg.compress != PS_COMPRESS_NONE) {
         /* Each chunk has its own place in the server's buffer of halves,
          * since all of a step's chunks are in flight together; like the
          * gradients, it is borrowed by the send until wait returns. */
@@ -196,7 +200,7 @@ static int ps__push_chunk(ps_kv_client *c, ps__server *sv, int i, const float *g
         ps__cork(sv);
     else
         ps__uncork(sv);
-    rc = ps_conn_send(sv->conn, &h, &iov, 1, NULL, NULL);
+    rc = ps_conn_send(sv->conn, &h, &iov, grad ? 1 : 0, NULL, NULL);
     if (rc < 0)
         return rc;
     sv->pushes[(sv->push_head + sv->push_n) % sv->n_keys] =
@@ -210,7 +214,8 @@ static int ps__push_chunk(ps_kv_client *c, ps__server *sv, int i, const float *g
     return 0;
 }
 
-int ps_kv_client_push_tensor(ps_kv_client *c, int tensor_id, const float *grad)
+/* ps_kv_client_push_tensor, and with grad NULL ps_kv_client_push_unused. */
+static int ps__push_tensor(ps_kv_client *c, int tensor_id, const float *grad)
 {
     uint64_t step = ps_kv_client_weights_clock(c);
 
@@ -233,12 +238,22 @@ int ps_kv_client_push_tensor(ps_kv_client *c, int tensor_id, const float *grad)
             int rc;
             if (sv->chunks[i]->tensor_id != (uint32_t)tensor_id)
                 continue;
-            rc = ps__push_chunk(c, sv, i, grad + sv->chunks[i]->offset, step);
+            rc = ps__push_chunk(c, sv, i, grad ? grad + sv->chunks[i]->offset : NULL, step);
             if (rc < 0)
                 return rc;
         }
     }
     return 0;
+}
+
+int ps_kv_client_push_tensor(ps_kv_client *c, int tensor_id, const float *grad)
+{
+    return grad ? ps__push_tensor(c, tensor_id, grad) : -EINVAL;
+}
+
+int ps_kv_client_push_unused(ps_kv_client *c, int tensor_id)
+{
+    return ps__push_tensor(c, tensor_id, NULL);
 }
 
 int ps_kv_client_push(ps_kv_client *c, const float *const *grads)

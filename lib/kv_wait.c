@@ -78,10 +78,19 @@ void ps__on_deadline(uv_timer_t *t)
 void ps__handle_waiting(ps__server *sv, const ps_frame *f)
 {
     ps_kv_client *c = sv->cl;
+    ps_reply_pull rows = {0};
+    const ps_reply_pull *held = NULL;
     char why[256];
 
-    if (ps_reply_check_waiting(f, sv->pull_dest ? &sv->pull : NULL, sv->waiting,
-                               sizeof(sv->waiting), why, sizeof(why)) < 0) {
+    /* The pull it may hold: the dense one, or a rows pull in flight. */
+    if (sv->pull_dest) {
+        held = &sv->pull;
+    } else if (sv->rows_busy && !sv->rows.push) {
+        rows.request_id = sv->rows.request_id;
+        rows.clock = sv->rows.clock;
+        held = &rows;
+    }
+    if (ps_reply_check_waiting(f, held, sv->waiting, sizeof(sv->waiting), why, sizeof(why)) < 0) {
         ps__distrust(sv, why);
         return;
     }
@@ -91,10 +100,15 @@ void ps__handle_waiting(ps__server *sv, const ps_frame *f)
             (double)(sv->waiting_ms - sv->owed_since_ms) / 1000);
 }
 
-/* Whether sv said why it holds the pull in flight (a WAITING for it). */
+/* Whether sv said why it holds the pull in flight (a WAITING for it), dense
+ * or rows. */
 static int ps__said_why(const ps__server *sv)
 {
-    return sv->pull_dest != NULL && sv->waiting_ms != 0 && sv->waiting_id == sv->pull.request_id;
+    if (sv->waiting_ms == 0)
+        return 0;
+    if (sv->pull_dest != NULL)
+        return sv->waiting_id == sv->pull.request_id;
+    return sv->rows_busy && !sv->rows.push && sv->waiting_id == sv->rows.request_id;
 }
 
 /* A server that owes us an answer has sent nothing for too long. If it said

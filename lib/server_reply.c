@@ -200,13 +200,16 @@ int ps_reply_check_rows(const ps_frame *f, const ps_reply_rows *e, char *why, si
         return ps__bad(why, why_len,
                        "answered our rows pull of step %" PRIu64 " with step %" PRIu64, e->clock,
                        h->clock);
-    for (size_t i = 0; i < f->payload_len / sizeof(float); i++) {
+    if (!f->nonfinite)
+        return 0;
+    /* The decoder found one; name it when the payload is at hand. */
+    for (size_t i = 0; f->payload && i < f->payload_len / sizeof(float); i++) {
         float v;
         memcpy(&v, f->payload + i * sizeof(float), sizeof(v));
         if (!isfinite(v))
             return ps__bad(why, why_len, "sent a row value that is not finite (value %zu)", i);
     }
-    return 0;
+    return ps__bad(why, why_len, "sent a row value that is not finite");
 }
 
 /* A reason goes into our log: escape sequences and line breaks of a hostile

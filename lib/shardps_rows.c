@@ -122,5 +122,20 @@ int shardps_push_rows(shardps *h, int table, const uint64_t *ids, size_t n, cons
     if (rc < 0)
         return rc;
     rc = ps_kv_client_push_rows(h->kv, (uint32_t)table, ids, n, grads);
+    /* The server takes one push per table per step from a worker (a second
+     * is dropped as a repeat), so a push is neither split nor sent twice. */
+    if (rc == -E2BIG)
+        return ps_shardps_err(h, rc,
+                              "shardps_push_rows: row table %s: more unique IDs for one server "
+                              "than --max-row-ids (%d) allows in a request; a step's push of a "
+                              "table is one request per server, so it cannot be split: raise "
+                              "--max-row-ids or push fewer IDs per step",
+                              ps__spec(h)->row_tables[table].name, h->opts.max_row_ids);
+    if (rc == -EALREADY)
+        return ps_shardps_err(h, rc,
+                              "shardps_push_rows: row table %s was already pushed at this step; "
+                              "servers take one push per table per step: sum the step's "
+                              "gradients of a table into one push (repeated IDs are summed)",
+                              ps__spec(h)->row_tables[table].name);
     return rc < 0 ? ps_shardps_kv_err(h, rc, "shardps_push_rows") : 0;
 }

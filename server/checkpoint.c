@@ -1,9 +1,8 @@
-/* Checkpoint files (see checkpoint.h). Writing streams through stdio while
- * the CRC accumulates; reading checks the header and the tensor table first,
- * then the file's size against what this server's share of that table needs
- * (computed from the partition, nothing allocated for it), then streams the
- * file once through the CRC, checking each chunk header, and only then has
- * the table adopted and reads the file again straight into its shard. */
+/* Checkpoint files (see checkpoint.h): their names, listing and surveying a
+ * directory, writing (through stdio while the CRC accumulates; the rows
+ * section by server/checkpoint_rows), and the restore driver, which picks
+ * the clock and the files to read and has server/checkpoint_file verify
+ * each completely before the table is adopted and then copy it. */
 #include "checkpoint.h"
 
 #include <dirent.h>
@@ -17,22 +16,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "checkpoint_file.h"
 #include "crc32c.h"
 #include "crc_writer.h"
 #include "partition.h"
 #include "ps_error.h"
 #include "tensor_table.h"
-
-static const char ps__magic[8] = {'S', 'H', 'P', 'S', 'C', 'K', 'P', 'T'};
-
-#define PS__HEADER_BYTES       (8 + 4 * 4 + 6 * 8)
-#define PS__JOB_OFFSET         64
-#define PS__CHUNK_HEADER_BYTES (6 * 8)
-/* The packed tensor table's bytes at most: what a TABLE frame may carry. */
-#define PS__MAX_TABLE_BYTES PS_TABLE_MAX_BYTES
-/* A file is checked by streaming it through the CRC in blocks of this size
- * before anything of it is kept. */
-#define PS__BLOCK_BYTES ((size_t)1 << 20)
 
 static void ps__file_name(char *buf, size_t len, const char *dir, uint32_t server, uint64_t clock)
 {
@@ -44,7 +33,7 @@ static void ps__file_name(char *buf, size_t len, const char *dir, uint32_t serve
  * cannot be one of any job, with what is wrong in why. */
 static int ps__file_job(const char *path, uint64_t *job, char *why, size_t why_len)
 {
-    uint8_t h[PS__HEADER_BYTES];
+    uint8_t h[PS_CHECKPOINT_HEADER_BYTES];
     FILE *f = fopen(path, "rb");
     uint32_t version;
     size_t got;
@@ -57,10 +46,10 @@ static int ps__file_job(const char *path, uint64_t *job, char *why, size_t why_l
     fclose(f);
     if (got != sizeof(h)) {
         snprintf(why, why_len, "truncated: %zu bytes, shorter than a checkpoint's header (%d)", got,
-                 PS__HEADER_BYTES);
+                 PS_CHECKPOINT_HEADER_BYTES);
         return 0;
     }
-    if (memcmp(h, ps__magic, sizeof(ps__magic)) != 0) {
+    if (memcmp(h, PS_CHECKPOINT_MAGIC, 8) != 0) {
         snprintf(why, why_len, "not a shardps checkpoint (bad magic)");
         return 0;
     }
@@ -73,7 +62,7 @@ static int ps__file_job(const char *path, uint64_t *job, char *why, size_t why_l
                  PS_CHECKPOINT_FORMAT);
         return 0;
     }
-    memcpy(job, h + PS__JOB_OFFSET, sizeof(*job));
+    memcpy(job, h + PS_CHECKPOINT_JOB_OFFSET, sizeof(*job));
     return 1;
 }
 
@@ -82,7 +71,7 @@ static int ps__file_job(const char *path, uint64_t *job, char *why, size_t why_l
  * Streams the file in blocks; 1, or 0 with the reason in why. */
 static int ps__crc_holds(const char *path, char *why, size_t why_len)
 {
-    uint8_t *blk = malloc(PS__BLOCK_BYTES + 4);
+    uint8_t *blk = malloc(PS_CHECKPOINT_BLOCK_BYTES + 4);
     FILE *f = fopen(path, "rb");
     uint32_t crc = 0, want;
     size_t got, kept = 0;
@@ -93,7 +82,7 @@ static int ps__crc_holds(const char *path, char *why, size_t why_len)
         goto out;
     }
     /* The last 4 bytes read are the stored CRC; everything before is summed. */
-    while ((got = fread(blk + kept, 1, PS__BLOCK_BYTES, f)) > 0) {
+    while ((got = fread(blk + kept, 1, PS_CHECKPOINT_BLOCK_BYTES, f)) > 0) {
         size_t have = kept + got;
         kept = have < 4 ? have : 4;
         crc = ps_crc32c(crc, blk, have - kept);
@@ -214,7 +203,8 @@ static int ps__fsync_dir(const char *dir)
 
 int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *meta,
                         const ps_model_spec *table, const ps_shard *shard,
-                        const ps_checkpoint_clocks *clocks, char *path, size_t path_len)
+                        const ps_checkpoint_clocks *clocks, const ps_checkpoint_rows *rows,
+                        char *path, size_t path_len)
 {
     char final[4096], tmp[4200];
     ps_crc_writer w = {NULL, 0, 0};
@@ -226,6 +216,8 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
     for (int i = 0; i < n; i++)
         if (!ps_shard_filled(shard, i))
             return -EINVAL;
+    if ((rows ? rows->n : 0) != table->n_row_tables)
+        return -EINVAL;
     rc = ps_tensor_table_pack(table, &packed, &packed_len);
     if (rc < 0)
         return rc;
@@ -242,7 +234,10 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
         free(packed);
         return rc;
     }
-    ps_crc_writer_put(&w, ps__magic, sizeof(ps__magic));
+    /* Rows are written a few hundred bytes at a time: a large buffer keeps
+     * them to one write per MiB, as the chunks' large writes are. */
+    setvbuf(w.f, NULL, _IOFBF, PS_CHECKPOINT_BLOCK_BYTES);
+    ps_crc_writer_put(&w, PS_CHECKPOINT_MAGIC, 8);
     ps_crc_writer_put32(&w, PS_CHECKPOINT_FORMAT);
     ps_crc_writer_put32(&w, meta->server_index);
     ps_crc_writer_put32(&w, meta->num_servers);
@@ -268,6 +263,9 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
         ps_crc_writer_put(&w, ps_shard_weights(shard, i), c->numel * sizeof(float));
         ps_crc_writer_put(&w, ps_shard_state(shard, i), state_n * sizeof(float));
     }
+    rc = ps_checkpoint_rows_write(&w, rows);
+    if (rc < 0 && w.err == 0)
+        w.err = rc;
     {
         uint32_t crc = w.crc;
         ps_crc_writer_put(&w, &crc, sizeof(crc));
@@ -317,332 +315,147 @@ static void ps__append(char *err, size_t len, const char *fmt, ...)
     va_end(ap);
 }
 
-static uint32_t ps__get32(const uint8_t *p)
+/* Reads the files of one restore at clock: this server's own file when
+ * first, the file of server first_server, was written for this server's
+ * plan; else every file of the plan first was written for (a different
+ * number of servers or chunk size), re-placed. Every file is verified
+ * completely before the table (file 0's) is adopted; each file's table must
+ * be file 0's. Writes the file (or a description of the files) read into
+ * file. Returns 0 or a negative code with the reason in why. */
+static int ps__load(const char *dir, uint64_t clock, uint32_t first_server,
+                    ps_checkpoint_meta *meta, const ps_checkpoint_sink *sink,
+                    ps_checkpoint_clocks *clocks, ps_checkpoint_rows *rows, char *file,
+                    size_t file_len, char *why, size_t why_len)
 {
-    uint32_t v;
-    memcpy(&v, p, sizeof(v));
-    return v;
-}
+    ps_checkpoint_keep keep = {meta->num_servers, meta->server_index};
+    ps_checkpoint_file *cf = NULL, *first = NULL;
+    ps_checkpoint_plan plan, other;
+    ps_shard *shard = NULL;
+    char name[4096], reason[256];
+    uint32_t n_files;
+    int rc, same;
 
-static uint64_t ps__get64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof(v));
-    return v;
-}
-
-/* What a file of this server must hold for a table, known before anything
- * is adopted: this server's chunks of the table's partition, in key order
- * (the shard's local order), each with the optimizer's state, and so the
- * file's exact size. */
-typedef struct {
-    ps_partition *part;
-    const ps_chunk **chunk; /* this server's, borrowed from part */
-    int n;
-    size_t state_per_weight;
-    size_t bytes;
-} ps__layout;
-
-static void ps__layout_free(ps__layout *l)
-{
-    free(l->chunk);
-    ps_partition_free(l->part);
-}
-
-static int ps__layout_init(ps__layout *l, const ps_model_spec *spec, const ps_checkpoint_meta *meta,
-                           size_t table_len)
-{
-    int rc;
-
-    memset(l, 0, sizeof(*l));
-    rc = ps_partition_init(&l->part, spec, (int)meta->num_servers, (size_t)meta->chunk_bytes);
+    ps__file_name(name, sizeof(name), dir, first_server, clock);
+    snprintf(file, file_len, "%s", name);
+    rc = ps_checkpoint_file_open(&first, name, first_server, meta, why, why_len);
     if (rc < 0)
         return rc;
-    l->chunk = calloc((size_t)ps_partition_server_chunk_count(l->part, (int)meta->server_index) + 1,
-                      sizeof(*l->chunk));
-    if (l->chunk == NULL) {
-        ps__layout_free(l);
-        return -ENOMEM;
+    ps_checkpoint_file_plan(first, &plan);
+    same = plan.num_servers == meta->num_servers && plan.chunk_bytes == meta->chunk_bytes &&
+           first_server == meta->server_index;
+    n_files = same ? 1 : plan.num_servers;
+    if (!same && first_server != 0) {
+        ps_checkpoint_file_close(first);
+        ps__file_name(name, sizeof(name), dir, 0, clock);
+        rc = ps_checkpoint_file_open(&first, name, 0, meta, reason, sizeof(reason));
+        if (rc < 0)
+            return ps_err_printf(why, why_len, rc, "server 0's file of that clock: %s", reason);
     }
-    l->state_per_weight = meta->state_per_weight;
-    l->bytes = PS__HEADER_BYTES + 4 + table_len + sizeof(uint32_t);
-    for (int i = 0; i < ps_partition_chunk_count(l->part); i++) {
-        const ps_chunk *c = ps_partition_chunk(l->part, i);
-        if (c->server != (int)meta->server_index)
-            continue;
-        l->chunk[l->n++] = c;
-        l->bytes += PS__CHUNK_HEADER_BYTES + c->numel * (1 + l->state_per_weight) * sizeof(float);
+    snprintf(file, file_len, "%s", name);
+    /* Every file verified before anything is adopted. */
+    for (uint32_t k = 0; k < n_files; k++) {
+        if (k > 0) {
+            ps__file_name(name, sizeof(name), dir, k, clock);
+            rc = ps_checkpoint_file_open(&cf, name, k, meta, reason, sizeof(reason));
+        }
+        if (rc == 0 && k > 0) {
+            ps_checkpoint_file_plan(cf, &other);
+            if (other.num_servers != plan.num_servers || other.chunk_bytes != plan.chunk_bytes ||
+                ps_model_spec_fingerprint(ps_checkpoint_file_table(cf)) !=
+                    ps_model_spec_fingerprint(ps_checkpoint_file_table(first)))
+                rc = ps_err_printf(reason, sizeof(reason), -PS_EMISMATCH,
+                                   "written for another plan or model than server 0's");
+        }
+        if (rc == 0)
+            rc = ps_checkpoint_file_verify(k > 0 ? cf : first, reason, sizeof(reason));
+        ps_checkpoint_file_close(cf);
+        cf = NULL;
+        if (rc < 0) {
+            if (same)
+                snprintf(why, why_len, "%s", reason);
+            else /* a member missing or unreadable makes the set unusable */
+                rc = ps_err_printf(why, why_len,
+                                   rc > -PS__ERR_BASE && rc != -ENOMEM ? -PS_EFORMAT : rc,
+                                   "re-placing the %" PRIu32 " files of clock %" PRIu64
+                                   ": server %" PRIu32 "'s: %s",
+                                   n_files, clock, k, reason);
+            goto out;
+        }
     }
-    return 0;
-}
-
-/* Reads the fixed header and the tensor table of an open file into head
- * (PS__HEADER_BYTES + 4 + PS__MAX_TABLE_BYTES bytes) and checks that they
- * belong to this server and agree with each other. Writes the table into
- * spec and its packed length into table_len. Returns 0 or a negative code
- * with the reason in why. */
-static int ps__read_identity(FILE *f, const ps_checkpoint_meta *meta, uint8_t *head,
-                             ps_model_spec *spec, uint32_t *table_len, char *why, size_t why_len)
-{
-    Shardps__TensorTable *t;
-    char reason[200];
-    int rc;
-
-    if (fread(head, 1, PS__HEADER_BYTES, f) != PS__HEADER_BYTES) {
-        snprintf(why, why_len, "too short to be a checkpoint (truncated)");
-        return -PS_EFORMAT;
-    }
-    if (memcmp(head, ps__magic, sizeof(ps__magic)) != 0) {
-        snprintf(why, why_len, "not a shardps checkpoint (bad magic)");
-        return -PS_EFORMAT;
-    }
-    if (ps__get32(head + 8) < PS_CHECKPOINT_FORMAT) {
-        snprintf(why, why_len,
-                 "format version %" PRIu32 ", written by an older build (its tensor table is "
-                 "missing, or digested differently and limited to 64 KiB); this build reads "
-                 "version %d: restore it with the build that wrote it, or start the job afresh",
-                 ps__get32(head + 8), PS_CHECKPOINT_FORMAT);
-        return -PS_EFORMAT;
-    }
-    if (ps__get32(head + 8) != PS_CHECKPOINT_FORMAT) {
-        snprintf(why, why_len, "format version %" PRIu32 ", this build reads %d",
-                 ps__get32(head + 8), PS_CHECKPOINT_FORMAT);
-        return -PS_EFORMAT;
-    }
-    /* The job first: another job's file is that job's, whatever else differs. */
-    if (ps__get64(head + PS__JOB_OFFSET) != meta->job) {
-        snprintf(why, why_len,
-                 "belongs to another job (other job settings); start with the same options");
-        return -PS_EMISMATCH;
-    }
-    if (ps__get32(head + 12) != meta->server_index || ps__get32(head + 16) != meta->num_servers) {
-        snprintf(why, why_len,
-                 "belongs to server %" PRIu32 " of %" PRIu32 ", this is %" PRIu32 " of %" PRIu32,
-                 ps__get32(head + 12), ps__get32(head + 16), meta->server_index, meta->num_servers);
-        return -PS_EMISMATCH;
-    }
-    if (ps__get32(head + 20) != meta->optimizer) {
-        snprintf(why, why_len, "saved with another optimizer; restore with the same --optimizer");
-        return -PS_EMISMATCH;
-    }
-    if (ps__get64(head + 32) != meta->chunk_bytes) {
-        snprintf(why, why_len,
-                 "saved with %" PRIu64 "-byte chunks; restore with the same "
-                 "--chunk-bytes",
-                 ps__get64(head + 32));
-        return -PS_EMISMATCH;
-    }
-    if (fread(head + PS__HEADER_BYTES, 1, 4, f) != 4 ||
-        (*table_len = ps__get32(head + PS__HEADER_BYTES)) > PS__MAX_TABLE_BYTES ||
-        fread(head + PS__HEADER_BYTES + 4, 1, *table_len, f) != *table_len) {
-        snprintf(why, why_len, "its tensor table is truncated or over %zu bytes",
-                 PS__MAX_TABLE_BYTES);
-        return -PS_EFORMAT;
-    }
-    t = ps_tensor_table_unpack(head + PS__HEADER_BYTES + 4, *table_len, reason, sizeof(reason));
-    if (t == NULL) {
-        snprintf(why, why_len, "its tensor table is corrupt: %s", reason);
-        return -PS_EFORMAT;
-    }
-    rc = ps_tensor_table_from_wire(t, meta->max_table_bytes, spec, reason, sizeof(reason));
-    shardps__tensor_table__free_unpacked(t, NULL);
-    if (rc < 0) {
-        snprintf(why, why_len, "its tensor table is refused: %s", reason);
-        return -PS_EFORMAT;
-    }
-    /* The header's fingerprint doubles as the table's checksum, so a table is
-     * trusted before the CRC over the whole file has been read. */
-    if (ps_model_spec_fingerprint(spec) != ps__get64(head + 24)) {
-        snprintf(why, why_len, "its tensor table does not match its fingerprint (corrupt)");
-        return -PS_EFORMAT;
-    }
-    return 0;
-}
-
-/* Streams n bytes of f through the CRC, into dst when it is not NULL, else
- * through blk (PS__BLOCK_BYTES). Returns 0, or -1 on a short read. */
-static int ps__stream(FILE *f, size_t n, uint8_t *dst, uint8_t *blk, uint32_t *crc)
-{
-    while (n > 0) {
-        size_t take = dst ? n : n < PS__BLOCK_BYTES ? n : PS__BLOCK_BYTES;
-        uint8_t *at = dst ? dst : blk;
-        if (fread(at, 1, take, f) != take)
-            return -1;
-        *crc = ps_crc32c(*crc, at, take);
-        n -= take;
-        if (dst)
-            dst += take;
-    }
-    return 0;
-}
-
-/* The body after head (head_len bytes, already read and in the CRC), read
- * once to check it: every chunk header against the layout, and the CRC over
- * the whole file. Nothing is kept. A damaged file is called damaged (the
- * CRC) before its chunk layout is judged. Returns 0 or a negative code with
- * the reason in why. */
-static int ps__verify(FILE *f, const uint8_t *head, size_t head_len, const ps__layout *l,
-                      uint8_t *blk, char *why, size_t why_len)
-{
-    uint32_t crc = ps_crc32c(0, head, head_len), want;
-    uint8_t ch[PS__CHUNK_HEADER_BYTES];
-    int bad_chunk = -1;
-
-    for (int i = 0; i < l->n; i++) {
-        const ps_chunk *c = l->chunk[i];
-        if (ps__stream(f, sizeof(ch), ch, NULL, &crc) < 0 ||
-            ps__stream(f, c->numel * (1 + l->state_per_weight) * sizeof(float), NULL, blk, &crc) <
-                0)
-            goto short_read;
-        if (bad_chunk < 0 && (ps__get64(ch) != c->key || ps__get64(ch + 8) != c->numel ||
-                              ps__get64(ch + 16) != c->numel * l->state_per_weight))
-            bad_chunk = i;
-    }
-    if (fread(&want, 1, sizeof(want), f) != sizeof(want))
-        goto short_read;
-    if (crc != want) {
-        snprintf(why, why_len, "checksum mismatch (the file is corrupt)");
-        return -PS_EFORMAT;
-    }
-    if (bad_chunk >= 0) {
-        snprintf(why, why_len, "chunk %d does not match this shard's layout", bad_chunk);
-        return -PS_EMISMATCH;
-    }
-    return 0;
-short_read:
-    snprintf(why, why_len, "short read (the file shrank while it was read)");
-    return -PS_EFORMAT;
-}
-
-/* The verified body, read again straight into the shard adopted for it,
- * with its clocks; the CRC is taken again, so a file that changed since it
- * was verified is caught (the caller then withdraws the table). */
-static int ps__copy(FILE *f, const uint8_t *head, size_t head_len, ps_shard *shard,
-                    ps_checkpoint_clocks *clocks, char *why, size_t why_len)
-{
-    uint32_t crc = ps_crc32c(0, head, head_len), want;
-    uint8_t ch[PS__CHUNK_HEADER_BYTES];
-
-    if (fseek(f, (long)head_len, SEEK_SET) != 0)
-        goto changed;
-    for (int i = 0; i < ps_shard_chunk_count(shard); i++) {
-        size_t numel = ps_shard_chunk(shard, i)->numel, state_n = ps_shard_state_floats(shard, i);
-        if (ps__stream(f, sizeof(ch), ch, NULL, &crc) < 0 ||
-            ps__stream(f, numel * sizeof(float), (uint8_t *)ps_shard_weights_mut(shard, i), NULL,
-                       &crc) < 0 ||
-            (state_n && ps__stream(f, state_n * sizeof(float),
-                                   (uint8_t *)ps_shard_state_mut(shard, i), NULL, &crc) < 0))
-            goto changed;
-        clocks->clock[i] = ps__get64(ch + 24);
-        clocks->newest[i] = ps__get64(ch + 32);
-        ps_shard_set_updates(shard, i, ps__get64(ch + 40));
-    }
-    if (fread(&want, 1, sizeof(want), f) == sizeof(want) && want == crc)
-        return 0;
-changed:
-    snprintf(why, why_len, "the file changed while it was read");
-    return -PS_EFORMAT;
-}
-
-/* Reads and checks one file completely (identity, table, the size its
- * table's shard needs, every chunk header, the CRC), and only then asks the
- * sink to adopt its table and copies the body into the shard it gives. A
- * file refused at any step leaves nothing adopted. Returns 0 or a negative
- * code with the reason in why. */
-static int ps__load_one(const char *file, ps_checkpoint_meta *meta, const ps_checkpoint_sink *sink,
-                        ps_checkpoint_clocks *clocks, char *why, size_t why_len)
-{
-    size_t head_len;
-    int rc, adopted = 0;
-    uint8_t *blk = NULL, *head = NULL;
-    uint32_t table_len = 0;
-    ps_model_spec spec = {0};
-    ps__layout l = {0};
-    ps_shard *shard;
-    struct stat st;
-    FILE *f = fopen(file, "rb");
-
-    if (f == NULL) {
-        snprintf(why, why_len, "cannot open: %s", strerror(errno));
-        return -errno;
-    }
-    head = malloc(PS__HEADER_BYTES + 4 + PS__MAX_TABLE_BYTES);
-    blk = malloc(PS__BLOCK_BYTES);
-    if (head == NULL || blk == NULL) {
-        rc = -ENOMEM;
-        snprintf(why, why_len, "out of memory");
-        goto out;
-    }
-    /* Identity first, from the header and table alone, so a file of another
-     * job is reported as such rather than as the wrong size. */
-    rc = ps__read_identity(f, meta, head, &spec, &table_len, why, why_len);
-    if (rc < 0)
-        goto out;
-    head_len = PS__HEADER_BYTES + 4 + table_len;
-    rc = ps__layout_init(&l, &spec, meta, table_len);
-    if (rc < 0) {
-        snprintf(why, why_len, "cannot cut its tensors into %" PRIu64 "-byte chunks: %s",
-                 meta->chunk_bytes, ps_strerror(rc));
-        goto out;
-    }
-    rc = -PS_EMISMATCH;
-    if (ps__get64(head + 56) != (uint64_t)l.n) {
-        snprintf(why, why_len, "holds %" PRIu64 " chunks where its table's shard has %d",
-                 ps__get64(head + 56), l.n);
-        goto out;
-    }
-    rc = -PS_EFORMAT;
-    if (fstat(fileno(f), &st) < 0 || (size_t)st.st_size != l.bytes) {
-        snprintf(why, why_len, "%lld bytes where its table's shard needs %zu (truncated)",
-                 (long long)st.st_size, l.bytes);
-        goto out;
-    }
-    rc = ps__verify(f, head, head_len, &l, blk, why, why_len);
-    if (rc < 0)
-        goto out;
     /* Every check passed: only now is the table adopted and the shard
      * touched. */
+    memset(rows, 0, sizeof(*rows));
+    shard = sink->adopt(sink->arg, ps_checkpoint_file_table(first), clocks, rows, why, why_len);
     rc = -PS_EMISMATCH;
-    shard = sink->adopt(sink->arg, &spec, clocks, why, why_len);
     if (shard == NULL)
         goto out;
-    adopted = 1;
-    rc = ps__copy(f, head, head_len, shard, clocks, why, why_len);
+    if (rows->n != ps_checkpoint_file_table(first)->n_row_tables) {
+        snprintf(why, why_len, "this server holds %d row tables where the file has %d", rows->n,
+                 ps_checkpoint_file_table(first)->n_row_tables);
+        goto out;
+    }
+    for (uint32_t k = 0; k < n_files; k++) {
+        if (k > 0) {
+            ps__file_name(name, sizeof(name), dir, k, clock);
+            rc = ps_checkpoint_file_open(&cf, name, k, meta, why, why_len);
+            if (rc < 0)
+                goto out;
+        }
+        rc = ps_checkpoint_file_copy(k > 0 ? cf : first, shard, clocks, rows, k == 0,
+                                     same ? NULL : &keep, why, why_len);
+        ps_checkpoint_file_close(cf);
+        cf = NULL;
+        if (rc < 0)
+            goto out;
+    }
+    rc = ps_checkpoint_rows_finish(rows, 1, why, why_len);
     if (rc < 0)
         goto out;
-    meta->clock = ps__get64(head + 40);
-    if (ps__get64(head + 48) > meta->total_steps)
-        meta->total_steps = ps__get64(head + 48);
-    adopted = 0;
+    if (!same)
+        snprintf(file, file_len,
+                 "the %" PRIu32 " files of clock %" PRIu64 " in %s (%" PRIu32 " servers, %" PRIu64
+                 "-byte chunks), re-placed",
+                 n_files, clock, dir, plan.num_servers, plan.chunk_bytes);
+    meta->clock = plan.clock;
+    if (plan.total_steps > meta->total_steps)
+        meta->total_steps = plan.total_steps;
+    shard = NULL;
 out:
-    if (adopted)
+    if (shard) {
+        ps_checkpoint_rows_finish(rows, 0, NULL, 0);
         sink->withdraw(sink->arg);
-    ps__layout_free(&l);
-    ps_model_spec_free(&spec);
-    free(blk);
-    free(head);
-    fclose(f);
+    }
+    ps_checkpoint_file_close(first);
     return rc;
 }
 
 int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_meta *meta,
-                          const ps_checkpoint_sink *sink, ps_checkpoint_clocks *clocks, char *path,
-                          size_t path_len, char *err, size_t err_len)
+                          const ps_checkpoint_sink *sink, ps_checkpoint_clocks *clocks,
+                          ps_checkpoint_rows *rows, char *path, size_t path_len, char *err,
+                          size_t err_len)
 {
     uint64_t *found = NULL;
-    int n = ps__list(dir, meta->server_index, meta->job, 1, &found, NULL), rc = -ENOENT;
+    uint32_t first = meta->server_index;
+    int n = ps__list(dir, first, meta->job, 1, &found, NULL), rc = -ENOENT;
 
     err[0] = '\0';
+    /* A server new to the job (the set grew) has no files of its own: the
+     * clocks of server 0's say which restores there are. */
+    if (n == 0 && first != 0) {
+        free(found);
+        first = 0;
+        n = ps__list(dir, first, meta->job, 1, &found, NULL);
+    }
     if (n < 0) {
         ps__append(err, err_len, "%s: %s; ", dir, strerror(-n));
         return n;
     }
     for (int i = 0; i < n; i++) {
-        char file[4096], why[256];
+        char file[4096], why[512];
         if (found[i] > max_clock)
             continue;
-        ps__file_name(file, sizeof(file), dir, meta->server_index, found[i]);
-        rc = ps__load_one(file, meta, sink, clocks, why, sizeof(why));
+        rc = ps__load(dir, found[i], first, meta, sink, clocks, rows, file, sizeof(file), why,
+                      sizeof(why));
         if (rc == 0) {
             snprintf(path, path_len, "%s", file);
             break;

@@ -1,20 +1,27 @@
 /* Server checkpoints: one file per server and clock, holding that server's
- * chunks (weights, optimizer state, clocks) and what they belong to.
+ * chunks (weights, optimizer state, clocks), its embedding rows (every
+ * stored row with its optimizer state and counters, each table's clocks and
+ * admission sketch) and what they belong to.
  *
  * Format (all little-endian): magic "SHPSCKPT", u32 format version, a fixed
  * header (server index and count, optimizer, model fingerprint, chunk size,
  * clock, planned steps, chunk count, job fingerprint), the job's tensor table
  * (u32 length and a packed TensorTable message, proto/shardps.proto), then per
- * chunk its key, sizes, clocks, update count, weights and state, and last a
- * CRC32C of every byte before it. Files of older versions, which lacked the
- * job fingerprint or the table, are refused with that reason: a server restored
- * from one could not know its job or its tensors.
+ * chunk its key, sizes, clocks, update count, weights and state, then the
+ * rows section (server/checkpoint_rows.h), and last a CRC32C of every byte
+ * before it. Files of older versions, which lacked the rows (4), the job
+ * fingerprint or the table (3 and older), are refused with that reason: a
+ * server restored from one could not know its job, its tensors or its rows;
+ * files of newer versions are refused as unknown.
  * A file is written beside its final name, fsynced, renamed into place, and
  * the directory fsynced, so a crash leaves either the old set or the new one.
- * On load, the header, the table, the size, the chunk layout and the checksum
- * are all verified before the file's table is adopted or anything is copied;
- * a bad file is refused by name with the reason (nothing of it adopted), and
- * the next older one is tried.
+ * On load, the header, the table, the size, the chunk layout, the rows and
+ * the checksum are all verified before the file's table is adopted or
+ * anything is copied; a bad file is refused by name with the reason
+ * (nothing of it adopted), and the next older one is tried. The header's
+ * server count and chunk size are the plan the file was written for, not
+ * part of its identity: a restore onto another plan reads every file of a
+ * clock and re-places what they hold (ps_checkpoint_restore).
  *
  * Every file carries its job's fingerprint (ps_job_fingerprint): listing,
  * restoring and pruning look only at the files of this server's own job, so
@@ -26,10 +33,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "checkpoint_rows.h"
 #include "model_spec.h"
 #include "shard.h"
 
-#define PS_CHECKPOINT_FORMAT 4
+#define PS_CHECKPOINT_FORMAT 5
 
 /* Identity and position of a checkpoint; a plain value. */
 typedef struct {
@@ -54,26 +62,32 @@ typedef struct {
     uint64_t *newest; /* 1 + newest step applied */
 } ps_checkpoint_clocks;
 
-/* Writes the shard's state (every chunk filled) and the job's tensor table
- * (borrowed) to dir and removes all but the newest keep files of this server
- * and job. Writes the file's path into path (may be NULL). Returns 0 or a
- * negative errno (-EINVAL: a chunk is not filled); on failure the previous
- * checkpoints are untouched. */
+/* Writes the shard's state (every chunk filled), the row tables' (rows may
+ * be NULL when the table has none; their stores must not change during the
+ * call) and the job's tensor table (borrowed) to dir and removes all but
+ * the newest keep files of this server and job. Writes the file's path into
+ * path (may be NULL). Returns 0 or a negative errno (-EINVAL: a chunk is
+ * not filled, or rows do not match the table's row tables); on failure the
+ * previous checkpoints are untouched. */
 int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *meta,
                         const ps_model_spec *table, const ps_shard *shard,
-                        const ps_checkpoint_clocks *clocks, char *path, size_t path_len);
+                        const ps_checkpoint_clocks *clocks, const ps_checkpoint_rows *rows,
+                        char *path, size_t path_len);
 
 /* Where a restore puts what it finds. adopt is called with a file's tensor
  * table only once the whole file has been verified (identity, size, chunk
- * layout, CRC): it returns the shard to copy that file into and fills
- * clocks (arrays of its chunk count), or NULL with the reason in why to
- * refuse the file. withdraw is called if that file then fails all the same
- * (it changed while it was read): whatever adopt took must be forgotten.
+ * layout, rows section, CRC): it returns the shard to copy that file into
+ * and fills clocks (arrays of its chunk count) and rows (n and the empty
+ * store and dim of each of the table's row tables; the copy fills their
+ * clocks), or NULL with the reason in why to refuse the file. withdraw is
+ * called if that file then fails all the same (it changed while it was
+ * read, or a store refused a row): whatever adopt took must be forgotten
+ * (a table the server already held keeps what was copied into it).
  * Both get arg; the shard stays the caller's; table is valid during the
  * call only (copy what is kept of it). */
 typedef struct {
     ps_shard *(*adopt)(void *arg, const ps_model_spec *table, ps_checkpoint_clocks *clocks,
-                       char *why, size_t why_len);
+                       ps_checkpoint_rows *rows, char *why, size_t why_len);
     void (*withdraw)(void *arg);
     void *arg;
 } ps_checkpoint_sink;
@@ -95,17 +109,23 @@ typedef struct {
 int ps_checkpoint_survey_dir(const char *dir, const ps_checkpoint_meta *meta,
                              ps_checkpoint_survey *out);
 
-/* Restores the newest valid checkpoint of server meta->server_index and job
- * meta->job whose clock is at most max_clock from dir into the shard and
- * clocks the sink gives for its table, and writes its clock into
- * meta->clock. Files that are truncated, corrupt, hold a table over
- * meta->max_table_bytes, or belong to another model, partition or optimizer
- * are refused before their table is adopted: each refusal is appended to err
- * as "FILE: reason; ". Returns 0, -ENOENT when no checkpoint of this server
- * and job exists, or -PS_EFORMAT / -PS_EMISMATCH when none of them is
- * usable. */
+/* Restores the newest valid checkpoint of job meta->job whose clock is at
+ * most max_clock from dir into the shard, clocks and row stores the sink
+ * gives for its table, writes the row tables' clocks into rows and its
+ * clock into meta->clock. meta's server index and count and chunk size are
+ * this server's plan: a file of server meta->server_index written for it is
+ * read alone; otherwise (a file written for another plan, or no file of
+ * this server: it is new, and server 0's clocks are looked at) all the
+ * files of that clock are read and re-placed (checkpoint_file.h). Files
+ * that are truncated, corrupt, hold a table over meta->max_table_bytes, or
+ * belong to another model or optimizer, and sets missing a file, are
+ * refused before a table is adopted: each refusal is appended to err as
+ * "FILE: reason; ". Returns 0, -ENOENT when no checkpoint of this job
+ * exists for this server, or -PS_EFORMAT / -PS_EMISMATCH when none of them
+ * is usable. */
 int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_meta *meta,
-                          const ps_checkpoint_sink *sink, ps_checkpoint_clocks *clocks, char *path,
-                          size_t path_len, char *err, size_t err_len);
+                          const ps_checkpoint_sink *sink, ps_checkpoint_clocks *clocks,
+                          ps_checkpoint_rows *rows, char *path, size_t path_len, char *err,
+                          size_t err_len);
 
 #endif

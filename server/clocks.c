@@ -64,13 +64,15 @@ static int ps__no_reason(char *why, size_t len)
     return 0;
 }
 
-int ps__wait_reason(const ps_kv_server *s, uint64_t clock, uint64_t fed, char *why, size_t len)
+/* table: a row table's pull (its own step and pushes), or -1: the chunks'. */
+static int ps__reason(const ps_kv_server *s, int table, uint64_t clock, uint64_t fed, char *why,
+                      size_t len)
 {
     uint8_t *want = s->wait_ranks;
     char tail[64];
     size_t at;
     int n, lowest = 0;
-    uint64_t applied = ps__server_clock(s);
+    uint64_t applied = table < 0 ? ps__server_clock(s) : s->rows[table].clock.clock;
 
     memset(want, 0, (size_t)s->cfg.world);
     if (s->started && !ps_table_life_filled(&s->life) && s->values_left > 0) {
@@ -87,12 +89,18 @@ int ps__wait_reason(const ps_kv_server *s, uint64_t clock, uint64_t fed, char *w
          * have not pushed its step are the ones it waits for. */
         if (clock <= applied && fed <= applied)
             return ps__no_reason(why, len);
-        for (int i = 0; i < s->n_local; i++)
+        for (int r = 0; table >= 0 && r < s->cfg.world; r++)
+            want[r] = s->workers[r] && s->row_pushed[(size_t)r * s->n_rows + table] <= applied;
+        for (int i = 0; table < 0 && i < s->n_local; i++)
             if (s->sync[i].clock < s->sync[lowest].clock)
                 lowest = i;
-        for (int r = 0; r < s->cfg.world && s->n_local > 0; r++)
+        for (int r = 0; table < 0 && r < s->cfg.world && s->n_local > 0; r++)
             want[r] = s->workers[r] && s->workers[r]->pushed[lowest] <= applied;
-        at = (size_t)snprintf(why, len, "step %" PRIu64 " is waiting for ", applied + 1);
+        at = table < 0
+                 ? 0
+                 : (size_t)snprintf(why, len, "row table %s: ", s->table.row_tables[table].name);
+        at += (size_t)snprintf(why + at, len > at ? len - at : 0,
+                               "step %" PRIu64 " is waiting for ", applied + 1);
         snprintf(tail, sizeof(tail), " of %d to push it", s->cfg.world);
     } else if (s->cfg.staleness != PS_STALENESS_UNBOUNDED) {
         /* ssp: the live ranks more than the bound behind this pull. */
@@ -110,4 +118,15 @@ int ps__wait_reason(const ps_kv_server *s, uint64_t clock, uint64_t fed, char *w
     if (at < len)
         snprintf(why + at, len - at, "%s", tail);
     return n;
+}
+
+int ps__wait_reason(const ps_kv_server *s, uint64_t clock, uint64_t fed, char *why, size_t len)
+{
+    return ps__reason(s, -1, clock, fed, why, len);
+}
+
+int ps__row_wait_reason(const ps_kv_server *s, uint32_t table, uint64_t clock, uint64_t fed,
+                        char *why, size_t len)
+{
+    return ps__reason(s, (int)table, clock, fed, why, len);
 }

@@ -66,6 +66,11 @@ int ps_consistency_step_complete(const ps_chunk_clock *c, int needed)
     return c->live_pushes >= needed;
 }
 
+int ps_consistency_step_divisor(const ps_chunk_clock *c)
+{
+    return c->used > 0 ? c->pushes : 0;
+}
+
 uint64_t ps_consistency_staleness(uint64_t newest, uint64_t clock)
 {
     return newest > clock + 1 ? newest - (clock + 1) : 0;

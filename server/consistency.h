@@ -16,8 +16,9 @@
 /* One chunk's progress, as the server keeps it. */
 typedef struct {
     uint64_t clock;  /* sync: step whose pushes are being accumulated */
-    int pushes;      /* contributions accumulated for `clock` */
-    int live_pushes; /* of those, from workers still live */
+    int pushes;      /* contributions accumulated for `clock` (a push marked unused is one) */
+    int used;        /* of those, pushes that carried a gradient */
+    int live_pushes; /* pushes for `clock` from workers still live, refused ones too */
     uint64_t newest; /* 1 + newest step applied (0: none), for staleness */
 } ps_chunk_clock;
 
@@ -64,6 +65,12 @@ int ps_consistency_pushes_needed(int quorum, int world, int live);
 /* Sync: whether a chunk's step is complete with `needed` pushes. A step
  * nobody has pushed to is never complete (nothing to pass over). */
 int ps_consistency_step_complete(const ps_chunk_clock *c, int needed);
+/* Sync: what a complete step applies: the sum of its gradients divided by
+ * the returned count of pushes (an unused push is a zero in the mean, as
+ * DDP averages a rank's unused parameter), or 0: no update at all, when no
+ * push carried a usable gradient (the tensor no rank used: its weights,
+ * optimizer state and update count stay as they were). */
+int ps_consistency_step_divisor(const ps_chunk_clock *c);
 /* A gradient computed at `clock` for a chunk whose newest applied step is
  * newest - 1: how many newer steps the chunk has already taken in. */
 uint64_t ps_consistency_staleness(uint64_t newest, uint64_t clock);

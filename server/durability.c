@@ -1,6 +1,11 @@
 /* Durability: when checkpoints are taken (every N steps, every T seconds,
  * on request), writing them once the updates before them are applied, and
- * restoring the newest usable one at start. The file format is checkpoint.c's. */
+ * restoring the newest usable one at start. The file format is checkpoint.c's.
+ * Embedding rows are written as they are when the file is written, with
+ * their tables' clocks (rows are applied on the loop, and a sync pull waits
+ * for a due checkpoint, so a worker that pulls before it pushes has pushed
+ * the checkpoint's step and nothing after); a sync step of rows pushed but
+ * not yet applied is not kept, as a chunk's is not. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,6 +16,29 @@
 #include "ps_error.h"
 #include "ps_log.h"
 #include "tensor_table.h"
+
+/* A checkpoint's job: the job's settings but the number of servers and the
+ * chunk size, which a restore may change (it re-places what the files hold
+ * onto the new plan). */
+static uint64_t ps__checkpoint_job(const char *settings)
+{
+    char kept[PS_JOB_SETTINGS_MAX];
+    size_t used = 0;
+
+    kept[0] = '\0';
+    for (const char *p = settings ? settings : ""; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t line = nl ? (size_t)(nl - p) + 1 : strlen(p);
+        if (strncmp(p, "num-servers=", 12) != 0 && strncmp(p, "chunk-bytes=", 12) != 0 &&
+            used + line < sizeof(kept)) {
+            memcpy(kept + used, p, line);
+            used += line;
+            kept[used] = '\0';
+        }
+        p += line;
+    }
+    return ps_job_fingerprint(kept, 0);
+}
 
 /* What a checkpoint of this server must say about itself, and where its
  * per-chunk clocks are: the server's own ckpt_clocks/ckpt_newest, which a
@@ -28,15 +56,28 @@ static void ps__checkpoint_identity(const ps_kv_server *s, ps_checkpoint_meta *m
     /* The settings alone: a server restores before any worker has declared
      * the tensors, so the table is not known then; the table callback of the
      * restore checks the model. */
-    meta->job = ps_job_fingerprint(s->cfg.job_settings, 0);
+    meta->job = ps__checkpoint_job(s->cfg.job_settings);
     clocks->clock = s->ckpt_clocks;
     clocks->newest = s->ckpt_newest;
+}
+
+/* The row tables as a checkpoint takes them (borrowed stores). */
+static void ps__checkpoint_rows(const ps_kv_server *s, ps_checkpoint_rows *rows)
+{
+    rows->n = s->n_rows;
+    for (int i = 0; i < s->n_rows; i++) {
+        rows->store[i] = s->rows[i].store;
+        rows->dim[i] = s->rows[i].dim;
+        rows->clock[i] = s->rows[i].clock.clock;
+        rows->newest[i] = s->rows[i].clock.newest;
+    }
 }
 
 /* Writes the checkpoint that was due, with the clocks taken when it was
  * asked for: the updates before it are applied, none after it started. */
 static int ps__write_checkpoint(ps_kv_server *s)
 {
+    ps_checkpoint_rows rows; /* 7 KiB */
     ps_checkpoint_meta meta;
     ps_checkpoint_clocks clocks;
     char path[4096];
@@ -46,8 +87,9 @@ static int ps__write_checkpoint(ps_kv_server *s)
 
     ps__checkpoint_identity(s, &meta, &clocks);
     meta.clock = s->ckpt_due_clock;
+    ps__checkpoint_rows(s, &rows);
     rc = ps_checkpoint_write(s->cfg.checkpoint_dir, s->cfg.keep_checkpoints, &meta, &s->table,
-                             s->shard, &clocks, path, sizeof(path));
+                             s->shard, &clocks, &rows, path, sizeof(path));
     if (rc < 0) {
         ps_error("checkpoint at clock %" PRIu64 " into %s failed: %s; the previous ones are kept",
                  meta.clock, s->cfg.checkpoint_dir, ps_strerror(rc));
@@ -142,7 +184,8 @@ static void ps__restore_withdraw(void *arg);
  * starts without one, unless its embedding program gave one, which the
  * file must then hold). */
 static ps_shard *ps__restore_adopt(void *arg, const ps_model_spec *table,
-                                   ps_checkpoint_clocks *clocks, char *why, size_t why_len)
+                                   ps_checkpoint_clocks *clocks, ps_checkpoint_rows *rows,
+                                   char *why, size_t why_len)
 {
     ps_kv_server *s = arg;
     char diff[256];
@@ -171,6 +214,7 @@ static ps_shard *ps__restore_adopt(void *arg, const ps_model_spec *table,
         }
     clocks->clock = s->ckpt_clocks;
     clocks->newest = s->ckpt_newest;
+    ps__checkpoint_rows(s, rows);
     return s->shard;
 }
 
@@ -187,6 +231,7 @@ static void ps__restore_withdraw(void *arg)
 int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t err_len)
 {
     ps_checkpoint_sink sink = {ps__restore_adopt, ps__restore_withdraw, s};
+    ps_checkpoint_rows rows; /* 7 KiB */
     ps_checkpoint_meta meta;
     ps_checkpoint_clocks clocks;
     char path[4096];
@@ -201,7 +246,7 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
     err[0] = '\0';
     meta.state_per_weight = ps_optimizer_state_floats(&s->cfg.opt, 1);
     meta.max_table_bytes = s->cfg.max_model_bytes;
-    rc = ps_checkpoint_restore(s->cfg.checkpoint_dir, max_clock, &meta, &sink, &clocks, path,
+    rc = ps_checkpoint_restore(s->cfg.checkpoint_dir, max_clock, &meta, &sink, &clocks, &rows, path,
                                sizeof(path), err, err_len);
     s->restoring = 0;
     if (rc == 0) {
@@ -210,6 +255,10 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
              * the file says. */
             s->sync[i].clock = ps__chunk_static(s, i) ? UINT64_MAX : clocks.clock[i];
             s->sync[i].newest = clocks.newest[i];
+        }
+        for (int i = 0; i < s->n_rows; i++) {
+            s->rows[i].clock.clock = rows.clock[i];
+            s->rows[i].clock.newest = rows.newest[i];
         }
         /* The embedding program's table, now with a checkpoint's values. */
         if (s->life.state == PS_TABLE_DECLARED)
@@ -220,7 +269,15 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
         s->ckpt_clock = meta.clock;
         if (*err)
             ps_warn("skipped unusable checkpoints: %s", err);
-        ps_info("restored clock %" PRIu64 " from %s", meta.clock, path);
+        if (s->n_rows > 0) {
+            ps_kv_server_stats st;
+            memset(&st, 0, sizeof(st));
+            ps__rows_stats(s, &st);
+            ps_info("restored clock %" PRIu64 " from %s (%" PRIu64 " embedding rows)", meta.clock,
+                    path, st.rows_stored);
+        } else {
+            ps_info("restored clock %" PRIu64 " from %s", meta.clock, path);
+        }
     }
     return rc;
 }

@@ -81,8 +81,10 @@ static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *h
     p->agreed = ps__check_job_settings(s, p, hello);
     if (p->agreed < 0)
         return -1;
-    /* A table held already is compared at once, like the settings... */
-    if (ps_table_life_holds(&s->life) && ps__check_table(s, p, hello, spec) < 0)
+    /* A table held already is compared at once, like the settings (unless
+     * rank 0's may outrank it: then once all else agrees)... */
+    if (ps_table_life_holds(&s->life) && !ps__table_may_outrank(s, hello, spec) &&
+        ps__check_table(s, p, hello, spec) < 0)
         return -1;
     if (ps__check_partition(s, p, hello) < 0)
         return -1;
@@ -102,8 +104,11 @@ static int ps__check_hello(ps_kv_server *s, ps__peer *p, const Shardps__Hello *h
         ps__peer_fail(p, -EADDRINUSE, "rank %u is already connected", hello->rank);
         return -1;
     }
-    /* ...while a first one is adopted last, once all else agrees. */
-    return ps_table_life_holds(&s->life) ? 0 : ps__check_table(s, p, hello, spec);
+    /* ...while a first one (or rank 0's over another) is adopted last,
+     * once all else agrees. */
+    return ps_table_life_holds(&s->life) && !ps__table_may_outrank(s, hello, spec)
+               ? 0
+               : ps__check_table(s, p, hello, spec);
 }
 
 static void ps__free_sent(ps_conn *c, int status, void *arg)

@@ -24,6 +24,7 @@
 #include "apply_queue.h"
 #include "buf_pool.h"
 #include "consistency.h"
+#include "id_set.h"
 #include "kv_server.h"
 #include "partition.h"
 #include "shard.h"
@@ -145,7 +146,9 @@ typedef struct ps__row_pull {
     uint64_t request_id, clock;
     uint32_t table;
     size_t n;
-    uint64_t *ids; /* owned */
+    uint64_t *ids;  /* owned */
+    uint64_t since; /* as a dense pull's: loop time (ms) it was queued */
+    uint64_t told;  /* loop time (ms) its worker was last told why it waits; 0: never */
 } ps__row_pull;
 
 /* Staleness of applied gradients: exact counts up to PS__STALE_BINS - 1. */
@@ -252,6 +255,7 @@ struct ps_kv_server {
     int n_rows;
     uint64_t *row_pushed;
     ps__row_pull *row_pulls; /* held, oldest first */
+    ps_id_set row_seen;      /* a request's IDs, to find repeats (reused) */
     uint64_t n_row_pulls, n_row_pushes, rows_out, rows_in, n_row_refused, n_row_nonfinite;
 };
 
@@ -277,6 +281,9 @@ uint64_t ps__progress_clock(const ps_kv_server *s);
  * ranks it names; 0 (why "") when no rank holds it (the updates before it
  * are being applied, or a checkpoint written). */
 int ps__wait_reason(const ps_kv_server *s, uint64_t clock, uint64_t fed, char *why, size_t len);
+/* The same for a pull of row table table, held by that table's step. */
+int ps__row_wait_reason(const ps_kv_server *s, uint32_t table, uint64_t clock, uint64_t fed,
+                        char *why, size_t len);
 
 /* keys.c */
 /* Resolves and checks a request's keys: each must exist on this server and
@@ -309,9 +316,17 @@ void ps__free_table(ps_kv_server *s);
 /* A HELLO's declared table (spec, from its TABLE frame, already checked
  * against the limits; NULL for a joiner, who declares none): compared with
  * the one held (refused with the first difference) or adopted (copied).
- * Returns 0, or -1 after failing the peer. */
+ * Rank 0's table outranks one only other ranks declared while it is only
+ * declared (table_life.h): that one is withdrawn, its declarers told why,
+ * and rank 0's adopted. Returns 0, or -1 after failing the peer. */
 int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
                     const ps_model_spec *spec);
+/* Whether this HELLO (declaring spec) is rank 0's and would outrank the
+ * table held, were they to differ: then the comparison waits until every
+ * other check of the HELLO passed, so a HELLO refused for anything else
+ * withdraws nothing. */
+int ps__table_may_outrank(const ps_kv_server *s, const Shardps__Hello *hello,
+                          const ps_model_spec *spec);
 /* p, admitted, declared the table. */
 void ps__table_declarer_joined(ps_kv_server *s, ps__peer *p);
 /* A table adopted for a HELLO whose sender was then not admitted: withdrawn

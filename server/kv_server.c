@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kv_internal.h"
+#include "row_table.h"
 #include "ps_error.h"
 #include "ps_log.h"
 
@@ -282,7 +283,7 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
      * server restored from a checkpoint taken every N steps may be up to N
      * steps behind the others. */
     if (s->cfg.max_row_ids == 0)
-        s->cfg.max_row_ids = (uint64_t)1 << 20;
+        s->cfg.max_row_ids = PS_ROWS_DEFAULT_MAX_IDS;
     s->clock_lead = cfg->max_clock_lead > 0 ? cfg->max_clock_lead
                                             : 1 + (cfg->checkpoint_dir ? cfg->checkpoint_every : 0);
     rc = -ENOMEM;

@@ -198,50 +198,70 @@ out:
     free(locals);
 }
 
+/* The held pulls the log line counts: how many, the longest held, and the
+ * first one's reason. */
+typedef struct {
+    int n;
+    uint64_t longest;
+    char first[512];
+} ps__held_log;
+
+/* One held pull's turn (table: a rows pull's row table, or -1): its worker
+ * is told why when due; counted in log once held long. */
+static void ps__tell_held(ps_kv_server *s, ps__peer *peer, uint64_t request_id, uint64_t clock,
+                          uint64_t since, uint64_t *told, int quiet, int table, ps__held_log *log)
+{
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    uint64_t now = uv_now(s->loop), held = now - since;
+    int due = *told ? now - *told >= s->wait_report_ms : !s->started || held >= s->wait_report_ms;
+    char why[512];
+    int rc;
+
+    if (!due || peer->failed)
+        return;
+    rc = table < 0 ? ps__wait_reason(s, clock, peer->fed, why, sizeof(why))
+                   : ps__row_wait_reason(s, (uint32_t)table, clock, peer->fed, why, sizeof(why));
+    if (rc == 0)
+        return;
+    h.type = SHARDPS__MSG_TYPE__WAITING;
+    h.request_id = request_id;
+    h.clock = clock;
+    h.reason = why;
+    rc = ps_conn_send(peer->conn, &h, NULL, 0, NULL, NULL);
+    if (rc < 0) {
+        if (rc != -PS_ECLOSED)
+            ps_conn_close(peer->conn, rc);
+        return;
+    }
+    *told = now;
+    /* The log counts the workers the job holds; an evaluator is told. */
+    if (held < s->wait_report_ms || quiet)
+        return;
+    if (log->n++ == 0)
+        snprintf(log->first, sizeof(log->first), "%s", why);
+    if (held > log->longest)
+        log->longest = held;
+}
+
 /* A pull the job holds for long is explained, not left silent: its worker
  * learns which ranks the job waits for (and says so; its timeout then names
  * them rather than this server, and a stop it is asked for need not wait
  * for the step), and the log says it once for every worker held. Before
  * the job starts, the wait is for processes to start, always a long one: the
- * worker is told at once, the log only if it lasts. */
+ * worker is told at once, the log only if it lasts. Rows pulls alike. */
 void ps__report_waits(ps_kv_server *s)
 {
-    uint64_t now = uv_now(s->loop), longest = 0;
-    char why[512], first[512] = "";
-    int n = 0;
+    ps__held_log log = {0, 0, ""};
 
-    for (ps__pull *q = s->pulls; q; q = q->next) {
-        Shardps__Header h = SHARDPS__HEADER__INIT;
-        uint64_t held = now - q->since;
-        int due =
-            q->told ? now - q->told >= s->wait_report_ms : !s->started || held >= s->wait_report_ms;
-        int rc;
-
-        if (!due || q->peer->failed ||
-            ps__wait_reason(s, q->clock, q->peer->fed, why, sizeof(why)) == 0)
-            continue;
-        h.type = SHARDPS__MSG_TYPE__WAITING;
-        h.request_id = q->request_id;
-        h.clock = q->clock;
-        h.reason = why;
-        rc = ps_conn_send(q->peer->conn, &h, NULL, 0, NULL, NULL);
-        if (rc < 0) {
-            if (rc != -PS_ECLOSED)
-                ps_conn_close(q->peer->conn, rc);
-            continue;
-        }
-        q->told = now;
-        /* The log counts the workers the job holds; an evaluator is told. */
-        if (held < s->wait_report_ms || q->snapshot)
-            continue;
-        if (n++ == 0)
-            snprintf(first, sizeof(first), "%s", why);
-        if (held > longest)
-            longest = held;
-    }
-    if (n > 0)
-        ps_info("%s (%d worker%s held, the longest for %.0f s)", first, n, n == 1 ? "" : "s",
-                (double)longest / 1000);
+    for (ps__pull *q = s->pulls; q; q = q->next)
+        ps__tell_held(s, q->peer, q->request_id, q->clock, q->since, &q->told, q->snapshot, -1,
+                      &log);
+    for (ps__row_pull *q = s->row_pulls; q; q = q->next)
+        ps__tell_held(s, q->peer, q->request_id, q->clock, q->since, &q->told, 0, (int)q->table,
+                      &log);
+    if (log.n > 0)
+        ps_info("%s (%d worker%s held, the longest for %.0f s)", log.first, log.n,
+                log.n == 1 ? "" : "s", (double)log.longest / 1000);
 }
 
 void ps__drop_pulls(ps_kv_server *s, ps__peer *p)

@@ -120,22 +120,25 @@ static void ps__record_staleness(ps_kv_server *s, uint64_t staleness)
 
 /* Applies the averaged gradient of a chunk once no live worker still owes a
  * push for its current step. A step completes when enough live workers have pushed it. Pushes
- * rejected for non-finite values count toward that but add nothing; a step with no usable gradient
- * at all is passed over rather than left to block. */
+ * rejected for non-finite values count toward that but add nothing; pushes marked unused add a
+ * zero to the mean; a step with no usable gradient at all (the tensor no rank used, or every
+ * gradient refused) is passed over, with no update, rather than left to block. */
 void ps__maybe_apply(ps_kv_server *s, int local)
 {
     ps_chunk_clock *c = &s->sync[local];
+    int divisor = ps_consistency_step_divisor(c);
 
     if (!ps_consistency_step_complete(
             c, ps_consistency_pushes_needed(s->cfg.quorum, s->cfg.world, s->live)))
         return;
-    if (c->pushes > 0 && ps__submit_update(s, PS__UPDATE_APPLY_SUM, local, NULL, NULL, c->pushes,
-                                           ps__lr(s, c->clock, 0)) < 0)
+    if (divisor > 0 && ps__submit_update(s, PS__UPDATE_APPLY_SUM, local, NULL, NULL, divisor,
+                                         ps__lr(s, c->clock, 0)) < 0)
         ps_error("out of memory applying step %" PRIu64 " of chunk %d; its gradients are lost",
                  c->clock, local);
     c->newest = c->clock + 1;
     c->clock++;
     c->pushes = 0;
+    c->used = 0;
     c->live_pushes = 0;
     s->n_applied++;
 }
@@ -157,11 +160,18 @@ static void ps__ack_push(ps__peer *p, uint64_t request_id, uint64_t clock, int d
         ps_conn_close(p->conn, rc);
 }
 
-/* Sync: adds the gradient of one chunk to the step it was computed for, or
- * drops it when that step was already applied without it. Returns 1 when
- * dropped, 0 when accumulated, -1 after failing the peer. */
+/* What one chunk of a push brings to its step. */
+typedef enum {
+    PS__GRAD,    /* a gradient, accumulated */
+    PS__REFUSED, /* a gradient refused (non-finite, too large): counts toward completion only */
+    PS__UNUSED,  /* marked unused: a zero in the mean, and no update if nobody used it */
+} ps__contribution;
+
+/* Sync: adds what one chunk's push brings to the step it was computed for,
+ * or drops it when that step was already applied without it. Returns 1 when
+ * dropped, 0 when counted, -1 after failing the peer. */
 static int ps__push_sync(ps_kv_server *s, ps__peer *p, int local, uint64_t clock, const float *g,
-                         ps__push_buf *buf, int usable)
+                         ps__push_buf *buf, ps__contribution what)
 {
     ps_chunk_clock *c = &s->sync[local];
 
@@ -170,14 +180,16 @@ static int ps__push_sync(ps_kv_server *s, ps__peer *p, int local, uint64_t clock
         s->n_dropped++;
         return 1;
     }
-    if (usable) {
+    if (what == PS__GRAD) {
         if (ps__submit_update(s, PS__UPDATE_ACCUMULATE, local, g, buf, 0, 0.0f) < 0) {
             ps_conn_close(p->conn, -ENOMEM);
             return -1;
         }
         ps__record_staleness(s, 0);
-        c->pushes++;
+        c->used++;
     }
+    if (what != PS__REFUSED)
+        c->pushes++;
     if (clock + 1 > p->fed)
         p->fed = clock + 1;
     c->live_pushes++;
@@ -232,8 +244,8 @@ static long long ps__check_push(ps_kv_server *s, ps__peer *p, const Shardps__Hea
                                                       "never pushed");
             return -1;
         }
-    if (ps_validate_payload(h->type, h->dtype, (size_t)bytes, h->payload_bytes, why, sizeof(why)) <
-        0) {
+    if (ps_validate_payload(h->type, h->dtype, h->unused, (size_t)bytes, h->payload_bytes, why,
+                            sizeof(why)) < 0) {
         ps__peer_fail(p, -PS_EPROTO, "%s", why);
         return -1;
     }
@@ -296,7 +308,8 @@ int ps__place_push(ps_conn *c, const Shardps__Header *h, const ps_frame_piece **
         return ps__place_rows(s, p, h, pieces);
     if (ps_validate_worker_type(h->type, why, sizeof(why)) < 0 ||
         (h->type != SHARDPS__MSG_TYPE__PUSH &&
-         ps_validate_payload(h->type, h->dtype, 0, h->payload_bytes, why, sizeof(why)) < 0)) {
+         ps_validate_payload(h->type, h->dtype, h->unused, 0, h->payload_bytes, why, sizeof(why)) <
+             0)) {
         ps__peer_fail(p, -PS_EPROTO, "%s", why);
         return -PS_EPROTO;
     }
@@ -389,12 +402,13 @@ void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     bytes = ps__check_push(s, p, h, locals);
     if (bytes < 0)
         goto out;
-    buf = ps__take_push_payload(s, p, f, (size_t)bytes);
-    if (buf == NULL) {
+    /* A push marked unused has no payload to take: nothing is read from it. */
+    buf = h->unused ? NULL : ps__take_push_payload(s, p, f, (size_t)bytes);
+    if (buf == NULL && !h->unused) {
         ps_conn_close(p->conn, -ENOMEM);
         goto out;
     }
-    payload = buf->data;
+    payload = buf ? buf->data : NULL;
     /* The decoder scanned the payload as it arrived (see ps__on_connection);
      * float16 and bfloat16 Inf and NaN widen to float32 Inf and NaN, so it
      * is the same answer for every dtype. */
@@ -413,7 +427,8 @@ void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
         size_t numel = ps_shard_chunk(s->shard, local)->numel;
         int rc, ok;
 
-        payload += numel * sizeof(float);
+        if (payload)
+            payload += numel * sizeof(float);
         if (p->pushed[local] > h->clock) {
             /* A repeat (typically resent after a reconnect): this rank's
              * gradient for this step is already in. */
@@ -422,7 +437,11 @@ void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
             continue;
         }
         p->pushed[local] = h->clock + 1;
-        ok = usable && ps__chunk_usable(s, p, h->keys[i], g, numel);
+        /* Async and ssp apply nothing for an unused push: it only moves
+         * this rank's clock. */
+        if (h->unused && !sync)
+            continue;
+        ok = h->unused || (usable && ps__chunk_usable(s, p, h->keys[i], g, numel));
         rejected += !ok;
         if (!sync) {
             uint64_t st = ok ? ps__push_now(s, local, h->clock, g, buf) : 0;
@@ -431,7 +450,10 @@ void ps__handle_push(ps_kv_server *s, ps__peer *p, const ps_frame *f)
             dropped += !ok;
             continue;
         }
-        rc = ps__push_sync(s, p, local, h->clock, g, buf, ok);
+        rc = ps__push_sync(s, p, local, h->clock, g, buf,
+                           h->unused ? PS__UNUSED
+                           : ok      ? PS__GRAD
+                                     : PS__REFUSED);
         if (rc < 0)
             goto out;
         dropped += rc || !ok;

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "mix64.h"
+#include "id_set.h"
 #include "ps_error.h"
 #include "row_map.h"
 
@@ -49,14 +49,9 @@ struct ps_row_store {
     ps_row_map *map;
     ps_row_admit *admit;
     ps_row_counters counters;
-    float *row;  /* a new row being made: values then state */
-    float *grad; /* a scaled gradient */
-    /* Duplicate check of a batch: an open-addressing set whose entries are
-     * valid only when their generation is the batch's. */
-    uint64_t *seen_id;
-    uint32_t *seen_gen;
-    size_t seen_cap;
-    uint32_t gen;
+    float *row;     /* a new row being made: values then state */
+    float *grad;    /* a scaled gradient */
+    ps_id_set seen; /* duplicate check of a batch */
     /* Eviction candidates, oldest first from next_victim. */
     ps__victim *victims;
     size_t n_victims, next_victim, cap_victims;
@@ -354,8 +349,7 @@ void ps_row_store_free(ps_row_store *st)
     ps_row_admit_free(st->admit);
     free(st->row);
     free(st->grad);
-    free(st->seen_id);
-    free(st->seen_gen);
+    ps_id_set_free(&st->seen);
     free(st->victims);
     free(st);
 }
@@ -439,39 +433,10 @@ int ps_row_store_gather(const ps_row_store *st, const uint64_t *ids, size_t n, u
 /* 1 when ids[0..n) holds an ID twice. */
 static int ps__has_duplicates(ps_row_store *st, const uint64_t *ids, size_t n, int *rc)
 {
-    size_t cap = 64;
-
-    *rc = 0;
-    while (cap < 2 * n)
-        cap *= 2;
-    if (cap > st->seen_cap) {
-        uint64_t *id = realloc(st->seen_id, cap * sizeof(uint64_t));
-        uint32_t *gen;
-        if (id)
-            st->seen_id = id;
-        gen = id ? calloc(cap, sizeof(uint32_t)) : NULL;
-        if (!gen) {
-            *rc = -ENOMEM;
-            return 0;
-        }
-        free(st->seen_gen);
-        st->seen_gen = gen;
-        st->seen_cap = cap;
-        st->gen = 0;
-    }
-    /* A new generation empties the set; at wrap-around clear it for real. */
-    if (++st->gen == 0) {
-        memset(st->seen_gen, 0, st->seen_cap * sizeof(uint32_t));
-        st->gen = 1;
-    }
-    for (size_t i = 0; i < n; i++) {
-        size_t mask = st->seen_cap - 1, k = (size_t)ps_mix64(ids[i]) & mask;
-        for (; st->seen_gen[k] == st->gen; k = (k + 1) & mask)
-            if (st->seen_id[k] == ids[i])
-                return 1;
-        st->seen_gen[k] = st->gen;
-        st->seen_id[k] = ids[i];
-    }
+    *rc = ps_id_set_reset(&st->seen, n);
+    for (size_t i = 0; *rc == 0 && i < n; i++)
+        if (ps_id_set_put(&st->seen, ids[i], 0) >= 0)
+            return 1;
     return 0;
 }
 
@@ -609,7 +574,7 @@ void ps_row_store_counters(const ps_row_store *st, ps_row_counters *out)
     out->bytes += sizeof(*st) + ps_row_map_bytes(st->map) +
                   (st->admit ? ps_row_admit_bytes(st->admit) : 0) +
                   (2 * st->cfg.dim + st->state_floats) * sizeof(float) +
-                  st->seen_cap * (sizeof(uint64_t) + sizeof(uint32_t)) +
+                  st->seen.cap * (sizeof(uint64_t) + 2 * sizeof(uint32_t)) +
                   st->cap_victims * sizeof(ps__victim) + st->cap_slabs * sizeof(uint8_t *);
 }
 
@@ -632,7 +597,8 @@ int ps_row_store_visit(const ps_row_store *st, uint64_t step, uint64_t *cursor, 
                           .last_step = h->last_step,
                           .updates = h->updates,
                           .values = ps__values(h),
-                          .state = ps__state(st, h)};
+                          .state = ps__state(st, h),
+                          .record = h};
         if ((rc = fn(arg, &v)) < 0)
             return rc;
         done++;

@@ -108,6 +108,10 @@ typedef struct {
     uint32_t updates;    /* updates applied (Adam's per-row step), saturating */
     const float *values; /* dim floats */
     const float *state;  /* ps_row_store_state_floats floats */
+    /* A visit's row as stored (NULL for an insert): its 16-byte header (ID,
+     * last step, update count, host order) then the values and the state,
+     * contiguous, as a checkpoint writes a row (one copy, not five). */
+    const void *record;
 } ps_row_view;
 
 typedef struct ps_row_store ps_row_store;

@@ -83,46 +83,31 @@ int ps_rows_check_header(const ps_rows_limits *lim, const Shardps__Header *h, ch
     return 0;
 }
 
-static int ps__cmp_u64(const void *a, const void *b)
+long ps_rows_find_repeat(const uint64_t *ids, size_t n, ps_id_set *seen)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-    return (x > y) - (x < y);
-}
-
-long ps_rows_find_repeat(const uint64_t *ids, size_t n, uint64_t *scratch)
-{
-    uint64_t dup;
-    int found = 0;
-
-    if (n < 2)
-        return -1;
-    memcpy(scratch, ids, n * sizeof(*ids));
-    qsort(scratch, n, sizeof(*scratch), ps__cmp_u64);
-    for (size_t i = 1; i < n && !found; i++)
-        if (scratch[i] == scratch[i - 1]) {
-            dup = scratch[i];
-            found = 1;
-        }
-    if (!found)
-        return -1;
-    /* The second place it appears, for the message. */
-    for (size_t i = 0, seen = 0; i < n; i++)
-        if (ids[i] == dup && seen++)
+    if (n < 2 || ps_id_set_reset(seen, n) < 0)
+        return n < 2 ? -1 : -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        if (ps_id_set_put(seen, ids[i], 0) >= 0)
             return (long)i;
     return -1;
 }
 
 int ps_rows_parse(const uint8_t *payload, Shardps__MsgType type, Shardps__DType dtype,
-                  uint64_t count, uint32_t dim, uint64_t *ids, float *grads, uint64_t *scratch,
-                  char *why, size_t why_len)
+                  uint64_t count, uint32_t dim, uint64_t *ids, float *widened, const float **grads,
+                  ps_id_set *seen, char *why, size_t why_len)
 {
+    const float *g;
     size_t n = (size_t)count, values = n * dim;
     const uint8_t *v = payload + n * sizeof(uint64_t);
     long rep;
 
     memcpy(ids, payload, n * sizeof(uint64_t));
-    rep = ps_rows_find_repeat(ids, n, scratch);
+    rep = ps_rows_find_repeat(ids, n, seen);
+    if (rep == -ENOMEM) {
+        snprintf(why, why_len, "out of memory checking %zu IDs for repeats", n);
+        return -ENOMEM;
+    }
     if (rep >= 0) {
         snprintf(why, why_len,
                  "a rows request names ID %" PRIu64 " twice (again at position %ld of %zu); "
@@ -135,14 +120,18 @@ int ps_rows_parse(const uint8_t *payload, Shardps__MsgType type, Shardps__DType 
     if (dtype == SHARDPS__DTYPE__DTYPE_F16 || dtype == SHARDPS__DTYPE__DTYPE_BF16) {
         /* IDs are 8 bytes each, so the halves start 2-aligned. */
         if (dtype == SHARDPS__DTYPE__DTYPE_F16)
-            ps_f16_to_f32(grads, (const uint16_t *)(const void *)v, values);
+            ps_f16_to_f32(widened, (const uint16_t *)(const void *)v, values);
         else
-            ps_bf16_to_f32(grads, (const uint16_t *)(const void *)v, values);
+            ps_bf16_to_f32(widened, (const uint16_t *)(const void *)v, values);
+        g = widened;
     } else {
-        memcpy(grads, v, values * sizeof(float));
+        /* float32 is read in place: 8-byte IDs keep it 4-aligned in a
+         * payload that starts aligned. */
+        g = (const float *)(const void *)v;
     }
+    *grads = g;
     for (size_t i = 0; i < values; i++)
-        if (!isfinite(grads[i])) {
+        if (!isfinite(g[i])) {
             snprintf(why, why_len,
                      "a rows push holds a non-finite gradient (row of ID %" PRIu64
                      ", element %zu); the table is unchanged",

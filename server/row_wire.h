@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "id_set.h"
 #include "shardps.pb-c.h"
 
 /* The largest --max-row-ids: 2^26 IDs, whose push at the largest dim fits
@@ -45,19 +46,22 @@ int ps_rows_check_header(const ps_rows_limits *lim, const Shardps__Header *h, ch
 uint64_t ps_rows_payload_bytes(Shardps__MsgType type, Shardps__DType dtype, uint64_t count,
                                uint32_t dim);
 
-/* The index of an ID that appears earlier in ids[0..n) too, or -1 when
- * they are unique. scratch: n uint64 of the caller's. */
-long ps_rows_find_repeat(const uint64_t *ids, size_t n, uint64_t *scratch);
+/* The index of the first ID of ids[0..n) that appears earlier too, -1 when
+ * they are unique, or -ENOMEM. seen: the caller's set, reset here. */
+long ps_rows_find_repeat(const uint64_t *ids, size_t n, ps_id_set *seen);
 
 /* Takes a payload of a request whose header passed ps_rows_check_header
  * apart: the count IDs into ids (the caller's, count uint64), and for a
- * push the gradients widened to float32 into grads (the caller's, count x
- * dim floats; NULL for a pull). Refuses (-PS_EPROTO) an ID named twice and
- * (-ERANGE) a push holding a NaN or Inf value, naming the first; scratch:
- * count uint64 of the caller's. Nothing else is written on a refusal that
- * matters: the caller discards ids and grads. */
+ * push *grads = its count x dim float32 gradients: in the payload itself
+ * (float32, read in place, so the payload must start 4-aligned and stay
+ * while they are used) or widened from float16/bfloat16 into widened (the
+ * caller's, count x dim floats; may be NULL for float32 and for a pull).
+ * Refuses (-PS_EPROTO) an ID named twice and (-ERANGE) a push holding a NaN
+ * or Inf value, naming the first; -ENOMEM when seen (the caller's, see
+ * ps_rows_find_repeat) cannot grow. The caller discards ids and grads on a
+ * refusal. */
 int ps_rows_parse(const uint8_t *payload, Shardps__MsgType type, Shardps__DType dtype,
-                  uint64_t count, uint32_t dim, uint64_t *ids, float *grads, uint64_t *scratch,
-                  char *why, size_t why_len);
+                  uint64_t count, uint32_t dim, uint64_t *ids, float *widened, const float **grads,
+                  ps_id_set *seen, char *why, size_t why_len);
 
 #endif

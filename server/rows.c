@@ -45,6 +45,7 @@ void ps__rows_free(ps_kv_server *s)
     }
     free(s->rows);
     free(s->row_pushed);
+    ps_id_set_free(&s->row_seen);
     s->rows = NULL;
     s->row_pushed = NULL;
     s->n_rows = 0;
@@ -102,9 +103,6 @@ int ps__rows_build(ps_kv_server *s)
     }
     ps_info("server %d of %d holds its share of %d row table%s", s->cfg.server_index,
             s->cfg.num_servers, n, n == 1 ? "" : "s");
-    if (s->cfg.checkpoint_dir)
-        ps_warn("checkpoints do not hold embedding rows yet: a restore starts the row tables "
-                "empty");
     return 0;
 fail:
     ps__rows_free(s);
@@ -167,6 +165,18 @@ static void ps__rows_view(ps_kv_server *s, const ps__row_table *t, ps_consistenc
         v->server_clock = t->clock.clock;
 }
 
+/* A pull reply's buffer goes back to the pool once the socket took it. */
+static void ps__rows_sent(ps_conn *c, int status, void *buf)
+{
+    (void)c;
+    (void)status;
+    ps_buf_pool_put(buf);
+}
+
+/* The rows are gathered straight into a pooled buffer that the reply is
+ * sent from: a snapshot of the rows as they are now, so no later apply can
+ * change what goes out and nothing is copied again (a fresh malloc of a
+ * 16 MiB reply cost its page faults on every pull). */
 static void ps__answer_rows(ps_kv_server *s, ps__peer *p, uint64_t request_id, uint64_t clock,
                             uint32_t table, const uint64_t *ids, size_t n)
 {
@@ -174,7 +184,7 @@ static void ps__answer_rows(ps_kv_server *s, ps__peer *p, uint64_t request_id, u
     ps__row_table *t = &s->rows[table];
     size_t bytes = n * t->dim * sizeof(float);
     ps_iov iov;
-    float *out = malloc(bytes ? bytes : 1);
+    float *out = ps_buf_pool_get(s->bufs, bytes ? bytes : 1);
     int rc = -ENOMEM;
 
     if (out == NULL)
@@ -190,7 +200,7 @@ static void ps__answer_rows(ps_kv_server *s, ps__peer *p, uint64_t request_id, u
     h.row_count = n;
     iov.base = out;
     iov.len = bytes;
-    rc = ps_conn_send_transient(p->conn, &h, &iov, 1, s->bufs);
+    rc = ps_conn_send(p->conn, &h, &iov, 1, ps__rows_sent, out);
     if (rc < 0)
         goto fail;
     s->n_row_pulls++;
@@ -198,10 +208,9 @@ static void ps__answer_rows(ps_kv_server *s, ps__peer *p, uint64_t request_id, u
     s->bytes_out += bytes;
     p->n_pulls++;
     p->bytes_out += bytes;
-    free(out);
     return;
 fail:
-    free(out);
+    ps_buf_pool_put(out);
     if (rc != -PS_ECLOSED)
         ps_conn_close(p->conn, rc);
 }
@@ -265,32 +274,35 @@ static int ps__rows_clock_ok(ps_kv_server *s, ps__peer *p, const Shardps__Header
 }
 
 /* The request's IDs (and a push's gradients) taken apart and checked. The
- * caller frees *ids and *grads. Returns 0; 1 for a push holding a NaN or
- * Inf gradient (refused, logged and counted here; the peer goes on, as with
- * a dense push's); or -1 after failing the peer (an ID named twice). */
+ * caller frees *ids and *widened; *grads points into the payload or at
+ * *widened. Returns 0; 1 for a push holding a NaN or Inf gradient (refused,
+ * logged and counted here; the peer goes on, as with a dense push's); or -1
+ * after failing the peer (an ID named twice). */
 static int ps__rows_parse(ps_kv_server *s, ps__peer *p, const ps_frame *f, uint64_t **ids,
-                          float **grads)
+                          float **widened, const float **grads)
 {
     const Shardps__Header *h = f->hdr;
     size_t n = (size_t)h->row_count, dim = s->rows[h->row_table].dim;
-    int push = h->type == SHARDPS__MSG_TYPE__PUSH_ROWS;
-    uint64_t *scratch = malloc((n + 1) * sizeof(*scratch));
+    int wide = h->type == SHARDPS__MSG_TYPE__PUSH_ROWS && h->dtype != SHARDPS__DTYPE__DTYPE_F32;
     const char *name = s->table.row_tables[h->row_table].name;
     char why[256];
     int rc;
 
     *ids = malloc((n + 1) * sizeof(**ids));
-    *grads = push ? malloc((n * dim + 1) * sizeof(**grads)) : NULL;
-    if (scratch == NULL || *ids == NULL || (push && *grads == NULL)) {
-        free(scratch);
+    *widened = wide ? malloc((n * dim + 1) * sizeof(**widened)) : NULL;
+    *grads = NULL;
+    if (*ids == NULL || (wide && *widened == NULL)) {
         ps_conn_close(p->conn, -ENOMEM);
         return -1;
     }
     rc = ps_rows_parse(ps__rows_payload(p, f), h->type, h->dtype, h->row_count, (uint32_t)dim, *ids,
-                       *grads, scratch, why, sizeof(why));
-    free(scratch);
+                       *widened, grads, &s->row_seen, why, sizeof(why));
     if (rc == 0)
         return 0;
+    if (rc == -ENOMEM) {
+        ps_conn_close(p->conn, rc);
+        return -1;
+    }
     s->n_row_refused++;
     if (rc == -ERANGE) {
         s->n_row_nonfinite++;
@@ -308,14 +320,15 @@ void ps__handle_pull_rows(ps_kv_server *s, ps__peer *p, const ps_frame *f)
 {
     const Shardps__Header *h = f->hdr;
     uint64_t *ids = NULL;
-    float *grads = NULL;
+    float *widened = NULL;
+    const float *grads;
     ps__row_pull *q;
     ps_consistency_view v;
 
     if (ps__rows_check(s, p, h) < 0)
         goto out;
     ps__rows_view(s, &s->rows[h->row_table], &v);
-    if (!ps__rows_clock_ok(s, p, h, &v) || ps__rows_parse(s, p, f, &ids, &grads) != 0)
+    if (!ps__rows_clock_ok(s, p, h, &v) || ps__rows_parse(s, p, f, &ids, &widened, &grads) != 0)
         goto out;
     if (ps_consistency_pull_ready(&v, h->clock, p->fed)) {
         ps__answer_rows(s, p, h->request_id, h->clock, h->row_table, ids, (size_t)h->row_count);
@@ -330,7 +343,8 @@ void ps__handle_pull_rows(ps_kv_server *s, ps__peer *p, const ps_frame *f)
         ps_conn_close(p->conn, -ENOMEM);
         goto out;
     }
-    *q = (ps__row_pull){NULL, p, h->request_id, h->clock, h->row_table, (size_t)h->row_count, ids};
+    *q = (ps__row_pull){NULL,          p,   h->request_id,     h->clock, h->row_table,
+                        (size_t)h->row_count, ids, uv_now(s->loop), 0};
     ids = NULL;
     p->pending++;
     {
@@ -341,6 +355,7 @@ void ps__handle_pull_rows(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     }
 out:
     free(ids);
+    free(widened);
     ps_buf_pool_put(p->push_piece.base);
     p->push_piece.base = NULL;
 }
@@ -435,7 +450,8 @@ void ps__handle_push_rows(ps_kv_server *s, ps__peer *p, const ps_frame *f)
 {
     const Shardps__Header *h = f->hdr;
     uint64_t *ids = NULL, *pushed, staleness = 0;
-    float *grads = NULL;
+    float *widened = NULL;
+    const float *grads = NULL;
     ps__row_table *t;
     ps_consistency_view v;
     size_t n = (size_t)h->row_count;
@@ -455,7 +471,7 @@ void ps__handle_push_rows(ps_kv_server *s, ps__peer *p, const ps_frame *f)
                       h->clock, s->table.row_tables[h->row_table].name, t->clock.clock);
         goto out;
     }
-    usable = ps__rows_parse(s, p, f, &ids, &grads);
+    usable = ps__rows_parse(s, p, f, &ids, &widened, &grads);
     if (usable < 0)
         goto out;
     usable = usable == 0;
@@ -504,7 +520,7 @@ void ps__handle_push_rows(ps_kv_server *s, ps__peer *p, const ps_frame *f)
     ps__release_pulls(s);
 out:
     free(ids);
-    free(grads);
+    free(widened);
     ps_buf_pool_put(p->push_piece.base);
     p->push_piece.base = NULL;
 }

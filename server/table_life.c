@@ -75,6 +75,11 @@ int ps_table_life_step(ps_table_life *t, ps_table_event ev)
             return -EINVAL;
         t->state = PS_TABLE_WITHDRAWN;
         return PS_TABLE_WITHDRAW;
+    case PS_TABLE_OUTRANKED:
+        if (!ps_table_life_may_outrank(t))
+            return -EINVAL;
+        t->state = PS_TABLE_WITHDRAWN;
+        return PS_TABLE_WITHDRAW;
     case PS_TABLE_RELEASED:
         return -EINVAL;
     }
@@ -89,6 +94,11 @@ int ps_table_life_holds(const ps_table_life *t)
 int ps_table_life_filled(const ps_table_life *t)
 {
     return t->state == PS_TABLE_FILLED || t->state == PS_TABLE_COMMITTED;
+}
+
+int ps_table_life_may_outrank(const ps_table_life *t)
+{
+    return t->state == PS_TABLE_DECLARED && !t->pinned;
 }
 
 int ps_table_life_may_checkpoint(const ps_table_life *t)

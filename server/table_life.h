@@ -25,6 +25,8 @@
  *   Nothing of it survives: the peers that joined it are closed, who joined
  *   and what they planned is forgotten, and once the work still in flight on
  *   it has drained it is freed (released) and the server holds none.
+ *   A declared table also gives way to rank 0's when rank 0 declares
+ *   another (outranked): the job's starting point is rank 0's model.
  * A table the embedding program configures is pinned: no peer declared it,
  * so no peer's leaving withdraws it. */
 #ifndef PS_TABLE_LIFE_H
@@ -50,6 +52,7 @@ typedef enum {
     PS_TABLE_FILL_DONE,       /* every chunk has its memory and initial values */
     PS_TABLE_APPLIED,         /* a step was applied */
     PS_TABLE_CHECK_FAILED,    /* the table cannot be held after all */
+    PS_TABLE_OUTRANKED,       /* rank 0 declares another table: the job's is rank 0's */
     PS_TABLE_RELEASED,        /* a withdrawn table's work drained; it is freed */
 } ps_table_event;
 
@@ -70,7 +73,12 @@ typedef enum {
 /* Applies ev to t. Returns the action it asks for, or -EINVAL (t
  * unchanged) for an event that cannot happen in t's state: declaring over a
  * held table, applying a step before the table is filled, withdrawing a
- * committed one. A withdrawn table takes no news but its release. */
+ * committed one. A withdrawn table takes no news but its release.
+ * Outranked: a table declared by other ranks gives way to rank 0's, so the
+ * job's table never depends on who started first, but only while it is
+ * declared (training has not started, nothing is filled) and no program
+ * configured it; later -EINVAL, and rank 0 is refused as any rank whose
+ * table differs. */
 int ps_table_life_step(ps_table_life *t, ps_table_event ev);
 
 /* The server holds a table HELLOs are compared with (declared up to
@@ -78,6 +86,9 @@ int ps_table_life_step(ps_table_life *t, ps_table_event ev);
 int ps_table_life_holds(const ps_table_life *t);
 /* Its chunks have their values: pulls may be answered, pushes applied. */
 int ps_table_life_filled(const ps_table_life *t);
+/* Rank 0 declaring another table would outrank this one (only a declared
+ * table, not configured). */
+int ps_table_life_may_outrank(const ps_table_life *t);
 /* Only a committed table is written to a checkpoint. */
 int ps_table_life_may_checkpoint(const ps_table_life *t);
 

@@ -154,7 +154,7 @@ int ps__table_may_checkpoint(ps_kv_server *s)
  * calls ps__on_settled itself afterwards. */
 static void ps__withdraw(ps_kv_server *s, const char *why, int in_queue)
 {
-    char reason[320];
+    char reason[1024];
     ps__peer *p;
 
     ps_warn("the tensor table of %d tensors is withdrawn: %s; nothing of it is kept, and the next "
@@ -352,6 +352,42 @@ void ps__maybe_start(ps_kv_server *s)
     ps__release_pulls(s);
 }
 
+int ps__table_may_outrank(const ps_kv_server *s, const Shardps__Hello *hello,
+                          const ps_model_spec *spec)
+{
+    return spec != NULL && hello->rank == 0 && s->workers[0] == NULL &&
+           ps_table_life_may_outrank(&s->life);
+}
+
+/* Rank 0's table over one other ranks declared first (issue 23 pt 2: the
+ * job starts from rank 0's model, whoever came first): the held table is
+ * withdrawn, its declarers told that rank 0 declared another and how the
+ * two differ. Returns 1 when the server now holds no table (rank 0's is
+ * adopted next), or -1 after failing rank 0 with -EAGAIN (the old table is
+ * still draining: come back). */
+static int ps__outranked(ps_kv_server *s, ps__peer *p, const char *diff)
+{
+    char ranks[128] = "", why[800];
+    size_t n = 0;
+    int count = 0;
+
+    for (ps__peer *q = s->peers; q; q = q->next)
+        if (q->state == PS__PEER_WORKER && q->declarer && n < sizeof(ranks)) {
+            n += (size_t)snprintf(ranks + n, sizeof(ranks) - n, "%s%u", count ? ", " : "", q->rank);
+            count++;
+        }
+    snprintf(why, sizeof(why), "rank 0 declared another table than rank%s %s: %s",
+             count == 1 ? "" : "s", ranks, diff);
+    ps_table_life_step(&s->life, PS_TABLE_OUTRANKED);
+    ps__withdraw(s, why, 0);
+    if (!s->has_table)
+        return 1;
+    ps__peer_fail(p, -EAGAIN,
+                  "the tensor table other ranks declared gives way to rank 0's and is still "
+                  "being withdrawn; come back in a moment");
+    return -1;
+}
+
 int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
                     const ps_model_spec *spec)
 {
@@ -384,14 +420,22 @@ int ps__check_table(ps_kv_server *s, ps__peer *p, const Shardps__Hello *hello,
         if (memcmp(digest, s->table_digest, sizeof(digest)) == 0)
             return 0;
         /* Both tables are here: the refusal names the first difference. */
-        if (ps_tensor_table_diff(spec, &s->table, "from the worker", "on this server", why,
-                                 sizeof(why)) == 0)
-            snprintf(why, sizeof(why), "the tables' digests differ");
-        ps__peer_fail(p, -PS_EMISMATCH,
-                      "model mismatch: %s; every process of a job must declare the same "
-                      "tensors and --seed",
-                      why);
-        return -1;
+        if (ps__table_may_outrank(s, hello, spec)) {
+            if (ps_tensor_table_diff(spec, &s->table, "from rank 0", "declared first", why,
+                                     sizeof(why)) == 0)
+                snprintf(why, sizeof(why), "the tables' digests differ");
+            if (ps__outranked(s, p, why) < 0)
+                return -1;
+        } else {
+            if (ps_tensor_table_diff(spec, &s->table, "from the worker", "on this server", why,
+                                     sizeof(why)) == 0)
+                snprintf(why, sizeof(why), "the tables' digests differ");
+            ps__peer_fail(p, -PS_EMISMATCH,
+                          "model mismatch: %s; every process of a job must declare the same "
+                          "tensors and --seed",
+                          why);
+            return -1;
+        }
     }
     rc = ps__adopt_table(s, spec, PS_TABLE_DECLARE);
     if (rc < 0) {

@@ -78,7 +78,7 @@ int ps_validate_evaluator_slot(int max_connections, int world, int evaluators, c
     return -EAGAIN;
 }
 
-int ps_validate_payload(Shardps__MsgType type, Shardps__DType dtype, size_t f32_bytes,
+int ps_validate_payload(Shardps__MsgType type, Shardps__DType dtype, int unused, size_t f32_bytes,
                         uint64_t payload_bytes, char *why, size_t why_len)
 {
     int half = dtype == SHARDPS__DTYPE__DTYPE_F16 || dtype == SHARDPS__DTYPE__DTYPE_BF16;
@@ -90,6 +90,15 @@ int ps_validate_payload(Shardps__MsgType type, Shardps__DType dtype, size_t f32_
             return 0;
         snprintf(why, why_len, "message type %d carries a %llu-byte payload; it takes none", type,
                  (unsigned long long)payload_bytes);
+        return -PS_EPROTO;
+    }
+    if (unused) {
+        if (payload_bytes == 0 && dtype == SHARDPS__DTYPE__DTYPE_UNKNOWN)
+            return 0;
+        snprintf(why, why_len,
+                 "a push marked unused carries no gradient, but this one has a %llu-byte payload "
+                 "of dtype %d",
+                 (unsigned long long)payload_bytes, dtype);
         return -PS_EPROTO;
     }
     if (!half && dtype != SHARDPS__DTYPE__DTYPE_F32) {

@@ -28,9 +28,11 @@ int ps_validate_evaluator_slot(int max_connections, int world, int evaluators, c
                                size_t why_len);
 /* A frame of this type announcing payload_bytes: PUSH must carry exactly its
  * keys' values (f32_bytes in float32, half that in float16 or bfloat16) in a supported
- * dtype; every other type carries nothing. Checked on the header alone,
+ * dtype, unless it is marked unused (the header's `unused`: a tensor no
+ * forward used), when it carries neither payload nor dtype; every other type
+ * carries nothing (and ignores `unused`). Checked on the header alone,
  * before any payload byte is buffered. */
-int ps_validate_payload(Shardps__MsgType type, Shardps__DType dtype, size_t f32_bytes,
+int ps_validate_payload(Shardps__MsgType type, Shardps__DType dtype, int unused, size_t f32_bytes,
                         uint64_t payload_bytes, char *why, size_t why_len);
 /* A declarer's frame after its HELLO (and proof): a TABLE, no keys, a
  * payload of 1 to PS_TABLE_MAX_BYTES bytes; checked on the header alone,

@@ -56,7 +56,7 @@ from typing import Any, Dict, List, Optional, Tuple, Type, Union
 import numpy as np
 from numpy.typing import NDArray
 
-__version__ = "1.4.0"
+__version__ = "1.5.0"
 
 __all__ = ["Client", "ShardpsError", "Float32Array", "load_library", "library_path", "INIT_ZERO",
            "INIT_HE_UNIFORM", "INIT_XAVIER_UNIFORM", "KIND_PARAMETER", "KIND_BUFFER",
@@ -173,6 +173,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "shardps_weights_clock": (c_int, [c_void_p, u64p]),
         "shardps_push": (c_int, [c_void_p, c_int, fptr, ctypes.c_size_t]),
         "shardps_push_copy": (c_int, [c_void_p, c_int, fptr, ctypes.c_size_t]),
+        "shardps_push_unused": (c_int, [c_void_p, c_int]),
         "shardps_pull_into": (c_int, [c_void_p, ctypes.c_uint64, ctypes.POINTER(fptr),
                                       ctypes.POINTER(ctypes.c_size_t), c_int]),
         "shardps_progress": (c_int, [c_void_p]),
@@ -439,6 +440,21 @@ class Client:
             # may have queued some of its chunks.
             self._borrowed.append(g)
             self._check(self._lib.shardps_push(self._h, tensor, _float_ptr(g), g.size))
+        if block:
+            self.wait()
+
+    def push_unused(self, tensor: int, block: bool = True) -> None:
+        """Tells the servers that no forward used tensor this step, instead of
+        pushing its gradient (shardps_push_unused): a zero in the step's
+        mean over the ranks, and in a step no rank used it no update at all
+        (weights, momentum, Adam's moments and step count stay), as DDP with
+        find_unused_parameters=True and torch.optim do. block=False: returns
+        at once."""
+        table = self._connected_table("push_unused")
+        tensor = operator.index(tensor)
+        if not 0 <= tensor < len(table):
+            raise ValueError(f"push_unused: no tensor {tensor} (the table has {len(table)})")
+        self._check(self._lib.shardps_push_unused(self._h, tensor))
         if block:
             self.wait()
 

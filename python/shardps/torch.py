@@ -31,8 +31,10 @@ num_batches_tracked, carried exactly), refreshed every step: rank 0 writes
 its buffers as its backward starts, and every rank pulls them with the
 weights. Parameters with requires_grad=False are declared frozen, with
 their values, and never pushed. A parameter that no forward of a step used
-gets no gradient; the others' step goes on (see Attached.sync for how that
-compares with DDP's find_unused_parameters=True).
+is updated as DDP with find_unused_parameters=True and torch.optim update
+it: with the mean over the ranks (its gradient counting as zero here) when
+another rank used it, and not at all (no momentum, weight decay or Adam
+step) when no rank did.
 
 What a gradient hook pushes is a copy the library owns (shardps_push_copy,
 on CUDA the pinned staging buffer), taken before the hook returns: a
@@ -212,11 +214,14 @@ class Attached:
                 values[i] = self._tensors[i].detach().view(-1).numpy()
         self.client.write_buffers(values)
 
-    def _push(self, j: int, g: torch.Tensor) -> None:
-        """Pushes parameter j's gradient g (flat), rank 0's buffers first."""
+    def _push(self, j: int, g: Optional[torch.Tensor]) -> None:
+        """Pushes parameter j's gradient g (flat), or None: that no forward
+        of the step used it; rank 0's buffers first."""
         if self._pushed == 0 and self.rank == 0 and self._buffers:
             self._write_buffers()
-        if g.is_cuda:
+        if g is None:
+            self.client.push_unused(self._pidx[j], block=False)
+        elif g.is_cuda:
             # Synchronous: the bytes are in the staging buffer, which
             # nobody else writes, before the push starts.
             self._grad_host[j].copy_(g)
@@ -281,15 +286,13 @@ class Attached:
         never calls it.
 
         A parameter that no forward of the step used (its gradient hook
-        never ran) is pushed a zero gradient once every other parameter
-        has its gradient, so that the sync step completes: the servers
-        average it with the other ranks' as DDP with
-        find_unused_parameters=True averages a rank's unused parameter as
-        zero. Where no rank used it, DDP leaves its .grad None and
-        torch.optim skips it; the servers apply the zero gradient, which
-        leaves it unchanged under plain SGD (momentum 0, weight decay 0)
-        but moves it by its momentum, weight decay or Adam's moments
-        otherwise (docs/torch.md)."""
+        never ran) is pushed as unused once every other parameter has its
+        gradient, so that the sync step completes: the servers average it
+        as a zero with the other ranks' gradients, as DDP with
+        find_unused_parameters=True averages a rank's unused parameter,
+        and where no rank used it they leave it, its optimizer state and
+        its step count as they were, as torch.optim skips a parameter
+        whose .grad DDP left None (docs/torch.md)."""
         self._check_unchanged()
         if self._pulled and len(set(self._count)) == 1 and self._pushed == 0:
             # A forward with nothing to exchange (a test of the model, or
@@ -306,7 +309,7 @@ class Attached:
                                    "used in the step must get one from each backward pass")
             for j, c in enumerate(self._count):
                 if c == 0:
-                    self._push(j, torch.zeros(self._params[j].numel(), dtype=torch.float32))
+                    self._push(j, None)
         stepped = self._pulled
         self.client.pull(self._dest)  # waits for the pushes too
         if stepped:

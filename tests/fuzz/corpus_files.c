@@ -148,9 +148,17 @@ static int cf_tables(const char *dir)
 }
 
 /* A real checkpoint of the fuzz model with Adam's state, at clock 3, as
- * fuzz_checkpoint's restoring server expects it; then broken copies. */
-static int cf_checkpoints(const char *dir)
+ * fuzz_checkpoint's restoring server expects it; then broken copies. With
+ * rows, the model has a row table of dim 4 (the job's Adam) holding 6 rows
+ * (the seeds' names start "rows-"). */
+static int cf_checkpoints(const char *dir, int with_rows)
 {
+    static const uint64_t ids[] = {1, 2, 3, 1u << 20, UINT64_MAX, 77};
+    ps_row_table_spec emb = {.name = "emb", .dim = 4};
+    ps_row_store_config rc_cfg = {.dim = 4};
+    ps_checkpoint_rows rows = {0};
+    ps_row_store *store = NULL;
+    float grads[6 * 4];
     char tmp[] = "/tmp/ps-fuzz-corpus.XXXXXX", path[4096];
     ps_checkpoint_meta meta;
     ps_optimizer_config opt;
@@ -168,6 +176,17 @@ static int cf_checkpoints(const char *dir)
     if (mkdtemp(tmp) == NULL || ps_partition_init(&part, &spec, 1, PSF_CHUNK_BYTES) < 0 ||
         ps_shard_init(&shard, part, 0, &spec, &opt, 0) < 0)
         goto out;
+    if (with_rows) {
+        for (int i = 0; i < 6 * 4; i++)
+            grads[i] = 0.01f * (float)i;
+        rc_cfg.opt.opt = opt;
+        if (ps_model_spec_add_row_table(&spec, &emb, NULL, 0) < 0 ||
+            ps_row_store_create(&store, &rc_cfg, NULL, 0) < 0 ||
+            ps_row_store_apply(store, ids, grads, 6, 2, 0.1f, 1.0f, NULL) < 0)
+            goto out;
+        rows =
+            (ps_checkpoint_rows){.n = 1, .store = {store}, .dim = {4}, .clock = {3}, .newest = {3}};
+    }
     n = ps_shard_chunk_count(shard);
     for (int i = 0; i < n && i < 64; i++) {
         if (ps_shard_fill(shard, i, 1) < 0)
@@ -186,17 +205,25 @@ static int cf_checkpoints(const char *dir)
     meta.total_steps = 10;
     meta.job = ps_job_fingerprint(NULL, 0);
     if (n > 64 ||
-        ps_checkpoint_write(tmp, 1, &meta, &spec, shard, &clocks, path, sizeof(path)) < 0 ||
+        ps_checkpoint_write(tmp, 1, &meta, &spec, shard, &clocks, &rows, path, sizeof(path)) < 0 ||
         (len = cf_read(path, &buf)) < 0)
         goto out;
-    rc = cf_write(dir, "checkpoint", "adam-clock-3", buf, (size_t)len);
-    rc |= cf_write(dir, "checkpoint", "cut-after-the-table", buf, (size_t)len / 4);
-    rc |= cf_write(dir, "checkpoint", "header-only", buf, 72);
-    buf[len / 2] ^= 0x20;
-    rc |= cf_write(dir, "checkpoint", "bit-flipped", buf, (size_t)len);
+    if (with_rows) {
+        rc = cf_write(dir, "checkpoint", "rows-adam-clock-3", buf, (size_t)len);
+        rc |= cf_write(dir, "checkpoint", "rows-cut-in-the-rows", buf, (size_t)len - 40);
+        buf[len - 30] ^= 0x20;
+        rc |= cf_write(dir, "checkpoint", "rows-bit-flipped", buf, (size_t)len);
+    } else {
+        rc = cf_write(dir, "checkpoint", "adam-clock-3", buf, (size_t)len);
+        rc |= cf_write(dir, "checkpoint", "cut-after-the-table", buf, (size_t)len / 4);
+        rc |= cf_write(dir, "checkpoint", "header-only", buf, 72);
+        buf[len / 2] ^= 0x20;
+        rc |= cf_write(dir, "checkpoint", "bit-flipped", buf, (size_t)len);
+    }
     unlink(path);
 out:
     free(buf);
+    ps_row_store_free(store);
     ps_shard_free(shard);
     ps_partition_free(part);
     ps_model_spec_free(&spec);
@@ -251,5 +278,5 @@ static int cf_models(const char *dir)
 
 int psf_file_seeds(const char *dir)
 {
-    return cf_tables(dir) | cf_checkpoints(dir) | cf_models(dir);
+    return cf_tables(dir) | cf_checkpoints(dir, 0) | cf_checkpoints(dir, 1) | cf_models(dir);
 }

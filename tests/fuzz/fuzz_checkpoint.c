@@ -2,8 +2,9 @@
  * made of the input's bytes, in a scratch directory, as a restoring server
  * reads it (server 0 of 1, Adam, the fuzz model's 64-byte chunks, a table of
  * at most 1 MiB): the header and table checks, the size its table's shard
- * needs, the CRC streamed through, and only then the sink, which builds a
- * shard for the file's table as a server does. Invariants: the sink is
+ * needs, the rows section's structure, the CRC streamed through, and only
+ * then the sink, which builds a shard and a row store per row table (Adam;
+ * small admission sketches) for the file's table as a server does. Invariants: the sink is
  * called only for a file that then restores (or withdraws it), so a refused
  * file adopts nothing; a restore names the table its header fingerprints;
  * the survey of the directory sees the file once at most. Also replayed by
@@ -26,6 +27,8 @@ typedef struct {
     ps_optimizer_config opt;
     ps_partition *part;
     ps_shard *shard;
+    ps_row_store *store[PS_MAX_ROW_TABLES];
+    int n_stores;
     ps_model_spec table; /* the shard's (it borrows it) */
     uint64_t *clock, *newest;
     uint64_t fingerprint;
@@ -35,6 +38,9 @@ typedef struct {
 static void fc_free(fc_sink *k)
 {
     ps_shard_free(k->shard);
+    for (int i = 0; i < k->n_stores; i++)
+        ps_row_store_free(k->store[i]);
+    k->n_stores = 0;
     ps_partition_free(k->part);
     ps_model_spec_free(&k->table);
     free(k->clock);
@@ -44,8 +50,27 @@ static void fc_free(fc_sink *k)
     k->clock = k->newest = NULL;
 }
 
+/* A row store for row table i of k's table, as a server makes one. */
+static int fc_store(fc_sink *k, int i)
+{
+    const ps_row_table_spec *t = &k->table.row_tables[i];
+    ps_row_store_config c;
+
+    memset(&c, 0, sizeof(c));
+    c.table_id = (uint32_t)i;
+    c.dim = t->dim;
+    c.init = t->init;
+    c.opt.opt = k->opt;
+    c.admit_after = t->admit_after;
+    c.sketch_depth = 1;
+    c.sketch_width = 64;
+    c.expire_after = t->expire_after;
+    c.capacity = t->capacity;
+    return ps_row_store_create(&k->store[i], &c, NULL, 0);
+}
+
 static ps_shard *fc_adopt(void *arg, const ps_model_spec *table, ps_checkpoint_clocks *clocks,
-                          char *why, size_t why_len)
+                          ps_checkpoint_rows *rows, char *why, size_t why_len)
 {
     fc_sink *k = arg;
     int n;
@@ -64,6 +89,14 @@ static ps_shard *fc_adopt(void *arg, const ps_model_spec *table, ps_checkpoint_c
     for (int i = 0; i < n; i++)
         if (ps_shard_fill(k->shard, i, 0) < 0)
             goto fail;
+    for (; k->n_stores < k->table.n_row_tables; k->n_stores++)
+        if (fc_store(k, k->n_stores) < 0)
+            goto fail;
+    rows->n = k->n_stores;
+    for (int i = 0; i < k->n_stores; i++) {
+        rows->store[i] = k->store[i];
+        rows->dim[i] = k->table.row_tables[i].dim;
+    }
     clocks->clock = k->clock;
     clocks->newest = k->newest;
     return k->shard;
@@ -97,6 +130,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ps_checkpoint_sink sink = {fc_adopt, fc_withdraw, &k};
     ps_checkpoint_meta meta;
     ps_checkpoint_clocks clocks = {NULL, NULL};
+    static ps_checkpoint_rows rows;
     ps_checkpoint_survey sv;
     char path[256], err[4096];
     FILE *f;
@@ -122,8 +156,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     meta.job = ps_job_fingerprint(NULL, 0);
     meta.state_per_weight = ps_optimizer_state_floats(&k.opt, 1);
     meta.max_table_bytes = 1 << 20;
-    rc = ps_checkpoint_restore(dir, UINT64_MAX, &meta, &sink, &clocks, path, sizeof(path), err,
-                               sizeof(err));
+    rc = ps_checkpoint_restore(dir, UINT64_MAX, &meta, &sink, &clocks, &rows, path, sizeof(path),
+                               err, sizeof(err));
     /* A file restored is at least a header: its fingerprint (offset 24) is
      * the table's, its clock (offset 40) the one restored. */
     if (rc == 0) {

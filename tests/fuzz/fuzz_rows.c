@@ -22,8 +22,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     Shardps__Header h = SHARDPS__HEADER__INIT;
     uint32_t dim;
     ps_rows_limits lim = {1, &dim, 4096};
-    uint64_t *ids = NULL, *scratch = NULL;
-    float *grads = NULL;
+    uint64_t *ids = NULL;
+    float *widened = NULL;
+    const float *grads = NULL;
+    ps_id_set seen = {0};
     char why[256];
     int push;
 
@@ -41,14 +43,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         h.row_count > lim.max_ids)
         abort();
     ids = malloc((h.row_count + 1) * sizeof(*ids));
-    scratch = malloc((h.row_count + 1) * sizeof(*scratch));
-    grads = push ? malloc((h.row_count * dim + 1) * sizeof(*grads)) : NULL;
-    if (ids == NULL || scratch == NULL || (push && grads == NULL))
+    widened = push ? malloc((h.row_count * dim + 1) * sizeof(*widened)) : NULL;
+    if (ids == NULL || (push && widened == NULL))
         abort();
-    if (ps_rows_parse(data + 12, h.type, h.dtype, h.row_count, dim, ids, grads, scratch, why,
-                      sizeof(why)) == 0) {
+    if (ps_rows_parse(data + 12, h.type, h.dtype, h.row_count, dim, ids, widened, &grads, &seen,
+                      why, sizeof(why)) == 0) {
         if (memcmp(ids, data + 12, h.row_count * 8) != 0 ||
-            ps_rows_find_repeat(ids, h.row_count, scratch) >= 0)
+            ps_rows_find_repeat(ids, h.row_count, &seen) != -1)
             abort();
         for (uint64_t i = 0; push && i < h.row_count * dim; i++)
             if (!isfinite(grads[i]))
@@ -58,7 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
     }
     free(ids);
-    free(scratch);
-    free(grads);
+    free(widened);
+    ps_id_set_free(&seen);
     return 0;
 }

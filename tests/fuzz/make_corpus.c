@@ -209,6 +209,17 @@ static int mc_handshakes(mc_ctx *m)
     rc |= psf_record(&b, &h, m->grad, m->grad_len);
     mc_handshake_seed(m, "hello-records-dup-key", PSF_MODE_HELLO | PSF_MODE_RECORDS, &b);
     b.len = 0;
+    /* A step whose push is marked unused (no payload, no dtype), then the
+     * next step's pull: the step applies nothing. */
+    mc_push(m, &h, 0);
+    h.n_keys = 1;
+    h.unused = 1;
+    h.dtype = SHARDPS__DTYPE__DTYPE_UNKNOWN;
+    rc |= psf_record(&b, &h, NULL, 0);
+    mc_pull(m, &h, 1);
+    rc |= psf_record(&b, &h, NULL, 0);
+    mc_handshake_seed(m, "hello-records-unused-push", PSF_MODE_HELLO | PSF_MODE_RECORDS, &b);
+    b.len = 0;
     /* Restore the key list the duplicate overwrote. */
     rc |= psf_keys(&m->spec, m->keys, MC_MAX_KEYS) < 0;
     mc_pull(m, &h, 5);

@@ -35,8 +35,10 @@ for prog in "$CLUSTER" "$SERVER"; do
     refused "--sync-quorum 3 exceeds --workers 2" "$prog" --sync-quorum 3 --workers 2
     refused "--checkpoint-every 5 needs --checkpoint-dir" "$prog" --checkpoint-every 5
 done
-# The launcher's own: a drill that names a worker the job does not have.
+# The launcher's own: a drill that names a worker the job does not have,
+# and an evaluator's curve nobody can write (issue 21's leftover).
 refused "--kill-worker" "$CLUSTER" --workers 2 --kill-worker 5@10
+refused "--evaluator $TMP/no/curve.jsonl: no folder $TMP/no" "$CLUSTER" --evaluator "$TMP/no/curve.jsonl"
 
 # A good job: exit 0 and what it would run; nothing started.
 "$CLUSTER" --check --steps 300 --batch 64 >"$TMP/out" 2>"$TMP/err" ||

@@ -8,7 +8,10 @@
 # losses of every step, the parameters, the buffers and an eval-mode loss
 # agree within ddp_proof.py's tolerance, and the two controls, DDP without
 # broadcast_buffers and shardps with init="server", miss by at least 100
-# times it.
+# times it. Then parameters that steps leave unused (by every rank, or by
+# one): a branchy MLP with momentum SGD (bit for bit) and Adam against
+# DDP(find_unused_parameters=True) and torch.optim, which skip a parameter no
+# rank used; the control, a zero gradient applied instead, misses.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/python_lib.sh"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
@@ -43,8 +46,36 @@ for variant in model server; do
         wait "${pids[$r]}" || { cat "$TMP/$variant.$r.out" >&2; fail "shardps $variant: rank $r failed"; }
     done
 done
+
+# Unused parameters (issue 23 point 3): the branchy MLP, whose branches some
+# steps use on both ranks, one or neither, on a job of 2 servers per
+# optimizer, against DDP(find_unused_parameters=True) with torch.optim.
+for opt in sgd adam; do
+    if [ $opt = sgd ]; then flags=(--optimizer sgd --lr 0.03125 --momentum 0.9 --weight-decay 0)
+    else flags=(--optimizer adam --lr 0.00390625 --weight-decay 0.01); fi
+    addrs=""
+    for s in 0 1; do
+        mkfifo "$TMP/port.$opt.$s"
+        "$BUILD/shardps-server" --listen 127.0.0.1:0 --ready-fd 3 --server-index $s --num-servers 2 \
+            --workers 2 "${flags[@]}" --lr-schedule constant 3>"$TMP/port.$opt.$s" \
+            2>"$TMP/server.$opt.$s.err" &
+        servers+=($!)
+        read -r port <"$TMP/port.$opt.$s"
+        addrs="$addrs${addrs:+,}127.0.0.1:$port"
+    done
+    pids=()
+    for r in 0 1; do
+        "${PY[@]}" "$SCRIPT" unused $r $opt "$addrs" "$TMP" >"$TMP/unused.$opt.$r.out" 2>&1 &
+        pids+=($!)
+    done
+    for r in 0 1; do
+        wait "${pids[$r]}" || { cat "$TMP/unused.$opt.$r.out" >&2; fail "shardps unused $opt: rank $r failed"; }
+    done
+done
 for pid in "${servers[@]}"; do
     wait "$pid" || { cat "$TMP"/server.*.err >&2; fail "a server failed"; }
 done
 
 "$PYTHON" "$SCRIPT" compare "$TMP" || fail "shardps and DDP do not agree (or a control does not miss)"
+"$PYTHON" "$SCRIPT" compare-unused "$TMP" ||
+    fail "unused parameters: shardps and DDP(find_unused_parameters=True) do not agree (or the control does not miss)"

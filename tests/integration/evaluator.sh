@@ -14,6 +14,9 @@
 #     shardps-eval --follow --max-snapshots 1, in before the second worker
 #     (it says "following" on SHARDPS_REPORT_FD), scores the first weights
 #     and exits 0.
+#  3. A standalone shardps-eval --follow without a limit follows a job to its
+#     end and ends quietly: exit 0, its summary line, and no ERROR line (the
+#     servers going away is how a followed job ends).
 # Synchronisation is by FIFOs, reports and exits: no sleeps.
 source "$(dirname "$0")/lib.sh"
 HOSTILE="$BUILD/tests/ps-hostile-client"
@@ -109,3 +112,27 @@ wait "$evaluator" || { cat "$TMP/eval.err" >&2; fail "the standalone evaluator f
 [ "$(wc -l <"$TMP/one.jsonl")" = 1 ] && grep -q '"step":0,"step_lo":0,"step_hi":0,"samples":0,' "$TMP/one.jsonl" ||
     fail "--max-snapshots 1 did not score the first weights once: $(cat "$TMP/one.jsonl")"
 echo "PASS: an evaluator changes nothing in a sync job, tests in rank 0's place, and cannot push"
+
+# 3. A standalone evaluator following a job to its end, in before the
+# second worker as above.
+mkfifo "$TMP/port3" "$TMP/follow3"
+"$BUILD/shardps-server" --listen 127.0.0.1:0 --num-servers 1 --workers 2 --ready-fd 3 \
+    3>"$TMP/port3" 2>"$TMP/server3.err" &
+server=$!
+read -r -t 30 port <"$TMP/port3" || fail "the third server did not report its port"
+worker 0 &
+w0=$!
+wait_for_line "$TMP/server3.err" "worker 0 \\(" 60 || fail "worker 0 did not join the third server"
+SHARDPS_REPORT_FD=3 "$BUILD/shardps-eval" --follow --servers "127.0.0.1:$port" --workers 2 --hidden 64,32 \
+    --batch 32 --every 0.2 --curve "$TMP/end.jsonl" 3>"$TMP/follow3" 2>"$TMP/eval3.err" &
+evaluator=$!
+read -r -t 60 line <"$TMP/follow3" || { cat "$TMP/eval3.err" >&2; fail "the third evaluator never said it follows"; }
+worker 1 || { cat "$TMP/w1.err" >&2; fail "worker 1 of the third job failed"; }
+wait "$w0" || { cat "$TMP/w0.err" >&2; fail "worker 0 of the third job failed"; }
+wait "$server" || { cat "$TMP/server3.err" >&2; fail "the third server did not exit 0"; }
+wait "$evaluator" || { cat "$TMP/eval3.err" >&2; fail "the evaluator following to the end failed"; }
+grep -q "the job's servers are gone; [1-9][0-9]* snapshots\? scored" "$TMP/eval3.err" ||
+    { cat "$TMP/eval3.err" >&2; fail "the evaluator did not end with its summary"; }
+! grep -q " ERROR " "$TMP/eval3.err" ||
+    { cat "$TMP/eval3.err" >&2; fail "the evaluator logged errors at the normal end of the job"; }
+echo "PASS: an evaluator following a job to its end ends quietly, with its summary"

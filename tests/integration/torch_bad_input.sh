@@ -5,8 +5,10 @@
 # sent; a missing server within the connect timeout, naming it; rank 1
 # models differing from rank 0's by count, name and shape, each refused with
 # the first difference named, and a rank 1 started twice, after which ranks
-# 0 and 1 train to the same weights; and the table at its limits: 4,096
-# tensors named with 255 bytes train 10 steps.
+# 0 and 1 train to the same weights; rank 1 started first with another
+# model gives way to rank 0's table (the job's is rank 0's whatever the
+# order), naming both ranks; and the table at its limits: 4,096 tensors
+# named with 255 bytes train 10 steps.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/python_lib.sh"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
@@ -45,6 +47,11 @@ start_server job 2
 job_server=$!
 run job job "127.0.0.1:$port" "$TMP/server.job.err"
 wait $job_server || { cat "$TMP/server.job.err" >&2; fail "the job's server failed"; }
+
+start_server order 2
+order_server=$!
+run order order "127.0.0.1:$port" "$TMP/server.order.err"
+wait $order_server || { cat "$TMP/server.order.err" >&2; fail "the order job's server failed"; }
 
 start_server big 1
 big_server=$!

@@ -27,6 +27,25 @@ records it with its state_dict. Modes:
                      differences, the tolerance (TOLERANCE, derived below),
                      and both controls (the ViT has no buffers: only the
                      ResNet has the buffers control)
+
+Unused parameters (issue 23 point 3): a small MLP whose forward takes two
+branches by step and rank (routes: `rare` by both ranks or by neither,
+`solo` by neither, rank 0 alone, both, or rank 1 alone), trained U_STEPS
+steps as above with momentum SGD (bit for bit) and with Adam (within
+ADAM_TOLERANCE, derived below) against DDP(find_unused_parameters=True)
+with torch.optim, which leaves a parameter no rank used with .grad None and
+so skips it (no momentum, no Adam moments, no step count). The control
+"unused applied as zero" is DDP with a zero gradient given to such a
+parameter before the step, what the servers did before they skipped it: it
+must miss by CONTROL_FACTOR x CEILING. The DDP runs are part of `ddp OUT`
+(OUT/<ddp|zero>-<optimizer>.branchy.<rank>.pt);
+
+  unused RANK OPTIMIZER ADDRS OUT
+                     rank RANK of a shardps sync job on servers ADDRS
+                     (OPTIMIZER sgd: momentum MU, lr LR; adam: lr U_LR_ADAM,
+                     weight decay U_WD_ADAM; constant) training the branchy
+                     MLP: OUT/shardps-<optimizer>.branchy.<rank>.pt
+  compare-unused OUT shardps against DDP and the control, per optimizer
 """
 import os
 import sys
@@ -100,6 +119,61 @@ class ViT(nn.Module):
 
 MODELS = {"resnet": ResNet, "vit": ViT}
 
+U_STEPS, U_LR_ADAM, U_WD_ADAM = 20, 2.0 ** -8, 0.01
+U_OPTIMIZERS = ("sgd", "adam")
+# Adam is not bit for bit: torch.optim divides by sqrt(v) / sqrt(1 - b2^t)
+# and adds eps, the server multiplies sqrt(v) by the reciprocal, and torch
+# may fuse a multiply and an add. tests/python/torch_loop.py's
+# optim_tolerance bounds the difference those roundings make on the same
+# gradients: 16 s u (|w| + the moves so far) per weight after s steps, u =
+# 2^-24. Here s = U_STEPS = 20 and the moves (at most about lr = 2^-8 a step
+# for Adam) sum to 0.08, less than the largest initial weight (1/7, the
+# body's bound), so the bound is 320 u x 2 max|w| = 3.8e-5 relative to the
+# largest weight. The gradients are then computed on weights that differ by
+# that much; Adam divides them by their own running size, so the step moves
+# by about as much relatively, not more. The tolerance is the issue's
+# ceiling, 1e-4, 2.6 times that bound; the measured differences are printed.
+ADAM_TOLERANCE = 1e-4
+
+
+def routes(step: int, rank: int) -> tuple:
+    """(rare, solo): whether rank's forward in step takes each branch. rare:
+    both ranks in steps 0 and 1 of every 5, neither in the other three (its
+    momentum or moments would go on moving it). solo, in turn: neither rank
+    (its first step is Adam's step 1 on both sides), rank 0 alone (the mean
+    of rank 0's gradient and rank 1's zero), both, rank 1 alone."""
+    rare = step % 5 < 2
+    solo = (False, rank == 0, True, rank == 1)[step % 4]
+    return rare, solo
+
+
+class Branchy(nn.Module):
+    """7x7 pooled pixels, a body, two residual branches a step may skip
+    (route), a classifier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(49, 32)
+        self.rare = nn.Linear(32, 32)
+        self.solo = nn.Linear(32, 32)
+        self.head = nn.Linear(32, 10)
+        self.route = (True, True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.body(F.avg_pool2d(x.view(-1, 1, 28, 28), 4).flatten(1)))
+        rare, solo = self.route
+        if rare:
+            h = h + torch.relu(self.rare(h))
+        if solo:
+            h = h + torch.relu(self.solo(h))
+        return self.head(h)
+
+
+def u_optimizer(name: str, params):
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=LR, momentum=MU)
+    return torch.optim.Adam(params, lr=U_LR_ADAM, weight_decay=U_WD_ADAM)
+
 
 def load(kind: str, n: int):
     import gzip
@@ -110,24 +184,29 @@ def load(kind: str, n: int):
     return torch.from_numpy(x.astype(np.float32) / 255.0), torch.from_numpy(y.astype(np.int64))
 
 
-def run(name: str, rank: int, wrap, start=None) -> dict:
-    """Trains model name as rank; wrap(model) -> (forward module, step
-    function after backward, done function). Returns the record."""
+def run(name: str, rank: int, wrap, steps: int = STEPS) -> dict:
+    """Trains model name as rank for steps steps; wrap(model) -> (forward
+    module, step function after backward, done function). Returns the
+    record (the states at EVAL_AT and after the last step)."""
     torch.manual_seed(100 + rank)
-    model = MODELS[name]()
+    model = MODELS[name]() if name in MODELS else Branchy()
     fwd, step, done = wrap(model)
     x, y = load("train", N_TRAIN)
     xe, ye = load("t10k", N_EVAL)
     order = list(DistributedSampler(range(N_TRAIN), num_replicas=2, rank=rank, shuffle=True,
                                     seed=0))
     rec = {"loss": [], "evals": {}}
-    for s in range(STEPS):
+    for s in range(steps):
         idx = order[s * BATCH:(s + 1) * BATCH]
+        if isinstance(model, Branchy):
+            model.route = routes(s, rank)
         loss = F.cross_entropy(fwd(x[idx]), y[idx])
         loss.backward()
         step()
         rec["loss"].append(loss.item())
-        if s + 1 in EVAL_AT:
+        if s + 1 in EVAL_AT or s + 1 == steps:
+            if isinstance(model, Branchy):
+                model.route = (True, True)
             model.eval()
             with torch.no_grad():
                 ev = F.cross_entropy(fwd(xe), ye).item()
@@ -154,6 +233,24 @@ def ddp_rank(rank: int, out: str) -> None:
                     opt.zero_grad(set_to_none=True)
                 return d, step, lambda: None
             torch.save(run(name, rank, wrap), f"{out}/{variant}.{name}.{rank}.pt")
+    for opt_name in U_OPTIMIZERS:
+        for variant in ("ddp", "zero"):
+            def wrap(model):
+                d = DDP(model, find_unused_parameters=True)
+                opt = u_optimizer(opt_name, model.parameters())
+
+                def step():
+                    if variant == "zero":
+                        # The control: a parameter no rank used gets a
+                        # zero gradient, and the optimizer moves it.
+                        for p in model.parameters():
+                            if p.grad is None:
+                                p.grad = torch.zeros_like(p)
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                return d, step, lambda: None
+            torch.save(run("branchy", rank, wrap, U_STEPS),
+                       f"{out}/{variant}-{opt_name}.branchy.{rank}.pt")
     dist.destroy_process_group()
 
 
@@ -168,6 +265,16 @@ def shardps_rank(rank: int, variant: str, addrs: str, out: str) -> None:
                                       init=variant)
             return model, lambda: None, ps.close
         torch.save(run(name, rank, wrap), f"{out}/{variant}.{name}.{rank}.pt")
+
+
+def unused_rank(rank: int, opt_name: str, addrs: str, out: str) -> None:
+    import shardps.torch
+    torch.set_num_threads(1)
+
+    def wrap(model):
+        ps = shardps.torch.attach(model, addrs.split(","), rank, 2)
+        return model, lambda: None, ps.close
+    torch.save(run("branchy", rank, wrap, U_STEPS), f"{out}/shardps-{opt_name}.branchy.{rank}.pt")
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -231,6 +338,36 @@ def compare(out: str) -> None:
           f"{CONTROL_FACTOR} x {CEILING:.0e}")
 
 
+def compare_unused(out: str) -> None:
+    ok = True
+    for opt_name, tolerance in (("sgd", TOLERANCE), ("adam", ADAM_TOLERANCE)):
+        worst = {}
+        for label, ref in (("shardps vs DDP", "ddp"), ("control: unused applied as zero", "zero")):
+            w: dict = {}
+            for r in (0, 1):
+                got = torch.load(f"{out}/shardps-{opt_name}.branchy.{r}.pt")
+                want = torch.load(f"{out}/{ref}-{opt_name}.branchy.{r}.pt")
+                for k, v in differences(got, want).items():
+                    w[k] = max(w.get(k, 0.0), v)
+            worst[label] = w
+            print(f"branchy {opt_name} {label}: " + ", ".join(f"{k} {v:.2e}" for k, v in w.items()))
+        agree = max(worst["shardps vs DDP"].values())
+        if agree > tolerance:
+            print(f"FAIL: branchy {opt_name}: shardps and DDP(find_unused_parameters=True) differ "
+                  f"by {agree:.2e} > {tolerance:.0e}")
+            ok = False
+        miss = max(worst["control: unused applied as zero"].values())
+        if miss < CONTROL_FACTOR * CEILING:
+            print(f"FAIL: branchy {opt_name}: the control misses by only {miss:.2e} "
+                  f"(< {CONTROL_FACTOR} x {CEILING:.0e})")
+            ok = False
+    if not ok:
+        sys.exit(1)
+    print(f"PASS: parameters some steps left unused agree with DDP(find_unused_parameters=True) "
+          f"over {U_STEPS} steps, momentum SGD bit for bit and Adam within {ADAM_TOLERANCE:.0e}, "
+          f"and applying them a zero gradient misses by at least {CONTROL_FACTOR} x {CEILING:.0e}")
+
+
 if __name__ == "__main__":
     mode, args = sys.argv[1], sys.argv[2:]
     if mode == "ddp":
@@ -240,5 +377,9 @@ if __name__ == "__main__":
         shardps_rank(int(args[0]), args[1], args[2], args[3])
     elif mode == "compare":
         compare(args[0])
+    elif mode == "unused":
+        unused_rank(int(args[0]), args[1], args[2], args[3])
+    elif mode == "compare-unused":
+        compare_unused(args[0])
     else:
         sys.exit(f"unknown mode {mode}")

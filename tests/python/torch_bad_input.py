@@ -19,6 +19,14 @@ each is one clear exception, and the job goes on. Modes:
                           (in a thread) and a second rank 1 is refused as
                           one started twice; ranks 0 and 1 train 3 steps and
                           leave with the same weights
+  order ADDR LOG          a sync job of 2 whose rank 1 starts first, with a
+                          model that differs from rank 0's: once the server
+                          holds rank 1's table, rank 0 comes and its table
+                          wins (the job's is rank 0's, whatever the order);
+                          rank 1 raises naming both ranks and the first
+                          difference, then rank 1 with the right model joins,
+                          pulls rank 0's values bit for bit, and both train
+                          3 steps to the same weights
   big ADDR                a synthetic model of 4,096 tensors named with 255
                           bytes each trains 10 steps as the only worker
 """
@@ -142,6 +150,49 @@ def job(addr: str, log: str) -> None:
     print("PASS: the refused ranks changed nothing: ranks 0 and 1 trained 3 steps, equal")
 
 
+def order(addr: str, log: str) -> None:
+    results: dict = {}
+
+    def rank(r: int, model: torch.nn.Module, steps: int) -> None:
+        try:
+            ps = shardps.torch.attach(model, addr, r, 2, connect_timeout=60)
+            results[r] = {k: v.clone() for k, v in model.state_dict().items()}
+            train(model, ps, steps, r)
+        except BaseException as e:  # reported by the main thread
+            results[r] = e
+
+    torch.manual_seed(1)
+    first = threading.Thread(target=rank, args=(1, Net(hidden=9), 3))
+    first.start()
+    wait_for_line(log, "declared by worker 1")
+    torch.manual_seed(0)
+    m0 = Net()
+    start = {k: v.clone() for k, v in m0.state_dict().items()}
+    t0 = threading.Thread(target=rank, args=(0, m0, 3))
+    t0.start()
+    first.join()
+    words = ("rank 0 declared another table than rank 1: tensor fc1.weight: 8x4 from rank 0, "
+             "9x4 declared first")
+    if not isinstance(results.get(1), shardps.ShardpsError) or words not in str(results[1]):
+        raise SystemExit(f"FAIL: rank 1, first with another model, got {results.get(1)!r}")
+    print(f"raised for rank 1: {results[1]}")
+    torch.manual_seed(1)
+    m1 = Net()
+    rank(1, m1, 3)
+    t0.join()
+    for r in (0, 1):
+        if isinstance(results[r], BaseException):
+            raise SystemExit(f"FAIL: rank {r}: {results[r]}")
+        for k, v in start.items():
+            if not torch.equal(results[r][k], v):
+                raise SystemExit(f"FAIL: rank {r} started from another {k} than rank 0's")
+    for k, v in m0.state_dict().items():
+        if not torch.equal(v, m1.state_dict()[k]):
+            raise SystemExit(f"FAIL: the ranks' {k} differ")
+    print("PASS: rank 0's table wins over one rank 1 declared first; both start from rank 0's "
+          "values and train 3 steps to the same weights")
+
+
 def big(addr: str) -> None:
     m = Many(4096, 255)
     ps = shardps.torch.attach(m, addr, 0, 1)
@@ -157,4 +208,4 @@ def big(addr: str) -> None:
 if __name__ == "__main__":
     torch.set_num_threads(1)
     mode, args = sys.argv[1], sys.argv[2:]
-    {"limits": limits, "missing": missing, "job": job, "big": big}[mode](*args)
+    {"limits": limits, "missing": missing, "job": job, "order": order, "big": big}[mode](*args)

@@ -100,7 +100,7 @@ static void write_real(const ps_kv_server_config *cfg, const ps_model_spec *tabl
         cr_assert_eq(ps_shard_fill(shard, i, 1), 0);
         c[i] = n[i] = clock;
     }
-    cr_assert_eq(ps_checkpoint_write(dir, 10, &meta, table, shard, &clocks, NULL, 0), 0);
+    cr_assert_eq(ps_checkpoint_write(dir, 10, &meta, table, shard, &clocks, NULL, NULL, 0), 0);
     ps_shard_free(shard);
     ps_partition_free(part);
     free(c);

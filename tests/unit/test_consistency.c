@@ -115,6 +115,21 @@ Test(consistency, step_completes_with_enough_live_pushes_never_empty)
     cr_assert_not(ps_consistency_step_complete(&c, 0));
 }
 
+/* Pushes marked unused count in the mean as zeros; a step none of whose
+ * pushes carried a gradient applies nothing. */
+Test(consistency, a_step_divides_by_every_push_and_applies_only_what_was_used)
+{
+    ps_chunk_clock c = {.clock = 3, .pushes = 2, .used = 1, .live_pushes = 2};
+
+    cr_assert_eq(ps_consistency_step_divisor(&c), 2);
+    c.used = 0;
+    cr_assert_eq(ps_consistency_step_divisor(&c), 0);
+    c.pushes = 0;
+    cr_assert_eq(ps_consistency_step_divisor(&c), 0);
+    c = (ps_chunk_clock){.clock = 3, .pushes = 3, .used = 3, .live_pushes = 4};
+    cr_assert_eq(ps_consistency_step_divisor(&c), 3);
+}
+
 Test(consistency, staleness_counts_newer_steps_taken_in)
 {
     cr_assert_eq(ps_consistency_staleness(0, 0), 0);
@@ -223,40 +238,57 @@ Test(validate, only_a_push_carries_a_payload_of_exactly_its_keys)
 {
     char why[256];
 
-    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__HEARTBEAT, 0, 0, 0, why, sizeof(why)), 0);
-    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__HEARTBEAT, 0, 0, 1024, why, sizeof(why)),
+    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__HEARTBEAT, 0, 0, 0, 0, why, sizeof(why)),
+                 0);
+    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__HEARTBEAT, 0, 0, 0, 1024, why, sizeof(why)),
                  -PS_EPROTO);
     cr_assert(strstr(why, "payload") != NULL);
-    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__BYE, 0, 0, 1, why, sizeof(why)),
+    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__BYE, 0, 0, 0, 1, why, sizeof(why)),
                  -PS_EPROTO);
-    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PULL, 0, 0, 4, why, sizeof(why)),
+    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PULL, 0, 0, 0, 4, why, sizeof(why)),
                  -PS_EPROTO);
-    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_F32, 40, 40,
+    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_F32, 0, 40, 40,
                                      why, sizeof(why)),
                  0);
-    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_F32, 40,
+    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_F32, 0, 40,
                                      (uint64_t)1 << 30, why, sizeof(why)),
                  -PS_EPROTO);
-    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_F16, 40, 20,
+    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_F16, 0, 40, 20,
                                      why, sizeof(why)),
                  0);
-    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_F16, 40, 40,
+    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_F16, 0, 40, 40,
                                      why, sizeof(why)),
                  -PS_EPROTO);
-    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_BF16, 40, 20,
+    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_BF16, 0, 40, 20,
                                      why, sizeof(why)),
                  0);
-    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_BF16, 40, 40,
+    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_BF16, 0, 40, 40,
                                      why, sizeof(why)),
                  -PS_EPROTO);
     cr_assert(strstr(why, "bfloat16 push payload is 40 bytes") != NULL, "%s", why);
-    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_UNKNOWN, 40, 40,
-                                     why, sizeof(why)),
+    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_UNKNOWN, 0, 40,
+                                     40, why, sizeof(why)),
                  -PS_EPROTO);
     cr_assert(strstr(why, "dtype") != NULL);
-    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_BF16 + 1, 40,
+    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_BF16 + 1, 0, 40,
                                      20, why, sizeof(why)),
                  -PS_EPROTO);
+    /* A push marked unused (no forward used its tensor) carries neither a
+     * gradient nor its dtype; other types ignore the mark. */
+    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_UNKNOWN, 1, 40,
+                                     0, why, sizeof(why)),
+                 0);
+    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_UNKNOWN, 1, 40,
+                                     40, why, sizeof(why)),
+                 -PS_EPROTO);
+    cr_assert(strstr(why, "a push marked unused carries no gradient, but this one has a 40-byte "
+                          "payload") != NULL,
+              "%s", why);
+    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PUSH, SHARDPS__DTYPE__DTYPE_F32, 1, 40, 0,
+                                     why, sizeof(why)),
+                 -PS_EPROTO);
+    cr_assert(strstr(why, "of dtype 1") != NULL, "%s", why);
+    cr_assert_eq(ps_validate_payload(SHARDPS__MSG_TYPE__PULL, 0, 1, 0, 0, why, sizeof(why)), 0);
 }
 
 Test(validate, grad_norm)

@@ -178,6 +178,10 @@ Test(job_check, files_named_by_options)
     p.dump_weights = tmp;
     refused(p, "--dump-weights");
     p.dump_weights = NULL;
+    p = launcher();
+    p.evaluator_curve = path; /* .../no/such/model.bin */
+    refused(p, "--evaluator");
+    p = worker();
 
     snprintf(path, sizeof(path), "%s/token", tmp);
     o.auth_token_file = path;

@@ -207,7 +207,8 @@ Test(job_options, aliases_and_the_library)
     char buf[16384], *argv[200];
     const char *want[] = {"auth-token-file", "seed",        "chunk-bytes",
                           "total-steps",     "compress",    "connect-timeout",
-                          "request-timeout", "max-payload", "progress-every"};
+                          "request-timeout", "max-payload", "progress-every",
+                          "max-row-ids"};
     const char *eval_wants[] = {"servers",    "workers",  "auth-token-file", "model",
                                 "hidden",     "seed",     "chunk-bytes",     "batch",
                                 "data",       "data-dir", "connect-timeout", "request-timeout",
@@ -216,8 +217,8 @@ Test(job_options, aliases_and_the_library)
 
     ps_job_options_defaults(&o);
     n = ps_job_options_flags(&o, PS_JOB_LIBRARY, lib, 16);
-    cr_assert_eq(n, 9);
-    for (int i = 0; i < 9; i++)
+    cr_assert_eq(n, 10);
+    for (int i = 0; i < 10; i++)
         cr_assert(has_flag(lib, n, want[i]), "the library lacks %s", want[i]);
     n = ps_job_options_flags(&o, PS_JOB_EVAL, ev, 16);
     cr_assert_eq(n, 13);

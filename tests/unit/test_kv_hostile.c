@@ -142,6 +142,34 @@ Test(hostile, push_payload_is_sized_before_it_is_buffered)
     peer_expect_refusal(&p, SHARDPS__MSG_TYPE__ERROR, "payload", "a 32 MiB push of one chunk");
 }
 
+/* A push marked unused (no forward used its tensor) carries no gradient: one
+ * that does anyway, or names a dtype, is refused with the reason. */
+Test(hostile, unused_push_with_a_payload_is_refused)
+{
+    ps_kv_server_config cfg;
+    Shardps__Header h = SHARDPS__HEADER__INIT;
+    float g[64] = {0};
+    peer p;
+
+    kv_fixture_config(&cfg);
+    peer_server_up(&cfg, 1, 0, "sync");
+    peer_join(&p, 0, 1);
+    h.type = SHARDPS__MSG_TYPE__PUSH;
+    h.request_id = 2;
+    h.n_keys = 1;
+    h.keys = ks.keys;
+    h.unused = 1;
+    h.dtype = SHARDPS__DTYPE__DTYPE_F32;
+    peer_send(&p, &h, g, ks.numel[0] * sizeof(float));
+    peer_expect_refusal(&p, SHARDPS__MSG_TYPE__ERROR,
+                        "a push marked unused carries no gradient, but this one has a",
+                        "an unused push with a payload");
+    peer_join(&p, 0, 1);
+    peer_send(&p, &h, NULL, 0);
+    peer_expect_refusal(&p, SHARDPS__MSG_TYPE__ERROR, "0-byte payload of dtype 1",
+                        "an unused push with a dtype");
+}
+
 /* Cause 5, SGD. Two finite pushes of 3e38 overflow the sum to Inf; before
  * the fix the weights became -Inf and were served to every pull. */
 Test(hostile, update_that_overflows_is_refused)

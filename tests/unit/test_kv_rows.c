@@ -10,7 +10,10 @@
  *  - issue 24's bad input, each refused with the reason and the table
  *    unchanged: a table's dimension mismatched between ranks, a pull of 100
  *    million IDs (refused on its header, before a byte is buffered), an ID
- *    named twice, a payload whose size disagrees with its count, NaN rows. */
+ *    named twice, a payload whose size disagrees with its count, NaN rows;
+ *  - the client's limits: a pull over --max-row-ids split into rounds, a
+ *    push over it and a second push of a table in one step refused, and a
+ *    rows pull the job holds explained (WAITING) as a dense pull is. */
 #include <criterion/criterion.h>
 
 #include <errno.h>
@@ -34,6 +37,8 @@
 #define B 6
 
 static const int sizes[] = {5, 16, 3};
+/* The server's wait_report_ms (0: its default). */
+static uint32_t wait_ms;
 
 static shardps_row_table emb(uint32_t dim)
 {
@@ -57,6 +62,7 @@ static void up(int world, uint64_t max_payload)
     cfg.world = world;
     cfg.max_payload = max_payload ? max_payload : cfg.max_payload;
     cfg.max_row_ids = 1024;
+    cfg.wait_report_ms = wait_ms;
     server_up_with(&cfg);
 }
 
@@ -546,4 +552,117 @@ Test(rows, nan_rows_are_refused_and_the_table_unchanged)
     server_down();
     cr_assert_eq(fx.stats.rows_refused, 1);
     cr_assert_eq(fx.stats.rows_stored, 2);
+}
+
+/* ---- the client's limits --------------------------------------------- */
+
+/* The handle of up()'s job that knows its --max-row-ids (1024), after its
+ * first dense pull. */
+static shardps *limited(dense *d)
+{
+    shardps *h = handle(0, 1, DIM);
+
+    cr_assert_eq(shardps_set_option(h, "max-row-ids", "1024"), 0, "%s", shardps_last_error(h));
+    cr_assert_eq(shardps_connect(h), 0, "%s", shardps_last_error(h));
+    dense_init(h, d);
+    cr_assert_eq(shardps_pull(h, 0, d->w, d->n), 0);
+    cr_assert_eq(shardps_wait(h), 0);
+    return h;
+}
+
+/* 2,500 unique IDs (and 100 repeats) against a limit of 1,024: the pull
+ * goes in three requests and reads as one; a push that would need more
+ * than one request for the step is refused naming the limit, before
+ * anything is sent, and the handle goes on. */
+Test(rows, a_pull_over_the_id_limit_is_split_and_such_a_push_refused)
+{
+    enum { U = 2500, N = U + 100 };
+    uint64_t *ids = malloc(N * sizeof(*ids));
+    float *rows = malloc(N * DIM * sizeof(float)), want[DIM];
+    dense d;
+    shardps *h;
+
+    for (int i = 0; i < N; i++)
+        ids[i] = i < U ? (uint64_t)i * 0x9e3779b97f4a7c15ull : ids[(i - U) * 7];
+    up(1, 0);
+    h = limited(&d);
+    cr_assert_eq(shardps_pull_rows(h, 0, 0, ids, N, rows, N * DIM), 0, "%s", shardps_last_error(h));
+    for (int i = 0; i < N; i++) {
+        init_row(ids[i], want);
+        cr_assert_eq(memcmp(rows + i * DIM, want, sizeof(want)), 0, "row %d", i);
+    }
+    for (int i = 0; i < N * DIM; i++)
+        rows[i] = 0.5f;
+    expect_err(h, shardps_push_rows(h, 0, ids, N, rows, N * DIM), -E2BIG, "--max-row-ids");
+    cr_assert_eq(shardps_push_rows(h, 0, ids, 1024, rows, 1024 * DIM), 0, "%s",
+                 shardps_last_error(h));
+    dense_free(&d);
+    shardps_close(h);
+    server_down();
+    cr_assert_eq(fx.stats.row_pulls, 3, "2,500 IDs in requests of at most 1,024");
+    cr_assert_eq(fx.stats.rows_refused, 0);
+    cr_assert_eq(fx.stats.row_pushes, 1);
+    cr_assert_eq(fx.stats.rows_stored, 1024);
+    free(ids);
+    free(rows);
+}
+
+/* The server takes one rows push per table per step from a worker and
+ * drops a second as a repeat: the client refuses it, loudly, rather than
+ * let its gradients vanish; the next step's push goes through. */
+Test(rows, a_second_push_of_a_table_in_one_step_is_refused)
+{
+    uint64_t a[] = {1, 2}, b[] = {3};
+    float g[2 * DIM];
+    dense d;
+    shardps *h;
+
+    for (int i = 0; i < 2 * DIM; i++)
+        g[i] = 1.0f;
+    up(1, 0);
+    h = limited(&d);
+    cr_assert_eq(shardps_push_rows(h, 0, a, 2, g, 2 * DIM), 0, "%s", shardps_last_error(h));
+    expect_err(h, shardps_push_rows(h, 0, b, 1, g, DIM), -EALREADY, "already pushed");
+    for (int i = 0; i < d.n; i++)
+        cr_assert_eq(shardps_push(h, i, d.g[i], d.numel[i]), 0);
+    cr_assert_eq(shardps_wait(h), 0);
+    cr_assert_eq(shardps_pull(h, 1, d.w, d.n), 0);
+    cr_assert_eq(shardps_wait(h), 0);
+    cr_assert_eq(shardps_push_rows(h, 0, b, 1, g, DIM), 0, "%s", shardps_last_error(h));
+    dense_free(&d);
+    shardps_close(h);
+    server_down();
+    cr_assert_eq(fx.stats.row_pushes, 2);
+    cr_assert_eq(fx.stats.rows_stored, 3);
+}
+
+/* Sync, 2 workers, rank 1 silent: rank 0's rows pull of step 1 waits for
+ * step 0, which waits for rank 1's push. The server says so (WAITING), so
+ * rank 0's timeout names rank 1 rather than blaming the server. */
+Test(rows, a_held_rows_pull_says_why)
+{
+    uint64_t id = 5;
+    float row[DIM], g[DIM] = {1, 1, 1, 1};
+    dense d;
+    peer p;
+    shardps *h;
+
+    wait_ms = 50;
+    up(2, 0);
+    wait_ms = 0;
+    peer_join(&p, 1, 2);
+    h = handle(0, 2, DIM);
+    cr_assert_eq(shardps_set_option(h, "request-timeout", "1"), 0);
+    cr_assert_eq(shardps_connect(h), 0, "%s", shardps_last_error(h));
+    dense_init(h, &d);
+    cr_assert_eq(shardps_pull(h, 0, d.w, d.n), 0);
+    cr_assert_eq(shardps_wait(h), 0, "%s", shardps_last_error(h));
+    cr_assert_eq(shardps_pull_rows(h, 0, 0, &id, 1, row, DIM), 0, "%s", shardps_last_error(h));
+    cr_assert_eq(shardps_push_rows(h, 0, &id, 1, g, DIM), 0, "%s", shardps_last_error(h));
+    expect_err(h, shardps_pull_rows(h, 0, 1, &id, 1, row, DIM), -PS_ETIMEOUT,
+               "which is waiting for other workers: row table emb: step 1 is waiting for rank 1 "
+               "of 2 to push it");
+    dense_free(&d);
+    shardps_close(h);
+    peer_close(&p);
 }

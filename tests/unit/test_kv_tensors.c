@@ -429,3 +429,40 @@ Test(kv_tensors, differing_ranks_are_told_the_first_difference, .timeout = 60)
     stop();
     close(w0);
 }
+
+/* Issue 23 pt 2: the job's table is rank 0's whoever starts first. Rank 1
+ * declares first; rank 0 then declares another table and is admitted with
+ * it, rank 1 is told why its table went (naming both ranks and the first
+ * difference), and rank 1 coming back with its old table is refused as any
+ * rank whose table differs. Once rank 0's table is held, a rank 0 started
+ * twice with yet another table withdraws nothing. */
+Test(kv_tensors, rank_0s_table_wins_over_one_declared_before, .timeout = 60)
+{
+    ps_model_spec other;
+    ps_frame f;
+    char reason[512];
+    int w0 = -1, w1 = -1, w2 = -1;
+
+    start(0);
+    mlp(&other, 9);
+    cr_assert_eq(hello_as(&fx.spec, 1, 2, reason, &w1), SHARDPS__MSG_TYPE__WELCOME, "%s", reason);
+    cr_assert_eq(hello_as(&other, 0, 2, reason, &w0), SHARDPS__MSG_TYPE__WELCOME, "%s", reason);
+    raw_read_frame(w1, dec, &f, "rank 1 told its table was withdrawn");
+    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__ERROR);
+    cr_assert(strstr(f.hdr->reason, "rank 0 declared another table than rank 1: tensor fc1.weight: "
+                                    "9x5 from rank 0, 16x5 declared first"),
+              "%s", f.hdr->reason);
+    expect_closed(w1, "rank 1 after the withdrawal");
+    cr_assert_eq(hello_as(&fx.spec, 1, 2, reason, &w1), SHARDPS__MSG_TYPE__REJECT);
+    cr_assert(strstr(reason, "model mismatch: tensor fc1.weight: 16x5 from the worker, 9x5 on this "
+                             "server"),
+              "%s", reason);
+    cr_assert_eq(hello_as(&fx.spec, 0, 2, reason, &w2), SHARDPS__MSG_TYPE__REJECT);
+    cr_assert(strstr(reason, "model mismatch: tensor fc1.weight: 16x5 from the worker"), "%s",
+              reason);
+    cr_assert_eq(hello_as(&other, 1, 2, reason, &w1), SHARDPS__MSG_TYPE__WELCOME, "%s", reason);
+    stop();
+    close(w0);
+    close(w1);
+    ps_model_spec_free(&other);
+}

@@ -438,7 +438,7 @@ static void write_checkpoint(const char *dir, const ps_kv_server_config *cfg)
     meta.chunk_bytes = CHUNK_BYTES;
     meta.clock = 5;
     meta.job = ps_job_fingerprint(NULL, 0);
-    cr_assert_eq(ps_checkpoint_write(dir, 3, &meta, &table, shard, &clocks, NULL, 0), 0);
+    cr_assert_eq(ps_checkpoint_write(dir, 3, &meta, &table, shard, &clocks, NULL, NULL, 0), 0);
     ps_shard_free(shard);
     ps_partition_free(part);
 }

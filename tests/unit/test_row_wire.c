@@ -109,19 +109,25 @@ Test(row_wire, keys_tables_types_and_dtypes)
 
 Test(row_wire, repeats_are_found)
 {
-    uint64_t ids[] = {5, 9, 1, 7, 9, 3}, scratch[6];
+    uint64_t ids[] = {5, 9, 1, 7, 9, 3};
+    ps_id_set seen = {0};
 
-    cr_assert_eq(ps_rows_find_repeat(ids, 6, scratch), 4);
+    cr_assert_eq(ps_rows_find_repeat(ids, 6, &seen), 4);
     ids[4] = 4;
-    cr_assert_eq(ps_rows_find_repeat(ids, 6, scratch), -1);
-    cr_assert_eq(ps_rows_find_repeat(ids, 0, scratch), -1);
+    cr_assert_eq(ps_rows_find_repeat(ids, 6, &seen), -1);
+    cr_assert_eq(ps_rows_find_repeat(ids, 0, &seen), -1);
+    /* Sets are reused across requests: the last one's IDs are forgotten. */
+    cr_assert_eq(ps_rows_find_repeat(ids + 3, 3, &seen), -1);
+    ps_id_set_free(&seen);
 }
 
 Test(row_wire, a_push_is_taken_apart)
 {
     uint8_t payload[3 * 8 + 3 * 4 * 4];
-    uint64_t in_ids[3] = {UINT64_MAX, 0, 42}, ids[3], scratch[3];
+    uint64_t in_ids[3] = {UINT64_MAX, 0, 42}, ids[3];
     float in_g[12], g[12];
+    const float *got = NULL;
+    ps_id_set seen = {0};
     char why[256];
 
     for (int i = 0; i < 12; i++)
@@ -129,10 +135,11 @@ Test(row_wire, a_push_is_taken_apart)
     memcpy(payload, in_ids, sizeof(in_ids));
     memcpy(payload + 24, in_g, sizeof(in_g));
     cr_assert_eq(ps_rows_parse(payload, SHARDPS__MSG_TYPE__PUSH_ROWS, SHARDPS__DTYPE__DTYPE_F32, 3,
-                               4, ids, g, scratch, why, sizeof(why)),
+                               4, ids, NULL, &got, &seen, why, sizeof(why)),
                  0, "%s", why);
     cr_assert_eq(memcmp(ids, in_ids, sizeof(ids)), 0);
-    cr_assert_eq(memcmp(g, in_g, sizeof(g)), 0);
+    cr_assert_eq(got, (const float *)(const void *)(payload + 24), "float32 is read in place");
+    cr_assert_eq(memcmp(got, in_g, sizeof(in_g)), 0);
     /* bfloat16: widened exactly (these values are representable). */
     {
         uint8_t p16[3 * 8 + 12 * 2];
@@ -141,23 +148,27 @@ Test(row_wire, a_push_is_taken_apart)
         memcpy(p16, in_ids, sizeof(in_ids));
         memcpy(p16 + 24, h, sizeof(h));
         cr_assert_eq(ps_rows_parse(p16, SHARDPS__MSG_TYPE__PUSH_ROWS, SHARDPS__DTYPE__DTYPE_BF16, 3,
-                                   4, ids, g, scratch, why, sizeof(why)),
+                                   4, ids, g, &got, &seen, why, sizeof(why)),
                      0, "%s", why);
+        cr_assert_eq(got, g);
         cr_assert_eq(memcmp(g, in_g, sizeof(g)), 0);
     }
+    ps_id_set_free(&seen);
 }
 
 Test(row_wire, duplicates_and_nan_are_refused_by_name)
 {
     uint8_t payload[3 * 8 + 3 * 4 * 4];
-    uint64_t in_ids[3] = {11, 12, 11}, ids[3], scratch[3];
-    float in_g[12] = {0}, g[12];
+    uint64_t in_ids[3] = {11, 12, 11}, ids[3];
+    float in_g[12] = {0};
+    const float *g;
+    ps_id_set seen = {0};
     char why[256];
 
     memcpy(payload, in_ids, sizeof(in_ids));
     memcpy(payload + 24, in_g, sizeof(in_g));
-    cr_assert_eq(ps_rows_parse(payload, SHARDPS__MSG_TYPE__PULL_ROWS, 0, 3, 4, ids, NULL, scratch,
-                               why, sizeof(why)),
+    cr_assert_eq(ps_rows_parse(payload, SHARDPS__MSG_TYPE__PULL_ROWS, 0, 3, 4, ids, NULL, NULL,
+                               &seen, why, sizeof(why)),
                  -PS_EPROTO);
     cr_assert_not_null(strstr(why, "names ID 11 twice (again at position 2 of 3)"), "%s", why);
     in_ids[2] = 13;
@@ -165,12 +176,13 @@ Test(row_wire, duplicates_and_nan_are_refused_by_name)
     memcpy(payload, in_ids, sizeof(in_ids));
     memcpy(payload + 24, in_g, sizeof(in_g));
     cr_assert_eq(ps_rows_parse(payload, SHARDPS__MSG_TYPE__PUSH_ROWS, SHARDPS__DTYPE__DTYPE_F32, 3,
-                               4, ids, g, scratch, why, sizeof(why)),
+                               4, ids, NULL, &g, &seen, why, sizeof(why)),
                  -ERANGE);
     cr_assert_not_null(strstr(why, "row of ID 13, element 1"), "%s", why);
     in_g[9] = INFINITY;
     memcpy(payload + 24, in_g, sizeof(in_g));
     cr_assert_eq(ps_rows_parse(payload, SHARDPS__MSG_TYPE__PUSH_ROWS, SHARDPS__DTYPE__DTYPE_F32, 3,
-                               4, ids, g, scratch, why, sizeof(why)),
+                               4, ids, NULL, &g, &seen, why, sizeof(why)),
                  -ERANGE);
+    ps_id_set_free(&seen);
 }

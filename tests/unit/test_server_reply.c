@@ -321,8 +321,13 @@ Test(server_reply, rows_replies_are_held_to_the_request)
     cr_assert_eq(ps_reply_check_rows(&f, &pull, why, sizeof(why)), -PS_EPROTO);
     f.payload_len += 4;
     rows[5] = NAN;
+    f.nonfinite = 1; /* as the decoder reports it */
     cr_assert_eq(ps_reply_check_rows(&f, &pull, why, sizeof(why)), -PS_EPROTO);
     cr_assert(strstr(why, "not finite (value 5)"), "%s", why);
+    f.payload = NULL; /* placed: judged on the decoder's word alone */
+    cr_assert_eq(ps_reply_check_rows(&f, &pull, why, sizeof(why)), -PS_EPROTO);
+    f.payload = (uint8_t *)rows;
+    f.nonfinite = 0;
     cr_assert_eq(ps_reply_check_rows(&f, NULL, why, sizeof(why)), -PS_EPROTO, "none in flight");
 
     f = frame_of(&h, 0);

@@ -55,7 +55,7 @@ Test(shardps, new_refuses_bad_arguments)
     expect_err(NULL, shardps_new(&h, null, 1, 0, 1), -EINVAL, "(null)");
     cr_assert_null(h);
     cr_assert_str_eq(shardps_strerror(SHARDPS_ETIMEOUT), "timed out");
-    cr_assert_str_eq(shardps_version(), "1.4.0");
+    cr_assert_str_eq(shardps_version(), "1.5.0");
     shardps_abandon(NULL);
     cr_assert_eq(shardps_close(NULL), 0);
 }

@@ -139,6 +139,32 @@ Test(table_life, a_restored_table_is_committed_and_filled)
     cr_assert_eq(t.state, PS_TABLE_COMMITTED);
 }
 
+/* Issue 23 pt 2: rank 0 declaring another table outranks one other ranks
+ * declared first, while it is only declared; once training started (filling
+ * on), or for a configured table, rank 0 is refused like any other rank. */
+Test(table_life, rank_0_outranks_a_table_only_while_it_is_declared)
+{
+    ps_table_life t = life(PS_TABLE_DECLARED, 2, 0);
+
+    cr_assert_eq(ps_table_life_step(&t, PS_TABLE_OUTRANKED), PS_TABLE_WITHDRAW);
+    cr_assert_eq(t.state, PS_TABLE_WITHDRAWN);
+    cr_assert_not(ps_table_life_holds(&t));
+    cr_assert_eq(ps_table_life_step(&t, PS_TABLE_RELEASED), PS_TABLE_KEEP);
+    cr_assert_eq(ps_table_life_step(&t, PS_TABLE_DECLARE), PS_TABLE_KEEP, "rank 0's, now");
+    cr_assert_eq(t.state, PS_TABLE_DECLARED);
+    for (ps_table_state st = PS_TABLE_NONE; st <= PS_TABLE_COMMITTED; st++) {
+        if (st == PS_TABLE_DECLARED)
+            continue;
+        t = life(st, 1, 0);
+        cr_assert_eq(ps_table_life_step(&t, PS_TABLE_OUTRANKED), -EINVAL, "state %s",
+                     ps_table_state_name(st));
+        cr_assert_eq(t.state, st);
+    }
+    t = life(PS_TABLE_DECLARED, 0, 1);
+    cr_assert_eq(ps_table_life_step(&t, PS_TABLE_OUTRANKED), -EINVAL, "a configured table");
+    cr_assert_eq(t.state, PS_TABLE_DECLARED);
+}
+
 Test(table_life, impossible_events_change_nothing)
 {
     struct {

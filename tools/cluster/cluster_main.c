@@ -137,6 +137,7 @@ int main(int argc, char **argv)
                                             .flags = &l.ctx,
                                             .num_servers = l.sup.n_servers,
                                             .dump_weights = cmd.dump_weights,
+                                            .evaluator_curve = cmd.evaluator,
                                             .bin_dir = l.sup.bin_dir,
                                             .load_data = ps_job_data_load,
                                             .data_arg = &data},

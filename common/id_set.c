@@ -1,0 +1,57 @@
+/* A set of 64-bit IDs with values (see id_set.h). */
+#include "id_set.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mix64.h"
+
+int ps_id_set_reset(ps_id_set *s, size_t n)
+{
+    size_t cap = 64;
+
+    while (cap < 2 * n)
+        cap *= 2;
+    if (cap > s->cap) {
+        uint64_t *ids = malloc(cap * sizeof(*ids));
+        uint32_t *vals = malloc(cap * sizeof(*vals));
+        uint32_t *gen = calloc(cap, sizeof(*gen));
+
+        if (ids == NULL || vals == NULL || gen == NULL) {
+            free(ids);
+            free(vals);
+            free(gen);
+            return -ENOMEM;
+        }
+        ps_id_set_free(s);
+        *s = (ps_id_set){ids, vals, gen, cap, 0};
+    }
+    /* A new generation empties the set; at wrap-around clear it for real. */
+    if (++s->cur == 0) {
+        memset(s->gen, 0, s->cap * sizeof(*s->gen));
+        s->cur = 1;
+    }
+    return 0;
+}
+
+int64_t ps_id_set_put(ps_id_set *s, uint64_t id, uint32_t v)
+{
+    size_t mask = s->cap - 1, k = (size_t)ps_mix64(id) & mask;
+
+    for (; s->gen[k] == s->cur; k = (k + 1) & mask)
+        if (s->ids[k] == id)
+            return s->vals[k];
+    s->gen[k] = s->cur;
+    s->ids[k] = id;
+    s->vals[k] = v;
+    return -1;
+}
+
+void ps_id_set_free(ps_id_set *s)
+{
+    free(s->ids);
+    free(s->vals);
+    free(s->gen);
+    memset(s, 0, sizeof(*s));
+}

@@ -1,0 +1,40 @@
+/* A set of 64-bit IDs, each with a 32-bit value, for the rows paths that
+ * must tell repeats apart in a request of up to millions of IDs: the client
+ * numbering a call's unique IDs (lib/kv_rows.c), the server refusing an ID
+ * named twice (server/row_wire.c) and the row store refusing a batch with a
+ * repeat (server/row_store.c). Sorting did this before at O(n log n) and a
+ * copy; an open-addressing table (linear probing on ps_mix64 of the ID, at
+ * most half full) does it in one pass, and a generation counter empties it
+ * in O(1), so one set is kept and reused call after call without touching
+ * its memory again.
+ *
+ * Lifecycle: a zeroed ps_id_set is empty and owns nothing;
+ * ps_id_set_reset before each batch, ps_id_set_put per ID,
+ * ps_id_set_free at the end. Not thread-safe. */
+#ifndef PS_ID_SET_H
+#define PS_ID_SET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    uint64_t *ids;
+    uint32_t *vals;
+    uint32_t *gen; /* a slot is in use when gen[slot] == cur */
+    size_t cap;    /* a power of two, 0 before the first reset */
+    uint32_t cur;
+} ps_id_set;
+
+/* Empties the set and makes room for n IDs (n < 2^31). Returns 0, or
+ * -ENOMEM (the set is then empty and usable for no more than it had room
+ * for before). */
+int ps_id_set_reset(ps_id_set *s, size_t n);
+
+/* Adds id with value v and returns -1 when it was absent; when it was
+ * present, returns the value it was added with and changes nothing. At
+ * most the n of the last reset IDs may be added. */
+int64_t ps_id_set_put(ps_id_set *s, uint64_t id, uint32_t v);
+
+void ps_id_set_free(ps_id_set *s);
+
+#endif

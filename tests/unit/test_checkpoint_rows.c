@@ -1,0 +1,586 @@
+/* Embedding rows in checkpoint files (server/checkpoint_rows, issue 24
+ * point 5), with real files in a scratch directory and real row stores:
+ *  - rows trained for 12 steps (Adam rows with admission and expiry, an SGD
+ *    table beside them), written at clock 12 and restored into fresh stores,
+ *    are the same rows in the same visit order bit for bit (values, Adam
+ *    state, update counts, last steps), the same admission sketch and the
+ *    same table clocks; trained on for 12 more steps, the restored stores
+ *    equal the uninterrupted ones bit for bit (every stored row, and the
+ *    reads of expired and never-stored IDs);
+ *  - a damaged rows section, a row table count or row count that disagrees
+ *    with the file, a file of format 4 (no rows) and one of a newer format
+ *    are each refused with their reason, and nothing of them is adopted;
+ *  - a 1-server file restored onto 3 servers with a quarter of the chunk
+ *    size: each server holds exactly the rows row_place gives it, bit for
+ *    bit, the whole admission sketch, and every word of its new chunks
+ *    with its Adam state, clocks and update count; a 2-server file whose
+ *    partner is missing is refused naming the missing file. */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "crc32c.h"
+#include "job_options.h"
+#include "partition.h"
+#include "ps_error.h"
+#include "row_place.h"
+
+#define CHUNK_BYTES 256
+#define CLOCK       12
+#define N_IDS       24
+
+static char dir[64];
+static ps_model_spec spec;
+/* The plan files are written for, and the one a restore is made into. */
+static uint32_t file_servers, servers, server;
+static size_t file_chunk, chunk;
+static ps_optimizer_config opt;
+
+/* What a restore adopted: a shard and a row store per row table. */
+typedef struct {
+    ps_partition *part;
+    ps_shard *shard;
+    ps_row_store *store[2];
+    uint64_t clock[64], newest[64];
+    int adopted, withdrawn;
+} sink_state;
+
+static ps_row_store *make_store(int table)
+{
+    const ps_row_table_spec *t = &spec.row_tables[table];
+    ps_row_store_config c;
+    ps_row_store *st;
+    char why[200];
+
+    memset(&c, 0, sizeof(c));
+    c.table_id = (uint32_t)table;
+    c.dim = t->dim;
+    c.init = t->init;
+    c.init.seed = spec.seed;
+    c.opt.opt = opt;
+    if (t->optimizer[0])
+        cr_assert_eq(ps_row_opt_parse(t->optimizer, &c.opt), 0);
+    c.admit_after = t->admit_after;
+    c.sketch_depth = 2;
+    c.sketch_width = 1024;
+    c.sketch_seed = spec.seed ^ (uint64_t)table;
+    c.expire_after = t->expire_after;
+    cr_assert_eq(ps_row_store_create(&st, &c, why, sizeof(why)), 0, "%s", why);
+    return st;
+}
+
+static void setup(void)
+{
+    static const int sizes[] = {5, 16, 3};
+    ps_row_table_spec users = {.name = "users", .dim = 8, .admit_after = 2, .expire_after = 6};
+    ps_row_table_spec items = {.name = "items", .dim = 3, .optimizer = "sgd"};
+
+    snprintf(dir, sizeof(dir), "/tmp/test_checkpoint_rows.XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    cr_assert_eq(ps_model_spec_init_mlp(&spec, sizes, 3, 7), 0);
+    users.init.kind = PS_ROW_INIT_UNIFORM;
+    users.init.lo = -0.5;
+    users.init.hi = 0.5;
+    cr_assert_eq(ps_model_spec_add_row_table(&spec, &users, NULL, 0), 0);
+    cr_assert_eq(ps_model_spec_add_row_table(&spec, &items, NULL, 0), 0);
+    ps_optimizer_defaults(&opt, PS_OPT_ADAM);
+    file_servers = servers = 1;
+    server = 0;
+    file_chunk = chunk = CHUNK_BYTES;
+}
+
+static void teardown(void)
+{
+    char cmd[128];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+    ps_model_spec_free(&spec);
+}
+
+/* One step of both tables: IDs that come and go (some pushed once, below
+ * the admission threshold; some left to expire), gradients a function of
+ * (step, ID, column). */
+static void train(ps_row_store **st, uint64_t step)
+{
+    uint64_t ids[N_IDS];
+    float grads[N_IDS * 8];
+    size_t n = 0;
+
+    for (uint64_t i = 0; i < N_IDS; i++) {
+        uint64_t id = (i * 7 + step * (i % 3)) % 40 + (i % 5 == 0 ? step * 1000 : 0);
+        int dup = 0;
+        for (size_t j = 0; j < n; j++)
+            dup |= ids[j] == id;
+        if (!dup)
+            ids[n++] = id;
+    }
+    for (size_t i = 0; i < n * 8; i++)
+        grads[i] = 0.01f * (float)((i * 13 + step * 5) % 17) - 0.08f;
+    cr_assert_eq(ps_row_store_apply(st[0], ids, grads, n, step, 0.05f, 0.5f, NULL), 0);
+    cr_assert_eq(ps_row_store_apply(st[1], ids, grads, n / 2, step, 0.1f, 1.0f, NULL), 0);
+}
+
+typedef struct {
+    ps_row_view row[512];
+    float data[512][2 * 8 + 2];
+    int n;
+} rows_seen;
+
+static int collect(void *arg, const ps_row_view *v)
+{
+    rows_seen *r = arg;
+
+    cr_assert_lt(r->n, 512);
+    r->row[r->n] = *v;
+    r->n++;
+    return 0;
+}
+
+/* Every stored row of a and b, in visit order, and both sketches are the
+ * same bit for bit; reads at step agree too. */
+static void assert_same(ps_row_store *a, ps_row_store *b, size_t dim, uint64_t step)
+{
+    rows_seen *ra = calloc(1, sizeof(*ra)), *rb = calloc(1, sizeof(*rb));
+    size_t state = ps_row_store_state_floats(a);
+    uint64_t ca = 0, cb = 0, ids[64];
+    float ga[64 * 8], gb[64 * 8];
+    const ps_row_admit *sa = ps_row_store_admission(a), *sb = ps_row_store_admission(b);
+
+    cr_assert_eq(ps_row_store_visit(a, 0, &ca, SIZE_MAX, collect, ra), 0);
+    cr_assert_eq(ps_row_store_visit(b, 0, &cb, SIZE_MAX, collect, rb), 0);
+    cr_assert_gt(ra->n, 0);
+    cr_assert_eq(ra->n, rb->n, "%d rows against %d", ra->n, rb->n);
+    for (int i = 0; i < ra->n; i++) {
+        cr_assert_eq(ra->row[i].id, rb->row[i].id);
+        cr_assert_eq(ra->row[i].last_step, rb->row[i].last_step);
+        cr_assert_eq(ra->row[i].updates, rb->row[i].updates);
+        cr_assert_eq(memcmp(ra->row[i].values, rb->row[i].values, dim * 4), 0);
+        cr_assert_eq(memcmp(ra->row[i].state, rb->row[i].state, state * 4), 0);
+    }
+    cr_assert_eq(sa == NULL, sb == NULL);
+    if (sa) {
+        size_t len = ps_row_admit_saved_size(sa);
+        uint8_t *ba = malloc(len), *bb = malloc(len);
+        cr_assert_eq(ps_row_admit_saved_size(sb), len);
+        ps_row_admit_save(sa, ba, len);
+        ps_row_admit_save(sb, bb, len);
+        cr_assert_eq(memcmp(ba, bb, len), 0, "the admission sketches differ");
+        free(ba);
+        free(bb);
+    }
+    for (uint64_t i = 0; i < 64; i++)
+        ids[i] = i < 40 ? i : i * 1000;
+    cr_assert_eq(ps_row_store_gather(a, ids, 64, step, ga, NULL), 0);
+    cr_assert_eq(ps_row_store_gather(b, ids, 64, step, gb, NULL), 0);
+    cr_assert_eq(memcmp(ga, gb, 64 * dim * 4), 0);
+    free(ra);
+    free(rb);
+}
+
+static ps_shard *adopt(void *arg, const ps_model_spec *table, ps_checkpoint_clocks *clocks,
+                       ps_checkpoint_rows *rows, char *why, size_t why_len)
+{
+    sink_state *k = arg;
+
+    (void)why;
+    (void)why_len;
+    k->adopted++;
+    cr_assert_eq(ps_model_spec_fingerprint(table), ps_model_spec_fingerprint(&spec));
+    cr_assert_eq(ps_partition_init(&k->part, &spec, (int)servers, chunk), 0);
+    cr_assert_eq(ps_shard_init(&k->shard, k->part, (int)server, &spec, &opt, 0), 0);
+    cr_assert_leq(ps_shard_chunk_count(k->shard), 64);
+    for (int i = 0; i < ps_shard_chunk_count(k->shard); i++)
+        cr_assert_eq(ps_shard_fill(k->shard, i, 0), 0);
+    rows->n = 2;
+    for (int i = 0; i < 2; i++) {
+        rows->store[i] = k->store[i] = make_store(i);
+        rows->dim[i] = spec.row_tables[i].dim;
+    }
+    clocks->clock = k->clock;
+    clocks->newest = k->newest;
+    return k->shard;
+}
+
+static void sink_free(sink_state *k)
+{
+    for (int i = 0; i < 2; i++)
+        ps_row_store_free(k->store[i]);
+    ps_shard_free(k->shard);
+    ps_partition_free(k->part);
+    memset(k, 0, sizeof(*k));
+}
+
+static void withdraw(void *arg)
+{
+    sink_state *k = arg;
+    int adopted = k->adopted;
+
+    sink_free(k);
+    k->adopted = adopted;
+    k->withdrawn = 1;
+}
+
+static void meta_for(ps_checkpoint_meta *meta)
+{
+    memset(meta, 0, sizeof(*meta));
+    meta->server_index = server;
+    meta->num_servers = servers;
+    meta->optimizer = PS_OPT_ADAM;
+    meta->fingerprint = ps_model_spec_fingerprint(&spec);
+    meta->chunk_bytes = chunk;
+    meta->clock = CLOCK;
+    meta->job = ps_job_fingerprint(NULL, 0);
+    meta->state_per_weight = ps_optimizer_state_floats(&opt, 1);
+    meta->max_table_bytes = 1 << 20;
+}
+
+/* What a file holds at word w of tensor t: weights, then Adam's 2 state
+ * floats per weight. */
+static float word_value(uint32_t t, size_t w, int plane)
+{
+    return (float)(t * 1000 + w) + 0.25f * (float)plane;
+}
+
+/* The file of a checkpoint of st (and a shard of spec, its words numbered
+ * by word_value) at CLOCK for server `server` of file_servers. */
+static void write_file(ps_row_store **st, char *path, size_t len)
+{
+    ps_checkpoint_meta meta;
+    ps_checkpoint_rows rows;
+    ps_partition *part;
+    ps_shard *shard;
+    uint64_t c[64], n[64];
+    ps_checkpoint_clocks clocks = {c, n};
+    uint32_t restore_servers = servers;
+    size_t restore_chunk = chunk;
+
+    servers = file_servers;
+    chunk = file_chunk;
+    meta_for(&meta);
+    cr_assert_eq(ps_partition_init(&part, &spec, (int)servers, chunk), 0);
+    cr_assert_eq(ps_shard_init(&shard, part, (int)server, &spec, &opt, 0), 0);
+    for (int i = 0; i < ps_shard_chunk_count(shard); i++) {
+        const ps_chunk *ch = ps_shard_chunk(shard, i);
+        cr_assert_eq(ps_shard_fill(shard, i, 1), 0);
+        for (size_t j = 0; j < ch->numel; j++) {
+            ps_shard_weights_mut(shard, i)[j] = word_value(ch->tensor_id, ch->offset + j, 0);
+            for (int p = 1; p <= 2; p++)
+                ps_shard_state_mut(shard, i)[2 * j + (size_t)p - 1] =
+                    word_value(ch->tensor_id, ch->offset + j, p);
+        }
+        c[i] = n[i] = CLOCK;
+        ps_shard_set_updates(shard, i, CLOCK);
+    }
+    servers = restore_servers;
+    chunk = restore_chunk;
+    memset(&rows, 0, sizeof(rows));
+    rows.n = 2;
+    for (int i = 0; i < 2; i++) {
+        rows.store[i] = st[i];
+        rows.dim[i] = spec.row_tables[i].dim;
+        rows.clock[i] = CLOCK + (uint64_t)i;
+        rows.newest[i] = CLOCK - (uint64_t)i;
+    }
+    cr_assert_eq(ps_checkpoint_write(dir, 10, &meta, &spec, shard, &clocks, &rows, path, len), 0);
+    rows.n = 1;
+    cr_assert_eq(ps_checkpoint_write(dir, 10, &meta, &spec, shard, &clocks, &rows, NULL, 0),
+                 -EINVAL, "rows that are not the table's are written");
+    ps_shard_free(shard);
+    ps_partition_free(part);
+}
+
+static int restore(sink_state *k, ps_checkpoint_rows *rows, char *err, size_t len)
+{
+    ps_checkpoint_sink sink = {adopt, withdraw, k};
+    ps_checkpoint_meta meta;
+    ps_checkpoint_clocks clocks = {NULL, NULL};
+    char path[256];
+
+    meta_for(&meta);
+    memset(k, 0, sizeof(*k));
+    return ps_checkpoint_restore(dir, UINT64_MAX, &meta, &sink, &clocks, rows, path, sizeof(path),
+                                 err, len);
+}
+
+static void trained(ps_row_store **st, uint64_t steps)
+{
+    st[0] = make_store(0);
+    st[1] = make_store(1);
+    for (uint64_t s = 0; s < steps; s++)
+        train(st, s);
+}
+
+Test(checkpoint_rows, a_restore_trains_on_bit_for_bit, .init = setup, .fini = teardown)
+{
+    ps_row_store *whole[2];
+    sink_state k;
+    ps_checkpoint_rows rows;
+    ps_row_counters c;
+    char path[256], err[1024];
+
+    trained(whole, CLOCK);
+    ps_row_store_counters(whole[0], &c);
+    cr_assert_gt(c.filtered, 0, "no push waited for admission");
+    cr_assert_gt(c.evicted + c.stored, c.created / 2);
+    write_file(whole, path, sizeof(path));
+    cr_assert_eq(restore(&k, &rows, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(k.adopted, 1);
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(rows.clock[i], CLOCK + (uint64_t)i);
+        cr_assert_eq(rows.newest[i], CLOCK - (uint64_t)i);
+        assert_same(whole[i], k.store[i], spec.row_tables[i].dim, CLOCK);
+    }
+    for (uint64_t s = CLOCK; s < 2 * CLOCK; s++) {
+        train(whole, s);
+        train(k.store, s);
+    }
+    for (int i = 0; i < 2; i++)
+        assert_same(whole[i], k.store[i], spec.row_tables[i].dim, 2 * CLOCK);
+    ps_row_store_counters(whole[0], &c);
+    cr_assert_gt(c.expired, 0, "no row expired");
+    sink_free(&k);
+    ps_row_store_free(whole[0]);
+    ps_row_store_free(whole[1]);
+}
+
+/* The file's bytes, changed by fn, its CRC made right again when fix_crc. */
+static void rewrite(const char *path, void (*fn)(uint8_t *, size_t), int fix_crc)
+{
+    FILE *f = fopen(path, "r+b");
+    uint8_t *buf;
+    long len;
+    uint32_t crc;
+
+    cr_assert_not_null(f);
+    fseek(f, 0, SEEK_END);
+    len = ftell(f);
+    buf = malloc((size_t)len);
+    rewind(f);
+    cr_assert_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
+    fn(buf, (size_t)len);
+    if (fix_crc) {
+        crc = ps_crc32c(0, buf, (size_t)len - 4);
+        memcpy(buf + len - 4, &crc, 4);
+    }
+    rewind(f);
+    cr_assert_eq(fwrite(buf, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    free(buf);
+}
+
+/* Where the rows section begins (after the header, the table and the
+ * shard's chunks, each a 48-byte header and its weights and Adam state),
+ * and the items table's record size and row count: it is the last table,
+ * so its rows end right before the CRC. */
+static size_t rows_at, items_rec, items_rows;
+
+static void locate(size_t table_len)
+{
+    ps_partition *part;
+
+    cr_assert_eq(ps_partition_init(&part, &spec, 1, CHUNK_BYTES), 0);
+    rows_at = 8 + 4 * 4 + 6 * 8 + 4 + table_len;
+    for (int i = 0; i < ps_partition_chunk_count(part); i++)
+        rows_at += 48 + ps_partition_chunk(part, i)->numel * (1 + 2) * sizeof(float);
+    ps_partition_free(part);
+}
+
+static void flip_near_end(uint8_t *b, size_t len)
+{
+    b[len - 4 - items_rec / 2] ^= 0x01;
+}
+
+static void more_items(uint8_t *b, size_t len)
+{
+    uint64_t n = items_rows + 1;
+    memcpy(b + len - 4 - items_rows * items_rec - 8, &n, 8);
+}
+
+static void three_tables(uint8_t *b, size_t len)
+{
+    uint32_t tlen, three = 3, two;
+
+    memcpy(&tlen, b + 72, 4);
+    locate(tlen);
+    cr_assert_lt(rows_at + 4, len);
+    memcpy(&two, b + rows_at, 4);
+    cr_assert_eq(two, 2, "the rows section does not start at %zu", rows_at);
+    memcpy(b + rows_at, &three, 4);
+}
+
+static void version_4(uint8_t *b, size_t len)
+{
+    (void)len;
+    b[8] = 4;
+}
+
+static void version_6(uint8_t *b, size_t len)
+{
+    (void)len;
+    b[8] = 6;
+}
+
+/* A file of the trained stores, changed by fn, is refused with want in the
+ * reasons; nothing of it adopted. */
+static void assert_refused(char *path, void (*fn)(uint8_t *, size_t), int fix_crc, const char *want)
+{
+    ps_row_store *whole[2];
+    sink_state k;
+    ps_checkpoint_rows rows;
+    ps_row_counters c;
+    char err[1024];
+
+    trained(whole, CLOCK);
+    ps_row_store_counters(whole[1], &c);
+    items_rows = c.stored;
+    items_rec = 16 + (3 + ps_row_store_state_floats(whole[1])) * sizeof(float);
+    write_file(whole, path, 256);
+    rewrite(path, fn, fix_crc);
+    cr_assert_lt(restore(&k, &rows, err, sizeof(err)), 0);
+    cr_assert_not_null(strstr(err, want), "'%s' not in '%s'", want, err);
+    cr_assert_eq(k.adopted, 0, "a refused file was adopted");
+    ps_row_store_free(whole[0]);
+    ps_row_store_free(whole[1]);
+}
+
+Test(checkpoint_rows, damaged_or_wrong_rows_are_refused_before_adoption, .init = setup,
+     .fini = teardown)
+{
+    char path[256];
+
+    assert_refused(path, flip_near_end, 0, "checksum mismatch");
+    unlink(path);
+    assert_refused(path, more_items, 1, "bytes where");
+    unlink(path);
+    assert_refused(path, three_tables, 1, "holds 3 row tables where its table has 2");
+    unlink(path);
+    assert_refused(path, version_4, 1,
+                   "format version 4, written by an older build (it holds "
+                   "no embedding rows");
+    unlink(path);
+    unlink(path);
+}
+
+/* A newer format is not even taken for this job's: the survey names it as
+ * a file this build cannot read, and a restore finds nothing to restore. */
+Test(checkpoint_rows, a_newer_format_is_named_and_left_alone, .init = setup, .fini = teardown)
+{
+    ps_row_store *whole[2];
+    ps_checkpoint_survey sv;
+    ps_checkpoint_meta meta;
+    ps_checkpoint_rows rows;
+    sink_state k;
+    char path[256], err[1024];
+
+    trained(whole, CLOCK);
+    write_file(whole, path, sizeof(path));
+    rewrite(path, version_6, 1);
+    cr_assert_eq(restore(&k, &rows, err, sizeof(err)), -ENOENT);
+    cr_assert_eq(k.adopted, 0);
+    meta_for(&meta);
+    cr_assert_eq(ps_checkpoint_survey_dir(dir, &meta, &sv), 0);
+    cr_assert_eq(sv.n_damaged, 1);
+    cr_assert_not_null(strstr(sv.damaged, "format version 6, which this build (version 5) cannot "
+                                          "read"),
+                       "%s", sv.damaged);
+    ps_row_store_free(whole[0]);
+    ps_row_store_free(whole[1]);
+}
+
+static int count_rows(void *arg, const ps_row_view *v)
+{
+    (void)v;
+    ++*(int *)arg;
+    return 0;
+}
+
+/* One server's file (a 1-server plan, 256-byte chunks) restored onto 3
+ * servers with 64-byte chunks: each new server holds exactly the rows
+ * row_place gives it, bit for bit, the whole sketch, and every word of its
+ * new chunks with its Adam state, clocks and update count. */
+Test(checkpoint_rows, a_restore_onto_three_servers_re_places_rows_and_chunks, .init = setup,
+     .fini = teardown)
+{
+    ps_row_store *whole[2];
+    ps_checkpoint_rows rows;
+    char path[256], err[1024];
+    int total[2] = {0, 0}, want[2] = {0, 0};
+
+    trained(whole, CLOCK);
+    write_file(whole, path, sizeof(path));
+    servers = 3;
+    chunk = 64;
+    for (server = 0; server < 3; server++) {
+        sink_state k;
+        cr_assert_eq(restore(&k, &rows, err, sizeof(err)), 0, "%s", err);
+        for (int i = 0; i < ps_shard_chunk_count(k.shard); i++) {
+            const ps_chunk *d = ps_shard_chunk(k.shard, i);
+            cr_assert_eq(d->server, (int)server);
+            cr_assert_eq(k.clock[i], CLOCK);
+            cr_assert_eq(ps_shard_updates(k.shard, i), CLOCK);
+            for (size_t j = 0; j < d->numel; j++) {
+                cr_assert_eq(ps_shard_weights(k.shard, i)[j],
+                             word_value(d->tensor_id, d->offset + j, 0));
+                cr_assert_eq(ps_shard_state(k.shard, i)[2 * j + 1],
+                             word_value(d->tensor_id, d->offset + j, 2));
+            }
+        }
+        for (int t = 0; t < 2; t++) {
+            rows_seen *r = calloc(1, sizeof(*r));
+            uint64_t cursor = 0;
+            cr_assert_eq(ps_row_store_visit(k.store[t], 0, &cursor, SIZE_MAX, collect, r), 0);
+            for (int i = 0; i < r->n; i++) {
+                /* At step 0 nothing reads as expired: the stored values. */
+                float got[8], want_row[8];
+                cr_assert_eq(ps_row_place((uint32_t)t, r->row[i].id, 3), server);
+                cr_assert_eq(ps_row_store_gather(whole[t], &r->row[i].id, 1, 0, want_row, NULL), 0);
+                cr_assert_eq(ps_row_store_gather(k.store[t], &r->row[i].id, 1, 0, got, NULL), 0);
+                cr_assert_eq(memcmp(got, want_row, spec.row_tables[t].dim * 4), 0);
+            }
+            total[t] += r->n;
+            free(r);
+            cr_assert_eq(rows.clock[t], CLOCK + (uint64_t)t);
+        }
+        cr_assert_not_null(ps_row_store_admission(k.store[0]));
+        cr_assert_eq(ps_row_admit_estimate(ps_row_store_admission(k.store[0]), 7),
+                     ps_row_admit_estimate(ps_row_store_admission(whole[0]), 7));
+        sink_free(&k);
+    }
+    for (int t = 0; t < 2; t++) {
+        uint64_t cursor = 0;
+        cr_assert_eq(ps_row_store_visit(whole[t], 0, &cursor, SIZE_MAX, count_rows, &want[t]), 0);
+        cr_assert_eq(total[t], want[t], "table %d: %d rows re-placed of %d", t, total[t], want[t]);
+    }
+    ps_row_store_free(whole[0]);
+    ps_row_store_free(whole[1]);
+}
+
+/* A file written for 2 servers whose partner is missing: a server of 3
+ * cannot re-place that clock, says which file is missing, and adopts
+ * nothing. */
+Test(checkpoint_rows, a_set_missing_a_file_is_refused, .init = setup, .fini = teardown)
+{
+    ps_row_store *whole[2];
+    ps_checkpoint_rows rows;
+    sink_state k;
+    char path[256], err[1024];
+
+    trained(whole, CLOCK);
+    file_servers = 2;
+    write_file(whole, path, sizeof(path));
+    servers = 3;
+    server = 2;
+    cr_assert_eq(restore(&k, &rows, err, sizeof(err)), -PS_EFORMAT);
+    cr_assert_not_null(strstr(err, "re-placing the 2 files of clock 12: server 1's: cannot open"),
+                       "%s", err);
+    cr_assert_eq(k.adopted, 0);
+    ps_row_store_free(whole[0]);
+    ps_row_store_free(whole[1]);
+}
