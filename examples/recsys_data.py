@@ -36,9 +36,10 @@ likewise from p_factor (800 draws). So the signal sits on IDs a model can
 learn from one pass, and the unlearnable Zipf tail of the 10-million
 fields carries almost none. Eight fields of 100,000 IDs with flat
 distributions (exponents 0.2 to 0.55) and the largest weights carry most of
-it: each of their IDs is seen tens to hundreds of times, enough to learn,
-and 100,000 IDs in 2^16 buckets share a bucket three times in four, which
-is what the hashed control loses.
+it: each of their IDs is seen tens to hundreds of times, enough to learn
+in principle (docs/recsys.md measures how far one pass of the example's
+model gets), and 100,000 IDs in 2^16 buckets share a bucket about three
+times in four, which is what the hashed control loses.
 """
 import argparse
 import json
