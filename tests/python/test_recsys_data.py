@@ -7,7 +7,8 @@
 - the 64-bit IDs are common/zipf's ps_zipf_scramble of the ranks, bit for
   bit (against the C function), and unscramble inverts them;
 - the Zipf sampler draws each rank with its probability, at 30 and at 10
-  million ranks;
+  million ranks, and at exponents below 1; zipf_probability sums to 1 and
+  rank_scale is 1 down to its probability, then falls in proportion;
 - the --small preset is the same bytes from the same seed and different
   from another seed; its arrays have the documented shapes, types and
   ranges, every ID maps back to a rank of its field's vocabulary, the
@@ -103,6 +104,20 @@ class Zipf(unittest.TestCase):
     def test_ten_million(self):
         self.check(10_000_000, 1.05, 1_000_000, 1000)
 
+    def test_exponent_below_one(self):
+        # The middle fields' flat distributions (exponents 0.2 to 0.55).
+        self.check(100_000, 0.2, 1_000_000, 1000)
+        self.check(100_000, 0.55, 1_000_000, 1000)
+
+    def test_probability_and_rank_scale(self):
+        ranks = np.arange(1000, dtype=np.float64)
+        p = rd.zipf_probability(1000, 0.7, ranks)
+        self.assertAlmostEqual(p.sum(), 1.0, places=12)
+        self.assertAlmostEqual(p[0] / p[9], 10**0.7, places=12)
+        scale = rd.rank_scale(p, p[99], 1.0)
+        np.testing.assert_array_equal(scale[:100], 1.0)
+        np.testing.assert_allclose(scale[100:], p[100:] / p[99], rtol=1e-12)
+
 
 def generate(out, *args):
     subprocess.run([sys.executable, os.path.join(EXAMPLES, "recsys_data.py"), "--small", "--out", out, *args],
@@ -145,14 +160,15 @@ class SmallPreset(unittest.TestCase):
             self.assertEqual((labels.dtype, labels.shape), (np.uint8, (n,)))
             self.assertTrue(np.isfinite(dense).all())
             self.assertEqual(set(np.unique(labels)), {0, 1})
-            for f, (vocab, _) in enumerate(rd.FIELDS):
+            for f, (vocab, _, _) in enumerate(rd.FIELDS):
                 ranks = rd.unscramble(ids[:, f], 3 << 8 | f)
                 self.assertLess(int(ranks.max()), vocab, f"field {f}")
                 self.assertLessEqual(np.unique(ids[:, f]).size, vocab)
             # The IDs use the whole 64-bit range: both signs as int64.
             self.assertTrue((ids < 0).any() and (ids > 2**62).any())
         self.assertEqual((meta["seed"], meta["train"], meta["test"]), (3, 40_000, 10_000))
-        self.assertEqual(meta["fields"], [{"vocabulary": n, "exponent": s} for n, s in rd.FIELDS])
+        self.assertEqual(meta["fields"], [{"vocabulary": n, "exponent": s, "weight_std": w}
+                                          for n, s, w in rd.FIELDS])
 
     def test_labels_follow_the_planted_model(self):
         with open(os.path.join(self.dirs["a"], "meta.json")) as fh:

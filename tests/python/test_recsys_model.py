@@ -65,7 +65,7 @@ class Train(unittest.TestCase):
         self.assertEqual(r["mode"], "local")
         self.assertEqual(r["planted_auc"], meta["planted_auc"])
         # An untrained model scores about 0.5; the planted model about 0.93.
-        self.assertGreater(r["test_auc"], 0.62)
+        self.assertGreater(r["test_auc"], 0.6)
         self.assertLess(r["test_auc"], meta["planted_auc"])
         self.assertGreater(r["samples_per_second"], 0)
         ids = np.load(os.path.join(self.data, "train_ids.npy"))[:r["samples"]]
