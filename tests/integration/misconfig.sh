@@ -45,7 +45,7 @@ expect_worker_fails() {
     local name=$1 limit=$2 want=$3 rc
     shift 3
     set +e
-    timeout -k 2 "$limit" "$WORKER" --cluster "$TMP/$name.ini" --rank 0 --steps 1 --no-eval "$@" \
+    timeout -k 2 "$limit" "$WORKER" --cluster "$TMP/$name.ini" --rank "${RANK:-0}" --steps 1 --no-eval "$@" \
         >/dev/null 2>"$TMP/$name.err"
     rc=$?
     set -e
@@ -63,20 +63,21 @@ expect_worker_fails wrong_port 60 "cannot reach server 0 at 127.0.0.1:1" --conne
 # Wrong worker count and another model: refused at the handshake, so these
 # exit long before their 600 s connect timeout would (stopped at 60 s, time
 # enough for a sanitizer build to start on a loaded machine). The server learns the
-# model from the first worker it admits: a good rank 1 joins first (and
-# waits for rank 0), then a rank 0 with another model is refused.
+# model from rank 0 (a table only other ranks declared gives way to rank
+# 0's): a good rank 0 joins first (and waits for rank 1), then a rank 1
+# with another model is refused.
 worker_file wrong_workers "127.0.0.1:$port" 3 32
 expect_worker_fails wrong_workers 60 "workers: 3 on the worker, 2 on this server" --connect-timeout 600
 worker_file good "127.0.0.1:$port" 2 32
-# It waits for a rank 0 that never comes: its connect timeout must outlast
+# It waits for a rank 1 that never comes: its connect timeout must outlast
 # the test, or it gives up and leaves mid-way.
-"$WORKER" --cluster "$TMP/good.ini" --rank 1 --steps 1 --no-eval --connect-timeout 600 \
+"$WORKER" --cluster "$TMP/good.ini" --rank 0 --steps 1 --no-eval --connect-timeout 600 \
     2>"$TMP/good.err" &
 good=$!
 trap 'kill $good $server 2>/dev/null || true; rm -rf "$TMP"' EXIT
-wait_for_line "$TMP/server.err" "worker 1 .* joined" 60 || fail "the good worker never joined"
+wait_for_line "$TMP/server.err" "worker 0 .* joined" 60 || fail "the good worker never joined"
 worker_file wrong_model "127.0.0.1:$port" 2 64
-expect_worker_fails wrong_model 60 \
+RANK=1 expect_worker_fails wrong_model 60 \
     "model mismatch: tensor fc1.weight: 64x784 from the worker, 32x784 on this server" \
     --connect-timeout 600
 # SIGKILL: a worker still waiting for its job to start takes SIGTERM as a
