@@ -18,6 +18,7 @@
 #include "partition.h"
 #include "ps_error.h"
 #include "tensor_table.h"
+#include "le_bytes.h"
 
 #define PS__CHUNK_HEADER_BYTES (6 * 8)
 /* The packed tensor table's bytes at most: what a TABLE frame may carry. */
@@ -40,20 +41,6 @@ struct ps_checkpoint_file {
     size_t state_per_weight;
     uint64_t bytes;
 };
-
-static uint32_t ps__get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof(v));
-    return v;
-}
-
-static uint64_t ps__get64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof(v));
-    return v;
-}
 
 void ps_checkpoint_file_close(ps_checkpoint_file *cf)
 {
@@ -85,7 +72,7 @@ static int ps__check_header(ps_checkpoint_file *cf, uint32_t server, const ps_ch
                             char *why, size_t why_len)
 {
     const uint8_t *h = cf->head;
-    uint32_t version = ps__get32(h + 8);
+    uint32_t version = ps_le_get32(h + 8);
 
     if (memcmp(h, PS_CHECKPOINT_MAGIC, 8) != 0)
         return ps_err_printf(why, why_len, -PS_EFORMAT, "not a shardps checkpoint (bad magic)");
@@ -106,18 +93,18 @@ static int ps__check_header(ps_checkpoint_file *cf, uint32_t server, const ps_ch
                              "it with the build that wrote it",
                              version, PS_CHECKPOINT_FORMAT);
     /* The job first: another job's file is that job's, whatever else differs. */
-    if (ps__get64(h + PS_CHECKPOINT_JOB_OFFSET) != meta->job)
+    if (ps_le_get64(h + PS_CHECKPOINT_JOB_OFFSET) != meta->job)
         return ps_err_printf(why, why_len, -PS_EMISMATCH,
                              "belongs to another job (other job settings); start with the same "
                              "options");
-    if (ps__get32(h + 20) != meta->optimizer)
+    if (ps_le_get32(h + 20) != meta->optimizer)
         return ps_err_printf(why, why_len, -PS_EMISMATCH,
                              "saved with another optimizer; restore with the same --optimizer");
-    cf->plan.server_index = ps__get32(h + 12);
-    cf->plan.num_servers = ps__get32(h + 16);
-    cf->plan.chunk_bytes = ps__get64(h + 32);
-    cf->plan.clock = ps__get64(h + 40);
-    cf->plan.total_steps = ps__get64(h + 48);
+    cf->plan.server_index = ps_le_get32(h + 12);
+    cf->plan.num_servers = ps_le_get32(h + 16);
+    cf->plan.chunk_bytes = ps_le_get64(h + 32);
+    cf->plan.clock = ps_le_get64(h + 40);
+    cf->plan.total_steps = ps_le_get64(h + 48);
     if (cf->plan.server_index != server || cf->plan.num_servers < 1 ||
         cf->plan.num_servers > 4096 || server >= cf->plan.num_servers || cf->plan.chunk_bytes < 4 ||
         cf->plan.chunk_bytes > ((uint64_t)1 << 40))
@@ -140,7 +127,7 @@ static int ps__read_table(ps_checkpoint_file *cf, const ps_checkpoint_meta *meta
     int rc;
 
     if (fread(cf->head + PS_CHECKPOINT_HEADER_BYTES, 1, 4, cf->f) != 4 ||
-        (len = ps__get32(cf->head + PS_CHECKPOINT_HEADER_BYTES)) > PS__MAX_TABLE_BYTES ||
+        (len = ps_le_get32(cf->head + PS_CHECKPOINT_HEADER_BYTES)) > PS__MAX_TABLE_BYTES ||
         fread(t_at, 1, len, cf->f) != len)
         return ps_err_printf(why, why_len, -PS_EFORMAT,
                              "its tensor table is truncated or over %zu bytes",
@@ -155,7 +142,7 @@ static int ps__read_table(ps_checkpoint_file *cf, const ps_checkpoint_meta *meta
         return ps_err_printf(why, why_len, -PS_EFORMAT, "its tensor table is refused: %s", reason);
     /* The header's fingerprint doubles as the table's checksum, so a table is
      * trusted before the CRC over the whole file has been read. */
-    if (ps_model_spec_fingerprint(&cf->spec) != ps__get64(cf->head + 24))
+    if (ps_model_spec_fingerprint(&cf->spec) != ps_le_get64(cf->head + 24))
         return ps_err_printf(why, why_len, -PS_EFORMAT,
                              "its tensor table does not match its fingerprint (corrupt)");
     return 0;
@@ -196,10 +183,10 @@ static int ps__layout(ps_checkpoint_file *cf, const ps_checkpoint_meta *meta, ch
         cf->chunk[cf->n++] = c;
         cf->bytes += PS__CHUNK_HEADER_BYTES + c->numel * (1 + cf->state_per_weight) * sizeof(float);
     }
-    if (ps__get64(cf->head + 56) != (uint64_t)cf->n)
+    if (ps_le_get64(cf->head + 56) != (uint64_t)cf->n)
         return ps_err_printf(why, why_len, -PS_EMISMATCH,
                              "holds %" PRIu64 " chunks where its table's shard has %d",
-                             ps__get64(cf->head + 56), cf->n);
+                             ps_le_get64(cf->head + 56), cf->n);
     /* The chunks take bytes, the rows section the rest (4 bytes at least). */
     if (cf->size < cf->bytes + 4)
         return ps_err_printf(why, why_len, -PS_EFORMAT,
@@ -267,8 +254,8 @@ int ps_checkpoint_file_verify(ps_checkpoint_file *cf, char *why, size_t why_len)
             ps_checkpoint_stream(cf->f, c->numel * (1 + cf->state_per_weight) * sizeof(float), NULL,
                                  cf->blk, &crc) < 0)
             goto short_read;
-        if (bad_chunk < 0 && (ps__get64(ch) != c->key || ps__get64(ch + 8) != c->numel ||
-                              ps__get64(ch + 16) != c->numel * cf->state_per_weight))
+        if (bad_chunk < 0 && (ps_le_get64(ch) != c->key || ps_le_get64(ch + 8) != c->numel ||
+                              ps_le_get64(ch + 16) != c->numel * cf->state_per_weight))
             bad_chunk = i;
     }
     rows_rc = ps_checkpoint_rows_verify(cf->f, &cf->spec, cf->size - cf->bytes, cf->blk, &crc,
@@ -309,9 +296,9 @@ static void ps__scatter(ps_shard *shard, const ps_chunk *c, const float *buf, si
             memcpy(ps_shard_state_mut(shard, j) + k * (lo - d->offset),
                    buf + c->numel + k * (lo - c->offset), k * (hi - lo) * sizeof(float));
         if (lo == d->offset) {
-            clocks->clock[j] = ps__get64(ch + 24);
-            clocks->newest[j] = ps__get64(ch + 32);
-            ps_shard_set_updates(shard, j, ps__get64(ch + 40));
+            clocks->clock[j] = ps_le_get64(ch + 24);
+            clocks->newest[j] = ps_le_get64(ch + 32);
+            ps_shard_set_updates(shard, j, ps_le_get64(ch + 40));
         }
     }
 }
@@ -359,9 +346,9 @@ static int ps__copy_same(ps_checkpoint_file *cf, ps_shard *shard, ps_checkpoint_
              ps_checkpoint_stream(cf->f, state_n * sizeof(float),
                                   (uint8_t *)ps_shard_state_mut(shard, i), NULL, crc) < 0))
             return -PS_EFORMAT;
-        clocks->clock[i] = ps__get64(ch + 24);
-        clocks->newest[i] = ps__get64(ch + 32);
-        ps_shard_set_updates(shard, i, ps__get64(ch + 40));
+        clocks->clock[i] = ps_le_get64(ch + 24);
+        clocks->newest[i] = ps_le_get64(ch + 32);
+        ps_shard_set_updates(shard, i, ps_le_get64(ch + 40));
     }
     return 0;
 }

@@ -10,6 +10,7 @@
 #include "ps_error.h"
 #include "row_admit.h"
 #include "row_place.h"
+#include "le_bytes.h"
 
 /* u32 index, dim, state floats; u64 clock, newest, sketch bytes */
 #define PS__TABLE_HEADER 36u
@@ -31,20 +32,6 @@ int ps_checkpoint_stream(FILE *f, size_t n, uint8_t *dst, uint8_t *blk, uint32_t
             dst += take;
     }
     return 0;
-}
-
-static uint32_t ps__get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof(v));
-    return v;
-}
-
-static uint64_t ps__get64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof(v));
-    return v;
 }
 
 /* Rows are staged in a block and written a block at a time: one fwrite
@@ -155,7 +142,7 @@ int ps_checkpoint_rows_verify(FILE *f, const ps_model_spec *table, uint64_t left
     if (ps_checkpoint_stream(f, 4, h, NULL, crc) < 0)
         return -EIO;
     left -= 4;
-    n = ps__get32(h);
+    n = ps_le_get32(h);
     if (n != (uint32_t)table->n_row_tables)
         return ps__skip(f, left, blk, crc,
                         ps_err_printf(why, why_len, -PS_EMISMATCH,
@@ -172,10 +159,10 @@ int ps_checkpoint_rows_verify(FILE *f, const ps_model_spec *table, uint64_t left
         if (ps_checkpoint_stream(f, PS__TABLE_HEADER, h, NULL, crc) < 0)
             return -EIO;
         left -= PS__TABLE_HEADER;
-        dim = ps__get32(h + 4);
-        state = ps__get32(h + 8);
-        sketch = ps__get64(h + 28);
-        if (ps__get32(h) != i || dim != table->row_tables[i].dim || state > 4 * PS_ROW_MAX_DIM)
+        dim = ps_le_get32(h + 4);
+        state = ps_le_get32(h + 8);
+        sketch = ps_le_get64(h + 28);
+        if (ps_le_get32(h) != i || dim != table->row_tables[i].dim || state > 4 * PS_ROW_MAX_DIM)
             return ps__skip(f, left, blk, crc,
                             ps_err_printf(why, why_len, -PS_EMISMATCH,
                                           "row table %" PRIu32 " (%s) does not match its table's "
@@ -191,7 +178,7 @@ int ps_checkpoint_rows_verify(FILE *f, const ps_model_spec *table, uint64_t left
             ps_checkpoint_stream(f, 8, h, NULL, crc) < 0)
             return -EIO;
         left -= sketch + 8;
-        rows = ps__get64(h);
+        rows = ps_le_get64(h);
         rec = PS__ROW_HEADER + ((uint64_t)dim + state) * sizeof(float);
         if (rows > left / rec)
             return ps__skip(f, left, blk, crc,
@@ -264,11 +251,11 @@ static int ps__copy_table(FILE *f, ps_row_store *st, uint32_t table, size_t dim,
             rc = ps_err_printf(why, why_len, -PS_EFORMAT, "the file changed while it was read");
             break;
         }
-        v.id = ps__get64(buf);
+        v.id = ps_le_get64(buf);
         if (keep->servers && ps_row_place(table, v.id, keep->servers) != keep->server)
             continue;
-        v.last_step = ps__get32(buf + 8);
-        v.updates = ps__get32(buf + 12);
+        v.last_step = ps_le_get32(buf + 8);
+        v.updates = ps_le_get32(buf + 12);
         v.values = (const float *)(buf + PS__ROW_HEADER);
         v.state = v.values + dim;
         rc = ps_row_store_insert(st, &v);
@@ -287,7 +274,7 @@ int ps_checkpoint_rows_copy(FILE *f, ps_checkpoint_rows *rows, int first,
     uint8_t h[PS__TABLE_HEADER];
     int rc;
 
-    if (ps_checkpoint_stream(f, 4, h, NULL, crc) < 0 || ps__get32(h) != (uint32_t)rows->n)
+    if (ps_checkpoint_stream(f, 4, h, NULL, crc) < 0 || ps_le_get32(h) != (uint32_t)rows->n)
         goto changed;
     for (int i = 0; i < rows->n; i++) {
         ps_row_store *st = rows->store[i];
@@ -297,21 +284,21 @@ int ps_checkpoint_rows_copy(FILE *f, ps_checkpoint_rows *rows, int first,
         snprintf(name, sizeof(name), "%d", i);
         if (ps_checkpoint_stream(f, PS__TABLE_HEADER, h, NULL, crc) < 0)
             goto changed;
-        if (ps__get32(h + 4) != dim || ps__get32(h + 8) != state)
+        if (ps_le_get32(h + 4) != dim || ps_le_get32(h + 8) != state)
             return ps_err_printf(why, why_len, -PS_EMISMATCH,
                                  "row table %s: dim %" PRIu32 " with %" PRIu32
                                  " state floats a row, this server's has %zu and %zu",
-                                 name, ps__get32(h + 4), ps__get32(h + 8), dim, state);
+                                 name, ps_le_get32(h + 4), ps_le_get32(h + 8), dim, state);
         if (first)
-            rows->clock[i] = ps__get64(h + 12);
-        if (first || ps__get64(h + 20) > rows->newest[i])
-            rows->newest[i] = ps__get64(h + 20);
-        rc = ps__copy_sketch(f, st, ps__get64(h + 28), &rows->sketch[i], crc, name, why, why_len);
+            rows->clock[i] = ps_le_get64(h + 12);
+        if (first || ps_le_get64(h + 20) > rows->newest[i])
+            rows->newest[i] = ps_le_get64(h + 20);
+        rc = ps__copy_sketch(f, st, ps_le_get64(h + 28), &rows->sketch[i], crc, name, why, why_len);
         if (rc < 0)
             return rc;
         if (ps_checkpoint_stream(f, 8, h, NULL, crc) < 0)
             goto changed;
-        rc = ps__copy_table(f, st, (uint32_t)i, dim, state, ps__get64(h), keep, crc, name, why,
+        rc = ps__copy_table(f, st, (uint32_t)i, dim, state, ps_le_get64(h), keep, crc, name, why,
                             why_len);
         if (rc < 0)
             return rc;

@@ -8,6 +8,7 @@
 
 #include "mix64.h"
 #include "ps_error.h"
+#include "le_bytes.h"
 
 #define PS__MAGIC   "PSAD"
 #define PS__VERSION 1u
@@ -114,17 +115,6 @@ size_t ps_row_admit_saved_size(const ps_row_admit *a)
     return PS__HEADER + (size_t)a->depth * a->width * 2;
 }
 
-static void ps__put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t ps__get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 long ps_row_admit_save(const ps_row_admit *a, void *buf, size_t len)
 {
     size_t need = ps_row_admit_saved_size(a), n = (size_t)a->depth * a->width;
@@ -133,12 +123,12 @@ long ps_row_admit_save(const ps_row_admit *a, void *buf, size_t len)
     if (len < need)
         return -ENOSPC;
     memcpy(p, PS__MAGIC, 4);
-    ps__put32(p + 4, PS__VERSION);
-    ps__put32(p + 8, a->threshold);
-    ps__put32(p + 12, a->depth);
-    ps__put32(p + 16, a->width);
-    ps__put32(p + 20, (uint32_t)a->seed);
-    ps__put32(p + 24, (uint32_t)(a->seed >> 32));
+    ps_le_put32(p + 4, PS__VERSION);
+    ps_le_put32(p + 8, a->threshold);
+    ps_le_put32(p + 12, a->depth);
+    ps_le_put32(p + 16, a->width);
+    ps_le_put32(p + 20, (uint32_t)a->seed);
+    ps_le_put32(p + 24, (uint32_t)(a->seed >> 32));
     p += PS__HEADER;
     for (size_t i = 0; i < n; i++) {
         p[2 * i] = (uint8_t)a->count[i];
@@ -159,13 +149,13 @@ int ps_row_admit_load(ps_row_admit **out, const void *buf, size_t len, char *why
     *out = NULL;
     if (len < PS__HEADER || memcmp(p, PS__MAGIC, 4) != 0)
         return ps_err_printf(why, why_len, -PS_EFORMAT, "admission sketch: no PSAD header");
-    if (ps__get32(p + 4) != PS__VERSION)
+    if (ps_le_get32(p + 4) != PS__VERSION)
         return ps_err_printf(why, why_len, -PS_EFORMAT, "admission sketch: version %u, not %u",
-                             ps__get32(p + 4), PS__VERSION);
-    threshold = ps__get32(p + 8);
-    depth = ps__get32(p + 12);
-    width = ps__get32(p + 16);
-    seed = (uint64_t)ps__get32(p + 20) | (uint64_t)ps__get32(p + 24) << 32;
+                             ps_le_get32(p + 4), PS__VERSION);
+    threshold = ps_le_get32(p + 8);
+    depth = ps_le_get32(p + 12);
+    width = ps_le_get32(p + 16);
+    seed = (uint64_t)ps_le_get32(p + 20) | (uint64_t)ps_le_get32(p + 24) << 32;
     if (!ps__params_ok(threshold, depth, width))
         return ps_err_printf(why, why_len, -PS_EFORMAT,
                              "admission sketch: threshold %u, depth %u, width %u out of range",
