@@ -4,6 +4,7 @@
 #include <errno.h>
 
 #include "crc32c.h"
+#include "le_bytes.h"
 
 void ps_crc_writer_put(ps_crc_writer *w, const void *p, size_t n)
 {
@@ -16,10 +17,16 @@ void ps_crc_writer_put(ps_crc_writer *w, const void *p, size_t n)
 
 void ps_crc_writer_put32(ps_crc_writer *w, uint32_t v)
 {
-    ps_crc_writer_put(w, &v, sizeof(v));
+    uint8_t b[4];
+
+    ps_le_put32(b, v);
+    ps_crc_writer_put(w, b, sizeof(b));
 }
 
 void ps_crc_writer_put64(ps_crc_writer *w, uint64_t v)
 {
-    ps_crc_writer_put(w, &v, sizeof(v));
+    uint8_t b[8];
+
+    ps_le_put64(b, v);
+    ps_crc_writer_put(w, b, sizeof(b));
 }

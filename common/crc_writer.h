@@ -1,7 +1,9 @@
 /* A file writer that keeps a running CRC32C of everything written and the
  * first error, so a format writer (checkpoints, saved models) can write field
- * after field and check once at the end. Values are written as the host
- * holds them (little-endian on every platform shardps builds for). */
+ * after field and check once at the end. put32 and put64 write integers
+ * little-endian whatever the host's byte order (common/le_bytes.h), as the
+ * readers read them; put writes bytes as they are (float arrays stay in
+ * the host's order, little-endian on every platform shardps builds for). */
 #ifndef PS_CRC_WRITER_H
 #define PS_CRC_WRITER_H
 

@@ -8,6 +8,15 @@
  * in O(1), so one set is kept and reused call after call without touching
  * its memory again.
  *
+ * It grows to the largest call's size (16 bytes a slot, two slots an ID:
+ * 32 MiB for 2^20 IDs) and gives that back once it has been far too large
+ * for a while: after PS_ID_SET_SHRINK_AFTER resets in a row that each
+ * needed at most 1/8 of a capacity above PS_ID_SET_KEEP_SLOTS, it is
+ * reallocated at the most those resets needed. A set that is ever refilled
+ * is kept, so a workload that mixes large and small calls does not
+ * reallocate; a shrink costs one allocation of the new size, at most once
+ * per PS_ID_SET_SHRINK_AFTER resets.
+ *
  * Lifecycle: a zeroed ps_id_set is empty and owns nothing;
  * ps_id_set_reset before each batch, ps_id_set_put per ID,
  * ps_id_set_free at the end. Not thread-safe. */
@@ -17,17 +26,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Capacities up to this many slots (1 MiB) are kept whatever the calls. */
+#define PS_ID_SET_KEEP_SLOTS ((size_t)1 << 16)
+/* Resets in a row, each needing at most 1/8 of the capacity, before it
+ * shrinks. */
+#define PS_ID_SET_SHRINK_AFTER 16
+
 typedef struct {
     uint64_t *ids;
     uint32_t *vals;
     uint32_t *gen; /* a slot is in use when gen[slot] == cur */
     size_t cap;    /* a power of two, 0 before the first reset */
     uint32_t cur;
+    /* Resets in a row that needed at most cap / 8 slots, and the most
+     * slots one of them needed. */
+    uint32_t small;
+    size_t small_peak;
 } ps_id_set;
 
-/* Empties the set and makes room for n IDs (n < 2^31). Returns 0, or
- * -ENOMEM (the set is then empty and usable for no more than it had room
- * for before). */
+/* Empties the set and makes room for n IDs (n < 2^31), shrinking it as
+ * described above. Returns 0, or -ENOMEM (the set is then empty and usable
+ * for no more than it had room for before). */
 int ps_id_set_reset(ps_id_set *s, size_t n);
 
 /* Adds id with value v and returns -1 when it was absent; when it was

@@ -18,6 +18,7 @@
 
 #include "crc32c.h"
 #include "crc_writer.h"
+#include "le_bytes.h"
 #include "ps_error.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -135,10 +136,7 @@ int ps_model_file_write(const char *path, const ps_model_desc *desc, const ps_mo
         return ps__fail(rc, err, errlen, tmp, "cannot create: %s", strerror(-rc));
     }
     ps__put_body(&w, desc, table, text, text_len, tensors);
-    {
-        uint32_t crc = w.crc;
-        ps_crc_writer_put(&w, &crc, sizeof(crc));
-    }
+    ps_crc_writer_put32(&w, w.crc);
     free(text);
     rc = w.err;
     if (rc == 0 && fflush(w.f) != 0)
@@ -180,7 +178,7 @@ static int ps__get32(ps__reader *r, uint32_t *v)
 
     if (!p)
         return -1;
-    memcpy(v, p, sizeof(*v));
+    *v = ps_le_get32(p);
     return 0;
 }
 
@@ -190,7 +188,7 @@ static int ps__get64(ps__reader *r, uint64_t *v)
 
     if (!p)
         return -1;
-    memcpy(v, p, sizeof(*v));
+    *v = ps_le_get64(p);
     return 0;
 }
 
@@ -212,7 +210,7 @@ static int ps__check_magic(int fd, const char *path, char *err, size_t errlen)
         return ps__fail(-PS_EFORMAT, err, errlen, path, "too short for a model file");
     if (memcmp(head, ps__magic, sizeof(ps__magic)) != 0)
         return ps__fail(-PS_EFORMAT, err, errlen, path, "not a shardps model file (wrong magic)");
-    memcpy(&version, head + sizeof(ps__magic), sizeof(version));
+    version = ps_le_get32(head + sizeof(ps__magic));
     if (version != PS_MODEL_FILE_VERSION)
         return ps__fail(-PS_EVERSION, err, errlen, path,
                         "format version %u; this build reads version %d", version,
@@ -354,7 +352,7 @@ int ps_model_file_read(const char *path, ps_saved_model *out, char *err, size_t 
     r.p = buf + sizeof(ps__magic) + sizeof(uint32_t);
     r.end = buf + len - sizeof(crc);
     ps__get32(&r, &flags);
-    memcpy(&crc, buf + len - sizeof(crc), sizeof(crc));
+    crc = ps_le_get32(buf + len - sizeof(crc));
     if (ps_crc32c(0, buf, len - sizeof(crc)) != crc) {
         rc = ps__fail(-PS_ECRC, err, errlen, path, "checksum mismatch: the file is damaged");
         goto fail;

@@ -19,6 +19,7 @@
 #include "checkpoint_file.h"
 #include "crc32c.h"
 #include "crc_writer.h"
+#include "le_bytes.h"
 #include "partition.h"
 #include "ps_error.h"
 #include "tensor_table.h"
@@ -53,7 +54,7 @@ static int ps__file_job(const char *path, uint64_t *job, char *why, size_t why_l
         snprintf(why, why_len, "not a shardps checkpoint (bad magic)");
         return 0;
     }
-    memcpy(&version, h + 8, sizeof(version));
+    version = ps_le_get32(h + 8);
     if (version < PS_CHECKPOINT_FORMAT)
         return 2;
     if (version != PS_CHECKPOINT_FORMAT) {
@@ -62,7 +63,7 @@ static int ps__file_job(const char *path, uint64_t *job, char *why, size_t why_l
                  PS_CHECKPOINT_FORMAT);
         return 0;
     }
-    memcpy(job, h + PS_CHECKPOINT_JOB_OFFSET, sizeof(*job));
+    *job = ps_le_get64(h + PS_CHECKPOINT_JOB_OFFSET);
     return 1;
 }
 
@@ -73,7 +74,7 @@ static int ps__crc_holds(const char *path, char *why, size_t why_len)
 {
     uint8_t *blk = malloc(PS_CHECKPOINT_BLOCK_BYTES + 4);
     FILE *f = fopen(path, "rb");
-    uint32_t crc = 0, want;
+    uint32_t crc = 0;
     size_t got, kept = 0;
     int ok = 0;
 
@@ -88,8 +89,7 @@ static int ps__crc_holds(const char *path, char *why, size_t why_len)
         crc = ps_crc32c(crc, blk, have - kept);
         memmove(blk, blk + have - kept, kept);
     }
-    memcpy(&want, blk, sizeof(want));
-    ok = kept == 4 && crc == want;
+    ok = kept == 4 && crc == ps_le_get32(blk);
     if (!ok)
         snprintf(why, why_len, "checksum mismatch (the file is corrupt; its header may be too)");
 out:
@@ -266,10 +266,7 @@ int ps_checkpoint_write(const char *dir, int keep, const ps_checkpoint_meta *met
     rc = ps_checkpoint_rows_write(&w, rows);
     if (rc < 0 && w.err == 0)
         w.err = rc;
-    {
-        uint32_t crc = w.crc;
-        ps_crc_writer_put(&w, &crc, sizeof(crc));
-    }
+    ps_crc_writer_put32(&w, w.crc);
     rc = w.err;
     if (rc == 0 && fflush(w.f) != 0)
         rc = -errno;

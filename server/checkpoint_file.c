@@ -239,6 +239,18 @@ fail:
     return rc;
 }
 
+/* The stored CRC32C at the end of the file, little-endian. Returns 0, or
+ * -1 on a short read. */
+static int ps__read_crc(FILE *f, uint32_t *want)
+{
+    uint8_t b[4];
+
+    if (fread(b, 1, sizeof(b), f) != sizeof(b))
+        return -1;
+    *want = ps_le_get32(b);
+    return 0;
+}
+
 int ps_checkpoint_file_verify(ps_checkpoint_file *cf, char *why, size_t why_len)
 {
     uint32_t crc = ps_crc32c(0, cf->head, cf->head_len), want;
@@ -260,7 +272,7 @@ int ps_checkpoint_file_verify(ps_checkpoint_file *cf, char *why, size_t why_len)
     }
     rows_rc = ps_checkpoint_rows_verify(cf->f, &cf->spec, cf->size - cf->bytes, cf->blk, &crc,
                                         rows_why, sizeof(rows_why));
-    if (rows_rc == -EIO || fread(&want, 1, sizeof(want), cf->f) != sizeof(want))
+    if (rows_rc == -EIO || ps__read_crc(cf->f, &want) < 0)
         goto short_read;
     if (crc != want)
         return ps_err_printf(why, why_len, -PS_EFORMAT, "checksum mismatch (the file is corrupt)");
@@ -375,7 +387,7 @@ int ps_checkpoint_file_copy(ps_checkpoint_file *cf, ps_shard *shard, ps_checkpoi
     rc = ps_checkpoint_rows_copy(cf->f, rows, first, keep ? keep : &all, &crc, why, why_len);
     if (rc < 0)
         return rc;
-    if (fread(&want, 1, sizeof(want), cf->f) == sizeof(want) && want == crc)
+    if (ps__read_crc(cf->f, &want) == 0 && want == crc)
         return 0;
 changed:
     return ps_err_printf(why, why_len, -PS_EFORMAT, "the file changed while it was read");

@@ -56,10 +56,16 @@ static void ps__flush_rows(ps__row_writer *rw)
 static int ps__write_row(void *arg, const ps_row_view *row)
 {
     ps__row_writer *rw = arg;
+    uint8_t *at;
 
     if (rw->used + rw->rec > PS_CHECKPOINT_BLOCK_BYTES)
         ps__flush_rows(rw);
-    memcpy(rw->buf + rw->used, row->record, rw->rec);
+    at = rw->buf + rw->used;
+    memcpy(at, row->record, rw->rec);
+    /* The store's header is in host order; the file's is little-endian. */
+    ps_le_put64(at, row->id);
+    ps_le_put32(at + 8, row->last_step);
+    ps_le_put32(at + 12, row->updates);
     rw->used += rw->rec;
     rw->rows++;
     return rw->w->err;
