@@ -9,10 +9,11 @@
  * (u32 length and a packed TensorTable message, proto/shardps.proto), then per
  * chunk its key, sizes, clocks, update count, weights and state, then the
  * rows section (server/checkpoint_rows.h), and last a CRC32C of every byte
- * before it. Files of older versions, which lacked the rows (4), the job
- * fingerprint or the table (3 and older), are refused with that reason: a
- * server restored from one could not know its job, its tensors or its rows;
- * files of newer versions are refused as unknown.
+ * before it. Files of older versions, which lacked the rows' counters (5),
+ * the rows (4), the job fingerprint or the table (3 and older), are refused
+ * with that reason: a server restored from one could not know its job, its
+ * tensors or its rows, or would count its rows from 0 again; files of newer
+ * versions are refused as unknown.
  * A file is written beside its final name, fsynced, renamed into place, and
  * the directory fsynced, so a crash leaves either the old set or the new one.
  * On load, the header, the table, the size, the chunk layout, the rows and
@@ -37,7 +38,7 @@
 #include "model_spec.h"
 #include "shard.h"
 
-#define PS_CHECKPOINT_FORMAT 5
+#define PS_CHECKPOINT_FORMAT 6
 
 /* Identity and position of a checkpoint; a plain value. */
 typedef struct {

@@ -82,10 +82,12 @@ static int ps__check_header(ps_checkpoint_file *cf, uint32_t server, const ps_ch
             "format version %" PRIu32 ", written by an older build (%s); this build reads "
             "version %d: restore it with the build that wrote it, or start the job afresh",
             version,
-            version == 4 ? "it holds no embedding rows, and its identity includes the number of "
-                           "servers and the chunk size"
-                         : "its tensor table is missing, or digested differently and limited to "
-                           "64 KiB",
+            version == 5   ? "it holds no counts of its embedding rows (created, admitted, "
+                             "evicted), which a restore would start from 0 again"
+            : version == 4 ? "it holds no embedding rows, and its identity includes the number of "
+                             "servers and the chunk size"
+                           : "its tensor table is missing, or digested differently and limited to "
+                             "64 KiB",
             PS_CHECKPOINT_FORMAT);
     if (version != PS_CHECKPOINT_FORMAT)
         return ps_err_printf(why, why_len, -PS_EFORMAT,
@@ -384,7 +386,10 @@ int ps_checkpoint_file_copy(ps_checkpoint_file *cf, ps_shard *shard, ps_checkpoi
         return ps_err_printf(why, why_len, rc, "out of memory");
     if (rc < 0)
         goto changed;
-    rc = ps_checkpoint_rows_copy(cf->f, rows, first, keep ? keep : &all, &crc, why, why_len);
+    rc = ps_checkpoint_rows_copy(
+        cf->f, rows, first, keep ? keep : &all,
+        ps_checkpoint_rows_counted(cf->plan.server_index, cf->plan.num_servers, keep), &crc, why,
+        why_len);
     if (rc < 0)
         return rc;
     if (ps__read_crc(cf->f, &want) == 0 && want == crc)

@@ -12,8 +12,11 @@
 #include "row_place.h"
 #include "le_bytes.h"
 
-/* u32 index, dim, state floats; u64 clock, newest, sketch bytes */
-#define PS__TABLE_HEADER 36u
+/* u32 index, dim, state floats; u64 clock, newest, 6 counters, sketch
+ * bytes; where the counters and the sketch's length lie in it */
+#define PS__TABLE_HEADER 84u
+#define PS__AT_COUNTERS  28
+#define PS__AT_SKETCH    76
 /* u64 ID, u32 last step, u32 updates */
 #define PS__ROW_HEADER 16u
 /* Rows visited per call while writing. */
@@ -110,8 +113,17 @@ int ps_checkpoint_rows_write(ps_crc_writer *w, const ps_checkpoint_rows *rows)
         ps_crc_writer_put32(w, (uint32_t)i);
         ps_crc_writer_put32(w, (uint32_t)dim);
         ps_crc_writer_put32(w, (uint32_t)ps_row_store_state_floats(st));
+        ps_row_counters c;
+
+        ps_row_store_counters(st, &c);
         ps_crc_writer_put64(w, rows->clock[i]);
         ps_crc_writer_put64(w, rows->newest[i]);
+        ps_crc_writer_put64(w, c.created);
+        ps_crc_writer_put64(w, c.admitted);
+        ps_crc_writer_put64(w, c.filtered);
+        ps_crc_writer_put64(w, c.evicted);
+        ps_crc_writer_put64(w, c.expired);
+        ps_crc_writer_put64(w, c.refused);
         ps_crc_writer_put64(w, sketch ? ps_row_admit_saved_size(sketch) : 0);
         if (sketch) {
             size_t len = ps_row_admit_saved_size(sketch);
@@ -167,7 +179,7 @@ int ps_checkpoint_rows_verify(FILE *f, const ps_model_spec *table, uint64_t left
         left -= PS__TABLE_HEADER;
         dim = ps_le_get32(h + 4);
         state = ps_le_get32(h + 8);
-        sketch = ps_le_get64(h + 28);
+        sketch = ps_le_get64(h + PS__AT_SKETCH);
         if (ps_le_get32(h) != i || dim != table->row_tables[i].dim || state > 4 * PS_ROW_MAX_DIM)
             return ps__skip(f, left, blk, crc,
                             ps_err_printf(why, why_len, -PS_EMISMATCH,
@@ -273,8 +285,29 @@ static int ps__copy_table(FILE *f, ps_row_store *st, uint32_t table, size_t dim,
     return rc;
 }
 
+/* A table's counters, as written (six u64 from p), added to the store's. */
+static void ps__add_counters(ps_row_store *st, const uint8_t *p)
+{
+    ps_row_counters c = {.created = ps_le_get64(p),
+                         .admitted = ps_le_get64(p + 8),
+                         .filtered = ps_le_get64(p + 16),
+                         .evicted = ps_le_get64(p + 24),
+                         .expired = ps_le_get64(p + 32),
+                         .refused = ps_le_get64(p + 40)};
+
+    ps_row_store_add_counters(st, &c);
+}
+
+int ps_checkpoint_rows_counted(uint32_t file_server, uint32_t file_servers,
+                               const ps_checkpoint_keep *keep)
+{
+    if (keep == NULL || keep->servers == 0)
+        return 1;
+    return file_servers == keep->servers ? file_server == keep->server : keep->server == 0;
+}
+
 int ps_checkpoint_rows_copy(FILE *f, ps_checkpoint_rows *rows, int first,
-                            const ps_checkpoint_keep *keep, uint32_t *crc, char *why,
+                            const ps_checkpoint_keep *keep, int counted, uint32_t *crc, char *why,
                             size_t why_len)
 {
     uint8_t h[PS__TABLE_HEADER];
@@ -282,6 +315,7 @@ int ps_checkpoint_rows_copy(FILE *f, ps_checkpoint_rows *rows, int first,
 
     if (ps_checkpoint_stream(f, 4, h, NULL, crc) < 0 || ps_le_get32(h) != (uint32_t)rows->n)
         goto changed;
+    rows->counted += counted != 0;
     for (int i = 0; i < rows->n; i++) {
         ps_row_store *st = rows->store[i];
         size_t dim = rows->dim[i], state = ps_row_store_state_floats(st);
@@ -299,7 +333,10 @@ int ps_checkpoint_rows_copy(FILE *f, ps_checkpoint_rows *rows, int first,
             rows->clock[i] = ps_le_get64(h + 12);
         if (first || ps_le_get64(h + 20) > rows->newest[i])
             rows->newest[i] = ps_le_get64(h + 20);
-        rc = ps__copy_sketch(f, st, ps_le_get64(h + 28), &rows->sketch[i], crc, name, why, why_len);
+        if (counted)
+            ps__add_counters(st, h + PS__AT_COUNTERS);
+        rc = ps__copy_sketch(f, st, ps_le_get64(h + PS__AT_SKETCH), &rows->sketch[i], crc, name,
+                             why, why_len);
         if (rc < 0)
             return rc;
         if (ps_checkpoint_stream(f, 8, h, NULL, crc) < 0)

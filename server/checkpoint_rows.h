@@ -1,13 +1,16 @@
-/* The embedding rows of a checkpoint (server/checkpoint.c's file, format 5
- * on): the section after the dense chunks that holds every row table of
- * the server with its clocks, its admission sketch and every stored row
- * with its optimizer state and counters, so a restore is exact.
+/* The embedding rows of a checkpoint (server/checkpoint.c's file, format 6):
+ * the section after the dense chunks that holds every row table of the
+ * server with its clocks, its counters, its admission sketch and every
+ * stored row with its optimizer state and counters, so a restore is exact
+ * and its counts go on rather than restart.
  *
  * Section (little-endian): u32 row table count (the file's tensor table's),
  * then per table in table order
  *     u32 table index, u32 dim, u32 state floats per row,
  *     u64 clock, u64 newest (the table's step accumulated and 1 + newest
  *     step applied, as a chunk's),
+ *     u64 created, admitted, filtered, evicted, expired, refused (the
+ *     store's counts, ps_row_counters; format 6 on),
  *     u64 sketch bytes (0: admission is off) and the sketch
  *     (ps_row_admit_save's form),
  *     u64 row count, then per row: u64 ID, u32 last step updated, u32
@@ -23,7 +26,16 @@
  * table (counts bounded by the bytes left, nothing allocated for them), and
  * a copy pass, once the file is adopted, inserts the rows into the stores
  * the sink gives. Memory of a restore: one block and one row record, plus
- * one admission sketch at a time. */
+ * one admission sketch at a time.
+ *
+ * The counters are the store's, so per server. A restore onto the same
+ * number of servers (whatever the chunk size) gives each server its own
+ * file's: it holds that file's rows, so the counts are exact. Onto another
+ * number, which server's rows were created, admitted or evicted where is
+ * not recoverable (the evicted ones are not in the files at all), but the
+ * job's totals are: new server 0 takes the sum of every file's counters and
+ * the others start at 0, so the sum over the servers (what a dashboard
+ * adds up) goes on exactly. */
 #ifndef PS_CHECKPOINT_ROWS_H
 #define PS_CHECKPOINT_ROWS_H
 
@@ -50,6 +62,7 @@ typedef struct {
     uint32_t dim[PS_MAX_ROW_TABLES]; /* each store's */
     uint64_t clock[PS_MAX_ROW_TABLES], newest[PS_MAX_ROW_TABLES];
     ps_row_admit *sketch[PS_MAX_ROW_TABLES];
+    uint32_t counted; /* a restore's files whose counters the stores took */
 } ps_checkpoint_rows;
 
 /* Which rows of a file a restore keeps: every one (servers 0), or those
@@ -79,13 +92,20 @@ int ps_checkpoint_rows_verify(FILE *f, const ps_model_spec *table, uint64_t left
 
 /* Reads the verified section of one file again into rows->store[] (rows->n
  * of them, the table's): the rows keep selects, inserted; the admission
- * sketches added into rows->sketch[]; the clocks taken from the first file
- * (first) and newest the most of all files'. Returns 0 or a negative code
- * with the reason in why: a row or a sketch the store refuses, or a short
- * read (the file changed since it was verified). */
+ * sketches added into rows->sketch[]; with counted, the file's counters
+ * added to the stores' (rows->counted counts such files); the clocks taken
+ * from the first file (first) and newest the most of all files'. Returns 0
+ * or a negative code with the reason in why: a row or a sketch the store
+ * refuses, or a short read (the file changed since it was verified). */
 int ps_checkpoint_rows_copy(FILE *f, ps_checkpoint_rows *rows, int first,
-                            const ps_checkpoint_keep *keep, uint32_t *crc, char *why,
+                            const ps_checkpoint_keep *keep, int counted, uint32_t *crc, char *why,
                             size_t why_len);
+
+/* Whether a file written by server file_server of file_servers gives its
+ * counters to server keep->server of keep->servers (keep NULL: a restore of
+ * the server's own file), by the rule above. */
+int ps_checkpoint_rows_counted(uint32_t file_server, uint32_t file_servers,
+                               const ps_checkpoint_keep *keep);
 
 /* After the last file: hands the summed sketches to their stores (ok), or
  * frees them (a failed restore). Returns 0, or -PS_EMISMATCH with the

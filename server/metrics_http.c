@@ -224,11 +224,15 @@ int ps_metrics_render_prometheus(const ps_metrics_snapshot *s, char **out, size_
         {"shardps_server_rows_stored", "gauge", "Embedding rows this server stores now.",
          (double)st->rows_stored},
         {"shardps_server_rows_created_total", "counter",
-         "Embedding rows stored by a first applied gradient.", (double)st->rows_created},
+         "Embedding rows stored by a first applied gradient (restored with a checkpoint; "
+         "after a restore onto another number of servers, server 0 counts the job's before it).",
+         (double)st->rows_created},
         {"shardps_server_rows_admitted_total", "counter",
-         "Of the rows created, those that waited for admission.", (double)st->rows_admitted},
+         "Of the rows created, those that waited for admission (restored as created).",
+         (double)st->rows_admitted},
         {"shardps_server_rows_evicted_total", "counter",
-         "Embedding rows removed by expiry or capacity.", (double)st->rows_evicted},
+         "Embedding rows removed by expiry or capacity (restored as created).",
+         (double)st->rows_evicted},
     };
     FILE *f = open_memstream(out, len);
 

@@ -580,6 +580,16 @@ void ps_row_store_counters(const ps_row_store *st, ps_row_counters *out)
 
 /* ---- checkpoints ---------------------------------------------------------- */
 
+void ps_row_store_add_counters(ps_row_store *st, const ps_row_counters *c)
+{
+    st->counters.created += c->created;
+    st->counters.admitted += c->admitted;
+    st->counters.filtered += c->filtered;
+    st->counters.evicted += c->evicted;
+    st->counters.expired += c->expired;
+    st->counters.refused += c->refused;
+}
+
 int ps_row_store_visit(const ps_row_store *st, uint64_t step, uint64_t *cursor, size_t max_rows,
                        ps_row_visit_fn fn, void *arg)
 {

@@ -156,6 +156,12 @@ long ps_row_store_sweep(ps_row_store *st, uint64_t step, size_t max_slots);
 
 void ps_row_store_counters(const ps_row_store *st, ps_row_counters *out);
 
+/* A restore's counts (a checkpoint's, server/checkpoint_rows): adds c's
+ * created, admitted, filtered, evicted, expired and refused to the store's,
+ * so they go on from where the checkpointed store's were; stored and bytes
+ * stay the store's own. */
+void ps_row_store_add_counters(ps_row_store *st, const ps_row_counters *c);
+
 /* Calls fn for up to max_rows stored rows from *cursor on (0 to start),
  * skipping rows expired at step, and moves the cursor past them; the row's
  * pointers are valid during the call only. Returns 1 when rows remain, 0

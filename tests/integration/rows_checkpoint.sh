@@ -7,11 +7,16 @@
 #    onto 2 servers and trained on to step 20, ends with the same dense
 #    weights and rows of every ID the job used, bit for bit, as an
 #    uninterrupted 20-step run; the servers say how many rows they took
-#    back, and hold as many at the end.
+#    back, and hold as many at the end. Each server's rows counters
+#    (created, admitted, evicted in its summary) equal its counterpart's in
+#    the uninterrupted run: they go on from the checkpoint's.
 # 2. The same checkpoint restored onto 3 servers with another chunk size
 #    (each server reads both files, keeps its new partition's dense values
 #    and the rows that hash to it, sums the sketches) trains on to the same
-#    bytes; so does a 3-server checkpoint restored onto 2.
+#    bytes; so does a 3-server checkpoint restored onto 2. The counters'
+#    sum over the servers equals the uninterrupted run's (the rule of a
+#    restore onto another number of servers: server 0 carries the job's
+#    counts, the others start at 0, and say so).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/python_lib.sh"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
@@ -59,6 +64,23 @@ stored() {
     echo "$total"
 }
 
+# counts NAME SERVER: "created admitted evicted" of server SERVER's rows summary.
+counts() {
+    sed -n 's/.*summary of 2 row tables:.* \([0-9]*\) created, \([0-9]*\) admitted, \([0-9]*\) evicted.*/\1 \2 \3/p' \
+        "$TMP/$1.server.$2.err"
+}
+
+# summed NAME SERVERS: the counts of run NAME's servers added up.
+summed() {
+    local c a e tc=0 ta=0 te=0
+    for ((i = 0; i < $2; i++)); do
+        read -r c a e <<<"$(counts "$1" "$i")"
+        [ -n "$e" ] || fail "$1: server $i logged no rows counts"
+        tc=$((tc + c)) ta=$((ta + a)) te=$((te + e))
+    done
+    echo "$tc $ta $te"
+}
+
 # restored NAME SERVERS: the rows the servers of run NAME restored at clock 10.
 restored() {
     local total=0 line n
@@ -79,6 +101,9 @@ same() {
         fail "$1: the restored run's weights and rows differ from the uninterrupted run's"
     [ "$(stored "$1" "$2")" -eq "$(stored whole 2)" ] ||
         fail "$1: $(stored "$1" "$2") rows stored at the end, $(stored whole 2) uninterrupted"
+    [ "$(summed "$1" "$2")" = "$(summed whole 2)" ] ||
+        fail "$1: rows created, admitted, evicted $(summed "$1" "$2") in all, $(summed whole 2)" \
+            "uninterrupted"
 }
 
 run whole 2 4096 20
@@ -89,6 +114,13 @@ done
 cp -r "$TMP/ck" "$TMP/ck3"
 run resumed 2 4096 20 --checkpoint-dir "$TMP/ck" --restore
 same resumed 2
+for i in 0 1; do
+    [ "$(counts resumed $i)" = "$(counts whole $i)" ] ||
+        fail "resumed: server $i counted $(counts resumed $i) (created, admitted, evicted)," \
+            "$(counts whole $i) uninterrupted"
+    grep -q "row counts go on from [1-9]" "$TMP/resumed.server.$i.err" ||
+        fail "resumed: server $i did not say what its row counts go on from"
+done
 echo "2 -> 2: $(restored resumed 2) rows restored at clock 10; trained on to 20, equal to the" \
     "uninterrupted run bit for bit ($(stat -c %s "$TMP/whole.bin") bytes, $(stored whole 2) rows)"
 
@@ -97,7 +129,14 @@ grep -q "re-placed" "$TMP/grown.server.2.err" || fail "server 2 did not re-place
 [ "$(restored grown 3)" -eq "$(restored resumed 2)" ] ||
     fail "3 servers restored $(restored grown 3) rows of the $(restored resumed 2) saved"
 same grown 3
-echo "2 -> 3 (256-byte chunks): the same rows re-placed and the same bytes at 20"
+grep -q "row counts go on from .* (the job's, summed over the files" "$TMP/grown.server.0.err" ||
+    fail "grown: server 0 did not say it carries the job's row counts"
+for i in 1 2; do
+    grep -q "row counts start at 0 on this server" "$TMP/grown.server.$i.err" ||
+        fail "grown: server $i did not say its row counts start at 0"
+done
+echo "2 -> 3 (256-byte chunks): the same rows re-placed and the same bytes at 20;" \
+    "rows created, admitted, evicted $(summed grown 3) in all, as uninterrupted"
 
 run first3 3 256 10 --checkpoint-dir "$TMP/ck32" --checkpoint-every 10
 run shrunk 2 4096 20 --checkpoint-dir "$TMP/ck32" --restore

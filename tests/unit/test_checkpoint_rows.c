@@ -3,18 +3,23 @@
  *  - rows trained for 12 steps (Adam rows with admission and expiry, an SGD
  *    table beside them), written at clock 12 and restored into fresh stores,
  *    are the same rows in the same visit order bit for bit (values, Adam
- *    state, update counts, last steps), the same admission sketch and the
- *    same table clocks; trained on for 12 more steps, the restored stores
- *    equal the uninterrupted ones bit for bit (every stored row, and the
- *    reads of expired and never-stored IDs);
+ *    state, update counts, last steps), the same admission sketch, the
+ *    same table clocks and the same counters; trained on for 12 more steps,
+ *    the restored stores equal the uninterrupted ones bit for bit (every
+ *    stored row, the reads of expired and never-stored IDs, the counters);
  *  - a damaged rows section, a row table count or row count that disagrees
- *    with the file, a file of format 4 (no rows) and one of a newer format
- *    are each refused with their reason, and nothing of them is adopted;
+ *    with the file, a file of format 4 (no rows), one of format 5 (no row
+ *    counters) and one of a newer format are each refused with their
+ *    reason, and nothing of them is adopted;
  *  - a 1-server file restored onto 3 servers with a quarter of the chunk
  *    size: each server holds exactly the rows row_place gives it, bit for
  *    bit, the whole admission sketch, and every word of its new chunks
- *    with its Adam state, clocks and update count; a 2-server file whose
- *    partner is missing is refused naming the missing file. */
+ *    with its Adam state, clocks and update count; new server 0 holds the
+ *    file's counters, the others none; a 2-server file whose partner is
+ *    missing is refused naming the missing file;
+ *  - the counters of a 2-server set: restored onto 2 servers with other
+ *    chunks, each server takes its own file's; onto 3, server 0 takes their
+ *    sum and the others none. */
 #include <criterion/criterion.h>
 
 #include <errno.h>
@@ -184,6 +189,28 @@ static void assert_same(ps_row_store *a, ps_row_store *b, size_t dim, uint64_t s
     free(rb);
 }
 
+/* The counts of events (not the rows held now, nor the memory) of a equal
+ * want's. */
+static void assert_counts(ps_row_store *a, const ps_row_counters *want, const char *what)
+{
+    ps_row_counters c, w = *want;
+
+    ps_row_store_counters(a, &c);
+    c.stored = c.bytes = w.stored = w.bytes = 0;
+    cr_assert_eq(memcmp(&c, &w, sizeof(c)), 0,
+                 "%s: %" PRIu64 " created, %" PRIu64 " evicted; expected %" PRIu64 ", %" PRIu64
+                 " (or admitted, filtered, expired or refused differ)",
+                 what, c.created, c.evicted, w.created, w.evicted);
+}
+
+static void assert_same_counts(ps_row_store *a, ps_row_store *b, const char *what)
+{
+    ps_row_counters want;
+
+    ps_row_store_counters(b, &want);
+    assert_counts(a, &want, what);
+}
+
 static ps_shard *adopt(void *arg, const ps_model_spec *table, ps_checkpoint_clocks *clocks,
                        ps_checkpoint_rows *rows, char *why, size_t why_len)
 {
@@ -336,15 +363,20 @@ Test(checkpoint_rows, a_restore_trains_on_bit_for_bit, .init = setup, .fini = te
         cr_assert_eq(rows.clock[i], CLOCK + (uint64_t)i);
         cr_assert_eq(rows.newest[i], CLOCK - (uint64_t)i);
         assert_same(whole[i], k.store[i], spec.row_tables[i].dim, CLOCK);
+        assert_same_counts(k.store[i], whole[i], "restored");
     }
+    cr_assert_eq(rows.counted, 1);
     for (uint64_t s = CLOCK; s < 2 * CLOCK; s++) {
         train(whole, s);
         train(k.store, s);
     }
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
         assert_same(whole[i], k.store[i], spec.row_tables[i].dim, 2 * CLOCK);
+        assert_same_counts(k.store[i], whole[i], "trained on");
+    }
     ps_row_store_counters(whole[0], &c);
     cr_assert_gt(c.expired, 0, "no row expired");
+    cr_assert_gt(c.admitted, 0, "no row admitted");
     sink_free(&k);
     ps_row_store_free(whole[0]);
     ps_row_store_free(whole[1]);
@@ -421,10 +453,16 @@ static void version_4(uint8_t *b, size_t len)
     b[8] = 4;
 }
 
-static void version_6(uint8_t *b, size_t len)
+static void version_5(uint8_t *b, size_t len)
 {
     (void)len;
-    b[8] = 6;
+    b[8] = 5;
+}
+
+static void version_7(uint8_t *b, size_t len)
+{
+    (void)len;
+    b[8] = 7;
 }
 
 /* A file of the trained stores, changed by fn, is refused with want in the
@@ -465,6 +503,10 @@ Test(checkpoint_rows, damaged_or_wrong_rows_are_refused_before_adoption, .init =
                    "format version 4, written by an older build (it holds "
                    "no embedding rows");
     unlink(path);
+    assert_refused(path, version_5, 1,
+                   "format version 5, written by an older build (it holds "
+                   "no counts of its embedding rows (created, admitted, evicted), which a "
+                   "restore would start from 0 again); this build reads version 6");
     unlink(path);
 }
 
@@ -481,13 +523,13 @@ Test(checkpoint_rows, a_newer_format_is_named_and_left_alone, .init = setup, .fi
 
     trained(whole, CLOCK);
     write_file(whole, path, sizeof(path));
-    rewrite(path, version_6, 1);
+    rewrite(path, version_7, 1);
     cr_assert_eq(restore(&k, &rows, err, sizeof(err)), -ENOENT);
     cr_assert_eq(k.adopted, 0);
     meta_for(&meta);
     cr_assert_eq(ps_checkpoint_survey_dir(dir, &meta, &sv), 0);
     cr_assert_eq(sv.n_damaged, 1);
-    cr_assert_not_null(strstr(sv.damaged, "format version 6, which this build (version 5) cannot "
+    cr_assert_not_null(strstr(sv.damaged, "format version 7, which this build (version 6) cannot "
                                           "read"),
                        "%s", sv.damaged);
     ps_row_store_free(whole[0]);
@@ -551,6 +593,15 @@ Test(checkpoint_rows, a_restore_onto_three_servers_re_places_rows_and_chunks, .i
         cr_assert_not_null(ps_row_store_admission(k.store[0]));
         cr_assert_eq(ps_row_admit_estimate(ps_row_store_admission(k.store[0]), 7),
                      ps_row_admit_estimate(ps_row_store_admission(whole[0]), 7));
+        /* The job's counts on new server 0, none on the others. */
+        cr_assert_eq(rows.counted, server == 0);
+        for (int t = 0; t < 2; t++) {
+            ps_row_counters none = {0};
+            if (server == 0)
+                assert_same_counts(k.store[t], whole[t], "server 0 of 3");
+            else
+                assert_counts(k.store[t], &none, "server 1 or 2 of 3");
+        }
         sink_free(&k);
     }
     for (int t = 0; t < 2; t++) {
@@ -583,4 +634,78 @@ Test(checkpoint_rows, a_set_missing_a_file_is_refused, .init = setup, .fini = te
     cr_assert_eq(k.adopted, 0);
     ps_row_store_free(whole[0]);
     ps_row_store_free(whole[1]);
+}
+
+/* Rows no other store of these tests holds (IDs from 2^40), each pushed
+ * twice so that admission stores them: counts unlike whole's. */
+static void trained_apart(ps_row_store **st)
+{
+    uint64_t ids[5];
+    float grads[5 * 8];
+
+    st[0] = make_store(0);
+    st[1] = make_store(1);
+    for (size_t i = 0; i < 5; i++)
+        ids[i] = ((uint64_t)1 << 40) + i;
+    for (size_t i = 0; i < 5 * 8; i++)
+        grads[i] = 0.01f * (float)i;
+    for (uint64_t step = 0; step < 2; step++) {
+        cr_assert_eq(ps_row_store_apply(st[0], ids, grads, 5, step, 0.05f, 1.0f, NULL), 0);
+        cr_assert_eq(ps_row_store_apply(st[1], ids, grads, 2 + step, step, 0.1f, 1.0f, NULL), 0);
+    }
+}
+
+/* A set of 2 files, each server's rows with its own counts: restored onto
+ * 2 servers with other chunks (re-placed), each server takes its own
+ * file's counts, which are exact since it holds that file's rows; onto 3,
+ * server 0 takes the sum of both and the others none, so the sum over the
+ * servers goes on. */
+Test(checkpoint_rows, counters_follow_the_rule_of_a_re_placing_restore, .init = setup,
+     .fini = teardown)
+{
+    ps_row_store *mine[2][2];
+    ps_row_counters of[2][2], sum[2], none = {0};
+    ps_checkpoint_rows rows;
+    char path[256], err[1024];
+
+    trained(mine[0], CLOCK);
+    trained_apart(mine[1]);
+    file_servers = 2;
+    for (server = 0; server < 2; server++)
+        write_file(mine[server], path, sizeof(path));
+    for (int t = 0; t < 2; t++) {
+        ps_row_store_counters(mine[0][t], &of[0][t]);
+        ps_row_store_counters(mine[1][t], &of[1][t]);
+        cr_assert(of[1][t].created > 0 && of[1][t].created != of[0][t].created);
+        sum[t] = (ps_row_counters){
+            .created = of[0][t].created + of[1][t].created,
+            .admitted = of[0][t].admitted + of[1][t].admitted,
+            .filtered = of[0][t].filtered + of[1][t].filtered,
+            .evicted = of[0][t].evicted + of[1][t].evicted,
+            .expired = of[0][t].expired + of[1][t].expired,
+            .refused = of[0][t].refused + of[1][t].refused,
+        };
+    }
+    chunk = 64;
+    servers = 2;
+    for (server = 0; server < 2; server++) {
+        sink_state k;
+        cr_assert_eq(restore(&k, &rows, err, sizeof(err)), 0, "%s", err);
+        cr_assert_eq(rows.counted, 1);
+        for (int t = 0; t < 2; t++)
+            assert_counts(k.store[t], &of[server][t], "onto 2 servers, other chunks");
+        sink_free(&k);
+    }
+    servers = 3;
+    for (server = 0; server < 3; server++) {
+        sink_state k;
+        cr_assert_eq(restore(&k, &rows, err, sizeof(err)), 0, "%s", err);
+        cr_assert_eq(rows.counted, server == 0 ? 2u : 0u);
+        for (int t = 0; t < 2; t++)
+            assert_counts(k.store[t], server == 0 ? &sum[t] : &none, "onto 3 servers");
+        sink_free(&k);
+    }
+    for (int f = 0; f < 2; f++)
+        for (int t = 0; t < 2; t++)
+            ps_row_store_free(mine[f][t]);
 }
