@@ -153,12 +153,11 @@ int ps_checkpoint_rows_write(ps_crc_writer *w, const ps_checkpoint_rows *rows)
         const ps_row_store *st = rows->store[i];
         const ps_row_admit *sketch = ps_row_store_admission(st);
         size_t dim = rows->dim[i];
+        ps_row_counters c;
 
         ps_crc_writer_put32(w, (uint32_t)i);
         ps_crc_writer_put32(w, (uint32_t)dim);
         ps_crc_writer_put32(w, (uint32_t)ps_row_store_state_floats(st));
-        ps_row_counters c;
-
         ps_row_store_counters(st, &c);
         ps_crc_writer_put64(w, rows->clock[i]);
         ps_crc_writer_put64(w, rows->newest[i]);
