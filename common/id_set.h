@@ -12,10 +12,10 @@
  * 32 MiB for 2^20 IDs) and gives that back once it has been far too large
  * for a while: after PS_ID_SET_SHRINK_AFTER resets in a row that each
  * needed at most 1/8 of a capacity above PS_ID_SET_KEEP_SLOTS, it is
- * reallocated at the most those resets needed. A set that is ever refilled
- * is kept, so a workload that mixes large and small calls does not
- * reallocate; a shrink costs one allocation of the new size, at most once
- * per PS_ID_SET_SHRINK_AFTER resets.
+ * reallocated at the most those resets needed. A reset that needs more
+ * breaks the streak, so a workload that mixes large and small calls keeps
+ * its capacity and does not reallocate; a shrink costs one allocation of
+ * the new size, at most once per PS_ID_SET_SHRINK_AFTER resets.
  *
  * Lifecycle: a zeroed ps_id_set is empty and owns nothing;
  * ps_id_set_reset before each batch, ps_id_set_put per ID,
