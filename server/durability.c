@@ -230,19 +230,27 @@ static void ps__restore_withdraw(void *arg)
 
 /* What the rows' counters of the summary and /metrics go on from after a
  * restore that took the counters of `counted` files (checkpoint_rows.h's
- * rule: onto another number of servers, server 0 carries the job's). */
-static void ps__log_row_counts(const ps_kv_server_stats *st, uint32_t counted)
+ * rule: onto another number of servers, server 0 carries the job's), said
+ * now and kept for the summary. */
+static void ps__note_row_counts(ps_kv_server *s, const ps_kv_server_stats *st, uint32_t counted)
 {
-    if (counted == 0)
+    s->rows_note = NULL;
+    if (counted == 0) {
+        s->rows_note =
+            "counted since the restore: server 0 carries the job's counts from before it";
         ps_info("row counts start at 0 on this server: a restore onto another number of servers "
                 "carries the job's counts from before it on server 0");
-    else
-        ps_info("row counts go on from %" PRIu64 " created, %" PRIu64 " admitted, %" PRIu64
-                " evicted%s",
-                st->rows_created, st->rows_admitted, st->rows_evicted,
-                counted > 1 ? " (the job's, summed over the files of the servers before the "
-                              "restore: which server counted what is not kept)"
-                            : "");
+        return;
+    }
+    if (counted > 1)
+        s->rows_note = "with the job's counts from before the restore, summed over the servers "
+                       "it had";
+    ps_info("row counts go on from %" PRIu64 " created, %" PRIu64 " admitted, %" PRIu64
+            " evicted%s",
+            st->rows_created, st->rows_admitted, st->rows_evicted,
+            counted > 1 ? " (the job's, summed over the files of the servers before the "
+                          "restore: which server counted what is not kept)"
+                        : "");
 }
 
 int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t err_len)
@@ -292,7 +300,7 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
             ps__rows_stats(s, &st);
             ps_info("restored clock %" PRIu64 " from %s (%" PRIu64 " embedding rows)", meta.clock,
                     path, st.rows_stored);
-            ps__log_row_counts(&st, rows.counted);
+            ps__note_row_counts(s, &st, rows.counted);
         } else {
             ps_info("restored clock %" PRIu64 " from %s", meta.clock, path);
         }

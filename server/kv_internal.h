@@ -256,6 +256,8 @@ struct ps_kv_server {
     uint64_t *row_pushed;
     ps__row_pull *row_pulls; /* held, oldest first */
     ps_id_set row_seen;      /* a request's IDs, to find repeats (reused) */
+    const char *rows_note;   /* what the rows counters hold after a restore onto another
+                              * number of servers (static text for the summary), or NULL */
     uint64_t n_row_pulls, n_row_pushes, rows_out, rows_in, n_row_refused, n_row_nonfinite;
 };
 

@@ -472,8 +472,11 @@ void ps_kv_server_log_summary(const ps_kv_server *s)
     if (st.row_tables > 0)
         ps_info("summary of %d row table%s: %" PRIu64 " rows pulls (%" PRIu64 " rows), %" PRIu64
                 " rows pushes (%" PRIu64 " rows), %" PRIu64 " rows requests refused; rows %" PRIu64
-                " stored, %" PRIu64 " created, %" PRIu64 " admitted, %" PRIu64 " evicted, %.1f MiB",
+                " stored, %" PRIu64 " created, %" PRIu64 " admitted, %" PRIu64
+                " evicted, %.1f MiB%s%s%s",
                 st.row_tables, st.row_tables == 1 ? "" : "s", st.row_pulls, st.rows_out,
                 st.row_pushes, st.rows_in, st.rows_refused, st.rows_stored, st.rows_created,
-                st.rows_admitted, st.rows_evicted, (double)st.rows_memory / (1 << 20));
+                st.rows_admitted, st.rows_evicted, (double)st.rows_memory / (1 << 20),
+                s->rows_note ? " (" : "", s->rows_note ? s->rows_note : "",
+                s->rows_note ? ")" : "");
 }

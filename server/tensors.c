@@ -181,6 +181,7 @@ static void ps__withdraw(ps_kv_server *s, const char *why, int in_queue)
     memset(s->lost, 0, (size_t)s->cfg.world);
     memset(s->left_at, 0, (size_t)s->cfg.world * sizeof(*s->left_at));
     s->resume_clock = s->restored_clock = s->ckpt_clock = 0;
+    s->rows_note = NULL;
     s->total_steps = s->cfg.lr.total_steps;
     ps__drop_pulls(s, NULL);
     if (!in_queue)

@@ -129,12 +129,18 @@ grep -q "re-placed" "$TMP/grown.server.2.err" || fail "server 2 did not re-place
 [ "$(restored grown 3)" -eq "$(restored resumed 2)" ] ||
     fail "3 servers restored $(restored grown 3) rows of the $(restored resumed 2) saved"
 same grown 3
-grep -q "row counts go on from .* (the job's, summed over the files" "$TMP/grown.server.0.err" ||
-    fail "grown: server 0 did not say it carries the job's row counts"
+grep -q "row counts go on from .* (the job's, summed over the files" "$TMP/grown.server.0.err" &&
+    grep -q "summary of 2 row tables.*MiB (with the job's counts from before the restore" \
+        "$TMP/grown.server.0.err" ||
+    fail "grown: server 0 did not say, and sum up, that it carries the job's row counts"
 for i in 1 2; do
-    grep -q "row counts start at 0 on this server" "$TMP/grown.server.$i.err" ||
-        fail "grown: server $i did not say its row counts start at 0"
+    grep -q "row counts start at 0 on this server" "$TMP/grown.server.$i.err" &&
+        grep -q "summary of 2 row tables.*MiB (counted since the restore: server 0 carries" \
+            "$TMP/grown.server.$i.err" ||
+        fail "grown: server $i did not say, and sum up, that its row counts start at 0"
 done
+grep -q "summary of 2 row tables.*MiB$" "$TMP/resumed.server.0.err" ||
+    fail "resumed: a restore onto as many servers notes something about its row counts"
 echo "2 -> 3 (256-byte chunks): the same rows re-placed and the same bytes at 20;" \
     "rows created, admitted, evicted $(summed grown 3) in all, as uninterrupted"
 
