@@ -37,31 +37,18 @@ int ps_checkpoint_stream(FILE *f, size_t n, uint8_t *dst, uint8_t *blk, uint32_t
     return 0;
 }
 
-/* Rows are written from the store's memory where neighbouring records
- * form runs of at least PS__RUN_MIN (slots in use side by side, records
- * already in the file's form: a little-endian host, no padding), as a
- * dense chunk is written straight from the shard; shorter runs, and every
- * row on a big-endian host (whose headers are re-encoded), are staged in
- * a block and written a block at a time. A run's records stay where they
- * are until it is written: the store does not change during the write.
- * (Five small writes a row through stdio made a rows checkpoint twice as
- * slow per byte as a dense one; writev of the records in place, 256 at a
- * time, 1.3 times; every row staged, 1.18 times, and runs from the store
- * no better while stdio's 1 MiB buffer copied them all: docs/performance.md.) */
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define PS__IN_PLACE 1
-#else
-#define PS__IN_PLACE 0
-#endif
-#define PS__RUN_MIN 8
-
+/* Rows are staged in a block and written a block at a time: one fwrite
+ * and one CRC call per block. Each row's record (header, values, state) is
+ * already the file's form, so staging it is one copy. (Five small writes
+ * a row through stdio made a rows checkpoint twice as slow per byte as a
+ * dense one; writev of the records in place, 256 at a time, 1.3 times;
+ * runs of records written from the slabs, with or without stdio's 1 MiB
+ * buffer, no measurable gain: docs/performance.md.) */
 typedef struct {
     ps_crc_writer *w;
     size_t rec;   /* bytes of a row in the file */
     uint8_t *buf; /* PS_CHECKPOINT_BLOCK_BYTES and a row */
     size_t used;
-    const uint8_t *run; /* neighbouring records not yet written or staged */
-    size_t run_rows;
     uint64_t rows; /* written */
 } ps__row_writer;
 
@@ -71,49 +58,21 @@ static void ps__flush_rows(ps__row_writer *rw)
     rw->used = 0;
 }
 
-/* The pending run: in place when long enough, else staged. */
-static void ps__end_run(ps__row_writer *rw)
-{
-    if (rw->run_rows >= PS__RUN_MIN) {
-        ps__flush_rows(rw);
-        ps_crc_writer_put(rw->w, rw->run, rw->run_rows * rw->rec);
-    } else {
-        for (size_t i = 0; i < rw->run_rows; i++) {
-            if (rw->used + rw->rec > PS_CHECKPOINT_BLOCK_BYTES)
-                ps__flush_rows(rw);
-            memcpy(rw->buf + rw->used, rw->run + i * rw->rec, rw->rec);
-            rw->used += rw->rec;
-        }
-    }
-    rw->run_rows = 0;
-}
-
 static int ps__write_row(void *arg, const ps_row_view *row)
 {
     ps__row_writer *rw = arg;
-    const uint8_t *r = row->record;
     uint8_t *at;
 
-    rw->rows++;
-    if (PS__IN_PLACE) {
-        if (rw->run_rows && r == rw->run + rw->run_rows * rw->rec) {
-            rw->run_rows++;
-            return rw->w->err;
-        }
-        ps__end_run(rw);
-        rw->run = r;
-        rw->run_rows = 1;
-        return rw->w->err;
-    }
     if (rw->used + rw->rec > PS_CHECKPOINT_BLOCK_BYTES)
         ps__flush_rows(rw);
     at = rw->buf + rw->used;
-    memcpy(at, r, rw->rec);
+    memcpy(at, row->record, rw->rec);
     /* The store's header is in host order; the file's is little-endian. */
     ps_le_put64(at, row->id);
     ps_le_put32(at + 8, row->last_step);
     ps_le_put32(at + 12, row->updates);
     rw->used += rw->rec;
+    rw->rows++;
     return rw->w->err;
 }
 
@@ -136,7 +95,6 @@ static int ps__write_table(ps_crc_writer *w, const ps_row_store *st, size_t dim)
     ps_crc_writer_put64(w, c.stored);
     while ((more = ps_row_store_visit(st, 0, &cursor, PS__VISIT_BATCH, ps__write_row, &rw)) == 1)
         ;
-    ps__end_run(&rw);
     ps__flush_rows(&rw);
     free(rw.buf);
     if (more == 0 && rw.rows != c.stored)

@@ -164,8 +164,7 @@ void ps_row_store_add_counters(ps_row_store *st, const ps_row_counters *c);
 
 /* Calls fn for up to max_rows stored rows from *cursor on (0 to start),
  * skipping rows expired at step, and moves the cursor past them; the row's
- * pointers are valid until the store next changes (a checkpoint writes
- * runs of neighbouring records after the calls). Returns 1 when rows remain, 0
+ * pointers are valid during the call only. Returns 1 when rows remain, 0
  * when the walk is complete, or fn's negative return (the cursor then
  * points at that row). The store must not change between the calls of one
  * walk. */
