@@ -447,22 +447,13 @@ static void three_tables(uint8_t *b, size_t len)
     memcpy(b + rows_at, &three, 4);
 }
 
-static void version_4(uint8_t *b, size_t len)
-{
-    (void)len;
-    b[8] = 4;
-}
+/* The header's format version made `version`. */
+static uint8_t version;
 
-static void version_5(uint8_t *b, size_t len)
+static void set_version(uint8_t *b, size_t len)
 {
     (void)len;
-    b[8] = 5;
-}
-
-static void version_7(uint8_t *b, size_t len)
-{
-    (void)len;
-    b[8] = 7;
+    b[8] = version;
 }
 
 /* A file of the trained stores, changed by fn, is refused with want in the
@@ -499,11 +490,13 @@ Test(checkpoint_rows, damaged_or_wrong_rows_are_refused_before_adoption, .init =
     unlink(path);
     assert_refused(path, three_tables, 1, "holds 3 row tables where its table has 2");
     unlink(path);
-    assert_refused(path, version_4, 1,
+    version = 4;
+    assert_refused(path, set_version, 1,
                    "format version 4, written by an older build (it holds "
                    "no embedding rows");
     unlink(path);
-    assert_refused(path, version_5, 1,
+    version = 5;
+    assert_refused(path, set_version, 1,
                    "format version 5, written by an older build (it holds "
                    "no counts of its embedding rows (created, admitted, evicted), which a "
                    "restore would start from 0 again); this build reads version 6");
@@ -523,7 +516,8 @@ Test(checkpoint_rows, a_newer_format_is_named_and_left_alone, .init = setup, .fi
 
     trained(whole, CLOCK);
     write_file(whole, path, sizeof(path));
-    rewrite(path, version_7, 1);
+    version = 7;
+    rewrite(path, set_version, 1);
     cr_assert_eq(restore(&k, &rows, err, sizeof(err)), -ENOENT);
     cr_assert_eq(k.adopted, 0);
     meta_for(&meta);
@@ -634,6 +628,21 @@ Test(checkpoint_rows, a_set_missing_a_file_is_refused, .init = setup, .fini = te
     cr_assert_eq(k.adopted, 0);
     ps_row_store_free(whole[0]);
     ps_row_store_free(whole[1]);
+}
+
+/* The rule as a pure function: a server's own file; the file of its index
+ * onto as many servers; onto another number, every file to server 0 and
+ * none to the others. */
+Test(checkpoint_rows, whose_counters_a_server_takes)
+{
+    ps_checkpoint_keep two = {2, 1}, three0 = {3, 0}, three2 = {3, 2};
+
+    cr_assert(ps_checkpoint_rows_counted(1, 2, NULL));
+    cr_assert(ps_checkpoint_rows_counted(1, 2, &two) && !ps_checkpoint_rows_counted(0, 2, &two));
+    cr_assert(ps_checkpoint_rows_counted(0, 2, &three0) &&
+              ps_checkpoint_rows_counted(1, 2, &three0));
+    cr_assert(!ps_checkpoint_rows_counted(0, 2, &three2) &&
+              !ps_checkpoint_rows_counted(1, 2, &three2));
 }
 
 /* Rows no other store of these tests holds (IDs from 2^40), each pushed
