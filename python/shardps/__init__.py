@@ -236,8 +236,10 @@ class Client:
     def from_env(cls, **options: Union[str, int, float, bool]) -> "Client":
         """The worker of the job shardps-run (or a person, by hand) put in the
         environment: SHARDPS_SERVERS, SHARDPS_RANK, SHARDPS_WORKERS, each
-        option as SHARDPS_<NAME>, SHARDPS_REPORT_FD (shardps_new_from_env).
-        Keyword options are set after, and win."""
+        option as SHARDPS_<NAME>, SHARDPS_REPORT_FD, SHARDPS_JOB_SETTINGS
+        (shardps_new_from_env). Keyword options are set after, and win:
+        total_steps=N (the steps this worker plans) spans the servers'
+        cosine schedule when the job does not fix it (docs/run.md)."""
         self = cls.__new__(cls)
         self._h = None
         self._lib = load_library()

@@ -451,7 +451,10 @@ def attach(model: torch.nn.Module, servers: Optional[Union[str, Sequence[str]]] 
     one step's gradient, as p.grad sums them before an optimizer.step().
     clip_norm: each tensor's gradient scaled to at most this L2 norm before
     it is pushed (the C worker's --clip-norm; 0: off). options:
-    Client's (auth_token_file=..., seed=..., total_steps=..., ...). Returns
+    Client's (auth_token_file=..., seed=..., total_steps=..., ...):
+    total_steps=N, the steps this worker plans, is the span of the servers'
+    cosine schedule under shardps-run without --total-steps (the most any
+    rank plans), which refuses a worker that plans none. Returns
     the Attached model; its close() leaves the job (at exit, if the script
     never calls it)."""
     if isinstance(accumulate, bool) or not isinstance(accumulate, int) or accumulate < 1:
