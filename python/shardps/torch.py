@@ -298,7 +298,7 @@ class Attached:
         whose .grad DDP left None (docs/torch.md)."""
         self._check_unchanged()
         for m in self._served:
-            m._end_step()
+            m._end_step(self._pushed > 0)
         if self._pulled and len(set(self._count)) == 1 and self._pushed == 0:
             # A forward with nothing to exchange (a test of the model, or
             # the next micro-batch of an accumulated step): the servers
@@ -340,9 +340,7 @@ class Attached:
             return
         atexit.unregister(self._at_exit)
         try:
-            for m in self._served:
-                m._end_step()
-            if any(self._count):
+            if any(self._count) or any(m._ids for m in self._served):
                 self.sync()
         finally:
             for h in self._handles:
@@ -368,9 +366,10 @@ class ServedEmbedding(torch.nn.Module):
     within a use) are summed per ID, uses in the order they ran, and pushed
     once, when the last use's gradient arrives, or, where a use's output did
     not reach the loss, when the next forward starts the next step (that use
-    counts as zero, as in PyTorch). A use after that push, or a gradient
-    reaching a use of an earlier step, raises. One backward per step
-    (attach's accumulate=1)."""
+    counts as zero, as in PyTorch). A step that trained without using the
+    table pushes it empty, so that a sync step completes. A use after that
+    push, or a gradient reaching a use of an earlier step, raises. One
+    backward per step (attach's accumulate=1)."""
 
     def __init__(self, name: str, dim: int, mode: Optional[str] = None,
                  **row_options: Union[str, int, float]) -> None:
@@ -444,9 +443,12 @@ class ServedEmbedding(torch.nn.Module):
             self._push()
 
     def _push(self) -> None:
-        """Pushes the sum of the gradients the step's uses got, per ID."""
+        """Pushes the sum of the gradients the step's uses got, per ID (none:
+        an empty push)."""
         got = [(k, g) for k, g in zip(self._ids, self._grads) if g is not None]
-        if len(got) == 1:
+        if not got:
+            keys, total = np.empty(0, np.int64), torch.empty(0, self.dim)
+        elif len(got) == 1:
             keys, total = got[0]
         else:
             keys, where = np.unique(np.concatenate([k for k, _ in got]), return_inverse=True)
@@ -458,12 +460,15 @@ class ServedEmbedding(torch.nn.Module):
         self._client.push_rows(  # type: ignore[union-attr]
             self.name, keys, total.contiguous().numpy().astype("float32", copy=False))
 
-    def _end_step(self) -> None:
+    def _end_step(self, trained: bool) -> None:
         """The attached model's next forward (or close) ends the step: the
         gradients of uses whose output reached the loss, if not pushed yet
-        (another use's never reached it), are pushed now."""
+        (another use's never reached it), are pushed now; a step that
+        trained (trained: its dense gradients were pushed) without a
+        gradient for this table pushes it empty, as a sync step needs
+        every rank's push of every table (the dense tensors' push_unused)."""
         try:
-            if not self._pushed and any(g is not None for g in self._grads):
+            if not self._pushed and (trained or any(g is not None for g in self._grads)):
                 self._push()
         finally:
             self._ids, self._grads, self._pushed = [], [], False

@@ -5,7 +5,8 @@
 # (tests/python/torch_rows.py); an attach with accumulate=2 is refused.
 # A table used twice in one forward (tests/python/torch_rows_tied.py) trains
 # as one nn.Embedding used twice does, with 1 worker and with 2 (against the
-# global batch), within 2e-6; a use after the step's push and a backward
+# global batch; a use left out of the loss, a step where one rank does not
+# use the table), within 2e-6; a use after the step's push and a backward
 # into an earlier step are refused.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/python_lib.sh"
