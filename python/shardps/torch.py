@@ -356,9 +356,9 @@ class ServedEmbedding(torch.nn.Module):
     table lives on the servers as a row table of dim float32 columns, addressed
     by any int64 ID: attach declares it (name, dim and the row table's options,
     declare_rows'), and each forward pulls the rows of the batch's unique IDs
-    (after the dense weights: the model's forward pre-hook runs first). The
-    rows pulled are a leaf of this step's graph only: nothing of the table is
-    held here.
+    (after the dense weights: the model's forward pre-hook runs first), each
+    ID once per step. The rows pulled are a leaf of this step's graph only:
+    nothing of the table is held past the step.
 
     It may be used several times in a step's forward, as a tied nn.Embedding
     is (the same table for two fields): a server takes one rows push per
@@ -386,6 +386,9 @@ class ServedEmbedding(torch.nn.Module):
         self._grads: List[Optional[torch.Tensor]] = []
         self._pushed = False
         self._step = 0
+        # The rows this step pulled, by sorted ID.
+        self._known = np.empty(0, np.int64)
+        self._table = torch.empty(0, self.dim)
 
     def _declare(self, client: Client, accumulate: int) -> None:
         if accumulate != 1:
@@ -410,11 +413,7 @@ class ServedEmbedding(torch.nn.Module):
                                "the attached model's next forward")
         uniq, inverse = torch.unique(ids.detach().cpu(), return_inverse=True)
         keys = uniq.contiguous().numpy()
-        # Memory torch owns: a tensor over NumPy's would free it through
-        # Python, which hangs the interpreter's exit when autograd still
-        # holds this leaf then (a backward that raised part way).
-        rows = torch.empty((len(keys), self.dim), dtype=torch.float32)
-        self._client.pull_rows(self.name, keys, out=rows.numpy())
+        rows = self._rows_of(keys)
         if training:
             rows.requires_grad_(True)
             use, step = len(self._ids), self._step
@@ -426,6 +425,32 @@ class ServedEmbedding(torch.nn.Module):
         if self.mode is None:
             return torch.nn.functional.embedding(inverse, rows_d)
         return torch.nn.functional.embedding_bag(inverse, rows_d, offsets, mode=self.mode)
+
+    def _rows_of(self, keys: np.ndarray) -> torch.Tensor:
+        """The step's rows of keys (sorted, unique) as a new tensor: each ID
+        is pulled once per step, so every use sees the same row (in async
+        mode too) and a later use pulls only the IDs no earlier one did.
+        Memory torch owns: a tensor over NumPy's would be freed through
+        Python, which hangs the interpreter's exit when autograd still
+        holds the leaf then (a backward that raised part way)."""
+        known = self._known
+        if known.size:
+            at = np.minimum(np.searchsorted(known, keys), known.size - 1)
+            new = keys[known[at] != keys]
+        else:
+            new = keys
+        if new.size:
+            pulled = torch.empty((new.size, self.dim), dtype=torch.float32)
+            self._client.pull_rows(self.name, new, out=pulled.numpy())  # type: ignore[union-attr]
+            if not known.size:
+                # The first use: its rows are all the step holds.
+                self._known, self._table = new, pulled.detach()
+                return pulled
+            merged = np.concatenate([known, new])
+            order = np.argsort(merged, kind="stable")
+            self._known = merged[order]
+            self._table = torch.cat([self._table, pulled])[torch.from_numpy(order)]
+        return self._table[torch.from_numpy(np.searchsorted(self._known, keys))]
 
     def _gradient(self, step: int, use: int, g: torch.Tensor) -> None:
         """Backward's gradient of use's rows: kept, and the step's push made
@@ -472,6 +497,7 @@ class ServedEmbedding(torch.nn.Module):
                 self._push()
         finally:
             self._ids, self._grads, self._pushed = [], [], False
+            self._known, self._table = np.empty(0, np.int64), torch.empty(0, self.dim)
             self._step += 1
 
 # ---- end of the embedding tables -------------------------------------------------

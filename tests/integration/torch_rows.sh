@@ -7,7 +7,7 @@
 # as one nn.Embedding used twice does, with 1 worker and with 2 (against the
 # global batch; a use left out of the loss, a step where one rank does not
 # use the table), within 2e-6; a use after the step's push and a backward
-# into an earlier step are refused.
+# into an earlier step are refused; each ID's row is pulled once per step.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/python_lib.sh"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
@@ -38,6 +38,9 @@ echo "PASS: a served EmbeddingBag trains as PyTorch alone"
 start_server 1
 py "$TMP/tied" torch_rows_tied.py "127.0.0.1:$port" 0 1 5
 wait "$server" || { cat "$TMP/server.2.err" >&2; fail "the server did not exit 0"; }
+want=$(sed -n 's/^rows pulled: //p' "$TMP/tied")
+grep -q "summary of 1 row table: [0-9]* rows pulls ($want rows)" "$TMP/server.2.err" ||
+    { grep summary "$TMP/server.2.err" >&2; fail "the server did not send each row once per step ($want)"; }
 start_server 2
 py "$TMP/tied.1" torch_rows_tied.py "127.0.0.1:$port" 1 2 5 &
 rank1=$!

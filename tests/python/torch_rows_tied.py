@@ -14,7 +14,9 @@ trains by torch.optim.SGD on the global batch (every rank's, the mean of
 the ranks' losses, which is what the server's mean of the ranks' pushes
 makes): rows and dense weights must end within TOL of it. With one worker,
 the remaining refusals: a use after the step's push, and a backward that
-reaches the forward of an earlier step.
+reaches the forward of an earlier step; then it prints the rows it should
+have pulled, each ID once per step ("rows pulled: N"), for the test to
+hold against the server's count.
 """
 import sys
 
@@ -58,7 +60,13 @@ def ids(idx):
     return torch.from_numpy(VOCAB)[idx]
 
 
+def union(*idx):
+    """How many distinct IDs the index tensors name: what a step pulls."""
+    return len(set(torch.cat(idx).tolist()))
+
+
 def refusals(ps, model):
+    """Returns the rows the three forwards here pulled."""
     users, items, y = batch(99, 0)
     loss = ((model(ids(users), ids(items)) - y) ** 2).mean()
     loss.backward()  # the step's push
@@ -75,6 +83,7 @@ def refusals(ps, model):
     except RuntimeError as e:
         assert "ServedEmbedding emb: a backward reached a forward of an earlier step" in str(e), e
     print("refused: a use after the step's push, a backward into an earlier step", flush=True)
+    return 3 * union(users, items)
 
 
 def main(addr, rank, world, steps):
@@ -88,10 +97,13 @@ def main(addr, rank, world, steps):
         ref_fc.weight.copy_(model.fc.weight)
         ref_fc.bias.copy_(model.fc.bias)
     opt = torch.optim.SGD([ref_emb.weight, ref_fc.weight, ref_fc.bias], lr=LR)
+    pulled = 2 * len(VOCAB)  # rows0 and the last rows, below
     for step in range(steps):
         users, items, y = batch(step, rank)
         extra = ids(torch.tensor([0, 3, 3])) if step == 1 else None
         skip = step == 2 and rank == world - 1
+        if not skip:
+            pulled += union(users, items, torch.tensor([0, 3]) if step == 1 else users)
         ((model(ids(users), ids(items), extra, skip) - y) ** 2).mean().backward()
         opt.zero_grad()
         total = 0
@@ -116,7 +128,9 @@ def main(addr, rank, world, steps):
     print(f"rank {rank} of {world}, {steps} steps, the table used twice: rows within "
           f"{diff_rows:.2g} and the Linear within {diff_fc:.2g} of PyTorch alone", flush=True)
     if world == 1:
-        refusals(ps, model)
+        pulled += refusals(ps, model)
+        # Each ID once per step, however many uses name it.
+        print(f"rows pulled: {pulled}", flush=True)
     ps.close()
 
 
