@@ -477,6 +477,19 @@ int ps_job_settings_diff(const char *ours, const char *theirs, const char *our_s
     return n;
 }
 
+int ps_job_settings_unspanned(const char *settings, uint64_t planned)
+{
+    int kind_len = 0, span_len = 0;
+    const char *kind, *span;
+
+    if (planned > 0 || !ps__settings_valid(settings))
+        return 0;
+    kind = ps__setting(settings, "lr-schedule", strlen("lr-schedule"), &kind_len);
+    span = ps__setting(settings, "total-steps", strlen("total-steps"), &span_len);
+    return kind && kind_len == 6 && strncmp(kind, "cosine", 6) == 0 && span && span_len == 1 &&
+           span[0] == '0';
+}
+
 uint64_t ps_job_fingerprint(const char *settings, uint64_t model_fingerprint)
 {
     /* FNV-1a over the settings text, then the model's fingerprint mixed in. */

@@ -128,6 +128,13 @@ int ps_job_settings_format(const ps_job_options *o, int num_servers, char *buf, 
 int ps_job_settings_diff(const char *ours, const char *theirs, const char *our_side,
                          const char *their_side, char *msg, size_t len);
 
+/* Whether a worker of a job whose settings are settings (this form) and
+ * that plans planned steps leaves the servers' cosine schedule without a
+ * span: the settings say lr-schedule=cosine and total-steps=0 (the servers
+ * take the span from the workers' plans) and the worker plans none. Pure;
+ * 1 or 0 (0 also for a list that says neither, or is malformed). */
+int ps_job_settings_unspanned(const char *settings, uint64_t planned);
+
 /* The job's fingerprint: its settings (ps_job_settings_format; NULL as
  * empty) and the model's fingerprint, hashed. Checkpoints carry it, so a
  * server restores and prunes only the files of its own job. */

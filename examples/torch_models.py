@@ -17,8 +17,7 @@ servers run the optimizer: there is no torch.optim in this mode.
 (gloo, one thread each) under DistributedDataParallel, each running
 torch.optim.Adam at --lr, cosine-annealed to 0 over the run's steps, as
 `shardps-run --optimizer adam --lr LR --lr-schedule cosine` has the servers
-do over `--total-steps` (the run's steps: the script refuses another
-span, since a Python worker's own plan does not reach the servers). Both
+do over the run's steps (the steps each worker tells attach). Both
 modes start from the same model (rank 0's, built from --seed) and end with
 the same lines: rank 0 tests on --test test images after every epoch (and
 every --eval-every steps), off the training clock (torch_fmnist's Clock),
@@ -133,13 +132,9 @@ def shardps_worker(a):
     model = MODELS[a.model][0]()
     a.workers = int(os.environ.get("SHARDPS_WORKERS", "2"))
     a.steps = a.steps or a.epochs * (60000 // (a.batch * a.workers))
-    span = int(os.environ.get("SHARDPS_TOTAL_STEPS", "0"))
-    if os.environ.get("SHARDPS_LR_SCHEDULE") == "cosine" and span != a.steps:
-        # The servers anneal over their --total-steps; a worker's own plan
-        # does not reach them under shardps-run.
-        raise SystemExit(f"torch_models.py: the servers' cosine schedule spans {span} steps and "
-                         f"this run takes {a.steps}: give shardps-run --total-steps {a.steps}")
-    ps = shardps.torch.attach(model)                                  # the one line
+    # The steps this run takes: the servers' cosine schedule spans them
+    # (unless shardps-run's --total-steps says otherwise).
+    ps = shardps.torch.attach(model, total_steps=a.steps)             # the one line
     loader = data(a, ps.sampler)
     clock = EpochClock(a, ps.rank, len(loader), settle=ps.sync)
     loss = train(a, model, model, loader, ps.report, clock)

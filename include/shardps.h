@@ -115,7 +115,10 @@ int shardps_new(shardps **out, const char *const *servers, int n_servers, int ra
  *   max-payload N          the largest frame accepted
  *   progress-every N       shardps_report: a progress line every N steps (default 100)
  * and the library's own:
- *   job-settings TEXT      the job settings a shardps-worker sends
+ *   job-settings TEXT      the job settings a shardps-worker sends (and
+ *                          shardps_new_from_env takes from SHARDPS_JOB_SETTINGS);
+ *                          when they say cosine with total-steps 0,
+ *                          shardps_connect refuses a worker planning no steps
  *   log-level debug|info|warn|error|none   the library's lines on stderr
  *   report-fd FD           report to the launcher on this open descriptor
  *                          (shardps_report; default: SHARDPS_REPORT_FD when
@@ -286,6 +289,9 @@ void shardps_abandon(shardps *h);
  *                     name (SHARDPS_AUTH_TOKEN_FILE: a file's path, never the
  *                     token; SHARDPS_CHUNK_BYTES, SHARDPS_SEED, ...)
  *   SHARDPS_REPORT_FD the launcher's report pipe
+ *   SHARDPS_JOB_SETTINGS  the job's settings (job-settings), which make the
+ *                     steps this worker plans (total-steps) count toward the
+ *                     servers' cosine schedule
  * shardps_new_from_env is shardps_new with those, each option checked as
  * shardps-worker checks the same variable; the process's log lines name it
  * "worker R". Every handle, however made, reports to SHARDPS_REPORT_FD

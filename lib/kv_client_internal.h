@@ -47,6 +47,7 @@ typedef struct {
     uint64_t pulled_clock; /* clock of the weights in the last pull reply */
     uint64_t pulled_hi;    /* an evaluator's: the newest chunk's steps in it */
     int pulled;            /* a pull reply came on this connection */
+    int answered;          /* a pull or rows pull was answered here: the job has started */
     /* The time from which the answer this server owes us is counted: the
      * HELLO, the start of a wait, or its last frame, whichever is latest. */
     uint64_t owed_since_ms;

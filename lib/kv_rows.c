@@ -101,6 +101,7 @@ void ps__handle_rows_reply(ps__server *sv, const ps_frame *f)
         if (f->payload != NULL)
             memcpy(sv->rows_dest, f->payload, f->payload_len);
         c->stats.bytes_received += f->payload_len;
+        sv->answered = 1;
     }
     if (!sv->rows.push)
         ps_conn_set_max_payload(sv->conn, ps__dense_limit(sv));

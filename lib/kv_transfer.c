@@ -94,6 +94,7 @@ void ps__handle_pull_reply(ps__server *sv, const ps_frame *f)
     sv->pulled_clock = f->hdr->clock;
     sv->pulled_hi = f->hdr->clock + (sv->pull.snapshot ? f->hdr->staleness : 0);
     sv->pulled = 1;
+    sv->answered = 1;
     sv->pull_dest = NULL;
     sv->cl->outstanding--;
 }

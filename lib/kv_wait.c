@@ -35,6 +35,7 @@ static uint64_t ps__owed_until(const ps__server *sv, const char **what)
 {
     const ps_kv_client *c = sv->cl;
     uint64_t limit = c->request_ms;
+    int pull = 0;
 
     if (sv->conn == NULL || sv->retrying)
         return UINT64_MAX;
@@ -42,17 +43,20 @@ static uint64_t ps__owed_until(const ps__server *sv, const char **what)
         *what = "its WELCOME";
     } else if (sv->pull_dest != NULL) {
         *what = "the answer to a pull";
-        /* Before its first answer a server may be waiting for the whole job
-         * to join, which may take as long as connecting does. */
-        if (!sv->pulled)
-            limit += (uint64_t)(c->cfg.connect_timeout_s * 1000);
+        pull = 1;
     } else if (sv->push_n > 0) {
         *what = "the acknowledgement of a push";
     } else if (sv->rows_busy) {
         *what = sv->rows.push ? "the acknowledgement of a rows push" : "the answer to a rows pull";
+        pull = !sv->rows.push;
     } else {
         return UINT64_MAX;
     }
+    /* Before its first answer to a pull, dense or rows, a server may be
+     * waiting for the whole job to join, which may take as long as
+     * connecting does. */
+    if (pull && !sv->answered)
+        limit += (uint64_t)(c->cfg.connect_timeout_s * 1000);
     return sv->owed_since_ms + limit;
 }
 

@@ -367,6 +367,14 @@ int shardps_connect(shardps *h)
         return -EINVAL;
     if (h->kv)
         return ps_shardps_err(h, -EBUSY, "shardps_connect: already connected (shardps_reconnect?)");
+    /* The servers' cosine schedule spans the steps the workers plan when
+     * the job does not fix it: without a plan it would never decay. */
+    if (h->job_settings && ps_job_settings_unspanned(h->job_settings, h->cfg.total_steps))
+        return ps_shardps_err(h, -EINVAL,
+                              "shardps_connect: the job's cosine schedule has no span: tell this "
+                              "worker the steps it plans (option total-steps: "
+                              "Client(total_steps=N), attach(model, total_steps=N)), or give "
+                              "shardps-run --total-steps N or --lr-schedule constant");
     return ps__connect(h);
 }
 
@@ -612,6 +620,25 @@ static int ps__options_from_env(shardps *h)
     return 0;
 }
 
+/* The job's settings shardps-run puts in the environment
+ * (SHARDPS_JOB_SETTINGS): sent in the HELLO like shardps-worker's, they let
+ * the servers count the steps this worker plans toward their cosine
+ * schedule. Absent (a job set up by hand), none are sent. */
+static int ps__settings_from_env(shardps *h)
+{
+    const char *v = getenv("SHARDPS_JOB_SETTINGS");
+    char diff[8];
+
+    if (v == NULL || *v == '\0')
+        return 0;
+    if (ps_job_settings_diff(v, v, "", "", diff, sizeof(diff)) < 0)
+        return ps_shardps_err(h, -EINVAL,
+                              "SHARDPS_JOB_SETTINGS is not a settings list (name=value lines, "
+                              "under %d bytes): start the program under shardps-run",
+                              PS_JOB_SETTINGS_MAX);
+    return shardps_set_option(h, "job-settings", v);
+}
+
 int shardps_new_from_env(shardps **out)
 {
     const char *servers = getenv("SHARDPS_SERVERS");
@@ -638,6 +665,8 @@ int shardps_new_from_env(shardps **out)
     if (rc < 0)
         return rc;
     rc = ps__options_from_env(*out);
+    if (rc == 0)
+        rc = ps__settings_from_env(*out);
     if (rc < 0) {
         ps_shardps_err(NULL, rc, "shardps_new_from_env: %s", (*out)->error);
         shardps_abandon(*out);

@@ -236,8 +236,10 @@ class Client:
     def from_env(cls, **options: Union[str, int, float, bool]) -> "Client":
         """The worker of the job shardps-run (or a person, by hand) put in the
         environment: SHARDPS_SERVERS, SHARDPS_RANK, SHARDPS_WORKERS, each
-        option as SHARDPS_<NAME>, SHARDPS_REPORT_FD (shardps_new_from_env).
-        Keyword options are set after, and win."""
+        option as SHARDPS_<NAME>, SHARDPS_REPORT_FD, SHARDPS_JOB_SETTINGS
+        (shardps_new_from_env). Keyword options are set after, and win:
+        total_steps=N (the steps this worker plans) spans the servers'
+        cosine schedule when the job does not fix it (docs/run.md)."""
         self = cls.__new__(cls)
         self._h = None
         self._lib = load_library()
@@ -556,15 +558,26 @@ class Client:
                             f"array; got {got}")
         return ids.view(np.uint64)
 
-    def pull_rows(self, table: str, ids: Any, clock: Optional[int] = None) -> Float32Array:
+    def pull_rows(self, table: str, ids: Any, clock: Optional[int] = None,
+                  out: Optional[Float32Array] = None) -> Float32Array:
         """The rows of ids (int64 or uint64, repeats allowed) of the row
-        table named table as a new (len(ids), dim) float32 array. clock: the
-        step whose rows to read; None: the step of the weights last pulled
-        (the start clock before any pull). Blocks; completes the requests
-        started before."""
+        table named table as a (len(ids), dim) float32 array: a new one, or
+        out (C-contiguous, writable, len(ids) * dim float32 values; a torch
+        tensor's .numpy(), which then owns the memory). clock: the step whose
+        rows to read; None: the step of the weights last pulled (the start
+        clock before any pull). Blocks; completes the requests started
+        before."""
         tid, dim = self.row_table(table)
-        u = self._row_ids(f"pull_rows (row table {table})", ids)
-        out = np.empty((u.size, dim), np.float32)
+        where = f"pull_rows (row table {table})"
+        u = self._row_ids(where, ids)
+        if out is None:
+            out = np.empty((u.size, dim), np.float32)
+        elif (not isinstance(out, np.ndarray) or out.dtype != np.float32
+              or not out.flags.c_contiguous or not out.flags.writeable):
+            raise TypeError(f"{where}: out is a C-contiguous, writable float32 NumPy array")
+        elif out.size != u.size * dim:
+            raise ValueError(f"{where}: {u.size} IDs of dim {dim} take {u.size * dim} values; "
+                             f"out holds {out.size}")
         if clock is None:
             self.wait()
             clock = self.weights_clock if self._clock != self.start_clock else self._clock

@@ -147,8 +147,11 @@ class Attached:
 
     def __init__(self, model: torch.nn.Module, client: Client, rank: int, world: int,
                  table: List[Tuple[str, torch.Tensor, int]], accumulate: int = 1,
-                 clip_norm: float = 0.0) -> None:
+                 clip_norm: float = 0.0, served: Sequence[ServedEmbedding] = ()) -> None:
         self.client = client
+        # The model's row tables: each step ends for them where it does for
+        # the dense tensors, at the next forward's sync.
+        self._served = list(served)
         self.rank, self.world = rank, world
         self._tensors = [t for _, t, _ in table]
         # The trainable parameters: their index in the table, name, tensor.
@@ -294,6 +297,8 @@ class Attached:
         its step count as they were, as torch.optim skips a parameter
         whose .grad DDP left None (docs/torch.md)."""
         self._check_unchanged()
+        for m in self._served:
+            m._end_step(self._pushed > 0)
         if self._pulled and len(set(self._count)) == 1 and self._pushed == 0:
             # A forward with nothing to exchange (a test of the model, or
             # the next micro-batch of an accumulated step): the servers
@@ -335,7 +340,7 @@ class Attached:
             return
         atexit.unregister(self._at_exit)
         try:
-            if any(self._count):
+            if any(self._count) or any(m._ids for m in self._served):
                 self.sync()
         finally:
             for h in self._handles:
@@ -351,11 +356,20 @@ class ServedEmbedding(torch.nn.Module):
     table lives on the servers as a row table of dim float32 columns, addressed
     by any int64 ID: attach declares it (name, dim and the row table's options,
     declare_rows'), and each forward pulls the rows of the batch's unique IDs
-    (after the dense weights: the model's forward pre-hook runs first), and the
-    backward pushes their gradients (summed over repeats by autograd) once per
-    step, as the dense gradients go. The rows pulled are a leaf of this step's
-    graph only: nothing of the table is held here. One forward and backward per
-    step (attach's accumulate=1)."""
+    (after the dense weights: the model's forward pre-hook runs first), each
+    ID once per step. The rows pulled are a leaf of this step's graph only:
+    nothing of the table is held past the step.
+
+    It may be used several times in a step's forward, as a tied nn.Embedding
+    is (the same table for two fields): a server takes one rows push per
+    table and step, so the gradients of every use (autograd sums repeats
+    within a use) are summed per ID, uses in the order they ran, and pushed
+    once, when the last use's gradient arrives, or, where a use's output did
+    not reach the loss, when the next forward starts the next step (that use
+    counts as zero, as in PyTorch). A step that trained without using the
+    table pushes it empty, so that a sync step completes. A use after that
+    push, or a gradient reaching a use of an earlier step, raises. One
+    backward per step (attach's accumulate=1)."""
 
     def __init__(self, name: str, dim: int, mode: Optional[str] = None,
                  **row_options: Union[str, int, float]) -> None:
@@ -365,6 +379,16 @@ class ServedEmbedding(torch.nn.Module):
         self.name, self.dim, self.mode = name, int(dim), mode
         self._row_options = row_options
         self._client: Optional[Client] = None
+        # This step's uses: each one's unique IDs and, once backward gave
+        # it, its rows' gradient; whether the step's push is done; the step
+        # (counted by _end_step) whose hooks may still arrive.
+        self._ids: List[np.ndarray] = []
+        self._grads: List[Optional[torch.Tensor]] = []
+        self._pushed = False
+        self._step = 0
+        # The rows this step pulled, by sorted ID.
+        self._known = np.empty(0, np.int64)
+        self._table = torch.empty(0, self.dim)
 
     def _declare(self, client: Client, accumulate: int) -> None:
         if accumulate != 1:
@@ -381,18 +405,100 @@ class ServedEmbedding(torch.nn.Module):
                                "declares and binds it)")
         if ids.dtype != torch.int64:
             raise TypeError(f"ServedEmbedding {self.name}: IDs are int64; got {ids.dtype}")
+        training = torch.is_grad_enabled()
+        if training and self._pushed:
+            raise RuntimeError(f"ServedEmbedding {self.name}: used after the gradient of its "
+                               "step was pushed (every earlier use's backward had run): a row "
+                               "table takes one push per step, and the next step starts with "
+                               "the attached model's next forward")
         uniq, inverse = torch.unique(ids.detach().cpu(), return_inverse=True)
-        rows = torch.from_numpy(self._client.pull_rows(self.name, uniq.contiguous().numpy()))
-        if torch.is_grad_enabled():
+        keys = uniq.contiguous().numpy()
+        rows = self._rows_of(keys)
+        if training:
             rows.requires_grad_(True)
-            client, name, keys = self._client, self.name, uniq.contiguous().numpy()
-            rows.register_hook(lambda g: client.push_rows(
-                name, keys, g.detach().contiguous().numpy().astype("float32", copy=False)))
+            use, step = len(self._ids), self._step
+            self._ids.append(keys)
+            self._grads.append(None)
+            rows.register_hook(lambda g: self._gradient(step, use, g))
         rows_d = rows.to(ids.device)
         inverse = inverse.to(ids.device).reshape(ids.shape)
         if self.mode is None:
             return torch.nn.functional.embedding(inverse, rows_d)
         return torch.nn.functional.embedding_bag(inverse, rows_d, offsets, mode=self.mode)
+
+    def _rows_of(self, keys: np.ndarray) -> torch.Tensor:
+        """The step's rows of keys (sorted, unique) as a new tensor: each ID
+        is pulled once per step, so every use sees the same row (in async
+        mode too) and a later use pulls only the IDs no earlier one did.
+        Memory torch owns: a tensor over NumPy's would be freed through
+        Python, which hangs the interpreter's exit when autograd still
+        holds the leaf then (a backward that raised part way)."""
+        known = self._known
+        if known.size:
+            at = np.minimum(np.searchsorted(known, keys), known.size - 1)
+            new = keys[known[at] != keys]
+        else:
+            new = keys
+        if new.size:
+            pulled = torch.empty((new.size, self.dim), dtype=torch.float32)
+            self._client.pull_rows(self.name, new, out=pulled.numpy())  # type: ignore[union-attr]
+            if not known.size:
+                # The first use: its rows are all the step holds.
+                self._known, self._table = new, pulled.detach()
+                return pulled
+            merged = np.concatenate([known, new])
+            order = np.argsort(merged, kind="stable")
+            self._known = merged[order]
+            self._table = torch.cat([self._table, pulled])[torch.from_numpy(order)]
+        return self._table[torch.from_numpy(np.searchsorted(self._known, keys))]
+
+    def _gradient(self, step: int, use: int, g: torch.Tensor) -> None:
+        """Backward's gradient of use's rows: kept, and the step's push made
+        once every use of the step has one."""
+        if step != self._step:
+            raise RuntimeError(f"ServedEmbedding {self.name}: a backward reached a forward of "
+                               "an earlier step (the attached model's forward has run since): "
+                               "its rows are gone; run backward before the next forward")
+        if self._grads[use] is not None:
+            raise RuntimeError(f"ServedEmbedding {self.name}: use {use + 1} of the step got a "
+                               "gradient from more than one backward pass; a row table takes "
+                               "one push per step")
+        self._grads[use] = g.detach().cpu()
+        if all(x is not None for x in self._grads):
+            self._push()
+
+    def _push(self) -> None:
+        """Pushes the sum of the gradients the step's uses got, per ID (none:
+        an empty push)."""
+        got = [(k, g) for k, g in zip(self._ids, self._grads) if g is not None]
+        if not got:
+            keys, total = np.empty(0, np.int64), torch.empty(0, self.dim)
+        elif len(got) == 1:
+            keys, total = got[0]
+        else:
+            keys, where = np.unique(np.concatenate([k for k, _ in got]), return_inverse=True)
+            total = torch.zeros(len(keys), self.dim, dtype=torch.float32)
+            # index_add_ adds the rows in order: each ID's sum is its uses'
+            # gradients in the order the uses ran.
+            total.index_add_(0, torch.from_numpy(where.reshape(-1)), torch.cat([g for _, g in got]))
+        self._pushed = True
+        self._client.push_rows(  # type: ignore[union-attr]
+            self.name, keys, total.contiguous().numpy().astype("float32", copy=False))
+
+    def _end_step(self, trained: bool) -> None:
+        """The attached model's next forward (or close) ends the step: the
+        gradients of uses whose output reached the loss, if not pushed yet
+        (another use's never reached it), are pushed now; a step that
+        trained (trained: its dense gradients were pushed) without a
+        gradient for this table pushes it empty, as a sync step needs
+        every rank's push of every table (the dense tensors' push_unused)."""
+        try:
+            if not self._pushed and (trained or any(g is not None for g in self._grads)):
+                self._push()
+        finally:
+            self._ids, self._grads, self._pushed = [], [], False
+            self._known, self._table = np.empty(0, np.int64), torch.empty(0, self.dim)
+            self._step += 1
 
 # ---- end of the embedding tables -------------------------------------------------
 
@@ -451,7 +557,10 @@ def attach(model: torch.nn.Module, servers: Optional[Union[str, Sequence[str]]] 
     one step's gradient, as p.grad sums them before an optimizer.step().
     clip_norm: each tensor's gradient scaled to at most this L2 norm before
     it is pushed (the C worker's --clip-norm; 0: off). options:
-    Client's (auth_token_file=..., seed=..., total_steps=..., ...). Returns
+    Client's (auth_token_file=..., seed=..., total_steps=..., ...):
+    total_steps=N, the steps this worker plans, is the span of the servers'
+    cosine schedule under shardps-run without --total-steps (the most any
+    rank plans), which refuses a worker that plans none. Returns
     the Attached model; its close() leaves the job (at exit, if the script
     never calls it)."""
     if isinstance(accumulate, bool) or not isinstance(accumulate, int) or accumulate < 1:
@@ -488,7 +597,7 @@ def attach(model: torch.nn.Module, servers: Optional[Union[str, Sequence[str]]] 
         for m in served:
             m._bind(client)
         return Attached(model, client, rank, world, table,  # type: ignore[arg-type]
-                        accumulate, float(clip_norm))
+                        accumulate, float(clip_norm), served)
     except BaseException:
         client.abandon()
         raise

@@ -13,8 +13,9 @@
 #     from the environment, and a script that never calls close() leaves the
 #     job at exit: both workers finish, nobody is counted lost;
 #  4. examples/torch_models.py under shardps-run: torchvision's ResNet-18
-#     unmodified and the ViT, with nothing but attach(model) added to their
-#     loops, train 3 steps, the launcher's progress line showing them.
+#     unmodified and the ViT, with nothing but attach(model, total_steps=3)
+#     added to their loops, train 3 steps, the launcher's progress line
+#     showing them out of the 3 they told attach.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/python_lib.sh"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
@@ -69,7 +70,7 @@ for model in resnet18 vit; do
         --lr-schedule constant -- "${PY[@]}" "$EXAMPLES/torch_models.py" --model $model --steps 3 \
         --batch 16 --test 500 >"$TMP/$model.out" 2>"$TMP/$model.err" ||
         { cat "$TMP/$model.err" "$TMP/$model.out" >&2; fail "examples/torch_models.py --model $model failed"; }
-    grep -qE "^step 3  loss [0-9.]+" "$TMP/$model.out" || { cat "$TMP/$model.out" >&2; fail "$model: no progress"; }
+    grep -qE "^step 3/3  loss [0-9.]+" "$TMP/$model.out" || { cat "$TMP/$model.out" >&2; fail "$model: no progress"; }
     grep -E "^$model: 3 steps" "$TMP/$model.out" || fail "$model: rank 0 did not finish"
 done
 echo "PASS: torchvision's resnet18 and the ViT train under shardps-run with attach(model) alone"

@@ -80,6 +80,12 @@ def worker(addrs, rank, world, steps):
     raises(ValueError, lambda: c.push_rows("items", ids, np.zeros((6, 2), np.float32)),
            "6 IDs of dim 3 take 18 gradient values; got 12")
     raises(shardps.ShardpsError, lambda: c.pull_rows("nope", ids), "no row table 'nope'")
+    raises(TypeError, lambda: c.pull_rows("users", ids, out=np.empty((6, 8), np.float64)),
+           "pull_rows (row table users): out is a C-contiguous, writable float32")
+    raises(TypeError, lambda: c.pull_rows("users", ids, out=np.empty((6, 16), np.float32)[:, ::2]),
+           "out is a C-contiguous")
+    raises(ValueError, lambda: c.pull_rows("users", ids, out=np.empty((5, 8), np.float32)),
+           "6 IDs of dim 8 take 48 values; out holds 40")
 
     weights = [np.empty(n, np.float32) for _, n in c.tensors]
     zeros = [np.zeros(n, np.float32) for _, n in c.tensors]
@@ -94,7 +100,7 @@ def worker(addrs, rank, world, steps):
         assert rows.dtype == np.float32 and rows.shape == (6, 8)
         assert np.array_equal(rows.view(np.uint32), want.view(np.uint32)), \
             f"step {step}: rows differ from the reference by {np.abs(rows - want).max()}"
-        items = c.pull_rows("items", item_ids)
+        items = c.pull_rows("items", item_ids, out=np.empty(9, np.float32)).reshape(3, 3)
         if items0 is None:
             items0 = items
             assert np.all(np.abs(items) <= 0.1) and np.any(items != 0)

@@ -238,3 +238,31 @@ Test(job_options, aliases_and_the_library)
     /* --epochs is auto unless given: --steps alone then means its steps. */
     cr_assert_eq(o.epochs, 0);
 }
+
+/* A worker holding the job's settings knows whether the servers' cosine
+ * schedule can get a span from it: cosine with total-steps 0 needs the
+ * worker's own plan; another schedule, or a span the servers hold, does not. */
+Test(job_options, cosine_without_a_span)
+{
+    ps_job_options o;
+    char a[PS_JOB_SETTINGS_MAX];
+
+    ps_job_options_defaults(&o);
+    cr_assert_str_eq(o.lr_schedule, "cosine");
+    cr_assert_eq(ps_job_settings_format(&o, 2, a, sizeof(a)), 0);
+    cr_assert_eq(ps_job_settings_unspanned(a, 0), 1);
+    cr_assert_eq(ps_job_settings_unspanned(a, 1), 0);
+    o.total_steps = 10;
+    cr_assert_eq(ps_job_settings_format(&o, 2, a, sizeof(a)), 0);
+    cr_assert_eq(ps_job_settings_unspanned(a, 0), 0);
+    o.total_steps = 0;
+    o.lr_schedule = "constant";
+    cr_assert_eq(ps_job_settings_format(&o, 2, a, sizeof(a)), 0);
+    cr_assert_eq(ps_job_settings_unspanned(a, 0), 0);
+    /* Nothing said, or nothing readable: nothing to refuse. */
+    cr_assert_eq(ps_job_settings_unspanned("", 0), 0);
+    cr_assert_eq(ps_job_settings_unspanned("lr-schedule=cosine\n", 0), 0);
+    cr_assert_eq(ps_job_settings_unspanned("lr-schedule=cosine\ntotal-steps=00\n", 0), 0);
+    cr_assert_eq(ps_job_settings_unspanned("lr-schedule=cosine\ntotal-steps\n", 0), 0);
+    cr_assert_eq(ps_job_settings_unspanned("lr-schedule=cosine\ntotal-steps=0\n", 0), 1);
+}

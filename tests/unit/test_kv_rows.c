@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -665,4 +666,33 @@ Test(rows, a_held_rows_pull_says_why)
     dense_free(&d);
     shardps_close(h);
     peer_close(&p);
+}
+
+/* Sync, 2 workers, rank 1 not there yet: a rows pull before the job starts
+ * may wait for the whole job to join, as a dense pull may: the request
+ * timeout plus the connect timeout (1.5 s here), not the request timeout
+ * alone, and its timeout names the rank the server waits for. */
+Test(rows, a_rows_pull_before_the_start_waits_as_a_dense_one)
+{
+    uint64_t id = 5;
+    float row[DIM];
+    double waited = 0;
+    const char *at;
+    shardps *h;
+
+    wait_ms = 50;
+    up(2, 0);
+    wait_ms = 0;
+    h = handle(0, 2, DIM);
+    cr_assert_eq(shardps_set_option(h, "request-timeout", "0.5"), 0);
+    cr_assert_eq(shardps_set_option(h, "connect-timeout", "1"), 0);
+    cr_assert_eq(shardps_connect(h), 0, "%s", shardps_last_error(h));
+    expect_err(h, shardps_pull_rows(h, 0, 0, &id, 1, row, DIM), -PS_ETIMEOUT,
+               "the answer to a rows pull from server 0");
+    cr_assert(strstr(shardps_last_error(h), "waiting for rank 1 of 2 to join"), "%s",
+              shardps_last_error(h));
+    at = strstr(shardps_last_error(h), "gave up after ");
+    cr_assert(at && sscanf(at, "gave up after %lf s", &waited) == 1, "%s", shardps_last_error(h));
+    cr_assert_geq(waited, 1.5, "gave up after %.1f s, before the connect timeout", waited);
+    shardps_abandon(h);
 }

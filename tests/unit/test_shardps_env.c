@@ -5,7 +5,9 @@
  * "start" on connect, a progress line every progress-every steps with the
  * interval's mean loss and throughput, "done" on close, each read back with
  * the launcher's parser (common/report); every handle reports, however it
- * was made, unless told not to (report-fd -1, as shardps-worker's trainer). */
+ * was made, unless told not to (report-fd -1, as shardps-worker's trainer);
+ * the job's settings taken from SHARDPS_JOB_SETTINGS, and a cosine job
+ * without a span refused at connect. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <math.h>
@@ -75,6 +77,29 @@ Test(shardps_env, every_variable_is_checked_and_named)
     cr_assert_str_eq(shardps_last_error(h), "");
     shardps_abandon(h);
     close(fds[0]);
+}
+
+/* The job's settings shardps-run hands on (SHARDPS_JOB_SETTINGS) are
+ * checked and sent; when they leave the servers' cosine schedule to the
+ * workers' plans, a handle that plans no steps is refused at connect,
+ * before it reaches any server, with the fix named. */
+Test(shardps_env, a_cosine_job_needs_the_workers_plan)
+{
+    shardps *h;
+
+    job_env("127.0.0.1:7000");
+    setenv("SHARDPS_JOB_SETTINGS", "num-servers=1\nmode\n", 1);
+    refused(-EINVAL, "SHARDPS_JOB_SETTINGS is not a settings list");
+    setenv("SHARDPS_JOB_SETTINGS", "num-servers=1\nlr-schedule=cosine\ntotal-steps=0\n", 1);
+    cr_assert_eq(shardps_new_from_env(&h), 0, "%s", shardps_last_error(NULL));
+    cr_assert_eq(shardps_declare_mlp(h, sizes, 3), 0);
+    cr_assert_eq(shardps_connect(h), -EINVAL);
+    cr_assert(strstr(shardps_last_error(h),
+                     "shardps_connect: the job's cosine schedule has no span: tell this worker "
+                     "the steps it plans (option total-steps: "),
+              "%s", shardps_last_error(h));
+    shardps_abandon(h);
+    unsetenv("SHARDPS_JOB_SETTINGS");
 }
 
 /* The next line the handle wrote to the launcher's end, parsed. */

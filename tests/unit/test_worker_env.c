@@ -1,7 +1,8 @@
 /* Tests for the environment a launcher gives its worker command
  * (tools/cluster/worker_env.c): the job's place in shardps' and torchrun's
  * names, every job option a worker or the library takes as
- * SHARDPS_<NAME> (none that only servers take), the launcher's own
+ * SHARDPS_<NAME> (none that only servers take) and the job's settings as
+ * SHARDPS_JOB_SETTINGS, the launcher's own
  * SHARDPS_ variables left out but SHARDPS_LIB kept, the auth token as its
  * path, OMP_NUM_THREADS unless the user set it. */
 #include <criterion/criterion.h>
@@ -39,7 +40,7 @@ Test(worker_env, carries_the_job_and_the_place)
     ps_job_options job;
     ps_worker_env *e;
     ps_flag wflags[96], lflags[96];
-    char **env, var[96], text[64];
+    char **env, var[96], text[64], settings[PS_JOB_SETTINGS_MAX];
     int nw, nl;
 
     ps_job_options_defaults(&job);
@@ -48,7 +49,7 @@ Test(worker_env, carries_the_job_and_the_place)
     job.auth_token_file = "/secret/token";
     job.checkpoint_dir = "/ck"; /* the servers' only */
     job.verbose = 1;
-    cr_assert_eq(ps_worker_env_init(&e, parent, &job, 2), 0);
+    cr_assert_eq(ps_worker_env_init(&e, parent, &job, 2, 2), 0);
     env = ps_worker_env_rank(e, "127.0.0.1:7000,127.0.0.1:7001", 1);
     cr_assert_not_null(env);
     cr_assert_str_eq(get(env, "PATH"), "/usr/bin");
@@ -70,6 +71,11 @@ Test(worker_env, carries_the_job_and_the_place)
     cr_assert_str_eq(get(env, "SHARDPS_VERBOSE"), "1");
     cr_assert_null(get(env, "SHARDPS_CHECKPOINT_DIR"), "a servers' option reached the workers");
     cr_assert_null(get(env, "SHARDPS_DATA_DIR"), "an alias was handed on");
+    /* The job's settings as the servers format theirs, with the server
+     * count: what libshardps sends in its HELLO. */
+    cr_assert_eq(ps_job_settings_format(&job, 2, settings, sizeof(settings)), 0);
+    cr_assert_str_eq(get(env, "SHARDPS_JOB_SETTINGS"), settings);
+    cr_assert(strstr(settings, "num-servers=2\n") && strstr(settings, "workers=3\n"));
     /* Every option a worker or the library takes from the launcher, by the
      * variable it reads, with the launcher's value. */
     nw = ps_job_options_flags(&job, PS_JOB_WORKER | PS_JOB_LIBRARY, wflags, 96);
@@ -106,7 +112,7 @@ Test(worker_env, the_users_thread_count_wins)
     char **env;
 
     ps_job_options_defaults(&job);
-    cr_assert_eq(ps_worker_env_init(&e, own, &job, 1), 0);
+    cr_assert_eq(ps_worker_env_init(&e, own, &job, 1, 1), 0);
     env = ps_worker_env_rank(e, "h:1", 0);
     cr_assert_str_eq(get(env, "OMP_NUM_THREADS"), "4");
     cr_assert_null(get(env, "SHARDPS_LIB"));
@@ -122,7 +128,7 @@ Test(worker_env, refuses_a_server_list_too_long)
 
     memset(servers, 'a', sizeof(servers) - 1);
     ps_job_options_defaults(&job);
-    cr_assert_eq(ps_worker_env_init(&e, parent, &job, 1), 0);
+    cr_assert_eq(ps_worker_env_init(&e, parent, &job, 1, 1), 0);
     cr_assert_null(ps_worker_env_rank(e, servers, 0));
     ps_worker_env_free(e);
 }

@@ -152,7 +152,7 @@ int ps_launcher_run(ps_launcher *l, int epochs, const char *what)
     uv_loop_init(&loop);
     sup->server_env = ps_child_env(environ);
     if (sup->server_env == NULL ||
-        ps_worker_env_init(&sup->worker_env, environ, job, l->threads) < 0 ||
+        ps_worker_env_init(&sup->worker_env, environ, job, sup->n_servers, l->threads) < 0 ||
         ps_console_init(&sup->con, &loop) < 0 ||
         ps_progress_init(&sup->progress, sup->con, job->workers, epochs) < 0) {
         fprintf(stderr, "%s: out of memory\n", l->prog);

@@ -22,6 +22,7 @@ struct ps_worker_env {
     char job_text[16384];
     char *job_argv[PS__JOB_ARGV];
     char job_vars[16384]; /* "SHARDPS_NAME=value" strings, back to back */
+    char settings[sizeof("SHARDPS_JOB_SETTINGS=") + PS_JOB_SETTINGS_MAX];
     char servers[4096 + 32];
     char place[PS__PLACE_VARS - 1][64];
 };
@@ -66,8 +67,9 @@ static int ps__job_vars(ps_worker_env *e, int n_argv, int *n)
 }
 
 int ps_worker_env_init(ps_worker_env **out, char *const *parent, const ps_job_options *job,
-                       int threads)
+                       int n_servers, int threads)
 {
+    const size_t prefix = strlen("SHARDPS_JOB_SETTINGS=");
     ps_worker_env *e = calloc(1, sizeof(*e));
     char **base = ps_child_env(parent), *lib = ps__find(parent, "SHARDPS_LIB");
     int n_base = 0, n_argv, n = 0, rc = -ENOMEM;
@@ -83,7 +85,12 @@ int ps_worker_env_init(ps_worker_env **out, char *const *parent, const ps_job_op
         rc = n_argv;
         goto fail;
     }
-    e->envp = calloc((size_t)(n_base + 1 + n_argv + PS__PLACE_VARS + 1), sizeof(char *));
+    memcpy(e->settings, "SHARDPS_JOB_SETTINGS=", prefix);
+    rc = ps_job_settings_format(job, n_servers, e->settings + prefix, sizeof(e->settings) - prefix);
+    if (rc < 0)
+        goto fail;
+    rc = -ENOMEM;
+    e->envp = calloc((size_t)(n_base + 2 + n_argv + PS__PLACE_VARS + 1), sizeof(char *));
     if (e->envp == NULL)
         goto fail;
     memcpy(e->envp, base, (size_t)n_base * sizeof(char *));
@@ -93,6 +100,7 @@ int ps_worker_env_init(ps_worker_env **out, char *const *parent, const ps_job_op
     rc = ps__job_vars(e, n_argv, &n);
     if (rc < 0)
         goto fail;
+    e->envp[n++] = e->settings;
     e->n_fixed = n;
     e->world = job->workers;
     e->threads = threads;

@@ -6,7 +6,10 @@
  *     package finds libshardps and is nobody's option;
  *   the job: every job option a worker or the library takes, as
  *     SHARDPS_<NAME>=value, from a walk of the job table
- *     (ps_job_options_argv), so none can be left out by hand;
+ *     (ps_job_options_argv), so none can be left out by hand; and the
+ *     job's settings as SHARDPS_JOB_SETTINGS (ps_job_settings_format, what
+ *     the servers compare a HELLO's with), which libshardps sends, so that
+ *     the steps a worker plans count toward the servers' cosine schedule;
  *   the worker's place: SHARDPS_SERVERS (HOST:PORT,...), SHARDPS_RANK,
  *     SHARDPS_REPORT_FD (the launcher's report pipe, fd 3), and torchrun's
  *     RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (one host: local rank =
@@ -28,10 +31,10 @@ typedef struct ps_worker_env ps_worker_env;
 
 /* For the job's workers: parent is the launcher's environment (environ),
  * borrowed for as long as the result lives; job is read now, not kept.
- * threads is each worker's thread count. Returns 0, -ENOSPC (the job's
- * options do not fit: a bug) or -ENOMEM. */
+ * n_servers is the job's server count, threads each worker's thread count.
+ * Returns 0, -ENOSPC (the job's options do not fit: a bug) or -ENOMEM. */
 int ps_worker_env_init(ps_worker_env **out, char *const *parent, const ps_job_options *job,
-                       int threads);
+                       int n_servers, int threads);
 /* NULL is allowed. */
 void ps_worker_env_free(ps_worker_env *e);
 
