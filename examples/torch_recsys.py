@@ -119,17 +119,12 @@ class DLRM(torch.nn.Module):
     click logit. The vectors themselves reach the top MLP too (DLRM feeds it
     only the dense one): that is the per-ID first-order term, which plain
     DLRM has to learn through dot products with the dense vector and learns
-    markedly slower (docs/recsys.md). With wide, each field's rows have one
-    more column, a per-ID weight added straight to the logit (the wide part
-    of Wide & Deep). scale multiplies each column of the rows as they are
-    looked up: the tables store the model's values divided by it, which sets
-    each column's effective Adagrad rate (rate_of_table * scale)."""
+    markedly slower (docs/recsys.md)."""
 
-    def __init__(self, embeddings, dense, dim, seed, scale, wide, top=(256, 128)):
+    def __init__(self, embeddings, dense, dim, seed, emb_scale=1.0, top=(256, 128)):
         super().__init__()
         self.emb = embeddings
-        self.dim, self.wide = dim, wide
-        self.scale = torch.tensor(scale, dtype=torch.float32)  # a constant: no buffer to serve
+        self.emb_scale = emb_scale
         torch.manual_seed(seed)  # the same MLPs whatever serves the embeddings
         self.bottom = torch.nn.Sequential(mlp([dense, 64, dim]), torch.nn.ReLU())
         n = len(embeddings) + 1
@@ -137,19 +132,10 @@ class DLRM(torch.nn.Module):
         self.top = mlp([n * dim + n * (n - 1) // 2, *top, 1])
 
     def forward(self, rows, dense):
-        e = torch.stack([e(rows[:, f]) for f, e in enumerate(self.emb)], 1) * self.scale
-        t = torch.cat([self.bottom(dense).unsqueeze(1), e[:, :, :self.dim]], 1)
+        t = torch.stack([self.bottom(dense)] + [e(rows[:, f]) * self.emb_scale
+                                                for f, e in enumerate(self.emb)], 1)
         dots = torch.bmm(t, t.transpose(1, 2))[:, self.pairs[0], self.pairs[1]]
-        logit = self.top(torch.cat([t.flatten(1), dots], 1)).squeeze(1)
-        return logit + e[:, :, self.dim].sum(1) if self.wide else logit
-
-
-def column_scale(a, table_rate):
-    """scale for DLRM: the tables train at table_rate (Adagrad's step does
-    not depend on the gradient's scale), so a column stored divided by
-    rate / table_rate moves at rate in the model's units: lr_emb for the
-    vectors, lr_wide for the wide column."""
-    return [a.lr_emb / table_rate] * a.dim + ([a.lr_wide / table_rate] if a.lr_wide else [])
+        return self.top(torch.cat([t.flatten(1), dots], 1)).squeeze(1)
 
 
 def load(a):
@@ -208,9 +194,9 @@ def peak_rss_mib():
 
 def setup(a, meta, arrays):
     torch.manual_seed(a.seed)
-    tables = LocalTables([arrays["train_ids"], arrays["test_ids"]], a.dim + bool(a.lr_wide), a.seed,
-                         a.init_bound, a.hash_buckets)
-    model = DLRM(tables.emb, meta["dense"], a.dim, a.seed, column_scale(a, a.lr_emb), bool(a.lr_wide))
+    tables = LocalTables([arrays["train_ids"], arrays["test_ids"]], a.dim, a.seed, a.init_bound,
+                         a.hash_buckets)
+    model = DLRM(tables.emb, meta["dense"], a.dim, a.seed)
     return tables, model, tables.index(arrays["train_ids"]), tables.index(arrays["test_ids"])
 
 
@@ -246,10 +232,10 @@ def served_model(a, meta):
     scale = a.lr_emb / a.lr_dense
     bound = a.init_bound / scale
     emb = torch.nn.ModuleList(
-        shardps.torch.ServedEmbedding(f"field{f:02d}", a.dim + bool(a.lr_wide), init="uniform", lo=-bound,
-                                      hi=bound, optimizer="adagrad")
+        shardps.torch.ServedEmbedding(f"field{f:02d}", a.dim, init="uniform", lo=-bound, hi=bound,
+                                      optimizer="adagrad")
         for f in range(len(meta["fields"])))
-    return DLRM(emb, meta["dense"], a.dim, a.seed, column_scale(a, a.lr_dense), bool(a.lr_wide))
+    return DLRM(emb, meta["dense"], a.dim, a.seed, emb_scale=scale)
 
 
 def served_worker(a):
@@ -361,8 +347,6 @@ def main():
     p.add_argument("--batch", type=int, default=2048, help="global batch (default 2048)")
     p.add_argument("--epochs", type=int, default=1, help="passes over the training set (default 1)")
     p.add_argument("--lr-emb", type=float, default=0.05, help="Adagrad's rate for the embeddings")
-    p.add_argument("--lr-wide", type=float, default=0.0,
-                   help="Adagrad's rate for the wide column (a per-ID weight on the logit; 0: none)")
     p.add_argument("--lr-dense", type=float, default=0.001, help="Adam's rate for the MLPs")
     p.add_argument("--init-bound", type=float, default=0.05, help="embeddings start in [-b, b]")
     p.add_argument("--hash-buckets", type=int, default=0, help="the control: IDs hashed into B rows")
@@ -378,7 +362,7 @@ def main():
     argv = sys.argv[1:]
     a = p.parse_args(argv)
     if (a.dim < 1 or a.batch < 2 or a.batch % 2 or a.hash_buckets < 0 or a.init_bound <= 0
-            or a.epochs < 1 or a.servers < 1 or a.workers < 1 or a.lr_emb <= 0 or a.lr_dense <= 0 or a.lr_wide < 0):
+            or a.epochs < 1 or a.servers < 1 or a.workers < 1 or a.lr_emb <= 0 or a.lr_dense <= 0):
         p.error("--dim >= 1, an even --batch >= 2, --hash-buckets >= 0, --epochs, --servers and "
                 "--workers >= 1, and rates and --init-bound > 0")
     if a.mode in ("sync", "async") and a.hash_buckets:
