@@ -36,11 +36,11 @@ to within a noise that falls with the number of times n it sees the ID
 (an error variance of about 1 / (n p (1 - p)) at best, p the click
 probability), while hashing loses whatever weight a bucket-mate carries,
 however often both are seen. So the signal sits on a few IDs seen often
-and carrying large weights: two nearly flat fields of 25,000 IDs
-(exponents 0.1 and 0.2, weight std 2.7) hold most of it. Each of their IDs
-is drawn 130 to 1,000 times in the default preset's 4 million samples, and
+and carrying large weights: two nearly flat fields of 20,000 IDs
+(exponents 0.1 and 0.2, weight std 3) hold most of it. Each of their IDs
+is drawn 160 to 1,160 times in the default preset's 4 million samples, and
 an ID shares its 2^16 bucket with another of its field's about one time in
-three (1 - e^(-25,000 / 65,536)), mixing two weights of std 2.7. The other
+four (1 - e^(-20,000 / 65,536)), mixing two weights of std 3. The other
 18 fields carry small weights (std 0.1 to 0.25) and the factors of the
 pairwise interactions are small (std 0.15), so the noise of learning them
 costs little. An ID's weight is also full only while its probability is
@@ -58,7 +58,7 @@ import time
 import numpy as np
 
 # (vocabulary, Zipf exponent, weight std) per field: three at 10 million, a
-# spread below; two nearly flat fields of 25,000 IDs carry most of the signal.
+# spread below; two nearly flat fields of 20,000 IDs carry most of the signal.
 FIELDS = [
     (10_000_000, 1.05, 0.15), (10_000_000, 1.1, 0.15), (10_000_000, 1.2, 0.15),
     (1_000_000, 1.05, 0.15), (1_000_000, 1.15, 0.15),
