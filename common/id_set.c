@@ -38,7 +38,8 @@ int ps_id_set_reset(ps_id_set *s, size_t n)
     } else if (s->cap > PS_ID_SET_KEEP_SLOTS && cap <= s->cap / 8) {
         /* Far too large this time: after enough such resets in a row, give
          * the memory back. A failed shrink keeps the larger set. */
-        s->small_peak = s->small++ == 0 || cap > s->small_peak ? cap : s->small_peak;
+        if (s->small++ == 0 || cap > s->small_peak)
+            s->small_peak = cap;
         if (s->small >= PS_ID_SET_SHRINK_AFTER)
             ps__realloc(s, s->small_peak);
     } else {

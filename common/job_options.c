@@ -401,10 +401,8 @@ static const char *ps__setting(const char *list, const char *name, size_t name_l
     return NULL;
 }
 
-/* Short enough, every line has a '=' after a non-empty name, no name comes
- * twice, and nothing could garble a log line. The bound also keeps the
- * quadratic look-ups here cheap whatever a peer sends. */
-static int ps__settings_valid(const char *list)
+/* The bound keeps the quadratic look-ups here cheap whatever a peer sends. */
+int ps_job_settings_valid(const char *list)
 {
     size_t n = strnlen(list, PS_JOB_SETTINGS_MAX);
 
@@ -452,7 +450,7 @@ int ps_job_settings_diff(const char *ours, const char *theirs, const char *our_s
 
     if (len > 0)
         msg[0] = '\0';
-    if (!ps__settings_valid(ours) || !ps__settings_valid(theirs))
+    if (!ps_job_settings_valid(ours) || !ps_job_settings_valid(theirs))
         return -EINVAL;
     /* Ours in order (differing or missing there), then theirs we lack. */
     for (int pass = 0; pass < 2; pass++) {
@@ -482,7 +480,7 @@ int ps_job_settings_unspanned(const char *settings, uint64_t planned)
     int kind_len = 0, span_len = 0;
     const char *kind, *span;
 
-    if (planned > 0 || !ps__settings_valid(settings))
+    if (planned > 0 || !ps_job_settings_valid(settings))
         return 0;
     kind = ps__setting(settings, "lr-schedule", strlen("lr-schedule"), &kind_len);
     span = ps__setting(settings, "total-steps", strlen("total-steps"), &span_len);

@@ -119,6 +119,11 @@ int ps_job_options_argv(const ps_job_options *o, unsigned from, unsigned to, cha
  * Returns 0, or -ENOSPC when len is too small. */
 int ps_job_settings_format(const ps_job_options *o, int num_servers, char *buf, size_t len);
 
+/* Whether list is a settings list: short enough (under
+ * PS_JOB_SETTINGS_MAX bytes), every line has a '=' after a non-empty name,
+ * no name comes twice, and nothing could garble a log line. Pure; 1 or 0. */
+int ps_job_settings_valid(const char *list);
+
 /* Compares two settings lists (ps_job_settings_format's form) and writes,
  * for each setting whose values differ or that one side lacks, "name: <ours>
  * on <our_side>, <theirs> on <their_side>" joined by "; " into msg (truncated

@@ -627,11 +627,10 @@ static int ps__options_from_env(shardps *h)
 static int ps__settings_from_env(shardps *h)
 {
     const char *v = getenv("SHARDPS_JOB_SETTINGS");
-    char diff[8];
 
     if (v == NULL || *v == '\0')
         return 0;
-    if (ps_job_settings_diff(v, v, "", "", diff, sizeof(diff)) < 0)
+    if (!ps_job_settings_valid(v))
         return ps_shardps_err(h, -EINVAL,
                               "SHARDPS_JOB_SETTINGS is not a settings list (name=value lines, "
                               "under %d bytes): start the program under shardps-run",
