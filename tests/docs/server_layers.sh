@@ -15,7 +15,7 @@ archive=${1:?usage: server_layers.sh libps_server.a}
 # optimizer, checkpoints, the rules) sits below the front and uses none of it.
 layers=(
     "kv_server"
-    "handshake pulls pushes durability tensors membership values rows"
+    "handshake held dense durability tensors membership values rows"
     "peer clocks keys"
 )
 
