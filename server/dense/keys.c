@@ -1,43 +1,69 @@
-/* A request's keys against this server's chunks: each must be one this
- * server holds, named once. Pulls and pushes resolve their keys here, below
- * them (kv_internal.h); this file calls only the peer's refusal. */
+/* A request's keys (see keys.h). */
+#include "keys.h"
+
+#include <errno.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "kv_internal.h"
 #include "ps_error.h"
 
-long long ps__resolve_keys(ps_kv_server *s, ps__peer *p, const Shardps__Header *h, int *locals)
+int ps_keys_init(ps_keys *k, int n)
+{
+    k->seen = calloc((size_t)n + 1, sizeof(*k->seen));
+    k->stamp = 0;
+    k->n = n;
+    return k->seen ? 0 : -ENOMEM;
+}
+
+void ps_keys_free(ps_keys *k)
+{
+    free(k->seen);
+    memset(k, 0, sizeof(*k));
+}
+
+void ps_keys_begin(ps_keys *k)
+{
+    if (++k->stamp == 0) {
+        memset(k->seen, 0, (size_t)k->n * sizeof(*k->seen));
+        k->stamp = 1;
+    }
+}
+
+int ps_keys_named(ps_keys *k, int local)
+{
+    if (k->seen[local] == k->stamp)
+        return 1;
+    k->seen[local] = k->stamp;
+    return 0;
+}
+
+long long ps_keys_resolve(ps_keys *k, const ps_shard *shard, int server_index, ps_peer *p,
+                          const Shardps__Header *h, int *locals)
 {
     long long bytes = 0;
 
-    if (h->n_keys == 0 || h->n_keys > (size_t)s->n_local) {
-        ps__peer_fail(p, -PS_EPROTO, "request names %zu keys; this server holds %d", h->n_keys,
-                      s->n_local);
+    if (h->n_keys == 0 || h->n_keys > (size_t)k->n) {
+        ps_peer_fail(p, -PS_EPROTO, "request names %zu keys; this server holds %d", h->n_keys,
+                     k->n);
         return -1;
     }
-    /* One stamp per request marks the chunks it named, so a repeat is seen
-     * without clearing a table every time. */
-    if (++s->seen_stamp == 0) {
-        memset(s->seen, 0, (size_t)s->n_local * sizeof(*s->seen));
-        s->seen_stamp = 1;
-    }
+    ps_keys_begin(k);
     for (size_t i = 0; i < h->n_keys; i++) {
-        int local = ps_shard_find(s->shard, h->keys[i]);
+        int local = ps_shard_find(shard, h->keys[i]);
         if (local < 0) {
-            ps__peer_fail(p, -PS_EPROTO,
-                          "key %" PRIu64 ":%" PRIu64 " is not held by server %d (wrong partition?)",
-                          h->keys[i] >> 32, h->keys[i] & 0xffffffffu, s->cfg.server_index);
+            ps_peer_fail(p, -PS_EPROTO,
+                         "key %" PRIu64 ":%" PRIu64 " is not held by server %d (wrong partition?)",
+                         h->keys[i] >> 32, h->keys[i] & 0xffffffffu, server_index);
             return -1;
         }
-        if (s->seen[local] == s->seen_stamp) {
-            ps__peer_fail(p, -PS_EPROTO, "key %" PRIu64 ":%" PRIu64 " named twice in one request",
-                          h->keys[i] >> 32, h->keys[i] & 0xffffffffu);
+        if (ps_keys_named(k, local)) {
+            ps_peer_fail(p, -PS_EPROTO, "key %" PRIu64 ":%" PRIu64 " named twice in one request",
+                         h->keys[i] >> 32, h->keys[i] & 0xffffffffu);
             return -1;
         }
-        s->seen[local] = s->seen_stamp;
         locals[i] = local;
-        bytes += (long long)(ps_shard_chunk(s->shard, local)->numel * sizeof(float));
+        bytes += (long long)(ps_shard_chunk(shard, local)->numel * sizeof(float));
     }
     return bytes;
 }

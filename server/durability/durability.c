@@ -1,26 +1,55 @@
-/* Durability: when checkpoints are taken (every N steps, every T seconds,
- * on request), writing them once the updates before them are applied, and
- * restoring the newest usable one at start. The file format is checkpoint.c's.
- * Embedding rows are written as they are when the file is written, with
- * their tables' clocks (rows are applied on the loop, and a sync pull waits
- * for a due checkpoint, so a worker that pulls before it pushes has pushed
- * the checkpoint's step and nothing after); a sync step of rows pushed but
- * not yet applied is not kept, as a chunk's is not. */
+/* Durability (see durability.h). Calls the checkpoint files, the tensors'
+ * shard and queue, the units' clocks and the row tables' stores. */
+#include "durability.h"
+
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
 #include "job_options.h"
-#include "kv_internal.h"
 #include "ps_error.h"
 #include "ps_log.h"
 #include "tensor_table.h"
 
+void ps_durability_init(ps_durability *d, const ps_kv_server_config *cfg)
+{
+    memset(d, 0, sizeof(*d));
+    d->cfg = cfg;
+}
+
+int ps_durability_adopt(ps_durability *d, int n_chunks)
+{
+    d->clocks = calloc((size_t)n_chunks + 1, sizeof(uint64_t));
+    d->newest = calloc((size_t)n_chunks + 1, sizeof(uint64_t));
+    d->n_chunks = n_chunks;
+    if (d->clocks == NULL || d->newest == NULL) {
+        ps_durability_release(d);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void ps_durability_release(ps_durability *d)
+{
+    free(d->clocks);
+    free(d->newest);
+    d->clocks = d->newest = NULL;
+    d->n_chunks = 0;
+    d->due = d->again = 0;
+}
+
+void ps_durability_forget(ps_durability *d)
+{
+    d->ckpt_clock = 0;
+    d->rows_note = NULL;
+}
+
 /* A checkpoint's job: the job's settings but the number of servers and the
  * chunk size, which a restore may change (it re-places what the files hold
  * onto the new plan). */
-static uint64_t ps__checkpoint_job(const char *settings)
+static uint64_t ps__durability_job(const char *settings)
 {
     char kept[PS_JOB_SETTINGS_MAX];
     size_t used = 0;
@@ -41,385 +70,261 @@ static uint64_t ps__checkpoint_job(const char *settings)
 }
 
 /* What a checkpoint of this server must say about itself, and where its
- * per-chunk clocks are: the server's own ckpt_clocks/ckpt_newest, which a
- * due checkpoint fills and a restore reads into (borrowed, not freed). */
-static void ps__checkpoint_identity(const ps_kv_server *s, ps_checkpoint_meta *meta,
+ * per-chunk clocks are: d's own, which a due checkpoint fills and a restore
+ * reads into (borrowed, not freed). */
+static void ps__durability_identity(const ps_durability *d, const ps_tensors *t,
+                                    uint64_t total_steps, ps_checkpoint_meta *meta,
                                     ps_checkpoint_clocks *clocks)
 {
+    const ps_kv_server_config *cfg = d->cfg;
+
     memset(meta, 0, sizeof(*meta));
-    meta->server_index = (uint32_t)s->cfg.server_index;
-    meta->num_servers = (uint32_t)s->cfg.num_servers;
-    meta->optimizer = (uint32_t)s->cfg.opt.kind;
-    meta->fingerprint = s->has_table ? ps_model_spec_fingerprint(&s->table) : 0;
-    meta->chunk_bytes = s->cfg.chunk_bytes;
-    meta->total_steps = s->total_steps;
+    meta->server_index = (uint32_t)cfg->server_index;
+    meta->num_servers = (uint32_t)cfg->num_servers;
+    meta->optimizer = (uint32_t)cfg->opt.kind;
+    meta->fingerprint = t->has_table ? ps_model_spec_fingerprint(&t->table) : 0;
+    meta->chunk_bytes = cfg->chunk_bytes;
+    meta->total_steps = total_steps;
     /* The settings alone: a server restores before any worker has declared
      * the tensors, so the table is not known then; the table callback of the
      * restore checks the model. */
-    meta->job = ps__checkpoint_job(s->cfg.job_settings);
-    clocks->clock = s->ckpt_clocks;
-    clocks->newest = s->ckpt_newest;
+    meta->job = ps__durability_job(cfg->job_settings);
+    clocks->clock = d->clocks;
+    clocks->newest = d->newest;
 }
 
-/* The row tables as a checkpoint takes them (borrowed stores). */
-static void ps__checkpoint_rows(const ps_kv_server *s, ps_checkpoint_rows *rows)
+/* The row tables as a checkpoint takes them (borrowed stores); their
+ * clocks are their units'. */
+static void ps__durability_rows(const ps_tensors *t, const ps_units *u, const ps_row_tables *r,
+                                ps_checkpoint_rows *rows)
 {
-    rows->n = s->n_rows;
-    for (int i = 0; i < s->n_rows; i++) {
-        rows->store[i] = s->rows[i].store;
-        rows->dim[i] = s->rows[i].dim;
-        rows->clock[i] = s->rows[i].clock.clock;
-        rows->newest[i] = s->rows[i].clock.newest;
+    memset(rows, 0, sizeof(*rows));
+    rows->n = r->n;
+    for (int i = 0; i < r->n; i++) {
+        const ps_chunk_clock *c = &u->clock[ps_units_table(u, i)];
+        rows->store[i] = r->t[i].store;
+        rows->dim[i] = t->table.row_tables[i].dim;
+        rows->clock[i] = c->clock;
+        rows->newest[i] = c->newest;
+    }
+}
+
+void ps_durability_ask(ps_durability *d, const char *why, const ps_tensors *t, const ps_units *u)
+{
+    if (d->due) {
+        d->again = 1;
+        snprintf(d->again_why, sizeof(d->again_why), "%s", why);
+        return;
+    }
+    snprintf(d->why, sizeof(d->why), "%s", why);
+    d->due = 1;
+    d->seq = ps_apply_queue_next_seq(t->updates);
+    d->due_clock = ps_units_progress_clock(u, d->cfg->staleness);
+    for (int i = 0; i < d->n_chunks; i++) {
+        d->clocks[i] = u->clock[i].clock;
+        d->newest[i] = u->clock[i].newest;
     }
 }
 
 /* Writes the checkpoint that was due, with the clocks taken when it was
  * asked for: the updates before it are applied, none after it started. */
-static int ps__write_checkpoint(ps_kv_server *s)
+static int ps__durability_write(ps_durability *d, const ps_tensors *t, const ps_units *u,
+                                const ps_row_tables *r, uint64_t total_steps)
 {
     ps_checkpoint_rows rows; /* 7 KiB */
     ps_checkpoint_meta meta;
     ps_checkpoint_clocks clocks;
     char path[4096];
-    const char *why = s->ckpt_why;
     uint64_t t0 = uv_hrtime();
     int rc;
 
-    ps__checkpoint_identity(s, &meta, &clocks);
-    meta.clock = s->ckpt_due_clock;
-    ps__checkpoint_rows(s, &rows);
-    rc = ps_checkpoint_write(s->cfg.checkpoint_dir, s->cfg.keep_checkpoints, &meta, &s->table,
-                             s->shard, &clocks, &rows, path, sizeof(path));
+    ps__durability_identity(d, t, total_steps, &meta, &clocks);
+    meta.clock = d->due_clock;
+    ps__durability_rows(t, u, r, &rows);
+    rc = ps_checkpoint_write(d->cfg->checkpoint_dir, d->cfg->keep_checkpoints, &meta, &t->table,
+                             t->shard, &clocks, &rows, path, sizeof(path));
     if (rc < 0) {
         ps_error("checkpoint at clock %" PRIu64 " into %s failed: %s; the previous ones are kept",
-                 meta.clock, s->cfg.checkpoint_dir, ps_strerror(rc));
+                 meta.clock, d->cfg->checkpoint_dir, ps_strerror(rc));
         return rc;
     }
-    s->ckpt_clock = meta.clock;
-    ps_info("checkpoint (%s) at clock %" PRIu64 ": %s in %.1f ms", why, meta.clock, path,
+    d->ckpt_clock = meta.clock;
+    ps_info("checkpoint (%s) at clock %" PRIu64 ": %s in %.1f ms", d->why, meta.clock, path,
             (double)(uv_hrtime() - t0) / 1e6);
     return 0;
 }
 
-/* Takes the clocks of everything submitted so far; the weights follow once
- * those updates have run. */
-static void ps__checkpoint_due(ps_kv_server *s, const char *why)
-{
-    snprintf(s->ckpt_why, sizeof(s->ckpt_why), "%s", why);
-    s->ckpt_due = 1;
-    s->ckpt_seq = ps_apply_queue_next_seq(s->updates);
-    s->ckpt_due_clock = ps__progress_clock(s);
-    for (int i = 0; i < s->n_local; i++) {
-        s->ckpt_clocks[i] = s->sync[i].clock;
-        s->ckpt_newest[i] = s->sync[i].newest;
-    }
-}
-
-/* Writes the due checkpoint once the updates before it are applied, then
- * the one asked for meanwhile, if any. */
-int ps__try_checkpoint(ps_kv_server *s)
+int ps_durability_try_write(ps_durability *d, const ps_tensors *t, const ps_units *u,
+                            const ps_row_tables *r, uint64_t total_steps)
 {
     int rc;
 
-    if (!s->ckpt_due || !ps_apply_queue_settled_before(s->updates, s->ckpt_seq))
+    if (!d->due || !ps_apply_queue_settled_before(t->updates, d->seq))
         return 0;
-    s->ckpt_due = 0;
-    rc = ps__write_checkpoint(s);
-    if (s->ckpt_again) {
-        s->ckpt_again = 0;
-        ps__checkpoint_due(s, s->ckpt_again_why);
-        return ps__try_checkpoint(s);
+    d->due = 0;
+    rc = ps__durability_write(d, t, u, r, total_steps);
+    if (d->again) {
+        d->again = 0;
+        ps_durability_ask(d, d->again_why, t, u);
+        return ps_durability_try_write(d, t, u, r, total_steps);
     }
     return rc;
 }
 
-int ps_kv_server_checkpoint(ps_kv_server *s, const char *why)
+int ps_durability_periodic_due(const ps_durability *d, uint64_t progress)
 {
-    if (s->cfg.checkpoint_dir == NULL)
-        return 0;
-    /* Before a step is applied there is nothing to keep: the table is only
-     * declared (by whoever said HELLO first), and a checkpoint of it would
-     * outlive a declaration that is withdrawn when its declarer leaves. */
-    if (!ps__table_may_checkpoint(s)) {
-        ps_info("no checkpoint (%s): no step has been applied, so there is nothing to keep", why);
-        return 0;
-    }
-    if (s->ckpt_due) {
-        s->ckpt_again = 1;
-        snprintf(s->ckpt_again_why, sizeof(s->ckpt_again_why), "%s", why);
-        return 0;
-    }
-    ps__checkpoint_due(s, why);
-    return ps__try_checkpoint(s);
+    return d->cfg->checkpoint_dir != NULL && d->cfg->checkpoint_every != 0 && !d->due &&
+           progress >= d->ckpt_clock + d->cfg->checkpoint_every;
 }
 
-/* Called after every push, before waiting pulls are answered: in sync mode a
- * checkpoint of a step is on disk before any worker sees that step's weights,
- * so a restored server is never behind what a worker has already seen (pulls
- * numbered after a due checkpoint wait for it). */
-void ps__maybe_checkpoint(ps_kv_server *s)
+int ps_durability_timer_due(const ps_durability *d, uint64_t progress)
 {
-    uint64_t clock;
-
-    if (s->cfg.checkpoint_dir == NULL || s->cfg.checkpoint_every == 0 || s->ckpt_due)
-        return;
-    clock = ps__progress_clock(s);
-    if (clock >= s->ckpt_clock + s->cfg.checkpoint_every)
-        ps_kv_server_checkpoint(s, "periodic");
-}
-
-static void ps__on_checkpoint_timer(uv_timer_t *t)
-{
-    ps_kv_server *s = t->data;
-
-    if (ps__progress_clock(s) != s->ckpt_clock && !s->ckpt_due)
-        ps_kv_server_checkpoint(s, "timer");
-}
-
-static void ps__log_foreign(ps_kv_server *s);
-
-static void ps__restore_withdraw(void *arg);
-
-/* A verified checkpoint's table: adopted when the server holds none (it
- * starts without one, unless its embedding program gave one, which the
- * file must then hold). */
-static ps_shard *ps__restore_adopt(void *arg, const ps_model_spec *table,
-                                   ps_checkpoint_clocks *clocks, ps_checkpoint_rows *rows,
-                                   char *why, size_t why_len)
-{
-    ps_kv_server *s = arg;
-    char diff[256];
-    int rc;
-
-    if (s->has_table) {
-        if (ps_tensor_table_diff(table, &s->table, "in the file", "on this server", diff,
-                                 sizeof(diff)) != 0) {
-            snprintf(why, why_len, "saved for another model: %s", diff);
-            return NULL;
-        }
-    } else if ((rc = ps__adopt_table(s, table, PS_TABLE_RESTORE)) < 0) {
-        snprintf(why, why_len, "cannot hold its tensors: %s", ps_strerror(rc));
-        return NULL;
-    } else {
-        s->restoring = 1;
-    }
-    /* Memory for the file's values, now that it has passed every check
-     * (the embedding program's table also gets its initial values, which
-     * it keeps should the copy fail). */
-    for (int i = 0; i < s->n_local; i++)
-        if (ps_shard_fill(s->shard, i, !s->restoring) < 0) {
-            snprintf(why, why_len, "no memory to hold its %d chunks", s->n_local);
-            ps__restore_withdraw(s);
-            return NULL;
-        }
-    clocks->clock = s->ckpt_clocks;
-    clocks->newest = s->ckpt_newest;
-    ps__checkpoint_rows(s, rows);
-    return s->shard;
-}
-
-/* The file adopted failed after all: nothing of it stays. */
-static void ps__restore_withdraw(void *arg)
-{
-    ps_kv_server *s = arg;
-
-    if (s->restoring)
-        ps__free_table(s);
-    s->restoring = 0;
-}
-
-/* What the rows' counters of the summary and /metrics go on from after a
- * restore that took the counters of `counted` files (checkpoint_rows.h's
- * rule: onto another number of servers, server 0 carries the job's), said
- * now and kept for the summary. */
-static void ps__note_row_counts(ps_kv_server *s, const ps_kv_server_stats *st, uint32_t counted)
-{
-    s->rows_note = NULL;
-    if (counted == 0) {
-        s->rows_note =
-            "counted since the restore: server 0 carries the job's counts from before it";
-        ps_info("row counts start at 0 on this server: a restore onto another number of servers "
-                "carries the job's counts from before it on server 0");
-        return;
-    }
-    if (counted > 1)
-        s->rows_note = "with the job's counts from before the restore, summed over the servers "
-                       "it had";
-    ps_info("row counts go on from %" PRIu64 " created, %" PRIu64 " admitted, %" PRIu64
-            " evicted%s",
-            st->rows_created, st->rows_admitted, st->rows_evicted,
-            counted > 1 ? " (the job's, summed over the files of the servers before the "
-                          "restore: which server counted what is not kept)"
-                        : "");
-}
-
-int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t err_len)
-{
-    ps_checkpoint_sink sink = {ps__restore_adopt, ps__restore_withdraw, s};
-    ps_checkpoint_rows rows; /* 7 KiB */
-    ps_checkpoint_meta meta;
-    ps_checkpoint_clocks clocks;
-    char path[4096];
-    int rc;
-
-    if (s->cfg.checkpoint_dir == NULL) {
-        snprintf(err, err_len, "no checkpoint directory given");
-        return -EINVAL;
-    }
-    ps__log_foreign(s);
-    ps__checkpoint_identity(s, &meta, &clocks);
-    err[0] = '\0';
-    meta.state_per_weight = ps_optimizer_state_floats(&s->cfg.opt, 1);
-    meta.max_table_bytes = s->cfg.max_model_bytes;
-    rc = ps_checkpoint_restore(s->cfg.checkpoint_dir, max_clock, &meta, &sink, &clocks, &rows, path,
-                               sizeof(path), err, err_len);
-    s->restoring = 0;
-    if (rc == 0) {
-        for (int i = 0; i < s->n_local; i++) {
-            /* Buffers and frozen tensors stay out of the barrier whatever
-             * the file says. */
-            s->sync[i].clock = ps__chunk_static(s, i) ? UINT64_MAX : clocks.clock[i];
-            s->sync[i].newest = clocks.newest[i];
-        }
-        for (int i = 0; i < s->n_rows; i++) {
-            s->rows[i].clock.clock = rows.clock[i];
-            s->rows[i].clock.newest = rows.newest[i];
-        }
-        /* The embedding program's table, now with a checkpoint's values. */
-        if (s->life.state == PS_TABLE_DECLARED)
-            ps_table_life_step(&s->life, PS_TABLE_RESTORE);
-        s->total_steps = meta.total_steps;
-        s->resume_clock = meta.clock;
-        s->restored_clock = meta.clock;
-        s->ckpt_clock = meta.clock;
-        if (*err)
-            ps_warn("skipped unusable checkpoints: %s", err);
-        if (s->n_rows > 0) {
-            ps_kv_server_stats st;
-            memset(&st, 0, sizeof(st));
-            ps__rows_stats(s, &st);
-            ps_info("restored clock %" PRIu64 " from %s (%" PRIu64 " embedding rows)", meta.clock,
-                    path, st.rows_stored);
-            ps__note_row_counts(s, &st, rows.counted);
-        } else {
-            ps_info("restored clock %" PRIu64 " from %s", meta.clock, path);
-        }
-    }
-    return rc;
+    return progress != d->ckpt_clock && !d->due;
 }
 
 /* Another job's files in the directory (a volume that outlived its job)
  * are neither restored nor pruned: one line names them. Damaged files are
  * left alone too, each named with what is wrong, as a warning: one of them
  * may have been this job's. */
-static void ps__log_foreign(ps_kv_server *s)
+void ps_durability_survey(ps_durability *d, const ps_tensors *t)
 {
+    const char *dir = d->cfg->checkpoint_dir;
     ps_checkpoint_meta meta;
     ps_checkpoint_clocks clocks;
     ps_checkpoint_survey sv;
 
-    ps__checkpoint_identity(s, &meta, &clocks);
-    if (s->foreign_logged)
+    if (dir == NULL || d->foreign_logged)
         return;
-    s->foreign_logged = 1;
-    if (ps_checkpoint_survey_dir(s->cfg.checkpoint_dir, &meta, &sv) < 0)
+    d->foreign_logged = 1;
+    ps__durability_identity(d, t, 0, &meta, &clocks);
+    if (ps_checkpoint_survey_dir(dir, &meta, &sv) < 0)
         return;
     if (sv.n_other > 0)
         ps_info("leaving %d checkpoint file%s of another job alone in %s (neither restored nor "
                 "pruned): %s",
-                sv.n_other, sv.n_other == 1 ? "" : "s", s->cfg.checkpoint_dir, sv.other);
+                sv.n_other, sv.n_other == 1 ? "" : "s", dir, sv.other);
     if (sv.n_damaged > 0)
         ps_warn("%d damaged checkpoint file%s in %s, left alone (neither restored nor pruned; "
                 "remove %s once looked at): %s",
-                sv.n_damaged, sv.n_damaged == 1 ? "" : "s", s->cfg.checkpoint_dir,
-                sv.n_damaged == 1 ? "it" : "them", sv.damaged);
+                sv.n_damaged, sv.n_damaged == 1 ? "" : "s", dir, sv.n_damaged == 1 ? "it" : "them",
+                sv.damaged);
 }
 
-void ps__durability_start(ps_kv_server *s)
+/* The restore's sink, for the duration of ps_durability_restore. */
+typedef struct {
+    ps_durability *d;
+    const ps_durability_builder *b;
+    ps_tensors *t;
+    ps_row_tables *r;
+} ps__durability_sink;
+
+static void ps__durability_withdraw(void *arg);
+
+/* A verified checkpoint's table: adopted when the server holds none (it
+ * starts without one, unless its embedding program gave one, which the
+ * file must then hold). */
+static ps_shard *ps__durability_adopt(void *arg, const ps_model_spec *table,
+                                      ps_checkpoint_clocks *clocks, ps_checkpoint_rows *rows,
+                                      char *why, size_t why_len)
 {
-    uint64_t every;
+    ps__durability_sink *k = arg;
+    ps_tensors *t = k->t;
+    char diff[256];
+    int rc;
 
-    if (s->cfg.checkpoint_dir == NULL)
-        return;
-    ps__log_foreign(s);
-    if (s->cfg.checkpoint_seconds <= 0)
-        return;
-    every = (uint64_t)(s->cfg.checkpoint_seconds * 1000);
-    uv_timer_init(s->loop, &s->ckpt_timer);
-    s->ckpt_timer.data = s;
-    s->ckpt_timer_on = 1;
-    uv_timer_start(&s->ckpt_timer, ps__on_checkpoint_timer, every, every);
-}
-
-void ps__durability_stop(ps_kv_server *s)
-{
-    if (s->ckpt_timer_on)
-        uv_close((uv_handle_t *)&s->ckpt_timer, NULL);
-    s->ckpt_timer_on = 0;
-    if (s->quiesce_timer_on)
-        uv_close((uv_handle_t *)&s->quiesce_timer, NULL);
-    s->quiesce_timer_on = 0;
-}
-
-/* Sync: every chunk at one clock with nothing of that step accumulated. A
- * checkpoint taken here resumes exactly; one taken mid-step holds chunks a
- * step apart and loses what was accumulated. */
-static int ps__at_step_boundary(const ps_kv_server *s)
-{
-    if (s->cfg.staleness != 0)
-        return 1;
-    uint64_t step = ps__server_clock(s);
-
-    for (int i = 0; i < s->n_local; i++)
-        if ((!ps__chunk_static(s, i) && s->sync[i].clock != step) || s->sync[i].pushes > 0 ||
-            s->sync[i].live_pushes > 0)
-            return 0;
-    return 1;
-}
-
-static void ps__quiesced(ps_kv_server *s, int in_time)
-{
-    ps_kv_server_done_cb cb = s->quiesce_cb;
-
-    if (cb == NULL)
-        return;
-    s->quiesce_cb = NULL;
-    if (s->quiesce_timer_on)
-        uv_timer_stop(&s->quiesce_timer);
-    if (!in_time)
-        ps_warn("the step in progress did not complete in time (%d worker%s live): the state "
-                "is mid-step, and a run resumed from a checkpoint of it will not equal an "
-                "uninterrupted one",
-                s->live, s->live == 1 ? "" : "s");
-    cb(s, s->quiesce_arg);
-}
-
-/* With nobody live, nothing more will complete the step: now, as it is. */
-void ps__maybe_quiesced(ps_kv_server *s)
-{
-    if (s->quiesce_cb && (ps__at_step_boundary(s) || s->live == 0))
-        ps__quiesced(s, ps__at_step_boundary(s));
-}
-
-static void ps__on_quiesce_timeout(uv_timer_t *t)
-{
-    ps__quiesced(t->data, ps__at_step_boundary(t->data));
-}
-
-void ps_kv_server_quiesce(ps_kv_server *s, uint32_t timeout_ms, ps_kv_server_done_cb cb, void *arg)
-{
-    s->quiesce_cb = cb;
-    s->quiesce_arg = arg;
-    ps__maybe_quiesced(s);
-    if (s->quiesce_cb == NULL)
-        return;
-    ps_info("waiting up to %.1f s for the step in progress to complete (a checkpoint at a step "
-            "boundary resumes exactly)",
-            timeout_ms / 1000.0);
-    if (!s->quiesce_timer_on) {
-        uv_timer_init(s->loop, &s->quiesce_timer);
-        s->quiesce_timer.data = s;
-        s->quiesce_timer_on = 1;
+    if (t->has_table) {
+        if (ps_tensor_table_diff(table, &t->table, "in the file", "on this server", diff,
+                                 sizeof(diff)) != 0) {
+            snprintf(why, why_len, "saved for another model: %s", diff);
+            return NULL;
+        }
+    } else if ((rc = k->b->adopt(k->b->arg, table)) < 0) {
+        snprintf(why, why_len, "cannot hold its tensors: %s", ps_strerror(rc));
+        return NULL;
+    } else {
+        k->d->restoring = 1;
     }
-    uv_timer_start(&s->quiesce_timer, ps__on_quiesce_timeout, timeout_ms, 0);
+    /* Memory for the file's values, now that it has passed every check
+     * (the embedding program's table also gets its initial values, which
+     * it keeps should the copy fail). */
+    for (int i = 0; i < t->n_local; i++)
+        if (ps_shard_fill(t->shard, i, !k->d->restoring) < 0) {
+            snprintf(why, why_len, "no memory to hold its %d chunks", t->n_local);
+            ps__durability_withdraw(k);
+            return NULL;
+        }
+    clocks->clock = k->d->clocks;
+    clocks->newest = k->d->newest;
+    memset(rows, 0, sizeof(*rows));
+    rows->n = k->r->n;
+    for (int i = 0; i < k->r->n; i++) {
+        rows->store[i] = k->r->t[i].store;
+        rows->dim[i] = t->table.row_tables[i].dim;
+    }
+    return t->shard;
+}
+
+/* The file adopted failed after all: nothing of it stays. */
+static void ps__durability_withdraw(void *arg)
+{
+    ps__durability_sink *k = arg;
+
+    if (k->d->restoring)
+        k->b->release(k->b->arg);
+    k->d->restoring = 0;
+}
+
+int ps_durability_restore(ps_durability *d, const ps_durability_builder *b, ps_tensors *t,
+                          ps_row_tables *r, uint64_t max_clock, uint64_t total_steps,
+                          ps_durability_restored *out, char *path, size_t path_len, char *err,
+                          size_t err_len)
+{
+    ps__durability_sink k = {d, b, t, r};
+    ps_checkpoint_sink sink = {ps__durability_adopt, ps__durability_withdraw, &k};
+    ps_checkpoint_meta meta;
+    ps_checkpoint_clocks clocks;
+    int rc;
+
+    if (d->cfg->checkpoint_dir == NULL) {
+        snprintf(err, err_len, "no checkpoint directory given");
+        return -EINVAL;
+    }
+    ps_durability_survey(d, t);
+    ps__durability_identity(d, t, total_steps, &meta, &clocks);
+    err[0] = '\0';
+    meta.state_per_weight = ps_optimizer_state_floats(&d->cfg->opt, 1);
+    meta.max_table_bytes = d->cfg->max_model_bytes;
+    memset(out, 0, sizeof(*out));
+    rc = ps_checkpoint_restore(d->cfg->checkpoint_dir, max_clock, &meta, &sink, &clocks,
+                               &out->rows, path, path_len, err, err_len);
+    d->restoring = 0;
+    if (rc < 0)
+        return rc;
+    out->clock = meta.clock;
+    out->total_steps = meta.total_steps;
+    d->ckpt_clock = meta.clock;
+    if (*err)
+        ps_warn("skipped unusable checkpoints: %s", err);
+    return 0;
+}
+
+void ps_durability_note_rows(ps_durability *d, const ps_row_counters *c, uint32_t counted)
+{
+    d->rows_note = NULL;
+    if (counted == 0) {
+        d->rows_note =
+            "counted since the restore: server 0 carries the job's counts from before it";
+        ps_info("row counts start at 0 on this server: a restore onto another number of servers "
+                "carries the job's counts from before it on server 0");
+        return;
+    }
+    if (counted > 1)
+        d->rows_note = "with the job's counts from before the restore, summed over the servers "
+                       "it had";
+    ps_info("row counts go on from %" PRIu64 " created, %" PRIu64 " admitted, %" PRIu64
+            " evicted%s",
+            c->created, c->admitted, c->evicted,
+            counted > 1 ? " (the job's, summed over the files of the servers before the "
+                          "restore: which server counted what is not kept)"
+                        : "");
 }

@@ -1,201 +1,349 @@
-/* Pulls: a pull waits in the server's queue until the consistency rules
- * allow it (consistency.h) and every update submitted before it has run,
- * then is answered straight from the weights; one held for long is
- * explained to its worker (WAITING) and in the log. An evaluator's pull is
- * a snapshot: no clock rule holds it, and its reply says the lowest and
- * highest steps applied among the chunks it carries. */
+/* The pulls the server holds (see held.h). Calls the consistency view, the
+ * tensors' shard and apply queue, the row stores, the durability's due
+ * checkpoint and the peers' sends. */
+#include "held.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "kv_internal.h"
+#include "clocks.h"
 #include "ps_error.h"
 #include "ps_log.h"
-#include "validate.h"
 
-/* Pulls one worker may have waiting at once; a well-behaved worker has one. */
-#define PS__MAX_PENDING_PER_PEER 16
-
-/* Answers a pull straight from the weights: ps_conn_send_transient writes
- * what the socket takes now and copies only the rest, because the next update
- * may change the weights as soon as this returns (updates that could run
- * meanwhile on the pool are held, see ps__release_pulls). */
-static void ps__answer_pull(ps_kv_server *s, const ps__pull *q)
+int ps_held_init(ps_held *h, uv_loop_t *loop, const ps_kv_server_config *cfg, const ps_job *job,
+                 const ps_tensors *tensors, const ps_row_tables *rows, const ps_units *units,
+                 const ps_durability *dur)
 {
-    ps__peer *p = q->peer;
-    const int *locals = q->locals;
-    size_t n = q->n_keys;
-    Shardps__Header h = SHARDPS__HEADER__INIT;
-    uint64_t *keys = malloc(n * sizeof(*keys));
-    ps_iov *iov = malloc(n * sizeof(*iov));
-    size_t bytes = 0;
+    memset(h, 0, sizeof(*h));
+    h->loop = loop;
+    h->cfg = cfg;
+    h->job = job;
+    h->tensors = tensors;
+    h->rows = rows;
+    h->units = units;
+    h->dur = dur;
+    h->report_ms = cfg->wait_report_ms > 0 ? cfg->wait_report_ms : PS_HELD_REPORT_MS;
+    h->wait_ranks = calloc((size_t)cfg->world, 1);
+    return h->wait_ranks ? 0 : -ENOMEM;
+}
+
+void ps_held_free(ps_held *h)
+{
+    ps_held_drop(h, NULL);
+    free(h->wait_ranks);
+    h->wait_ranks = NULL;
+}
+
+void ps_held_add(ps_held *h, ps_pull *q)
+{
+    ps_pull **tail = &h->head;
+    ps_peer *p = q->peer;
+
+    if (p->pending >= PS_HELD_PER_PEER) {
+        ps_peer_fail(p, -PS_EPROTO, "more than %d pulls waiting", PS_HELD_PER_PEER);
+        ps_pull_free(q);
+        return;
+    }
+    q->since = uv_now(h->loop);
+    p->pending++;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = q;
+}
+
+void ps_held_drop(ps_held *h, ps_peer *p)
+{
+    ps_pull **pp = &h->head;
+
+    while (*pp) {
+        ps_pull *q = *pp;
+        if (p != NULL && q->peer != p) {
+            pp = &q->next;
+            continue;
+        }
+        *pp = q->next;
+        ps_pull_free(q);
+    }
+    if (p != NULL)
+        p->pending = 0;
+}
+
+/* A dense pull's reply, straight from the weights: ps_conn_send_transient
+ * writes what the socket takes now and copies only the rest, because the
+ * next update may change the weights as soon as this returns (updates that
+ * could run meanwhile on the pool are held, see ps_held_release). */
+static int ps__held_chunks(ps_held *h, const ps_pull *q, Shardps__Header *r, size_t *bytes)
+{
+    const ps_tensors *t = h->tensors;
+    uint64_t *keys = malloc(q->n * sizeof(*keys));
+    ps_iov *iov = malloc(q->n * sizeof(*iov));
     int rc = -ENOMEM;
 
+    *bytes = 0;
     if (keys == NULL || iov == NULL)
-        goto fail;
-    for (size_t i = 0; i < n; i++) {
-        const ps_chunk *c = ps_shard_chunk(s->shard, locals[i]);
+        goto out;
+    for (size_t i = 0; i < q->n; i++) {
+        const ps_chunk *c = ps_shard_chunk(t->shard, q->locals[i]);
         keys[i] = c->key;
-        iov[i].base = ps_shard_weights(s->shard, locals[i]);
+        iov[i].base = ps_shard_weights(t->shard, q->locals[i]);
         iov[i].len = c->numel * sizeof(float);
-        bytes += iov[i].len;
+        *bytes += iov[i].len;
     }
-    h.type = SHARDPS__MSG_TYPE__PULL_REPLY;
-    h.request_id = q->request_id;
+    r->type = SHARDPS__MSG_TYPE__PULL_REPLY;
     if (q->snapshot) {
         /* The snapshot's steps: lowest, and how far its newest chunk is ahead. */
-        h.clock = q->lo;
-        h.staleness = (uint32_t)(q->hi - q->lo > UINT32_MAX ? UINT32_MAX : q->hi - q->lo);
+        r->clock = q->lo;
+        r->staleness = (uint32_t)(q->hi - q->lo > UINT32_MAX ? UINT32_MAX : q->hi - q->lo);
     } else {
-        h.clock = ps_consistency_reply_clock(s->cfg.staleness, ps__server_clock(s), q->clock);
+        r->clock = ps_consistency_reply_clock(h->cfg->staleness, ps_units_server_clock(h->units),
+                                              q->clock);
     }
-    h.dtype = SHARDPS__DTYPE__DTYPE_F32;
-    h.n_keys = n;
-    h.keys = keys;
-    rc = ps_conn_send_transient(p->conn, &h, iov, (int)n, s->bufs);
+    r->n_keys = q->n;
+    r->keys = keys;
+    rc = ps_conn_send_transient(q->peer->conn, r, iov, (int)q->n, t->bufs);
+    if (rc == 0)
+        h->n.pulls++;
+out:
+    free(keys);
+    free(iov);
+    return rc;
+}
+
+/* A rows reply's buffer goes back to the pool once the socket took it. */
+static void ps__held_rows_sent(ps_conn *c, int status, void *buf)
+{
+    (void)c;
+    (void)status;
+    ps_buf_pool_put(buf);
+}
+
+/* A rows pull's reply: the rows are gathered straight into a pooled buffer
+ * that the reply is sent from, a snapshot of the rows as they are now, so
+ * no later apply can change what goes out and nothing is copied again (a
+ * fresh malloc of a 16 MiB reply cost its page faults on every pull). */
+static int ps__held_rows(ps_held *h, const ps_pull *q, Shardps__Header *r, size_t *bytes)
+{
+    const ps_row_table *t = &h->rows->t[q->table];
+    const ps_chunk_clock *c = &h->units->clock[ps_units_table(h->units, q->table)];
+    uint32_t dim = h->tensors->table.row_tables[q->table].dim;
+    ps_iov iov;
+    float *out;
+    int rc;
+
+    *bytes = q->n * dim * sizeof(float);
+    out = ps_buf_pool_get(h->tensors->bufs, *bytes ? *bytes : 1);
+    if (out == NULL)
+        return -ENOMEM;
+    rc = ps_row_store_gather(t->store, q->ids, q->n, q->clock, out, NULL);
     if (rc < 0)
         goto fail;
-    s->n_pulls++;
-    s->bytes_out += bytes;
-    p->n_pulls++;
-    p->bytes_out += bytes;
-    free(keys);
-    free(iov);
-    return;
+    r->type = SHARDPS__MSG_TYPE__PULL_ROWS_REPLY;
+    r->clock = ps_consistency_reply_clock(h->cfg->staleness, c->clock, q->clock);
+    r->row_table = (uint32_t)q->table;
+    r->row_count = q->n;
+    iov.base = out;
+    iov.len = *bytes;
+    rc = ps_conn_send(q->peer->conn, r, &iov, 1, ps__held_rows_sent, out);
+    if (rc < 0)
+        goto fail;
+    h->n.row_pulls++;
+    h->n.rows_out += q->n;
+    return 0;
 fail:
-    free(keys);
-    free(iov);
-    if (rc != -PS_ECLOSED)
-        ps_conn_close(p->conn, rc);
+    ps_buf_pool_put(out);
+    return rc;
+}
+
+/* The one reply to a pull, of either kind: its header, the payload its
+ * kind gathers, and the counts. A reply that cannot be sent closes the
+ * connection (one closing already is left to close). */
+static void ps__held_answer(ps_held *h, const ps_pull *q)
+{
+    Shardps__Header r = SHARDPS__HEADER__INIT;
+    size_t bytes;
+    int rc;
+
+    r.request_id = q->request_id;
+    r.dtype = SHARDPS__DTYPE__DTYPE_F32;
+    rc = q->table < 0 ? ps__held_chunks(h, q, &r, &bytes) : ps__held_rows(h, q, &r, &bytes);
+    if (rc < 0) {
+        if (rc != -PS_ECLOSED)
+            ps_conn_close(q->peer->conn, rc);
+        return;
+    }
+    h->n.bytes_out += bytes;
+    q->peer->n_pulls++;
+    q->peer->bytes_out += bytes;
 }
 
 /* A snapshot's lowest and highest chunk steps applied. Every update
  * numbered before the pull is counted in `newest` already (it is set when
  * an update is submitted), and none numbered after it reaches the reply. */
-static void ps__snapshot_clocks(const ps_kv_server *s, ps__pull *q)
+static void ps__held_snapshot_clocks(const ps_held *h, ps_pull *q)
 {
     q->lo = UINT64_MAX;
     q->hi = 0;
-    for (size_t i = 0; i < q->n_keys; i++) {
-        uint64_t c = s->sync[q->locals[i]].newest;
+    for (size_t i = 0; i < q->n; i++) {
+        uint64_t c = h->units->clock[q->locals[i]].newest;
         q->lo = c < q->lo ? c : q->lo;
         q->hi = c > q->hi ? c : q->hi;
     }
-    if (q->n_keys == 0)
+    if (q->n == 0)
         q->lo = 0;
 }
 
-/* Answers every pull the clock rule allows whose updates have been applied.
- * A pull the rule allows is numbered at that moment; updates numbered later
- * are held back until it is answered, so it cannot be starved by newer
- * pushes and never sees a chunk half updated. A due checkpoint holds back
- * the same way, and pulls numbered after it wait until it is written. */
-void ps__release_pulls(ps_kv_server *s)
+/* Whether a dense pull may go now; *hold is lowered to its number when the
+ * rule allows it but the updates before it (or a due checkpoint) have not
+ * run yet. */
+static int ps__held_chunks_ready(ps_held *h, ps_pull *q, const ps_consistency_view *v,
+                                 uint64_t *hold)
 {
-    ps__pull **pp = &s->pulls;
-    uint64_t hold = UINT64_MAX;
-    ps_consistency_view v;
+    const ps_tensors *t = h->tensors;
 
-    ps__try_checkpoint(s);
-    ps__view(s, &v);
-    if (s->ckpt_due)
-        hold = s->ckpt_seq;
+    /* A table still waiting for rank 0's initial values (values.h) is seen
+     * by nobody, so no rank starts from a partly written one. */
+    if (!ps_table_life_filled(&t->life) ||
+        (q->snapshot ? !h->job->started : !ps_consistency_pull_ready(v, q->clock, q->peer->fed)))
+        return 0;
+    if (q->seq == 0) {
+        q->seq = ps_apply_queue_next_seq(t->updates);
+        if (q->snapshot)
+            ps__held_snapshot_clocks(h, q);
+    }
+    if ((h->dur->due && q->seq > h->dur->seq) ||
+        !ps_apply_queue_settled_before(t->updates, q->seq)) {
+        *hold = q->seq < *hold ? q->seq : *hold;
+        return 0;
+    }
+    return 1;
+}
+
+void ps_held_release(ps_held *h)
+{
+    const ps_tensors *t = h->tensors;
+    ps_pull **pp = &h->head;
+    uint64_t hold;
+    ps_consistency_view chunks, rows;
+
+    /* Without a table (withdrawn and released) nothing is held: its peers
+     * were let go with it. */
+    if (t->updates == NULL)
+        return;
+    hold = h->dur->due ? h->dur->seq : UINT64_MAX;
+    ps_clocks_view(h->job, h->units, -1, &chunks);
     while (*pp) {
-        ps__pull *q = *pp;
-        /* A table still waiting for rank 0's initial values (values.c) is
-         * seen by nobody, so no rank starts from a partly written one. */
-        if (!ps_table_life_filled(&s->life) ||
-            (q->snapshot ? !s->started : !ps_consistency_pull_ready(&v, q->clock, q->peer->fed))) {
-            pp = &q->next;
-            continue;
+        ps_pull *q = *pp;
+        int ready;
+
+        if (q->table < 0) {
+            ready = ps__held_chunks_ready(h, q, &chunks, &hold);
+        } else {
+            ps_clocks_view(h->job, h->units, ps_units_table(h->units, q->table), &rows);
+            ready = ps_consistency_pull_ready(&rows, q->clock, q->peer->fed);
         }
-        if (q->seq == 0) {
-            q->seq = ps_apply_queue_next_seq(s->updates);
-            if (q->snapshot)
-                ps__snapshot_clocks(s, q);
-        }
-        if ((s->ckpt_due && q->seq > s->ckpt_seq) ||
-            !ps_apply_queue_settled_before(s->updates, q->seq)) {
-            hold = q->seq < hold ? q->seq : hold;
+        if (!ready) {
             pp = &q->next;
             continue;
         }
         *pp = q->next;
         q->peer->pending--;
-        ps__answer_pull(s, q);
-        free(q->locals);
-        free(q);
+        ps__held_answer(h, q);
+        ps_pull_free(q);
     }
-    ps_apply_queue_hold_from(s->updates, hold);
-    ps__release_row_pulls(s);
+    ps_apply_queue_hold_from(t->updates, hold);
 }
 
-void ps__on_updates_settled(void *arg)
+/* Appends "rank 1" or "ranks 1, 3" (at most 16 named, then how many more),
+ * for the ranks marked in want, to out at *at. Returns how many there are. */
+static int ps__held_rank_list(const uint8_t *want, int world, char *out, size_t len, size_t *at)
 {
-    ps__release_pulls(arg);
+    int n = 0, named = 0;
+
+    for (int r = 0; r < world; r++)
+        n += want[r] != 0;
+    for (int r = 0; r < world && *at < len; r++) {
+        if (!want[r])
+            continue;
+        if (named == 16) {
+            *at += (size_t)snprintf(out + *at, len - *at, " and %d more", n - named);
+            break;
+        }
+        *at += (size_t)snprintf(out + *at, len - *at, "%s%d",
+                                named == 0 ? (n == 1 ? "rank " : "ranks ") : ", ", r);
+        named++;
+    }
+    return n;
 }
 
-void ps__handle_pull(ps_kv_server *s, ps__peer *p, const ps_frame *f)
+static int ps__held_no_reason(char *why, size_t len)
 {
-    const Shardps__Header *h = f->hdr;
-    ps__pull *q = NULL;
-    int *locals = malloc((h->n_keys ? h->n_keys : 1) * sizeof(int));
-    ps_consistency_view v;
-    ps_clock_verdict verdict;
+    if (len > 0)
+        why[0] = '\0';
+    return 0;
+}
 
-    if (locals == NULL)
-        goto oom;
-    /* Everything is checked before anything changes; a payload never got
-     * this far (ps__place_push refuses it). */
-    if (ps__resolve_keys(s, p, h, locals) < 0)
-        goto out;
-    /* A worker's clock only moves forward, and only as far as the mode
-     * allows: the step after its last push, a later one when it joins
-     * mid-run or (sync) catches up to the steps already applied; never
-     * anywhere a stranger asks. */
-    ps__view(s, &v);
-    verdict = p->state == PS__PEER_EVALUATOR
-                  ? PS_CLOCK_OK
-                  : ps_consistency_check_pull(&v, p->clock, p->earned, p->keys_pushed, h->clock);
-    if (verdict != PS_CLOCK_OK) {
-        ps__peer_fail(p, -PS_EPROTO,
-                      "pull for clock %" PRIu64 " from a worker at clock %" PRIu64
-                      ": %s (at most %" PRIu64 ")",
-                      h->clock, p->clock, ps_consistency_verdict_text(verdict),
-                      ps_consistency_clock_ceiling(&v, p->earned));
-        goto out;
+/* Why a held pull cannot be answered yet, in words for the log and the
+ * worker: "waiting for ranks 1, 3 of 4 to join", "step 12 is waiting for
+ * rank 1 of 2 to push it", "step 16 is waiting for rank 2 of 4 to come
+ * within --staleness 4". Returns how many ranks it names; 0 (why "") when
+ * no rank holds it (the updates before it are being applied, or a
+ * checkpoint written). */
+static int ps__held_reason(const ps_held *h, const ps_pull *q, char *why, size_t len)
+{
+    const ps_job *j = h->job;
+    const ps_units *u = h->units;
+    const ps_tensors *t = h->tensors;
+    int world = h->cfg->world, unit, n;
+    uint8_t *want = h->wait_ranks;
+    uint64_t applied, clock = q->clock, fed = q->peer->fed;
+    char tail[64];
+    size_t at;
+
+    memset(want, 0, (size_t)world);
+    if (j->started && !ps_table_life_filled(&t->life) && t->values.left > 0) {
+        snprintf(why, len, "waiting for rank 0's initial values of %d chunks", t->values.left);
+        return 0;
     }
-    if (p->pending >= PS__MAX_PENDING_PER_PEER) {
-        ps__peer_fail(p, -PS_EPROTO, "more than %d pulls waiting", PS__MAX_PENDING_PER_PEER);
-        goto out;
+    if (!j->started) {
+        for (int r = 0; r < world; r++)
+            want[r] = !j->has_joined[r];
+        at = (size_t)snprintf(why, len, "waiting for ");
+        snprintf(tail, sizeof(tail), " of %d to join", world);
+    } else if (h->cfg->staleness == 0) {
+        /* The unit furthest behind holds the pull (the chunk of lowest
+         * clock, or the row table): the live ranks that have not pushed its
+         * step are the ones it waits for. */
+        unit = q->table < 0 ? ps_units_lowest_chunk(u) : ps_units_table(u, q->table);
+        applied = q->table < 0 ? ps_units_server_clock(u) : u->clock[unit].clock;
+        if (clock <= applied && fed <= applied)
+            return ps__held_no_reason(why, len);
+        for (int r = 0; r < world && (q->table >= 0 || u->n_chunks > 0); r++)
+            want[r] = j->workers[r] && ps_units_record(u, (uint32_t)r)[unit] <= applied;
+        at = q->table < 0 ? 0
+                          : (size_t)snprintf(why, len, "row table %s: ",
+                                             t->table.row_tables[q->table].name);
+        at += (size_t)snprintf(why + at, len > at ? len - at : 0,
+                               "step %" PRIu64 " is waiting for ", applied + 1);
+        snprintf(tail, sizeof(tail), " of %d to push it", world);
+    } else if (h->cfg->staleness != PS_STALENESS_UNBOUNDED) {
+        /* ssp: the live ranks more than the bound behind this pull. */
+        for (int r = 0; r < world; r++)
+            want[r] = j->workers[r] && j->workers[r]->clock + h->cfg->staleness < clock;
+        at = (size_t)snprintf(why, len, "step %" PRIu64 " is waiting for ", clock + 1);
+        snprintf(tail, sizeof(tail), " of %d to come within --staleness %" PRIu32, world,
+                 h->cfg->staleness);
+    } else {
+        return ps__held_no_reason(why, len);
     }
-    if (h->clock > p->clock && p->state != PS__PEER_EVALUATOR)
-        p->clock = h->clock;
-    q = calloc(1, sizeof(*q));
-    if (q == NULL)
-        goto oom;
-    q->snapshot = p->state == PS__PEER_EVALUATOR;
-    q->peer = p;
-    q->request_id = h->request_id;
-    q->clock = h->clock;
-    q->since = uv_now(s->loop);
-    q->n_keys = h->n_keys;
-    q->locals = locals;
-    locals = NULL;
-    p->pending++;
-    {
-        ps__pull **tail = &s->pulls;
-        while (*tail)
-            tail = &(*tail)->next;
-        *tail = q;
-    }
-    ps__release_pulls(s);
-    goto out;
-oom:
-    ps_conn_close(p->conn, -ENOMEM);
-out:
-    free(locals);
+    n = ps__held_rank_list(want, world, why, len, &at);
+    if (n == 0)
+        return ps__held_no_reason(why, len);
+    if (at < len)
+        snprintf(why + at, len - at, "%s", tail);
+    return n;
 }
 
 /* The held pulls the log line counts: how many, the longest held, and the
@@ -206,36 +354,33 @@ typedef struct {
     char first[512];
 } ps__held_log;
 
-/* One held pull's turn (table: a rows pull's row table, or -1): its worker
- * is told why when due; counted in log once held long. */
-static void ps__tell_held(ps_kv_server *s, ps__peer *peer, uint64_t request_id, uint64_t clock,
-                          uint64_t since, uint64_t *told, int quiet, int table, ps__held_log *log)
+/* One held pull's turn: its worker is told why when due; counted in log
+ * once held long. */
+static void ps__held_tell(ps_held *h, ps_pull *q, ps__held_log *log)
 {
-    Shardps__Header h = SHARDPS__HEADER__INIT;
-    uint64_t now = uv_now(s->loop), held = now - since;
-    int due = *told ? now - *told >= s->wait_report_ms : !s->started || held >= s->wait_report_ms;
+    Shardps__Header w = SHARDPS__HEADER__INIT;
+    uint64_t now = uv_now(h->loop), held = now - q->since;
+    int due = q->told ? now - q->told >= h->report_ms : !h->job->started || held >= h->report_ms;
     char why[512];
     int rc;
 
-    if (!due || peer->failed)
+    if (!due || q->peer->failed)
         return;
-    rc = table < 0 ? ps__wait_reason(s, clock, peer->fed, why, sizeof(why))
-                   : ps__row_wait_reason(s, (uint32_t)table, clock, peer->fed, why, sizeof(why));
-    if (rc == 0)
+    if (ps__held_reason(h, q, why, sizeof(why)) == 0)
         return;
-    h.type = SHARDPS__MSG_TYPE__WAITING;
-    h.request_id = request_id;
-    h.clock = clock;
-    h.reason = why;
-    rc = ps_conn_send(peer->conn, &h, NULL, 0, NULL, NULL);
+    w.type = SHARDPS__MSG_TYPE__WAITING;
+    w.request_id = q->request_id;
+    w.clock = q->clock;
+    w.reason = why;
+    rc = ps_conn_send(q->peer->conn, &w, NULL, 0, NULL, NULL);
     if (rc < 0) {
         if (rc != -PS_ECLOSED)
-            ps_conn_close(peer->conn, rc);
+            ps_conn_close(q->peer->conn, rc);
         return;
     }
-    *told = now;
+    q->told = now;
     /* The log counts the workers the job holds; an evaluator is told. */
-    if (held < s->wait_report_ms || quiet)
+    if (held < h->report_ms || q->snapshot)
         return;
     if (log->n++ == 0)
         snprintf(log->first, sizeof(log->first), "%s", why);
@@ -248,65 +393,14 @@ static void ps__tell_held(ps_kv_server *s, ps__peer *peer, uint64_t request_id, 
  * them rather than this server, and a stop it is asked for need not wait
  * for the step), and the log says it once for every worker held. Before
  * the job starts, the wait is for processes to start, always a long one: the
- * worker is told at once, the log only if it lasts. Rows pulls alike. */
-void ps__report_waits(ps_kv_server *s)
+ * worker is told at once, the log only if it lasts. */
+void ps_held_report(ps_held *h)
 {
     ps__held_log log = {0, 0, ""};
 
-    for (ps__pull *q = s->pulls; q; q = q->next)
-        ps__tell_held(s, q->peer, q->request_id, q->clock, q->since, &q->told, q->snapshot, -1,
-                      &log);
-    for (ps__row_pull *q = s->row_pulls; q; q = q->next)
-        ps__tell_held(s, q->peer, q->request_id, q->clock, q->since, &q->told, 0, (int)q->table,
-                      &log);
+    for (ps_pull *q = h->head; q; q = q->next)
+        ps__held_tell(h, q, &log);
     if (log.n > 0)
         ps_info("%s (%d worker%s held, the longest for %.0f s)", log.first, log.n,
                 log.n == 1 ? "" : "s", (double)log.longest / 1000);
-}
-
-void ps__drop_pulls(ps_kv_server *s, ps__peer *p)
-{
-    ps__pull **pp = &s->pulls;
-
-    ps__drop_row_pulls(s, p);
-    while (*pp) {
-        ps__pull *q = *pp;
-        if (p != NULL && q->peer != p) {
-            pp = &q->next;
-            continue;
-        }
-        *pp = q->next;
-        free(q->locals);
-        free(q);
-    }
-    if (p != NULL)
-        p->pending = 0;
-}
-
-void ps__handle_evaluator(ps_kv_server *s, ps__peer *p, const ps_frame *f)
-{
-    char why[160];
-
-    if (ps_validate_evaluator_type(f->hdr->type, why, sizeof(why)) < 0) {
-        ps__peer_fail(p, -PS_EPROTO, "%s", why);
-        return;
-    }
-    if (f->hdr->type == SHARDPS__MSG_TYPE__PULL) {
-        ps__handle_pull(s, p, f);
-    } else if (f->hdr->type == SHARDPS__MSG_TYPE__BYE) {
-        ps__evaluator_leave(s, p, "said goodbye");
-        ps_conn_close(p->conn, 0);
-    }
-}
-
-void ps__evaluator_leave(ps_kv_server *s, ps__peer *p, const char *why)
-{
-    if (p->state != PS__PEER_EVALUATOR)
-        return;
-    p->state = PS__PEER_GONE;
-    s->n_evaluators--;
-    ps__drop_pulls(s, p);
-    ps_info("%s left (%s); the job goes on", p->name, why);
-    /* Updates held back for its pull, if it was numbered, may run now. */
-    ps__release_pulls(s);
 }

@@ -1,132 +1,586 @@
-/* The key-value server's front: the listener, one peer per connection,
- * dispatch of each frame to its handler (handshake.c, pulls.c, pushes.c,
- * membership.c for who leaves), liveness timeouts, lifecycle and stats. It
- * is the top of the front: it calls the handlers and the shared files below
- * them (peer.c, clocks.c, keys.c), and nothing calls it back (kv_internal.h).
- * The rules live in consistency.c, checkpoints in durability.c. Everything
- * runs on the libuv loop thread, so shard state needs no locks. */
+/* The key-value server's front: the one place that sequences what follows
+ * an event. Every event comes in here: a frame (to the handler of its
+ * type), a peer leaving, a timer, and the apply queue's completions. A
+ * handler judges its frame and changes only its own state; then the front
+ * runs one fixed sequence (ps__kv_settle):
+ *
+ *   the table's fills settled -> the job started, once every rank is here
+ *   -> the steps that completed applied, and the buffers' refreshes that
+ *   waited for them queued -> a table whose last declarer left withdrawn
+ *   -> a checkpoint asked for if due, written once its updates ran -> the
+ *   held pulls released -> a quiesce told -> the end.
+ *
+ * The checkpoint is decided before the pulls are released, so that in sync
+ * mode a checkpoint of a step is on disk before any worker sees that
+ * step's weights. Handlers never call each other, nor back up here.
+ * Everything runs on the libuv loop thread, so shard state needs no locks. */
 #include "kv_server.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kv_internal.h"
-#include "row_table.h"
+#include "front.h"
 #include "ps_error.h"
 #include "ps_log.h"
+#include "row_table.h"
+#include "unit_wire.h"
+#include "validate.h"
+#include "writes.h"
 
 /* Default deadline for a connection to say HELLO and finish its handshake,
  * and for a refused peer to take its reason and go. */
-#define PS__HANDSHAKE_TIMEOUT_MS 10000
-/* Default wait for a rank that left unfinished (see --rejoin-timeout). */
-#define PS__REJOIN_TIMEOUT_MS 30000
+#define PS__KV_HANDSHAKE_MS 10000
 /* How often (at most) the pulls held for other workers are looked at; each
- * is explained every wait_report_ms it waits (pulls.c). */
-#define PS__WAIT_CHECK_MS 1000
+ * is explained every wait_report_ms it waits (held.h). */
+#define PS__KV_WAIT_CHECK_MS 1000
+
+/* What an event changed that the sequence's later steps look at. */
+enum {
+    PS__KV_JOINED = 1 << 0, /* a worker was admitted: the job may start */
+    PS__KV_LEFT = 1 << 1,   /* a worker left or a rank was lost: the job may be over */
+    PS__KV_PUSHED = 1 << 2, /* a dense push was taken: a periodic checkpoint may be due */
+};
+
+/* The server a connection belongs to: its peer set is one of the server's
+ * members. */
+static ps_kv_server *ps__kv_of(const ps_peer *p)
+{
+    return (ps_kv_server *)((char *)p->set - offsetof(ps_kv_server, peers));
+}
+
+/* ---- the table: built, withdrawn, freed --------------------------------- */
+
+static void ps__kv_on_settled(void *arg);
+
+int ps_front_adopt(ps_kv_server *s, const ps_model_spec *spec, ps_table_event how)
+{
+    ps_tensors *t = &s->tensors;
+    int rc;
+
+    rc = ps_tensors_adopt(t, spec, how, ps__kv_on_settled, s, s->chunks.n.applied);
+    if (rc < 0)
+        return rc;
+    rc = ps_row_tables_build(&s->tables, &s->cfg, &t->table);
+    if (rc == 0)
+        rc = ps_units_init(&s->units, t->n_local, s->tables.n, s->cfg.world);
+    if (rc == 0)
+        rc = ps_durability_adopt(&s->dur, t->n_local);
+    if (rc < 0) {
+        ps_front_free_table(s);
+        return rc;
+    }
+    /* Buffers and frozen tensors are never pushed: their chunks hold no
+     * step back (the server's clock is the least of the others'). */
+    for (int i = 0; i < t->n_local; i++)
+        if (ps_tensors_chunk_static(t, i))
+            ps_units_set_static(&s->units, i);
+    ps_info("server %d of %d holds %d chunks of %d tensors: %zu bytes of weights (%.1f MiB with "
+            "optimizer state), mode %s",
+            s->cfg.server_index, s->cfg.num_servers, t->n_local, t->table.n_tensors, t->share,
+            (double)ps_shard_memory_bytes(t->shard) / (1 << 20), s->cfg.mode);
+    return 0;
+}
+
+void ps_front_free_table(ps_kv_server *s)
+{
+    ps_held_drop(&s->held, NULL);
+    ps_row_tables_free(&s->tables);
+    ps_units_free(&s->units);
+    ps_durability_release(&s->dur);
+    ps_tensors_free(&s->tensors);
+}
+
+/* A withdrawn table is freed once the work still in flight on it has
+ * drained. */
+static void ps__kv_release_withdrawn(ps_kv_server *s)
+{
+    if (s->tensors.life.state != PS_TABLE_WITHDRAWN || !ps_apply_queue_idle(s->tensors.updates))
+        return;
+    ps_front_free_table(s);
+    ps_info("the withdrawn tensor table is released; waiting for a worker to declare the tensors");
+}
+
+/* Nothing of a withdrawn table survives: the peers that joined it are
+ * closed, who joined the job and what the job was to do is forgotten, and
+ * the table itself is freed once the work in flight on it has drained. */
+static void ps__kv_withdraw(ps_kv_server *s, const char *why)
+{
+    uint64_t now = uv_now(s->loop);
+    char reason[1024];
+
+    ps_warn("the tensor table of %d tensors is withdrawn: %s; nothing of it is kept, and the next "
+            "worker to declare the tensors declares them anew",
+            s->tensors.table.n_tensors, why);
+    snprintf(reason, sizeof(reason),
+             "the tensor table this worker joined was withdrawn (%s); connect again to declare or "
+             "join the job's tensors",
+             why);
+    for (ps_peer *p = s->peers.head; p; p = p->next) {
+        if (!ps_job_leave(&s->job, p, "its tensor table was withdrawn", now))
+            continue;
+        ps_held_drop(&s->held, p);
+        ps_peer_fail(p, -PS_EMISMATCH, "%s", reason);
+    }
+    ps_job_forget(&s->job);
+    ps_durability_forget(&s->dur);
+    ps_held_drop(&s->held, NULL);
+    ps__kv_release_withdrawn(s);
+}
+
+/* Carries out what a table event asks for. */
+static void ps__kv_table_event(ps_kv_server *s, ps_table_event ev, const char *why)
+{
+    if (ps_tensors_event(&s->tensors, ev) == PS_TABLE_WITHDRAW)
+        ps__kv_withdraw(s, why);
+}
+
+/* ---- the sequence ------------------------------------------------------- */
+
+/* Training starts once every rank has joined and the table is held: its
+ * fills begin (a declared table) and are first in every chunk's queue, so a
+ * pull is answered once they have run and an update runs after its
+ * chunk's. */
+static void ps__kv_maybe_start(ps_kv_server *s)
+{
+    ps_tensors *t = &s->tensors;
+
+    if (!ps_job_complete(&s->job) || !ps_table_life_holds(&t->life))
+        return;
+    ps_tensors_event(t, PS_TABLE_START);
+    if (ps_tensors_settle(t, s->chunks.n.applied) == PS_TABLE_WITHDRAW)
+        ps__kv_withdraw(s, t->fill_why);
+    if (!ps_table_life_holds(&t->life))
+        return;
+    ps_job_start(&s->job);
+}
+
+/* Sync: every unit whose step is complete (units.h), of either kind, has
+ * it applied. With nobody live, a step half pushed stays as it is: the
+ * ranks that fed it rejoin, their repeats are dropped and the rest
+ * completes it exactly once, rather than the part that came being applied
+ * alone. */
+static void ps__kv_apply_completed(ps_kv_server *s)
+{
+    ps_units *u = &s->units;
+    int unit, needed;
+
+    if (!s->tensors.has_table)
+        return;
+    if (s->cfg.staleness != 0 || s->job.live == 0) {
+        ps_units_clean(u);
+        return;
+    }
+    needed = ps_consistency_pushes_needed(s->cfg.quorum, s->cfg.world, s->job.live);
+    while ((unit = ps_units_next_complete(u, needed)) >= 0) {
+        if (unit < u->n_chunks)
+            ps_chunks_apply_step(&s->chunks, unit);
+        else
+            ps_rows_apply_step(&s->rows, unit - u->n_chunks);
+        ps_units_advance(u, unit);
+    }
+}
+
+/* A worker that declared the table left: if it was the last declarer and no
+ * step was applied, the table is withdrawn. One that finished its run stays
+ * counted (its table served); a server that is stopping withdraws nothing:
+ * it goes away itself. */
+static void ps__kv_declarer_left(ps_kv_server *s, ps_peer *p)
+{
+    char why[200];
+
+    if (!p->declarer || (s->job.started && s->job.finished[p->rank]) || s->stopping)
+        return;
+    p->declarer = 0;
+    ps_tensors_note_applied(&s->tensors, s->chunks.n.applied);
+    snprintf(why, sizeof(why), "%s, its last declarer, left before a step was applied", p->name);
+    ps__kv_table_event(s, PS_TABLE_DECLARER_LEFT, why);
+}
+
+/* Only a committed table (a step applied, or restored) is checkpointed. */
+static int ps__kv_may_checkpoint(ps_kv_server *s)
+{
+    ps_tensors_note_applied(&s->tensors, s->chunks.n.applied);
+    return ps_table_life_may_checkpoint(&s->tensors.life);
+}
+
+static int ps__kv_checkpoint(ps_kv_server *s, const char *why)
+{
+    if (s->cfg.checkpoint_dir == NULL)
+        return 0;
+    /* Before a step is applied there is nothing to keep: the table is only
+     * declared (by whoever said HELLO first), and a checkpoint of it would
+     * outlive a declaration that is withdrawn when its declarer leaves. */
+    if (!ps__kv_may_checkpoint(s)) {
+        ps_info("no checkpoint (%s): no step has been applied, so there is nothing to keep", why);
+        return 0;
+    }
+    ps_durability_ask(&s->dur, why, &s->tensors, &s->units);
+    return ps_durability_try_write(&s->dur, &s->tensors, &s->units, &s->tables,
+                                   s->job.total_steps);
+}
+
+static void ps__kv_quiesced(ps_kv_server *s, int in_time)
+{
+    ps_kv_server_done_cb cb = s->quiesce_cb;
+
+    if (cb == NULL)
+        return;
+    s->quiesce_cb = NULL;
+    if (s->quiesce_timer_on)
+        uv_timer_stop(&s->quiesce_timer);
+    if (!in_time)
+        ps_warn("the step in progress did not complete in time (%d worker%s live): the state "
+                "is mid-step, and a run resumed from a checkpoint of it will not equal an "
+                "uninterrupted one",
+                s->job.live, s->job.live == 1 ? "" : "s");
+    cb(s, s->quiesce_arg);
+}
+
+/* At a step boundary a checkpoint resumes exactly; with nobody live,
+ * nothing more will complete the step: now, as it is. */
+static void ps__kv_maybe_quiesced(ps_kv_server *s)
+{
+    int boundary = ps_units_at_boundary(&s->units, s->cfg.staleness);
+
+    if (s->quiesce_cb && (boundary || s->job.live == 0))
+        ps__kv_quiesced(s, boundary);
+}
+
+/* The fixed sequence after every event; left: the worker that left in it,
+ * if one did. */
+static void ps__kv_settle(ps_kv_server *s, unsigned changes, ps_peer *left)
+{
+    ps_tensors *t = &s->tensors;
+
+    if (ps_tensors_settle(t, s->chunks.n.applied) == PS_TABLE_WITHDRAW)
+        ps__kv_withdraw(s, t->fill_why);
+    if (changes & PS__KV_JOINED)
+        ps__kv_maybe_start(s);
+    ps__kv_apply_completed(s);
+    if (s->tensors.has_table && s->cfg.staleness == 0)
+        ps_writes_release(&s->tensors, ps_units_server_clock(&s->units));
+    if (left)
+        ps__kv_declarer_left(s, left);
+    if ((changes & PS__KV_PUSHED) &&
+        ps_durability_periodic_due(&s->dur, ps_units_progress_clock(&s->units, s->cfg.staleness)))
+        ps__kv_checkpoint(s, "periodic");
+    if (t->has_table)
+        ps_durability_try_write(&s->dur, t, &s->units, &s->tables, s->job.total_steps);
+    ps_held_release(&s->held);
+    ps__kv_maybe_quiesced(s);
+    if ((changes & PS__KV_LEFT) && ps_job_over(&s->job) && s->done)
+        s->done(s, s->done_arg);
+}
+
+/* The apply queue's "settled": a withdrawn table is freed once the work
+ * still in flight on it has drained; otherwise the fills, writes and
+ * updates that finished may let the table fill and pulls go. */
+static void ps__kv_on_settled(void *arg)
+{
+    ps_kv_server *s = arg;
+
+    if (s->tensors.life.state == PS_TABLE_WITHDRAWN) {
+        ps__kv_release_withdrawn(s);
+        return;
+    }
+    ps__kv_settle(s, 0, NULL);
+}
+
+/* ---- peers: admitted, leaving ------------------------------------------- */
+
+/* p leaves every barrier (BYE, a lost connection, silence): its held pulls
+ * are dropped, its pushes for unapplied steps stay, and the units that only
+ * waited for it may complete. An evaluator just goes. Returns what changed. */
+static unsigned ps__kv_leave(ps_kv_server *s, ps_peer *p, const char *why)
+{
+    if (p->state == PS_PEER_EVALUATOR) {
+        p->state = PS_PEER_GONE;
+        s->peers.n_evaluators--;
+        ps_held_drop(&s->held, p);
+        ps_info("%s left (%s); the job goes on", p->name, why);
+        return 0;
+    }
+    if (!ps_job_leave(&s->job, p, why, uv_now(s->loop)))
+        return 0;
+    ps_held_drop(&s->held, p);
+    if (s->tensors.has_table)
+        ps_units_rank_left(&s->units, p->rank);
+    return PS__KV_LEFT;
+}
+
+/* Rank 0's table over one other ranks declared first (issue 23 pt 2: the
+ * job starts from rank 0's model, whoever came first): the held table is
+ * withdrawn, its declarers told that rank 0 declared another and how the
+ * two differ. Returns 0 when the server now holds no table (rank 0's is
+ * adopted next), or -1 after failing rank 0 with -EAGAIN (the old table is
+ * still draining: come back). */
+static int ps__kv_outranked(ps_kv_server *s, ps_peer *p, const char *diff)
+{
+    char ranks[128] = "", why[800];
+    size_t n = 0;
+    int count = 0;
+
+    for (ps_peer *q = s->peers.head; q; q = q->next)
+        if (q->state == PS_PEER_WORKER && q->declarer && n < sizeof(ranks)) {
+            n += (size_t)snprintf(ranks + n, sizeof(ranks) - n, "%s%u", count ? ", " : "", q->rank);
+            count++;
+        }
+    snprintf(why, sizeof(why), "rank 0 declared another table than rank%s %s: %s",
+             count == 1 ? "" : "s", ranks, diff);
+    ps_tensors_event(&s->tensors, PS_TABLE_OUTRANKED);
+    ps__kv_withdraw(s, why);
+    if (!s->tensors.has_table)
+        return 0;
+    ps_peer_fail(p, -EAGAIN,
+                 "the tensor table other ranks declared gives way to rank 0's and is still "
+                 "being withdrawn; come back in a moment");
+    return -1;
+}
+
+/* The table a HELLO declared becomes the server's. Returns 0, or -1 after
+ * failing the peer. */
+static int ps__kv_declare(ps_kv_server *s, ps_peer *p, const Shardps__Hello *hello,
+                          const ps_model_spec *spec)
+{
+    int rc = ps_front_adopt(s, spec, PS_TABLE_DECLARE);
+
+    if (rc < 0) {
+        ps_peer_fail(p, rc == -ENOMEM ? -ENOMEM : -PS_EPROTO,
+                     "this server cannot hold the declared tensors in %d servers of "
+                     "%zu-byte chunks: %s",
+                     s->cfg.num_servers, s->cfg.chunk_bytes, ps_strerror(rc));
+        return -1;
+    }
+    ps_info(
+        "tensor table of %d tensors (%zu bytes) declared by worker %u (%s); it is the job's once "
+        "a step is applied, and withdrawn if every worker that declared it leaves before",
+        spec->n_tensors, spec->total_words * sizeof(float), hello->rank, ps_conn_peer(p->conn));
+    return 0;
+}
+
+/* A HELLO is ready to be judged (handshake.h): the table it declares is
+ * adopted, or replaces the one held, as the verdict says; then the worker
+ * is admitted, counts again toward the steps it fed, and a declarer is
+ * counted. Returns what changed. */
+static unsigned ps__kv_admit(ps_kv_server *s, ps_peer *p, const Shardps__Hello *hello,
+                             uint64_t request_id, const ps_model_spec *spec)
+{
+    char why[512];
+    ps_hs_verdict v;
+    int rc;
+
+    if (hello != NULL && hello->role == SHARDPS__ROLE__ROLE_EVALUATOR) {
+        ps_handshake_evaluator(&s->hs, p, hello, request_id);
+        return 0;
+    }
+    v = ps_handshake_judge(&s->hs, p, hello, spec, why, sizeof(why));
+    if (v == PS_HS_OUTRANKS) {
+        if (ps__kv_outranked(s, p, why) < 0)
+            return 0;
+        v = PS_HS_ADOPT;
+    }
+    if (v == PS_HS_REFUSED || (v == PS_HS_ADOPT && ps__kv_declare(s, p, hello, spec) < 0))
+        return 0;
+    rc = ps_handshake_admit(&s->hs, p, hello, request_id, spec != NULL);
+    ps_units_rank_joined(&s->units, p->rank);
+    if (spec != NULL) {
+        p->declarer = 1;
+        ps_tensors_event(&s->tensors, PS_TABLE_DECLARER_JOINED);
+    }
+    return rc == 0 ? PS__KV_JOINED : 0;
+}
+
+/* ---- frames ------------------------------------------------------------- */
 
 /* A goodbye ends the connection. It counts as the rank finishing only once
  * the job has started: before that, a rank that says hello and goodbye
- * (anyone, without a token) is as if it never came, and training still waits
- * for every rank. */
-static void ps__handle_bye(ps_kv_server *s, ps__peer *p)
+ * (anyone, without a token) is as if it never came, and training still
+ * waits for every rank. */
+static unsigned ps__kv_bye(ps_kv_server *s, ps_peer *p)
 {
-    if (s->started) {
-        s->finished[p->rank] = 1;
-        ps__worker_leave(s, p, "finished");
+    unsigned changes;
+
+    if (p->state == PS_PEER_EVALUATOR) {
+        changes = ps__kv_leave(s, p, "said goodbye");
+    } else if (s->job.started) {
+        ps_job_finished(&s->job, p->rank);
+        changes = ps__kv_leave(s, p, "finished");
     } else {
-        ps__worker_leave(s, p, "said goodbye before the job started");
+        changes = ps__kv_leave(s, p, "said goodbye before the job started");
     }
     ps_conn_close(p->conn, 0);
+    return changes;
 }
 
-static void ps__on_frame(ps_conn *c, const ps_frame *f)
+/* The handshake's frames, and a HELLO judged once it is ready. */
+static unsigned ps__kv_handshake(ps_kv_server *s, ps_peer *p, const ps_frame *f)
 {
-    ps__peer *p = ps_conn_data(c);
-    ps_kv_server *s = p->srv;
+    const Shardps__Hello *hello = NULL;
+    uint64_t request_id = 0;
+    ps_model_spec spec;
+    int has_spec;
+    unsigned changes = 0;
 
-    if (p->failed || p->state == PS__PEER_GONE)
-        return;
-    p->last_seen = uv_now(s->loop);
-    if (p->state == PS__PEER_HANDSHAKE) {
-        ps__handle_hello(s, p, f);
-        return;
-    }
-    if (p->state == PS__PEER_AUTH) {
-        ps__handle_auth(s, p, f);
-        return;
-    }
-    if (p->state == PS__PEER_TABLE) {
-        ps__handle_table(s, p, f);
-        return;
-    }
-    if (p->state == PS__PEER_EVALUATOR) {
-        ps__handle_evaluator(s, p, f);
-        return;
-    }
+    if (ps_handshake_frame(&s->hs, p, f, &hello, &request_id, &spec, &has_spec) == PS_HS_READY)
+        changes = ps__kv_admit(s, p, hello, request_id, has_spec ? &spec : NULL);
+    if (has_spec)
+        ps_model_spec_free(&spec);
+    return changes;
+}
+
+/* A frame of an admitted worker, to its handler. Returns what changed. */
+static unsigned ps__kv_worker_frame(ps_kv_server *s, ps_peer *p, const ps_frame *f)
+{
+    ps_pull *q;
+
     switch (f->hdr->type) {
     case SHARDPS__MSG_TYPE__PULL:
-        ps__handle_pull(s, p, f);
-        break;
+        q = ps_chunks_pull(&s->chunks, p, f);
+        if (q)
+            ps_held_add(&s->held, q);
+        return 0;
     case SHARDPS__MSG_TYPE__PUSH:
-        ps__handle_push(s, p, f);
-        break;
+        return ps_chunks_push(&s->chunks, p, f) == 0 ? PS__KV_PUSHED : 0;
     case SHARDPS__MSG_TYPE__PULL_ROWS:
-        ps__handle_pull_rows(s, p, f);
-        break;
+        q = ps_rows_pull(&s->rows, p, f);
+        if (q)
+            ps_held_add(&s->held, q);
+        return 0;
     case SHARDPS__MSG_TYPE__PUSH_ROWS:
-        ps__handle_push_rows(s, p, f);
-        break;
+        ps_rows_push(&s->rows, p, f);
+        return 0;
     case SHARDPS__MSG_TYPE__WRITE:
-        ps__handle_write(s, p, f);
-        break;
+        ps_writes_handle(&s->tensors, p, f, ps_units_server_clock(&s->units));
+        return 0;
     case SHARDPS__MSG_TYPE__BYE:
-        ps__handle_bye(s, p);
-        break;
+        return ps__kv_bye(s, p);
     case SHARDPS__MSG_TYPE__HEARTBEAT:
-        break;
+        return 0;
     default:
-        ps__peer_fail(p, -PS_EPROTO, "unexpected message type %d from a worker", f->hdr->type);
-        break;
+        ps_peer_fail(p, -PS_EPROTO, "unexpected message type %d from a worker", f->hdr->type);
+        return 0;
     }
+}
+
+/* An evaluator may send what its role allows (validate.h): PULL, HEARTBEAT
+ * and BYE. */
+static unsigned ps__kv_evaluator_frame(ps_kv_server *s, ps_peer *p, const ps_frame *f)
+{
+    char why[160];
+    ps_pull *q;
+
+    if (ps_validate_evaluator_type(f->hdr->type, why, sizeof(why)) < 0) {
+        ps_peer_fail(p, -PS_EPROTO, "%s", why);
+        return 0;
+    }
+    if (f->hdr->type == SHARDPS__MSG_TYPE__PULL && (q = ps_chunks_pull(&s->chunks, p, f)) != NULL)
+        ps_held_add(&s->held, q);
+    else if (f->hdr->type == SHARDPS__MSG_TYPE__BYE)
+        return ps__kv_bye(s, p);
+    return 0;
+}
+
+static void ps__kv_on_frame(ps_conn *c, const ps_frame *f)
+{
+    ps_peer *p = ps_conn_data(c);
+    ps_kv_server *s = ps__kv_of(p);
+    unsigned changes;
+
+    if (p->failed || p->state == PS_PEER_GONE)
+        return;
+    p->last_seen = uv_now(s->loop);
+    if (ps_peer_handshaking(p))
+        changes = ps__kv_handshake(s, p, f);
+    else if (p->state == PS_PEER_EVALUATOR)
+        changes = ps__kv_evaluator_frame(s, p, f);
+    else
+        changes = ps__kv_worker_frame(s, p, f);
+    ps__kv_settle(s, changes, (changes & PS__KV_LEFT) ? p : NULL);
+}
+
+/* Where a frame's payload lands; every frame with a payload is judged here,
+ * on its header alone, before a byte of it is stored: a declarer's TABLE,
+ * a PUSH (chunks.h), the rows requests (rows.h); initial values land in the
+ * connection's buffer, and writes.h checks them against their keys (within
+ * --max-payload, like a push). Any other type carries no payload. A
+ * refusal (negative) stops the connection reading; the ERROR naming why
+ * goes out first. */
+static int ps__kv_place(ps_conn *c, const Shardps__Header *h, const ps_frame_piece **pieces)
+{
+    ps_peer *p = ps_conn_data(c);
+    ps_kv_server *s = ps__kv_of(p);
+    char why[256];
+    int rc;
+
+    if (!p->failed && p->state == PS_PEER_TABLE) {
+        rc = ps_validate_table_frame(h->type, h->n_keys, h->payload_bytes, why, sizeof(why));
+        if (rc < 0)
+            ps_peer_fail(p, rc, "%s", why);
+        return rc;
+    }
+    /* An evaluator is told why nothing it sends carries a payload. */
+    if (!p->failed && p->state == PS_PEER_EVALUATOR &&
+        ps_validate_evaluator_type(h->type, why, sizeof(why)) < 0)
+        ps_peer_fail(p, -PS_EPROTO, "%s", why);
+    /* Nothing more is read from a peer already refused or gone. */
+    if (p->failed || p->state != PS_PEER_WORKER)
+        return -PS_EPROTO;
+    if (h->type == SHARDPS__MSG_TYPE__WRITE)
+        return 0;
+    if (ps_validate_worker_type(h->type, why, sizeof(why)) < 0 ||
+        (h->type != SHARDPS__MSG_TYPE__PUSH && h->type != SHARDPS__MSG_TYPE__PULL_ROWS &&
+         h->type != SHARDPS__MSG_TYPE__PUSH_ROWS &&
+         ps_validate_payload(h->type, h->dtype, h->unused, 0, h->payload_bytes, why, sizeof(why)) <
+             0)) {
+        ps_peer_fail(p, -PS_EPROTO, "%s", why);
+        return -PS_EPROTO;
+    }
+    rc = h->type == SHARDPS__MSG_TYPE__PUSH ? ps_chunks_judge_push(&s->chunks, p, h)
+         : h->type == SHARDPS__MSG_TYPE__PULL_ROWS || h->type == SHARDPS__MSG_TYPE__PUSH_ROWS
+             ? ps_rows_judge(&s->rows, p, h)
+             : 0;
+    if (rc < 0)
+        return rc;
+    return ps_unit_wire_place(s->tensors.bufs, p, h->payload_bytes, pieces);
 }
 
 /* The decoder refused what the peer sent (a wrong version, a size over a
  * limit, a bad checksum, a payload the place callback refused): the reason
  * goes back in a REJECT or ERROR before the connection closes. */
-static void ps__on_decode_error(ps_conn *c, int err)
+static void ps__kv_on_decode_error(ps_conn *c, int err)
 {
-    ps__peer *p = ps_conn_data(c);
+    ps_peer *p = ps_conn_data(c);
 
-    ps__peer_fail(p, err, "%s: %s", ps_strerror(err), ps_conn_error(c));
+    ps_peer_fail(p, err, "%s: %s", ps_strerror(err), ps_conn_error(c));
 }
 
-static void ps__on_conn_close(ps_conn *c, int err)
+/* A connection closed: its peer leaves, and is freed once the sequence has
+ * run. */
+static void ps__kv_on_conn_close(ps_conn *c, int err)
 {
-    ps__peer *p = ps_conn_data(c);
-    ps_kv_server *s = p->srv;
+    ps_peer *p = ps_conn_data(c);
+    ps_kv_server *s = ps__kv_of(p);
+    unsigned changes;
 
     if (err < 0 && err != -PS_ECLOSED && !p->failed) {
         const char *detail = ps_conn_error(c);
         ps_warn("closing %s: %s%s%s", p->name, ps_strerror(err), *detail ? ": " : "", detail);
-        s->n_refused++;
+        s->peers.refused++;
     }
-    ps__worker_leave(s, p, err == -PS_ECLOSED || err == 0 ? "disconnected" : ps_strerror(err));
-    ps__evaluator_leave(s, p, err == -PS_ECLOSED || err == 0 ? "disconnected" : ps_strerror(err));
-    s->n_peers--;
-    if (p->prev)
-        p->prev->next = p->next;
-    else
-        s->peers = p->next;
-    if (p->next)
-        p->next->prev = p->prev;
-    ps_buf_pool_put(p->push_piece.base);
+    changes = ps__kv_leave(s, p, err == -PS_ECLOSED || err == 0 ? "disconnected" : ps_strerror(err));
+    ps__kv_settle(s, changes, (changes & PS__KV_LEFT) ? p : NULL);
+    ps_peers_remove(&s->peers, p);
+    ps_unit_wire_done(p);
     if (p->hello)
         shardps__hello__free_unpacked(p->hello, NULL);
     free(p);
 }
+
+/* ---- timers ------------------------------------------------------------- */
 
 /* Every connection state has a deadline. Before HELLO and during the
  * handshake: the handshake timeout (a connection that never completes it
@@ -134,100 +588,84 @@ static void ps__on_conn_close(ps_conn *c, int err)
  * reason: the same. An admitted worker that has sent nothing for the
  * heartbeat timeout (stopped, partitioned, hung, or stuck mid-frame) leaves
  * the barrier; its connection is closed so that, if it wakes up, it
- * reconnects and rejoins at the current clock. After BYE the connection is
- * closed at once. */
-static void ps__on_liveness_check(uv_timer_t *t)
+ * reconnects and rejoins at the current clock. Each peer that leaves is an
+ * event of its own. */
+static void ps__kv_on_liveness(uv_timer_t *timer)
 {
-    ps_kv_server *s = t->data;
-    uint64_t now = uv_now(s->loop);
+    ps_kv_server *s = timer->data;
+    uint64_t now = uv_now(s->loop), silent = s->cfg.heartbeat_timeout_ms;
+    unsigned changes;
 
-    for (ps__peer *p = s->peers; p; p = p->next) {
+    for (ps_peer *p = s->peers.head; p; p = p->next) {
         if (now - p->last_seen <= s->handshake_timeout_ms)
             continue;
         if (p->failed) {
             ps_conn_close(p->conn, -PS_ETIMEOUT);
-        } else if (ps__peer_handshaking(p)) {
+        } else if (ps_peer_handshaking(p)) {
             ps_warn("closing %s: no handshake within %.1f s", p->name,
                     s->handshake_timeout_ms / 1000.0);
-            s->n_refused++;
+            s->peers.refused++;
             p->failed = 1;
             ps_conn_close(p->conn, -PS_ETIMEOUT);
-        } else if (p->state == PS__PEER_EVALUATOR && s->cfg.heartbeat_timeout_ms > 0 &&
-                   now - p->last_seen > s->cfg.heartbeat_timeout_ms) {
+        } else if (p->state == PS_PEER_EVALUATOR && silent > 0 && now - p->last_seen > silent) {
             /* Its slot is not held by a process that went silent; a live
              * one reconnects. */
-            ps__evaluator_leave(s, p, "heartbeat timeout");
+            ps__kv_settle(s, ps__kv_leave(s, p, "heartbeat timeout"), NULL);
             ps_conn_close(p->conn, -PS_ETIMEOUT);
         }
     }
-    for (int r = 0; s->cfg.heartbeat_timeout_ms > 0 && r < s->cfg.world; r++) {
-        ps__peer *p = s->workers[r];
-        if (p == NULL || now - p->last_seen <= s->cfg.heartbeat_timeout_ms)
+    for (int r = 0; silent > 0 && r < s->cfg.world; r++) {
+        ps_peer *p = s->job.workers[r];
+        if (p == NULL || now - p->last_seen <= silent)
             continue;
         ps_warn("%s silent for %.1f s (heartbeat timeout %.1f s)", p->name,
-                (double)(now - p->last_seen) / 1000, s->cfg.heartbeat_timeout_ms / 1000.0);
-        ps__worker_leave(s, p, "heartbeat timeout");
+                (double)(now - p->last_seen) / 1000, silent / 1000.0);
+        changes = ps__kv_leave(s, p, "heartbeat timeout");
+        ps__kv_settle(s, changes, p);
         ps_conn_close(p->conn, -PS_ETIMEOUT);
     }
-    ps__check_rejoins(s, now);
+    if (ps_job_check_rejoins(&s->job, now) > 0)
+        ps__kv_settle(s, PS__KV_LEFT, NULL);
 }
 
-static void ps__on_waits_timer(uv_timer_t *t)
+static void ps__kv_on_waits(uv_timer_t *timer)
 {
-    ps__report_waits(t->data);
+    ps_kv_server *s = timer->data;
+
+    ps_held_report(&s->held);
+    ps__kv_settle(s, 0, NULL);
 }
 
-/* Connection slots: admitted workers hold one each (at most one per rank),
- * admitted evaluators one each (at most half of the rest, validate.h), and
- * the rest of --max-connections is for connections still in their
- * handshake. When those are all taken, the one that has waited longest
- * gives way to the newcomer (told -EAGAIN: come back), rather than the
- * newcomer being refused: a worker's handshake takes a round trip or two,
- * so connections that idle until their deadline cannot keep it out (with
- * --auth-token-file, nobody without the token gets past a handshake slot).
- * The log names the first and every hundredth, so a flood cannot flood it. */
-static void ps__make_room(ps_kv_server *s, ps__peer *newcomer)
+static void ps__kv_on_checkpoint_timer(uv_timer_t *timer)
 {
-    int slots = s->max_connections - s->cfg.world - s->n_evaluators, waiting = 0;
-    ps__peer *oldest = NULL;
-    char reason[160];
+    ps_kv_server *s = timer->data;
 
-    if (slots < 1)
-        slots = 1;
-    for (ps__peer *p = s->peers; p; p = p->next)
-        if (ps__peer_handshaking(p) && !p->failed) {
-            waiting++;
-            if (p != newcomer)
-                oldest = p; /* the list is newest first */
-        }
-    if (waiting <= slots || oldest == NULL)
-        return;
-    s->n_capped++;
-    snprintf(reason, sizeof(reason),
-             "all %d handshake slots of this server are taken (--max-connections %d, %d for the "
-             "workers): the connection that waited longest gives way; come back",
-             slots, s->max_connections, s->cfg.world);
-    if (s->n_capped == 1 || s->n_capped % 100 == 0)
-        ps_warn("closing %s for %s: %s (%" PRIu64 " so far)", oldest->name, newcomer->name, reason,
-                s->n_capped);
-    s->n_refused++;
-    ps__peer_refuse(oldest, -EAGAIN, reason);
+    if (ps_durability_timer_due(&s->dur, ps_units_progress_clock(&s->units, s->cfg.staleness)))
+        ps__kv_checkpoint(s, "timer");
+    ps__kv_settle(s, 0, NULL);
 }
 
-static void ps__on_connection(uv_stream_t *listener, int status)
+static void ps__kv_on_quiesce_timeout(uv_timer_t *timer)
+{
+    ps_kv_server *s = timer->data;
+
+    ps__kv_quiesced(s, ps_units_at_boundary(&s->units, s->cfg.staleness));
+}
+
+static void ps__kv_on_connection(uv_stream_t *listener, int status)
 {
     ps_kv_server *s = listener->data;
     /* No payload until the peer is admitted: a HELLO carries none. */
-    ps_conn_config cc = {.on_frame = ps__on_frame,
-                         .on_close = ps__on_conn_close,
-                         .place = ps__place_push,
-                         .on_decode_error = ps__on_decode_error,
+    ps_conn_config cc = {.on_frame = ps__kv_on_frame,
+                         .on_close = ps__kv_on_conn_close,
+                         .place = ps__kv_place,
+                         .on_decode_error = ps__kv_on_decode_error,
                          /* Nothing large is sent before admission,
                           * which sets the limit for this server's
-                          * share (ps__admit). */
-                         .max_write_queue = PS__WRITE_QUEUE_HEADROOM,
+                          * share (handshake.c). */
+                         .max_write_queue = PS_PEER_WRITE_QUEUE_HEADROOM,
                          .scan_nonfinite = s->cfg.reject_nonfinite};
-    ps__peer *p;
+    ps_peer *p;
     ps_conn *c;
 
     if (status < 0) {
@@ -239,7 +677,6 @@ static void ps__on_connection(uv_stream_t *listener, int status)
         ps_warn("out of memory accepting a connection");
         return;
     }
-    p->srv = s;
     if (ps_conn_accept(listener, &cc, p, &c) < 0) {
         free(p);
         return;
@@ -247,13 +684,11 @@ static void ps__on_connection(uv_stream_t *listener, int status)
     p->conn = c;
     p->last_seen = uv_now(s->loop);
     snprintf(p->name, sizeof(p->name), "peer %s", ps_conn_peer(c));
-    p->next = s->peers;
-    if (s->peers)
-        s->peers->prev = p;
-    s->peers = p;
-    s->n_peers++;
-    ps__make_room(s, p);
+    ps_peers_add(&s->peers, p);
+    ps_peers_make_room(&s->peers, p, s->hs.max_connections, s->cfg.world);
 }
+
+/* ---- lifecycle ---------------------------------------------------------- */
 
 int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_config *cfg,
                       ps_kv_server_done_cb done, void *arg)
@@ -269,38 +704,24 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
         return -ENOMEM;
     s->loop = loop;
     s->cfg = *cfg;
-    s->done = done;
-    s->done_arg = arg;
-    s->total_steps = cfg->lr.total_steps;
-    s->max_connections = cfg->max_connections > 0 ? cfg->max_connections : 2 * cfg->world + 16;
-    s->handshake_timeout_ms =
-        cfg->handshake_timeout_ms > 0 ? cfg->handshake_timeout_ms : PS__HANDSHAKE_TIMEOUT_MS;
-    s->rejoin_timeout_ms =
-        cfg->rejoin_timeout_ms > 0 ? cfg->rejoin_timeout_ms : PS__REJOIN_TIMEOUT_MS;
-    s->wait_report_ms = cfg->wait_report_ms > 0 ? cfg->wait_report_ms : PS__WAIT_REPORT_MS;
-    /* Servers see a worker's push of a step one after the other, so a worker
-     * joining now may be welcomed one step further by another server; and a
-     * server restored from a checkpoint taken every N steps may be up to N
-     * steps behind the others. */
+    s->cfg.table = NULL;
     if (s->cfg.max_row_ids == 0)
         s->cfg.max_row_ids = PS_ROWS_DEFAULT_MAX_IDS;
-    s->clock_lead = cfg->max_clock_lead > 0 ? cfg->max_clock_lead
-                                            : 1 + (cfg->checkpoint_dir ? cfg->checkpoint_every : 0);
-    rc = -ENOMEM;
-    s->cfg.table = NULL;
-    s->workers = calloc((size_t)cfg->world, sizeof(*s->workers));
-    s->live_clocks = calloc((size_t)cfg->world, sizeof(*s->live_clocks));
-    s->wait_ranks = calloc((size_t)cfg->world, 1);
-    s->rank_pushed = calloc((size_t)cfg->world, sizeof(*s->rank_pushed));
-    s->finished = calloc((size_t)cfg->world, 1);
-    s->has_joined = calloc((size_t)cfg->world, 1);
-    s->left_at = calloc((size_t)cfg->world, sizeof(*s->left_at));
-    s->lost = calloc((size_t)cfg->world, 1);
-    if (s->workers == NULL || s->live_clocks == NULL || s->wait_ranks == NULL ||
-        s->rank_pushed == NULL || s->finished == NULL || s->has_joined == NULL ||
-        s->left_at == NULL || s->lost == NULL)
+    s->done = done;
+    s->done_arg = arg;
+    s->handshake_timeout_ms =
+        cfg->handshake_timeout_ms > 0 ? cfg->handshake_timeout_ms : PS__KV_HANDSHAKE_MS;
+    ps_tensors_init(&s->tensors, loop, &s->cfg);
+    ps_durability_init(&s->dur, &s->cfg);
+    if (ps_job_init(&s->job, &s->cfg) < 0 ||
+        ps_held_init(&s->held, loop, &s->cfg, &s->job, &s->tensors, &s->tables, &s->units,
+                     &s->dur) < 0)
         goto fail;
-    if (cfg->table && (rc = ps__adopt_table(s, cfg->table, PS_TABLE_CONFIGURE)) < 0)
+    s->hs = (ps_handshake){&s->cfg, &s->job, &s->peers, &s->tensors, &s->units,
+                           cfg->max_connections > 0 ? cfg->max_connections : 2 * cfg->world + 16};
+    ps_chunks_init(&s->chunks, &s->cfg, &s->job, &s->tensors, &s->units);
+    ps_rows_init(&s->rows, &s->cfg, &s->job, &s->tensors, &s->units, &s->tables);
+    if (cfg->table && (rc = ps_front_adopt(s, cfg->table, PS_TABLE_CONFIGURE)) < 0)
         goto fail;
     *out = s;
     return 0;
@@ -309,10 +730,20 @@ fail:
     return rc;
 }
 
+static void ps__kv_timer(ps_kv_server *s, uv_timer_t *timer, int *on, uv_timer_cb cb,
+                         uint64_t every)
+{
+    uv_timer_init(s->loop, timer);
+    timer->data = s;
+    *on = 1;
+    uv_timer_start(timer, cb, every, every);
+}
+
 int ps_kv_server_start(ps_kv_server *s, const struct sockaddr *addr, int *bound_port)
 {
     struct sockaddr_storage ss;
     int len = sizeof(ss);
+    uint64_t every = s->handshake_timeout_ms;
     int rc;
 
     uv_tcp_init(s->loop, &s->listener);
@@ -320,39 +751,38 @@ int ps_kv_server_start(ps_kv_server *s, const struct sockaddr *addr, int *bound_
     s->listening = 1;
     rc = uv_tcp_bind(&s->listener, addr, 0);
     if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&s->listener, 128, ps__on_connection);
+        rc = uv_listen((uv_stream_t *)&s->listener, 128, ps__kv_on_connection);
     if (rc == 0)
         rc = uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len);
     if (rc < 0)
         return rc;
-    {
-        uint64_t every = s->handshake_timeout_ms;
-        if (s->cfg.heartbeat_timeout_ms > 0 && s->cfg.heartbeat_timeout_ms < every)
-            every = s->cfg.heartbeat_timeout_ms;
-        if (s->rejoin_timeout_ms < every)
-            every = s->rejoin_timeout_ms;
-        every = every / 4 ? every / 4 : 1;
-        uv_timer_init(s->loop, &s->liveness);
-        s->liveness.data = s;
-        s->liveness_on = 1;
-        uv_timer_start(&s->liveness, ps__on_liveness_check, every, every);
-    }
-    uv_timer_init(s->loop, &s->waits);
-    s->waits.data = s;
-    s->waits_on = 1;
-    {
-        uint64_t every =
-            s->wait_report_ms < PS__WAIT_CHECK_MS ? s->wait_report_ms : PS__WAIT_CHECK_MS;
-        uv_timer_start(&s->waits, ps__on_waits_timer, every, every);
-    }
-    ps__durability_start(s);
+    if (s->cfg.heartbeat_timeout_ms > 0 && s->cfg.heartbeat_timeout_ms < every)
+        every = s->cfg.heartbeat_timeout_ms;
+    if (s->job.rejoin_timeout_ms < every)
+        every = s->job.rejoin_timeout_ms;
+    every = every / 4 ? every / 4 : 1;
+    ps__kv_timer(s, &s->liveness, &s->liveness_on, ps__kv_on_liveness, every);
+    ps__kv_timer(s, &s->waits, &s->waits_on, ps__kv_on_waits,
+                 s->held.report_ms < PS__KV_WAIT_CHECK_MS ? s->held.report_ms
+                                                          : PS__KV_WAIT_CHECK_MS);
+    ps_durability_survey(&s->dur, &s->tensors);
+    if (s->cfg.checkpoint_dir != NULL && s->cfg.checkpoint_seconds > 0)
+        ps__kv_timer(s, &s->ckpt_timer, &s->ckpt_timer_on, ps__kv_on_checkpoint_timer,
+                     (uint64_t)(s->cfg.checkpoint_seconds * 1000));
     *bound_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                  : ((struct sockaddr_in *)&ss)->sin_port);
-    if (!s->has_table)
+    if (!s->tensors.has_table)
         ps_info("server %d of %d (mode %s) waits for the first worker to declare the tensors",
                 s->cfg.server_index, s->cfg.num_servers, s->cfg.mode);
-    ps__say_strangers(s);
+    ps_handshake_say_strangers(&s->cfg);
     return 0;
+}
+
+static void ps__kv_close_timer(uv_timer_t *timer, int *on)
+{
+    if (*on)
+        uv_close((uv_handle_t *)timer, NULL);
+    *on = 0;
 }
 
 void ps_kv_server_stop(ps_kv_server *s)
@@ -362,12 +792,11 @@ void ps_kv_server_stop(ps_kv_server *s)
     s->stopping = 1;
     if (s->listening && !uv_is_closing((uv_handle_t *)&s->listener))
         uv_close((uv_handle_t *)&s->listener, NULL);
-    if (s->liveness_on)
-        uv_close((uv_handle_t *)&s->liveness, NULL);
-    if (s->waits_on)
-        uv_close((uv_handle_t *)&s->waits, NULL);
-    ps__durability_stop(s);
-    for (ps__peer *p = s->peers; p; p = p->next)
+    ps__kv_close_timer(&s->liveness, &s->liveness_on);
+    ps__kv_close_timer(&s->waits, &s->waits_on);
+    ps__kv_close_timer(&s->ckpt_timer, &s->ckpt_timer_on);
+    ps__kv_close_timer(&s->quiesce_timer, &s->quiesce_timer_on);
+    for (ps_peer *p = s->peers.head; p; p = p->next)
         ps_conn_close(p->conn, 0);
 }
 
@@ -375,108 +804,33 @@ void ps_kv_server_close(ps_kv_server *s)
 {
     if (s == NULL)
         return;
-    ps__drop_pulls(s, NULL);
-    ps__free_table(s);
-    for (int r = 0; s->rank_pushed && r < s->cfg.world; r++)
-        free(s->rank_pushed[r]);
-    free(s->rank_pushed);
-    free(s->finished);
-    free(s->has_joined);
-    free(s->left_at);
-    free(s->lost);
-    free(s->workers);
-    free(s->live_clocks);
-    free(s->wait_ranks);
+    ps_front_free_table(s);
+    ps_held_free(&s->held);
+    ps_job_free(&s->job);
     free(s);
 }
 
-void ps_kv_server_stats_get(const ps_kv_server *s, ps_kv_server_stats *out)
+int ps_kv_server_checkpoint(ps_kv_server *s, const char *why)
 {
-    uint64_t n = 0, seen = 0;
+    return ps__kv_checkpoint(s, why);
+}
 
-    memset(out, 0, sizeof(*out));
-    out->pushes = s->n_pushes;
-    out->pulls = s->n_pulls;
-    out->bytes_in = s->bytes_in;
-    out->bytes_out = s->bytes_out;
-    out->updates = s->n_applied;
-    out->dropped = s->n_dropped;
-    out->refused = s->n_refused;
-    out->nonfinite = s->n_nonfinite;
-    out->unstable = s->n_unstable;
-    out->too_large = s->n_too_large;
-    out->live_workers = s->live;
-    out->lost_workers = s->n_lost;
-    out->clock = ps__progress_clock(s);
-    out->chunks = s->n_local;
-    out->weight_bytes =
-        s->has_table ? ps_partition_server_numel(s->part, s->cfg.server_index) * sizeof(float) : 0;
-    out->memory_bytes = s->has_table ? ps_shard_memory_bytes(s->shard) : 0;
-    ps__rows_stats(s, out);
-    for (int b = 0; b < PS__STALE_BINS; b++)
-        n += s->stale_hist[b];
-    out->staleness_count = n;
-    out->staleness_max = s->stale_max;
-    if (n == 0)
+/* Calls cb at the next step boundary, or after timeout_ms all the same
+ * (kv_server.h). */
+void ps_kv_server_quiesce(ps_kv_server *s, uint32_t timeout_ms, ps_kv_server_done_cb cb, void *arg)
+{
+    s->quiesce_cb = cb;
+    s->quiesce_arg = arg;
+    ps__kv_maybe_quiesced(s);
+    if (s->quiesce_cb == NULL)
         return;
-    out->staleness_mean = (double)s->stale_sum / (double)n;
-    for (int b = 0; b < PS__STALE_BINS; b++) {
-        seen += s->stale_hist[b];
-        if ((double)seen >= 0.99 * (double)n) {
-            out->staleness_p99 = b;
-            break;
-        }
+    ps_info("waiting up to %.1f s for the step in progress to complete (a checkpoint at a step "
+            "boundary resumes exactly)",
+            timeout_ms / 1000.0);
+    if (!s->quiesce_timer_on) {
+        uv_timer_init(s->loop, &s->quiesce_timer);
+        s->quiesce_timer.data = s;
+        s->quiesce_timer_on = 1;
     }
-}
-
-int ps_kv_server_worker_get(const ps_kv_server *s, int rank, ps_kv_server_worker *out)
-{
-    const ps__peer *p;
-
-    if (rank < 0 || rank >= s->cfg.world || s->workers[rank] == NULL)
-        return -ENOENT;
-    p = s->workers[rank];
-    memset(out, 0, sizeof(*out));
-    out->rank = p->rank;
-    out->clock = p->clock;
-    out->pushes = p->n_pushes;
-    out->pulls = p->n_pulls;
-    out->bytes_in = p->bytes_in;
-    out->bytes_out = p->bytes_out;
-    out->seconds_since_seen = (double)(uv_now(s->loop) - p->last_seen) / 1000;
-    snprintf(out->peer, sizeof(out->peer), "%s", ps_conn_peer(p->conn));
-    return 0;
-}
-
-const ps_kv_server_config *ps_kv_server_config_get(const ps_kv_server *s)
-{
-    return &s->cfg;
-}
-
-void ps_kv_server_log_summary(const ps_kv_server *s)
-{
-    ps_kv_server_stats st;
-
-    ps_kv_server_stats_get(s, &st);
-    ps_info("summary: clock %" PRIu64 ", %" PRIu64 " pushes (%.1f MB in), %" PRIu64
-            " pulls (%.1f MB out), %" PRIu64 " chunk updates, %" PRIu64
-            " late pushes dropped, %" PRIu64 " non-finite pushes rejected, %" PRIu64
-            " updates refused as non-finite, %" PRIu64 " chunks over --max-grad-norm, %" PRIu64
-            " connections refused, %d of %d workers lost (left unfinished, not back within "
-            "--rejoin-timeout), %" PRIu64 " bytes of weights in %d chunks (%" PRIu64
-            " with optimizer state); staleness mean %.2f, p99 %.0f, max %" PRIu64,
-            st.clock, st.pushes, (double)st.bytes_in / 1e6, st.pulls, (double)st.bytes_out / 1e6,
-            st.updates, st.dropped, st.nonfinite, st.unstable, st.too_large, st.refused,
-            st.lost_workers, s->cfg.world, st.weight_bytes, st.chunks, st.memory_bytes,
-            st.staleness_mean, st.staleness_p99, st.staleness_max);
-    if (st.row_tables > 0)
-        ps_info("summary of %d row table%s: %" PRIu64 " rows pulls (%" PRIu64 " rows), %" PRIu64
-                " rows pushes (%" PRIu64 " rows), %" PRIu64 " rows requests refused; rows %" PRIu64
-                " stored, %" PRIu64 " created, %" PRIu64 " admitted, %" PRIu64
-                " evicted, %.1f MiB%s%s%s",
-                st.row_tables, st.row_tables == 1 ? "" : "s", st.row_pulls, st.rows_out,
-                st.row_pushes, st.rows_in, st.rows_refused, st.rows_stored, st.rows_created,
-                st.rows_admitted, st.rows_evicted, (double)st.rows_memory / (1 << 20),
-                s->rows_note ? " (" : "", s->rows_note ? s->rows_note : "",
-                s->rows_note ? ")" : "");
+    uv_timer_start(&s->quiesce_timer, ps__kv_on_quiesce_timeout, timeout_ms, 0);
 }

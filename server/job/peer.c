@@ -1,42 +1,65 @@
-/* A peer's refusal: the reason goes back to it (REJECT during the
- * handshake, ERROR after), the log names it, and the connection closes once
- * the reason is written; nothing the peer sends after that is looked at.
- * Below the dispatcher and the handlers (kv_internal.h): both refuse peers
- * through here, and this file calls neither. */
+/* The server's connections and their refusals (see peer.h). Calls only the
+ * transport and the log: every module that answers a peer refuses it
+ * through here. */
+#include "peer.h"
+
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "kv_internal.h"
 #include "ps_error.h"
 #include "ps_log.h"
 
-static void ps__on_refusal_sent(ps_conn *c, int status, void *arg)
+void ps_peers_add(ps_peers *set, ps_peer *p)
+{
+    p->set = set;
+    p->prev = NULL;
+    p->next = set->head;
+    if (set->head)
+        set->head->prev = p;
+    set->head = p;
+    set->n++;
+}
+
+void ps_peers_remove(ps_peers *set, ps_peer *p)
+{
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        set->head = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    p->next = p->prev = NULL;
+    set->n--;
+}
+
+static void ps__peer_on_refusal_sent(ps_conn *c, int status, void *arg)
 {
     (void)status;
     (void)arg;
     ps_conn_close(c, 0);
 }
 
-int ps__peer_handshaking(const ps__peer *p)
+int ps_peer_handshaking(const ps_peer *p)
 {
-    return p->state == PS__PEER_HANDSHAKE || p->state == PS__PEER_AUTH ||
-           p->state == PS__PEER_TABLE;
+    return p->state == PS_PEER_HANDSHAKE || p->state == PS_PEER_AUTH ||
+           p->state == PS_PEER_TABLE;
 }
 
-void ps__peer_refuse(ps__peer *p, int err, char *reason)
+void ps_peer_refuse(ps_peer *p, int err, char *reason)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
 
     p->failed = 1;
-    h.type = ps__peer_handshaking(p) ? SHARDPS__MSG_TYPE__REJECT : SHARDPS__MSG_TYPE__ERROR;
+    h.type = ps_peer_handshaking(p) ? SHARDPS__MSG_TYPE__REJECT : SHARDPS__MSG_TYPE__ERROR;
     h.status = err;
     h.reason = reason;
-    if (ps_conn_send(p->conn, &h, NULL, 0, ps__on_refusal_sent, NULL) < 0)
+    if (ps_conn_send(p->conn, &h, NULL, 0, ps__peer_on_refusal_sent, NULL) < 0)
         ps_conn_close(p->conn, err);
 }
 
-void ps__peer_fail(ps__peer *p, int err, const char *fmt, ...)
+void ps_peer_fail(ps_peer *p, int err, const char *fmt, ...)
 {
     char reason[1280];
     va_list ap;
@@ -49,6 +72,42 @@ void ps__peer_fail(ps__peer *p, int err, const char *fmt, ...)
     /* A joiner told to come back until the tensors are declared is no
      * fault, and it asks again every second. */
     ps_log(err == -EAGAIN ? PS_LOG_INFO : PS_LOG_WARN, "closing %s: %s", p->name, reason);
-    p->srv->n_refused++;
-    ps__peer_refuse(p, err, reason);
+    p->set->refused++;
+    ps_peer_refuse(p, err, reason);
+}
+
+void ps_peer_send(ps_peer *p, Shardps__Header *h)
+{
+    int rc = ps_conn_send(p->conn, h, NULL, 0, NULL, NULL);
+
+    if (rc < 0 && rc != -PS_ECLOSED)
+        ps_conn_close(p->conn, rc);
+}
+
+void ps_peers_make_room(ps_peers *set, ps_peer *newcomer, int max_connections, int world)
+{
+    int slots = max_connections - world - set->n_evaluators, waiting = 0;
+    ps_peer *oldest = NULL;
+    char reason[160];
+
+    if (slots < 1)
+        slots = 1;
+    for (ps_peer *p = set->head; p; p = p->next)
+        if (ps_peer_handshaking(p) && !p->failed) {
+            waiting++;
+            if (p != newcomer)
+                oldest = p; /* the list is newest first */
+        }
+    if (waiting <= slots || oldest == NULL)
+        return;
+    set->capped++;
+    snprintf(reason, sizeof(reason),
+             "all %d handshake slots of this server are taken (--max-connections %d, %d for the "
+             "workers): the connection that waited longest gives way; come back",
+             slots, max_connections, world);
+    if (set->capped == 1 || set->capped % 100 == 0)
+        ps_warn("closing %s for %s: %s (%" PRIu64 " so far)", oldest->name, newcomer->name, reason,
+                set->capped);
+    set->refused++;
+    ps_peer_refuse(oldest, -EAGAIN, reason);
 }
