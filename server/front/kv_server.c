@@ -45,99 +45,6 @@ enum {
     PS__KV_PUSHED = 1 << 2, /* a dense push was taken: a periodic checkpoint may be due */
 };
 
-/* The server a connection belongs to: its peer set is one of the server's
- * members. */
-static ps_kv_server *ps__kv_of(const ps_peer *p)
-{
-    return (ps_kv_server *)((char *)p->set - offsetof(ps_kv_server, peers));
-}
-
-/* ---- the table: built, withdrawn, freed --------------------------------- */
-
-static void ps__kv_on_settled(void *arg);
-
-int ps_front_adopt(ps_kv_server *s, const ps_model_spec *spec, ps_table_event how)
-{
-    ps_tensors *t = &s->tensors;
-    int rc;
-
-    rc = ps_tensors_adopt(t, spec, how, ps__kv_on_settled, s, s->chunks.n.applied);
-    if (rc < 0)
-        return rc;
-    rc = ps_row_tables_build(&s->tables, &s->cfg, &t->table);
-    if (rc == 0)
-        rc = ps_units_init(&s->units, t->n_local, s->tables.n, s->cfg.world);
-    if (rc == 0)
-        rc = ps_durability_adopt(&s->dur, t->n_local);
-    if (rc < 0) {
-        ps_front_free_table(s);
-        return rc;
-    }
-    /* Buffers and frozen tensors are never pushed: their chunks hold no
-     * step back (the server's clock is the least of the others'). */
-    for (int i = 0; i < t->n_local; i++)
-        if (ps_tensors_chunk_static(t, i))
-            ps_units_set_static(&s->units, i);
-    ps_info("server %d of %d holds %d chunks of %d tensors: %zu bytes of weights (%.1f MiB with "
-            "optimizer state), mode %s",
-            s->cfg.server_index, s->cfg.num_servers, t->n_local, t->table.n_tensors, t->share,
-            (double)ps_shard_memory_bytes(t->shard) / (1 << 20), s->cfg.mode);
-    return 0;
-}
-
-void ps_front_free_table(ps_kv_server *s)
-{
-    ps_held_drop(&s->held, NULL);
-    ps_row_tables_free(&s->tables);
-    ps_units_free(&s->units);
-    ps_durability_release(&s->dur);
-    ps_tensors_free(&s->tensors);
-}
-
-/* A withdrawn table is freed once the work still in flight on it has
- * drained. */
-static void ps__kv_release_withdrawn(ps_kv_server *s)
-{
-    if (s->tensors.life.state != PS_TABLE_WITHDRAWN || !ps_apply_queue_idle(s->tensors.updates))
-        return;
-    ps_front_free_table(s);
-    ps_info("the withdrawn tensor table is released; waiting for a worker to declare the tensors");
-}
-
-/* Nothing of a withdrawn table survives: the peers that joined it are
- * closed, who joined the job and what the job was to do is forgotten, and
- * the table itself is freed once the work in flight on it has drained. */
-static void ps__kv_withdraw(ps_kv_server *s, const char *why)
-{
-    uint64_t now = uv_now(s->loop);
-    char reason[1024];
-
-    ps_warn("the tensor table of %d tensors is withdrawn: %s; nothing of it is kept, and the next "
-            "worker to declare the tensors declares them anew",
-            s->tensors.table.n_tensors, why);
-    snprintf(reason, sizeof(reason),
-             "the tensor table this worker joined was withdrawn (%s); connect again to declare or "
-             "join the job's tensors",
-             why);
-    for (ps_peer *p = s->peers.head; p; p = p->next) {
-        if (!ps_job_leave(&s->job, p, "its tensor table was withdrawn", now))
-            continue;
-        ps_held_drop(&s->held, p);
-        ps_peer_fail(p, -PS_EMISMATCH, "%s", reason);
-    }
-    ps_job_forget(&s->job);
-    ps_durability_forget(&s->dur);
-    ps_held_drop(&s->held, NULL);
-    ps__kv_release_withdrawn(s);
-}
-
-/* Carries out what a table event asks for. */
-static void ps__kv_table_event(ps_kv_server *s, ps_table_event ev, const char *why)
-{
-    if (ps_tensors_event(&s->tensors, ev) == PS_TABLE_WITHDRAW)
-        ps__kv_withdraw(s, why);
-}
-
 /* ---- the sequence ------------------------------------------------------- */
 
 /* Training starts once every rank has joined and the table is held: its
@@ -152,7 +59,7 @@ static void ps__kv_maybe_start(ps_kv_server *s)
         return;
     ps_tensors_event(t, PS_TABLE_START);
     if (ps_tensors_settle(t, s->chunks.n.applied) == PS_TABLE_WITHDRAW)
-        ps__kv_withdraw(s, t->fill_why);
+        ps_front_withdraw(s, t->fill_why);
     if (!ps_table_life_holds(&t->life))
         return;
     ps_job_start(&s->job);
@@ -197,7 +104,7 @@ static void ps__kv_declarer_left(ps_kv_server *s, ps_peer *p)
     p->declarer = 0;
     ps_tensors_note_applied(&s->tensors, s->chunks.n.applied);
     snprintf(why, sizeof(why), "%s, its last declarer, left before a step was applied", p->name);
-    ps__kv_table_event(s, PS_TABLE_DECLARER_LEFT, why);
+    ps_front_table_event(s, PS_TABLE_DECLARER_LEFT, why);
 }
 
 /* Only a committed table (a step applied, or restored) is checkpointed. */
@@ -257,7 +164,7 @@ static void ps__kv_settle(ps_kv_server *s, unsigned changes, ps_peer *left)
     ps_tensors *t = &s->tensors;
 
     if (ps_tensors_settle(t, s->chunks.n.applied) == PS_TABLE_WITHDRAW)
-        ps__kv_withdraw(s, t->fill_why);
+        ps_front_withdraw(s, t->fill_why);
     if (changes & PS__KV_JOINED)
         ps__kv_maybe_start(s);
     ps__kv_apply_completed(s);
@@ -284,7 +191,7 @@ static void ps__kv_on_settled(void *arg)
     ps_kv_server *s = arg;
 
     if (s->tensors.life.state == PS_TABLE_WITHDRAWN) {
-        ps__kv_release_withdrawn(s);
+        ps_front_release_withdrawn(s);
         return;
     }
     ps__kv_settle(s, 0, NULL);
@@ -312,56 +219,6 @@ static unsigned ps__kv_leave(ps_kv_server *s, ps_peer *p, const char *why)
     return PS__KV_LEFT;
 }
 
-/* Rank 0's table over one other ranks declared first (issue 23 pt 2: the
- * job starts from rank 0's model, whoever came first): the held table is
- * withdrawn, its declarers told that rank 0 declared another and how the
- * two differ. Returns 0 when the server now holds no table (rank 0's is
- * adopted next), or -1 after failing rank 0 with -EAGAIN (the old table is
- * still draining: come back). */
-static int ps__kv_outranked(ps_kv_server *s, ps_peer *p, const char *diff)
-{
-    char ranks[128] = "", why[800];
-    size_t n = 0;
-    int count = 0;
-
-    for (ps_peer *q = s->peers.head; q; q = q->next)
-        if (q->state == PS_PEER_WORKER && q->declarer && n < sizeof(ranks)) {
-            n += (size_t)snprintf(ranks + n, sizeof(ranks) - n, "%s%u", count ? ", " : "", q->rank);
-            count++;
-        }
-    snprintf(why, sizeof(why), "rank 0 declared another table than rank%s %s: %s",
-             count == 1 ? "" : "s", ranks, diff);
-    ps_tensors_event(&s->tensors, PS_TABLE_OUTRANKED);
-    ps__kv_withdraw(s, why);
-    if (!s->tensors.has_table)
-        return 0;
-    ps_peer_fail(p, -EAGAIN,
-                 "the tensor table other ranks declared gives way to rank 0's and is still "
-                 "being withdrawn; come back in a moment");
-    return -1;
-}
-
-/* The table a HELLO declared becomes the server's. Returns 0, or -1 after
- * failing the peer. */
-static int ps__kv_declare(ps_kv_server *s, ps_peer *p, const Shardps__Hello *hello,
-                          const ps_model_spec *spec)
-{
-    int rc = ps_front_adopt(s, spec, PS_TABLE_DECLARE);
-
-    if (rc < 0) {
-        ps_peer_fail(p, rc == -ENOMEM ? -ENOMEM : -PS_EPROTO,
-                     "this server cannot hold the declared tensors in %d servers of "
-                     "%zu-byte chunks: %s",
-                     s->cfg.num_servers, s->cfg.chunk_bytes, ps_strerror(rc));
-        return -1;
-    }
-    ps_info(
-        "tensor table of %d tensors (%zu bytes) declared by worker %u (%s); it is the job's once "
-        "a step is applied, and withdrawn if every worker that declared it leaves before",
-        spec->n_tensors, spec->total_words * sizeof(float), hello->rank, ps_conn_peer(p->conn));
-    return 0;
-}
-
 /* A HELLO is ready to be judged (handshake.h): the table it declares is
  * adopted, or replaces the one held, as the verdict says; then the worker
  * is admitted, counts again toward the steps it fed, and a declarer is
@@ -379,11 +236,11 @@ static unsigned ps__kv_admit(ps_kv_server *s, ps_peer *p, const Shardps__Hello *
     }
     v = ps_handshake_judge(&s->hs, p, hello, spec, why, sizeof(why));
     if (v == PS_HS_OUTRANKS) {
-        if (ps__kv_outranked(s, p, why) < 0)
+        if (ps_front_outranked(s, p, why) < 0)
             return 0;
         v = PS_HS_ADOPT;
     }
-    if (v == PS_HS_REFUSED || (v == PS_HS_ADOPT && ps__kv_declare(s, p, hello, spec) < 0))
+    if (v == PS_HS_REFUSED || (v == PS_HS_ADOPT && ps_front_declare(s, p, hello, spec) < 0))
         return 0;
     rc = ps_handshake_admit(&s->hs, p, hello, request_id, spec != NULL);
     ps_units_rank_joined(&s->units, p->rank);
@@ -487,7 +344,7 @@ static unsigned ps__kv_evaluator_frame(ps_kv_server *s, ps_peer *p, const ps_fra
 static void ps__kv_on_frame(ps_conn *c, const ps_frame *f)
 {
     ps_peer *p = ps_conn_data(c);
-    ps_kv_server *s = ps__kv_of(p);
+    ps_kv_server *s = ps_front_of(p);
     unsigned changes;
 
     if (p->failed || p->state == PS_PEER_GONE)
@@ -500,52 +357,6 @@ static void ps__kv_on_frame(ps_conn *c, const ps_frame *f)
     else
         changes = ps__kv_worker_frame(s, p, f);
     ps__kv_settle(s, changes, (changes & PS__KV_LEFT) ? p : NULL);
-}
-
-/* Where a frame's payload lands; every frame with a payload is judged here,
- * on its header alone, before a byte of it is stored: a declarer's TABLE,
- * a PUSH (chunks.h), the rows requests (rows.h); initial values land in the
- * connection's buffer, and writes.h checks them against their keys (within
- * --max-payload, like a push). Any other type carries no payload. A
- * refusal (negative) stops the connection reading; the ERROR naming why
- * goes out first. */
-static int ps__kv_place(ps_conn *c, const Shardps__Header *h, const ps_frame_piece **pieces)
-{
-    ps_peer *p = ps_conn_data(c);
-    ps_kv_server *s = ps__kv_of(p);
-    char why[256];
-    int rc;
-
-    if (!p->failed && p->state == PS_PEER_TABLE) {
-        rc = ps_validate_table_frame(h->type, h->n_keys, h->payload_bytes, why, sizeof(why));
-        if (rc < 0)
-            ps_peer_fail(p, rc, "%s", why);
-        return rc;
-    }
-    /* An evaluator is told why nothing it sends carries a payload. */
-    if (!p->failed && p->state == PS_PEER_EVALUATOR &&
-        ps_validate_evaluator_type(h->type, why, sizeof(why)) < 0)
-        ps_peer_fail(p, -PS_EPROTO, "%s", why);
-    /* Nothing more is read from a peer already refused or gone. */
-    if (p->failed || p->state != PS_PEER_WORKER)
-        return -PS_EPROTO;
-    if (h->type == SHARDPS__MSG_TYPE__WRITE)
-        return 0;
-    if (ps_validate_worker_type(h->type, why, sizeof(why)) < 0 ||
-        (h->type != SHARDPS__MSG_TYPE__PUSH && h->type != SHARDPS__MSG_TYPE__PULL_ROWS &&
-         h->type != SHARDPS__MSG_TYPE__PUSH_ROWS &&
-         ps_validate_payload(h->type, h->dtype, h->unused, 0, h->payload_bytes, why, sizeof(why)) <
-             0)) {
-        ps_peer_fail(p, -PS_EPROTO, "%s", why);
-        return -PS_EPROTO;
-    }
-    rc = h->type == SHARDPS__MSG_TYPE__PUSH ? ps_chunks_judge_push(&s->chunks, p, h)
-         : h->type == SHARDPS__MSG_TYPE__PULL_ROWS || h->type == SHARDPS__MSG_TYPE__PUSH_ROWS
-             ? ps_rows_judge(&s->rows, p, h)
-             : 0;
-    if (rc < 0)
-        return rc;
-    return ps_unit_wire_place(s->tensors.bufs, p, h->payload_bytes, pieces);
 }
 
 /* The decoder refused what the peer sent (a wrong version, a size over a
@@ -563,7 +374,7 @@ static void ps__kv_on_decode_error(ps_conn *c, int err)
 static void ps__kv_on_conn_close(ps_conn *c, int err)
 {
     ps_peer *p = ps_conn_data(c);
-    ps_kv_server *s = ps__kv_of(p);
+    ps_kv_server *s = ps_front_of(p);
     unsigned changes;
 
     if (err < 0 && err != -PS_ECLOSED && !p->failed) {
@@ -658,7 +469,7 @@ static void ps__kv_on_connection(uv_stream_t *listener, int status)
     /* No payload until the peer is admitted: a HELLO carries none. */
     ps_conn_config cc = {.on_frame = ps__kv_on_frame,
                          .on_close = ps__kv_on_conn_close,
-                         .place = ps__kv_place,
+                         .place = ps_front_place,
                          .on_decode_error = ps__kv_on_decode_error,
                          /* Nothing large is sent before admission,
                           * which sets the limit for this server's
@@ -703,6 +514,7 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
     if (s == NULL)
         return -ENOMEM;
     s->loop = loop;
+    s->settled = ps__kv_on_settled;
     s->cfg = *cfg;
     s->cfg.table = NULL;
     if (s->cfg.max_row_ids == 0)

@@ -28,6 +28,7 @@
 #include <uv.h>
 
 #include "kv_config.h"
+#include "kv_types.h"
 
 /* What the server has seen so far; a plain snapshot. */
 typedef struct {
@@ -51,14 +52,6 @@ typedef struct {
     uint64_t rows_stored, rows_created, rows_admitted, rows_evicted, rows_memory;
 } ps_kv_server_stats;
 
-typedef struct ps_kv_server ps_kv_server;
-
-/* Called once every rank has said goodbye (finished) or is lost, and none is
- * live. A rank that disappeared without a goodbye may still rejoin, so the
- * server waits for it, but only for rejoin_timeout_ms: then it counts as
- * lost (logged, and in the summary) and the job ends without it. A lost
- * rank that comes back while the job still runs is taken back. */
-typedef void (*ps_kv_server_done_cb)(ps_kv_server *s, void *arg);
 
 /* cfg is copied. Returns 0, -EINVAL or -ENOMEM. */
 int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_config *cfg,

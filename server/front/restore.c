@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "front.h"
+#include "kv_server.h"
 #include "ps_log.h"
 
 static int ps__restore_adopt(void *arg, const ps_model_spec *spec)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "front.h"
+#include "kv_server.h"
 #include "ps_log.h"
 
 void ps_kv_server_stats_get(const ps_kv_server *s, ps_kv_server_stats *out)

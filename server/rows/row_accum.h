@@ -3,7 +3,8 @@
  * apply, as a dense chunk holds its accumulator.
  *
  * Each push brings unique IDs with their gradients (the client summed
- * repeats); the accumulator adds them into one gradient per ID, IDs in the
+ * repeats, and the wire refused a push naming one twice: row_wire.h, the
+ * one place that rule is checked); the accumulator adds them into one gradient per ID, IDs in the
  * order first pushed, so the step's apply (ps_row_store_apply with scale
  * 1/W, as a chunk takes the mean) gets unique IDs with summed gradients.
  * Gradients of an ID are added in the order their pushes arrive, as a
@@ -22,9 +23,8 @@ typedef struct ps_row_accum ps_row_accum;
 int ps_row_accum_create(ps_row_accum **out, uint32_t dim);
 void ps_row_accum_free(ps_row_accum *a);
 
-/* Adds one push: grads[i * dim ..] to the sum of ids[i], i < n. Returns 0,
- * -EINVAL when the push names an ID twice, or -ENOMEM; on an error nothing
- * was added. */
+/* Adds one push of unique IDs: grads[i * dim ..] to the sum of ids[i],
+ * i < n. Returns 0, or -ENOMEM with nothing added. */
 int ps_row_accum_add(ps_row_accum *a, const uint64_t *ids, const float *grads, size_t n);
 
 /* The step's unique IDs and summed gradients (count * dim floats), in the

@@ -15,7 +15,6 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "id_set.h"
 #include "ps_error.h"
 #include "row_map.h"
 
@@ -51,7 +50,6 @@ struct ps_row_store {
     ps_row_counters counters;
     float *row;     /* a new row being made: values then state */
     float *grad;    /* a scaled gradient */
-    ps_id_set seen; /* duplicate check of a batch */
     /* Eviction candidates, oldest first from next_victim. */
     ps__victim *victims;
     size_t n_victims, next_victim, cap_victims;
@@ -349,7 +347,6 @@ void ps_row_store_free(ps_row_store *st)
     ps_row_admit_free(st->admit);
     free(st->row);
     free(st->grad);
-    ps_id_set_free(&st->seen);
     free(st->victims);
     free(st);
 }
@@ -430,16 +427,6 @@ int ps_row_store_gather(const ps_row_store *st, const uint64_t *ids, size_t n, u
 
 /* ---- apply ---------------------------------------------------------------- */
 
-/* 1 when ids[0..n) holds an ID twice. */
-static int ps__has_duplicates(ps_row_store *st, const uint64_t *ids, size_t n, int *rc)
-{
-    *rc = ps_id_set_reset(&st->seen, n);
-    for (size_t i = 0; *rc == 0 && i < n; i++)
-        if (ps_id_set_put(&st->seen, ids[i], 0) >= 0)
-            return 1;
-    return 0;
-}
-
 static int ps__all_finite(const float *g, size_t n)
 {
     uint32_t bad = 0;
@@ -496,11 +483,9 @@ int ps_row_store_apply(ps_row_store *st, const uint64_t *ids, const float *grads
         return -ERANGE;
     if (!isfinite(scale))
         return -EINVAL;
-    if (ps__has_duplicates(st, ids, n, &rc))
-        return -EINVAL;
     /* Every ID could be new: room for all of them, so that nothing after
      * this point can fail half-way through the batch. */
-    if (rc < 0 || (rc = ps__reserve_rows(st, n)) < 0)
+    if ((rc = ps__reserve_rows(st, n)) < 0)
         return rc;
     ps__look_first(st, ids, n);
     for (size_t i = 0; i < n; i++) {
@@ -574,7 +559,6 @@ void ps_row_store_counters(const ps_row_store *st, ps_row_counters *out)
     out->bytes += sizeof(*st) + ps_row_map_bytes(st->map) +
                   (st->admit ? ps_row_admit_bytes(st->admit) : 0) +
                   (2 * st->cfg.dim + st->state_floats) * sizeof(float) +
-                  st->seen.cap * (sizeof(uint64_t) + 2 * sizeof(uint32_t)) +
                   st->cap_victims * sizeof(ps__victim) + st->cap_slabs * sizeof(uint8_t *);
 }
 

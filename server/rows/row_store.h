@@ -140,9 +140,10 @@ int ps_row_store_gather(const ps_row_store *st, const uint64_t *ids, size_t n, u
                         float *out, size_t *found);
 
 /* Applies the gradients grads[i * dim ..] * scale of the unique IDs ids[i]
- * at step with rate lr (see above). Everything that can refuse the whole
- * batch is checked before any row changes: -EINVAL for an ID given twice
- * or a scale that is not finite, -ERANGE for a step beyond PS_ROW_MAX_STEP,
+ * (the wire refused a request naming one twice: row_wire.h, the one place
+ * that rule is checked) at step with rate lr (see above). Everything that
+ * can refuse the whole batch is checked before any row changes: -EINVAL
+ * for a scale that is not finite, -ERANGE for a step beyond PS_ROW_MAX_STEP,
  * -ENOMEM when room for the batch's new rows cannot be made (-E2BIG when
  * it would take the store past 2^31 rows); after those,
  * rows are refused one by one (counted in res). res may be NULL. */

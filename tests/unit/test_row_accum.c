@@ -1,7 +1,7 @@
 /* Tests for the step accumulator of row pushes: sums against plain
- * additions in push order (bit for bit), IDs in first-pushed order, a push
- * naming an ID twice refused with nothing added, reset, and growth over
- * many rows. */
+ * additions in push order (bit for bit), IDs in first-pushed order, reset,
+ * and growth over many rows. A push naming an ID twice never reaches it:
+ * the wire refuses it (test_row_wire.c). */
 #include <criterion/criterion.h>
 
 #include <errno.h>
@@ -49,31 +49,6 @@ Test(row_accum, sums_in_push_order)
     cr_assert_eq(memcmp(sums, g2, sizeof(g2)), 0);
     ps_row_accum_free(a);
     ps_row_accum_free(NULL);
-}
-
-Test(row_accum, duplicate_in_a_push_adds_nothing)
-{
-    ps_row_accum *a;
-    uint64_t p1[2] = {1, 2}, bad[4] = {2, 5, 6, 5};
-    float g[4 * D], before[2 * D];
-    const uint64_t *ids;
-    const float *sums;
-
-    cr_assert_eq(ps_row_accum_create(&a, D), 0);
-    rng_state = 9;
-    fill_random(g, 4 * D, 1.0);
-    cr_assert_eq(ps_row_accum_add(a, p1, g, 2), 0);
-    ps_row_accum_rows(a, &ids, &sums);
-    memcpy(before, sums, sizeof(before));
-    cr_assert_eq(ps_row_accum_add(a, bad, g, 4), -EINVAL);
-    cr_assert_eq(ps_row_accum_rows(a, &ids, &sums), 2);
-    cr_assert_eq(memcmp(sums, before, sizeof(before)), 0);
-    /* The refused push left no mark: the same IDs once each are fine. */
-    bad[3] = 8;
-    cr_assert_eq(ps_row_accum_add(a, bad, g, 4), 0);
-    cr_assert_eq(ps_row_accum_rows(a, &ids, &sums), 5);
-    cr_assert_eq(ids[2], 5);
-    ps_row_accum_free(a);
 }
 
 /* Three workers push overlapping halves of 20,000 IDs; every sum equals

@@ -121,6 +121,43 @@ Test(row_wire, repeats_are_found)
     ps_id_set_free(&seen);
 }
 
+/* Moved here from the accumulator's and the store's tests when the wire
+ * became the one place that refuses an ID named twice: a push naming one
+ * twice is refused whole, and the same IDs once each pass; among many IDs
+ * with only high bits set a repeat is found too. */
+Test(row_wire, a_push_naming_an_id_twice_is_refused_whole)
+{
+    uint64_t bad[4] = {2, 5, 6, 5}, ids[4];
+    uint8_t payload[4 * 8 + 4 * 2 * 4];
+    float g[8] = {0};
+    const float *got = NULL;
+    ps_id_set seen = {0};
+    char why[256];
+
+    memcpy(payload, bad, sizeof(bad));
+    memcpy(payload + sizeof(bad), g, sizeof(g));
+    cr_assert_eq(ps_rows_parse(payload, SHARDPS__MSG_TYPE__PUSH_ROWS, SHARDPS__DTYPE__DTYPE_F32, 4,
+                               2, ids, NULL, &got, &seen, why, sizeof(why)),
+                 -PS_EPROTO);
+    cr_assert_not_null(strstr(why, "names ID 5 twice"), "%s", why);
+    /* The refused push left no mark: the same IDs once each are fine. */
+    bad[3] = 8;
+    memcpy(payload, bad, sizeof(bad));
+    cr_assert_eq(ps_rows_parse(payload, SHARDPS__MSG_TYPE__PUSH_ROWS, SHARDPS__DTYPE__DTYPE_F32, 4,
+                               2, ids, NULL, &got, &seen, why, sizeof(why)),
+                 0, "%s", why);
+    {
+        uint64_t many[2000];
+        for (int i = 0; i < 2000; i++)
+            many[i] = (uint64_t)i << 44;
+        many[1999] = many[3];
+        cr_assert_eq(ps_rows_find_repeat(many, 2000, &seen), 1999);
+        many[1999] = (uint64_t)1999 << 44;
+        cr_assert_eq(ps_rows_find_repeat(many, 2000, &seen), -1);
+    }
+    ps_id_set_free(&seen);
+}
+
 Test(row_wire, a_push_is_taken_apart)
 {
     uint8_t payload[3 * 8 + 3 * 4 * 4];
