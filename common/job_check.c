@@ -118,8 +118,8 @@ int ps_job_server_place(const ps_job_options *o, const ps_job_process *p, ps_job
 
 /* The server's own place: its index, and the address it listens on,
  * resolved once here. */
-static int ps__server(const ps_job_options *o, const ps_job_process *p, ps_job_plan *plan,
-                      char *err, size_t len)
+static int ps__job_check_server(const ps_job_options *o, const ps_job_process *p, ps_job_plan *plan,
+                                char *err, size_t len)
 {
     char e[256], from[PATH_MAX + 64];
     int rc = ps_job_server_place(o, p, plan, err, len);
@@ -136,8 +136,8 @@ static int ps__server(const ps_job_options *o, const ps_job_process *p, ps_job_p
 }
 
 /* A worker's rank and the servers it reaches. */
-static int ps__worker(const ps_job_options *o, const ps_job_process *p, ps_job_plan *plan,
-                      char *err, size_t len)
+static int ps__job_check_worker(const ps_job_options *o, const ps_job_process *p, ps_job_plan *plan,
+                                char *err, size_t len)
 {
     char e[256], from[2][PATH_MAX + 64];
     int rc;
@@ -370,9 +370,9 @@ int ps_job_check(const ps_job_options *o, const ps_job_process *p, ps_job_plan *
     plan->num_servers = p->num_servers;
     rc = ps__rules(o, p, err, len);
     if (rc == 0 && (p->program & PS_JOB_SERVER))
-        rc = ps__server(o, p, plan, err, len);
+        rc = ps__job_check_server(o, p, plan, err, len);
     if (rc == 0 && ((p->program & PS_JOB_WORKER) || p->evaluator))
-        rc = ps__worker(o, p, plan, err, len);
+        rc = ps__job_check_worker(o, p, plan, err, len);
     if (rc == 0 && (p->program & (PS_JOB_SERVER | PS_JOB_WORKER)) &&
         ps_job_settings_format(o, plan->num_servers, plan->settings, sizeof(plan->settings)) < 0)
         rc = ps__refuse(err, len, "the job's settings do not fit in %zu bytes",

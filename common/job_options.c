@@ -32,7 +32,7 @@ typedef struct {
 #define PS__STR(x)     PS__STR2(x)
 
 /* A new option that more than one program takes goes here, and nowhere else. */
-static const ps__job_option ps__table[] = {
+static const ps__job_option ps__job_table[] = {
     /* [cluster] */
     {"servers", PS_FLAG_STRING, PS__AT(servers), "HOST:PORT,...",
      "every server of the job in index order (a server: sets --num-servers and, unless given, "
@@ -217,7 +217,7 @@ static const ps__job_option ps__table[] = {
     {"verbose", PS_FLAG_BOOL, PS__AT(verbose), NULL, "log debug detail", 0, 0, NULL, NULL, NULL, 0,
      NULL, PS__S | PS__W | PS__L, 0},
 };
-#define PS__N ((int)(sizeof(ps__table) / sizeof(ps__table[0])))
+#define PS__N_JOB_OPTIONS ((int)(sizeof(ps__job_table) / sizeof(ps__job_table[0])))
 
 static void *ps__member(const ps_job_options *o, const ps__job_option *d)
 {
@@ -228,7 +228,7 @@ static void *ps__member(const ps_job_options *o, const ps__job_option *d)
 static int ps__is_alias(int i)
 {
     for (int j = 0; j < i; j++)
-        if (ps__table[j].offset == ps__table[i].offset)
+        if (ps__job_table[j].offset == ps__job_table[i].offset)
             return 1;
     return 0;
 }
@@ -236,8 +236,8 @@ static int ps__is_alias(int i)
 void ps_job_options_defaults(ps_job_options *o)
 {
     memset(o, 0, sizeof(*o));
-    for (int i = 0; i < PS__N; i++) {
-        const ps__job_option *d = &ps__table[i];
+    for (int i = 0; i < PS__N_JOB_OPTIONS; i++) {
+        const ps__job_option *d = &ps__job_table[i];
         void *m = ps__member(o, d);
         switch (d->type) {
         case PS_FLAG_INT:
@@ -259,8 +259,8 @@ int ps_job_options_flags(ps_job_options *o, unsigned program, ps_flag *out, int 
 {
     int n = 0;
 
-    for (int i = 0; i < PS__N; i++) {
-        const ps__job_option *d = &ps__table[i];
+    for (int i = 0; i < PS__N_JOB_OPTIONS; i++) {
+        const ps__job_option *d = &ps__job_table[i];
         if (!(d->programs & program))
             continue;
         if (n == max)
@@ -278,8 +278,8 @@ int ps_job_options_others(unsigned program, char *buf, size_t len)
     if (len == 0)
         return -ENOSPC;
     buf[0] = '\0';
-    for (int i = 0; i < PS__N; i++) {
-        const ps__job_option *d = &ps__table[i];
+    for (int i = 0; i < PS__N_JOB_OPTIONS; i++) {
+        const ps__job_option *d = &ps__job_table[i];
         int w;
         if (d->section == NULL || (d->programs & program))
             continue;
@@ -318,8 +318,8 @@ int ps_job_options_argv(const ps_job_options *o, unsigned from, unsigned to, cha
     size_t used = 0;
     int n = 0;
 
-    for (int i = 0; i < PS__N; i++) {
-        const ps__job_option *d = &ps__table[i];
+    for (int i = 0; i < PS__N_JOB_OPTIONS; i++) {
+        const ps__job_option *d = &ps__job_table[i];
         int w;
 
         if ((d->programs & from) == 0 || (d->programs & to) == 0 || ps__is_alias(i))
@@ -366,8 +366,8 @@ int ps_job_settings_format(const ps_job_options *o, int num_servers, char *buf, 
     if (w < 0 || (size_t)w >= len)
         return -ENOSPC;
     used = (size_t)w;
-    for (int i = 0; i < PS__N; i++) {
-        const ps__job_option *d = &ps__table[i];
+    for (int i = 0; i < PS__N_JOB_OPTIONS; i++) {
+        const ps__job_option *d = &ps__job_table[i];
         if (!d->agree)
             continue;
         w = snprintf(buf + used, len - used, "%s=", d->name);

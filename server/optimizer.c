@@ -223,7 +223,8 @@ static inline __attribute__((always_inline)) void ps__apply(const ps__coef *c, f
 }
 
 /* 1 when some x[i] is Inf or NaN (all exponent bits set). */
-static inline __attribute__((always_inline)) int ps__any_nonfinite(const float *x, size_t n)
+static inline __attribute__((always_inline)) int ps__optimizer_any_nonfinite(const float *x,
+                                                                             size_t n)
 {
     uint32_t bad = 0;
 
@@ -372,7 +373,7 @@ ps__stays_finite(const ps__coef *c, const float *w, const float *state, const fl
         if (stride)
             memcpy(sb, state + stride * off, stride * m * sizeof(float));
         ps__span(c, wb, sb, g + off, m);
-        if (ps__any_nonfinite(wb, m) || ps__any_nonfinite(sb, stride * m))
+        if (ps__optimizer_any_nonfinite(wb, m) || ps__optimizer_any_nonfinite(sb, stride * m))
             return 0;
     }
     return 1;

@@ -65,7 +65,7 @@ static void ps__report(const ps_trainer *t, ps_report *r)
  * (report) at the end of an epoch and of the run; --eval-every's evaluations
  * within an epoch go to the log and the metrics file only, so its "epoch
  * done" lines stay one per epoch. */
-static int ps__evaluate(ps_trainer *t, uint64_t step, double *acc_out, int report)
+static int ps__trainer_evaluate(ps_trainer *t, uint64_t step, double *acc_out, int report)
 {
     float loss;
     int correct, rc;
@@ -158,7 +158,7 @@ static uint64_t ps__step_after_pull(const ps_trainer *t, uint64_t clock)
 }
 
 /* Pulls the weights of clock into the backend and waits for them. */
-static int ps__pull(ps_trainer *t, uint64_t clock)
+static int ps__trainer_pull(ps_trainer *t, uint64_t clock)
 {
     int rc = shardps_pull(t->ps, clock, t->params, t->spec->n_tensors);
 
@@ -528,7 +528,7 @@ int ps_trainer_run(ps_trainer *t)
     double t0, acc = -1, t_step, t_exchange;
 
     t0 = iv.last_t = ps_clock_now();
-    rc = ps__pull(t, t->start);
+    rc = ps__trainer_pull(t, t->start);
     for (clock = rc == 0 ? ps__step_after_pull(t, t->start) : t->start; clock < t->total; clock++) {
         int e = (int)(clock / (uint64_t)t->steps_per_epoch);
         float loss;
@@ -553,7 +553,7 @@ int ps_trainer_run(ps_trainer *t)
                     j->max_reconnects);
             rc = ps__reconnect(t, &clock);
             if (rc == 0)
-                rc = ps__pull(t, clock);
+                rc = ps__trainer_pull(t, clock);
             if (rc == 0)
                 clock = ps__step_after_pull(t, clock);
             if (rc < 0 || clock >= t->total)
@@ -563,13 +563,13 @@ int ps_trainer_run(ps_trainer *t)
         }
         if (e != epoch) {
             if (t->eval && !t->cfg.eval_at_end && clock > t->start &&
-                (rc = ps__evaluate(t, clock, &acc, 1)) < 0)
+                (rc = ps__trainer_evaluate(t, clock, &acc, 1)) < 0)
                 break;
             epoch = e;
             ps_dataset_epoch_order((uint64_t)j->seed, epoch, t->train.n, t->order);
         } else if (t->eval && !t->cfg.eval_at_end && j->eval_every > 0 && clock > t->start &&
                    clock % (uint64_t)j->eval_every == 0 &&
-                   (rc = ps__evaluate(t, clock, &acc, 0)) < 0) {
+                   (rc = ps__trainer_evaluate(t, clock, &acc, 0)) < 0) {
             break;
         }
         t_step = ps_clock_now();
@@ -593,7 +593,7 @@ int ps_trainer_run(ps_trainer *t)
         iv.loss_n++;
         rc = t->push_rc;
         if (rc == 0)
-            rc = ps__pull(t, clock + 1);
+            rc = ps__trainer_pull(t, clock + 1);
         if (rc < 0)
             continue;
         rc = ps__check_divergence(t, clock, loss);
@@ -626,7 +626,7 @@ int ps_trainer_run(ps_trainer *t)
         ps_info("stopping on %s: %s", ps__signal_name(o->stop), shardps_last_error(t->ps));
     if (rc < 0)
         return rc;
-    if (t->eval && (rc = ps__evaluate(t, t->total, &acc, 1)) < 0)
+    if (t->eval && (rc = ps__trainer_evaluate(t, t->total, &acc, 1)) < 0)
         return rc;
     if (o->dump_weights && (rc = ps__dump_weights(t)) < 0)
         return rc;
