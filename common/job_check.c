@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "job_kinds.h"
 #include "ps_error.h"
 #include "ps_log.h"
 #include "transport.h"
@@ -160,6 +161,9 @@ static int ps__job_check_worker(const ps_job_options *o, const ps_job_process *p
 static int ps__rules(const ps_job_options *o, const ps_job_process *p, char *err, size_t len)
 {
     unsigned servers_side = PS_JOB_SERVER | PS_JOB_LAUNCHER;
+    /* Any text that names no schedule (the table refuses one; a caller
+     * filling the options by hand may not) ties no option to another. */
+    ps_lr_kind schedule = PS_LR_CONSTANT;
 
     if ((p->program & PS_JOB_LAUNCHER) && o->workers > PS_LAUNCHER_MAX_WORKERS)
         return ps__refuse(err, len, "--workers %d: this launcher starts at most %d", o->workers,
@@ -178,10 +182,11 @@ static int ps__rules(const ps_job_options *o, const ps_job_process *p, char *err
         return ps__refuse(err, len,
                           "--checkpoint-seconds %g needs --checkpoint-dir DIR to write to",
                           o->checkpoint_seconds);
-    if (strcmp(o->lr_schedule, "step") == 0 && o->lr_step_size == 0)
+    ps_lr_schedule_parse(o->lr_schedule, &schedule);
+    if (schedule == PS_LR_STEP && o->lr_step_size == 0)
         return ps__refuse(err, len,
                           "--lr-schedule step needs --lr-step-size N (the steps between decays)");
-    if (strcmp(o->lr_schedule, "cosine") == 0 && o->min_lr > o->lr)
+    if (schedule == PS_LR_COSINE && o->min_lr > o->lr)
         return ps__refuse(err, len,
                           "--min-lr %g is above --lr %g: a cosine schedule decays from --lr to "
                           "--min-lr",

@@ -155,7 +155,7 @@ static int ps__welcome(ps_kv_server *s, ps__peer *p, uint64_t request_id, uint64
     h.type = SHARDPS__MSG_TYPE__WELCOME;
     h.request_id = request_id;
     w.clock = clock;
-    w.mode = (char *)s->cfg.mode;
+    w.mode = (char *)ps_mode_name(s->cfg.mode);
     w.staleness = s->cfg.staleness;
     w.heartbeat_ms = s->cfg.heartbeat_timeout_ms / 4;
     w.table_digest.len = PS_TABLE_DIGEST_BYTES;

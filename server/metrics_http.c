@@ -86,7 +86,7 @@ static void ps__metrics_take(const ps_metrics *m, ps_metrics_snapshot *snap,
     snap->server_index = cfg->server_index;
     snap->num_servers = cfg->num_servers;
     snap->world = cfg->world;
-    snprintf(snap->mode, sizeof(snap->mode), "%s", cfg->mode ? cfg->mode : "");
+    snprintf(snap->mode, sizeof(snap->mode), "%s", ps_mode_name(cfg->mode));
     ps_kv_server_stats_get(m->srv, &snap->stats);
     snap->workers = workers;
     for (int r = 0; r < m->world; r++)

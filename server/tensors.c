@@ -118,7 +118,7 @@ int ps__adopt_table(ps_kv_server *s, const ps_model_spec *spec, ps_table_event h
     ps_info("server %d of %d holds %d chunks of %d tensors: %zu bytes of weights (%.1f MiB with "
             "optimizer state), mode %s",
             s->cfg.server_index, s->cfg.num_servers, s->n_local, s->table.n_tensors, share,
-            (double)ps_shard_memory_bytes(s->shard) / (1 << 20), s->cfg.mode);
+            (double)ps_shard_memory_bytes(s->shard) / (1 << 20), ps_mode_name(s->cfg.mode));
     return 0;
 fail:
     ps__free_table(s);
