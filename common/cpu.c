@@ -7,15 +7,15 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
-#define PS__X86 1
+#define PS__CPU_X86 1
 #else
-#define PS__X86 0
+#define PS__CPU_X86 0
 #endif
 
-static pthread_once_t ps__once = PTHREAD_ONCE_INIT;
+static pthread_once_t ps__cpu_once = PTHREAD_ONCE_INIT;
 static ps_cpu_features ps__features;
 
-#if PS__X86
+#if PS__CPU_X86
 /* XCR0 bits: SSE and AVX state (1, 2); opmask and both halves of the ZMM
  * registers (5, 6, 7). */
 #define PS__XCR0_AVX    0x06u
@@ -49,6 +49,6 @@ static void ps__detect(void) {}
 
 const ps_cpu_features *ps_cpu_features_get(void)
 {
-    pthread_once(&ps__once, ps__detect);
+    pthread_once(&ps__cpu_once, ps__detect);
     return &ps__features;
 }

@@ -31,8 +31,8 @@
 #define PS__LONG  8192
 #define PS__SHORT 256
 
-static pthread_once_t ps__once = PTHREAD_ONCE_INIT;
-static uint32_t ps__table[8][256];
+static pthread_once_t ps__crc32c_once = PTHREAD_ONCE_INIT;
+static uint32_t ps__crc32c_table[8][256];
 #if PS__CRC_HW
 static int ps__have_hw, ps__have_fold;
 static uint32_t ps__shift_long[4][256];
@@ -50,11 +50,12 @@ static void ps__sw_tables(void)
         uint32_t c = n;
         for (int k = 0; k < 8; k++)
             c = c & 1 ? (c >> 1) ^ PS__POLY : c >> 1;
-        ps__table[0][n] = c;
+        ps__crc32c_table[0][n] = c;
     }
     for (uint32_t n = 0; n < 256; n++)
         for (int k = 1; k < 8; k++)
-            ps__table[k][n] = (ps__table[k - 1][n] >> 8) ^ ps__table[0][ps__table[k - 1][n] & 0xff];
+            ps__crc32c_table[k][n] = (ps__crc32c_table[k - 1][n] >> 8) ^
+                                     ps__crc32c_table[0][ps__crc32c_table[k - 1][n] & 0xff];
 }
 
 #if PS__CRC_HW
@@ -143,19 +144,20 @@ uint32_t ps_crc32c_sw(uint32_t crc, const void *data, size_t len)
 {
     const unsigned char *p = data;
 
-    pthread_once(&ps__once, ps__init);
+    pthread_once(&ps__crc32c_once, ps__init);
     crc = ~crc;
     for (; len >= 8; p += 8, len -= 8) {
         /* Assembled byte by byte so the result does not depend on host
          * endianness; compilers turn this into one load on little-endian. */
         uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
                              (uint32_t)p[3] << 24);
-        crc = ps__table[7][lo & 0xff] ^ ps__table[6][(lo >> 8) & 0xff] ^
-              ps__table[5][(lo >> 16) & 0xff] ^ ps__table[4][lo >> 24] ^ ps__table[3][p[4]] ^
-              ps__table[2][p[5]] ^ ps__table[1][p[6]] ^ ps__table[0][p[7]];
+        crc = ps__crc32c_table[7][lo & 0xff] ^ ps__crc32c_table[6][(lo >> 8) & 0xff] ^
+              ps__crc32c_table[5][(lo >> 16) & 0xff] ^ ps__crc32c_table[4][lo >> 24] ^
+              ps__crc32c_table[3][p[4]] ^ ps__crc32c_table[2][p[5]] ^ ps__crc32c_table[1][p[6]] ^
+              ps__crc32c_table[0][p[7]];
     }
     for (; len; p++, len--)
-        crc = (crc >> 8) ^ ps__table[0][(crc ^ *p) & 0xff];
+        crc = (crc >> 8) ^ ps__crc32c_table[0][(crc ^ *p) & 0xff];
     return ~crc;
 }
 
@@ -288,7 +290,7 @@ static PS__FOLD_TARGET uint32_t ps__crc32c_fold(uint32_t crc, const void *data, 
 
 uint32_t ps_crc32c(uint32_t crc, const void *data, size_t len)
 {
-    pthread_once(&ps__once, ps__init);
+    pthread_once(&ps__crc32c_once, ps__init);
 #if PS__CRC_HW
     if (ps__have_fold)
         return ps__crc32c_fold(crc, data, len);
@@ -298,7 +300,7 @@ uint32_t ps_crc32c(uint32_t crc, const void *data, size_t len)
 
 uint32_t ps_crc32c_sse42(uint32_t crc, const void *data, size_t len)
 {
-    pthread_once(&ps__once, ps__init);
+    pthread_once(&ps__crc32c_once, ps__init);
 #if PS__CRC_HW
     if (ps__have_hw)
         return ps__crc32c_hw(crc, data, len);
@@ -308,7 +310,7 @@ uint32_t ps_crc32c_sse42(uint32_t crc, const void *data, size_t len)
 
 const char *ps_crc32c_impl(void)
 {
-    pthread_once(&ps__once, ps__init);
+    pthread_once(&ps__crc32c_once, ps__init);
 #if PS__CRC_HW
     if (ps__have_fold)
         return "avx512-vpclmulqdq";

@@ -3,7 +3,7 @@
  * a text becomes its value, and how its value reads as text again.
  *
  * The flags modules build on it: flags.c applies the layers, flags_file.c
- * the cluster file, flags_help.c --help and --print-config. Each takes one
+ * the cluster file, flags_usage.c --help, flags_help.c --print-config. Each takes one
  * value through ps_flag_set, so a value is checked the same way, with the
  * same one-line error, whichever layer it comes from. */
 #ifndef PS_FLAG_TABLE_H

@@ -2,7 +2,7 @@
  * program and four layers, default < cluster file < environment < argv,
  * applied in that order so that each wins over the ones before it. Values
  * are checked by ps_flag_set (flag_table.h), the file is read by
- * flags_file.c, --help is printed by flags_help.c; this file scans argv,
+ * flags_file.c, --help is printed by flags_usage.c; this file scans argv,
  * applies the layers and keeps where each value came from. */
 #include "flags.h"
 
@@ -13,7 +13,7 @@
 
 #include "flag_table.h"
 #include "flags_file.h"
-#include "flags_help.h"
+#include "flags_usage.h"
 #include "ps_error.h"
 
 typedef struct {

@@ -6,10 +6,11 @@
  * variable that holds the default (one entry: flag_table.h). The same table
  * parses argv, reads the environment (for containers), reads the cluster file
  * named by --cluster or SHARDPS_CLUSTER (an INI file that every process of a
- * job shares: flags_file.h), prints --help with bounds and defaults and the
- * effective settings with where each came from (--print-config: both
- * flags_help.h), and turns a bad value into one line that names the option
- * (or file:line and key), the problem and the accepted range.
+ * job shares: flags_file.h), prints --help with bounds and defaults
+ * (flags_usage.h) and the effective settings with where each came from
+ * (--print-config: flags_help.h), and turns a bad value into one line that
+ * names the option (or file:line and key), the problem and the accepted
+ * range.
  *
  * The cluster file has sections. [cluster], [model] and [optimizer] hold the
  * settings every process of the job must agree on (server list, worker count,

@@ -30,7 +30,7 @@ static int ps__is_per_process(const ps_flags_ctx *ctx, const char *name)
 typedef struct {
     char *section, *key, *value; /* key normalised: lower case, '-' for '_' */
     int line;
-} ps__entry;
+} ps__file_entry;
 
 /* inih's state plus what it does not track: the line being parsed, whether
  * it was indented (a continuation), and the first error found. */
@@ -39,7 +39,7 @@ typedef struct {
     int line, indented;
     int error_line;
     char error[160];
-    ps__entry *entries;
+    ps__file_entry *entries;
     int n_entries, cap_entries;
 } ps__file_state;
 
@@ -66,8 +66,8 @@ static char *ps__file_reader(char *str, int num, void *arg)
 static int ps__file_handler(void *arg, const char *section, const char *name, const char *value)
 {
     ps__file_state *st = arg;
-    ps__entry *last = st->n_entries ? &st->entries[st->n_entries - 1] : NULL;
-    ps__entry *e;
+    ps__file_entry *last = st->n_entries ? &st->entries[st->n_entries - 1] : NULL;
+    ps__file_entry *e;
     char *key;
 
     if (st->error_line)
@@ -105,7 +105,7 @@ static int ps__file_handler(void *arg, const char *section, const char *name, co
     }
     if (st->n_entries == st->cap_entries) {
         int cap = st->cap_entries ? 2 * st->cap_entries : 16;
-        ps__entry *grown = realloc(st->entries, (size_t)cap * sizeof(*grown));
+        ps__file_entry *grown = realloc(st->entries, (size_t)cap * sizeof(*grown));
         if (grown == NULL) {
             free(key);
             goto nomem;
@@ -173,7 +173,7 @@ static int ps__file_error(const ps_flags_ctx *ctx, int line, const char *fmt, ..
 }
 
 /* Checks one entry against the sections and applies it when it is ours. */
-static int ps__apply_entry(ps_flags_ctx *ctx, ps__entry *e, const ps__entry *earlier)
+static int ps__apply_entry(ps_flags_ctx *ctx, ps__file_entry *e, const ps__file_entry *earlier)
 {
     char origin[256], known[512];
     const char *shared = ps__shared_section_of(ctx, e->key);
@@ -289,7 +289,7 @@ int ps_flags_file_load(ps_flags_ctx *ctx)
     }
     rc = 0;
     for (int k = 0; k < st.n_entries && rc == 0; k++) {
-        const ps__entry *earlier = NULL;
+        const ps__file_entry *earlier = NULL;
         for (int j = 0; j < k && earlier == NULL; j++)
             if (strcmp(st.entries[j].key, st.entries[k].key) == 0 &&
                 strcmp(st.entries[j].section, st.entries[k].section) == 0)

@@ -1,7 +1,7 @@
-/* What a program says about its options: --help, built from the table
- * (types, bounds, words, defaults, the cluster file's sections), and
- * --print-config, the effective settings of a parse with where each came
- * from. Both only read the table and the context (flags.h). */
+/* What a parse says about its options: --print-config, the effective
+ * settings with where each came from. It reads a parse's context (flags.h),
+ * so it sits above the parser; --help, which the parser itself prints, is
+ * flags_usage.h, below it. */
 #ifndef PS_FLAGS_HELP_H
 #define PS_FLAGS_HELP_H
 
@@ -11,10 +11,5 @@
 
 /* Prints every option as "name = value  # origin", one per line. */
 void ps_flags_print_config(const ps_flags_ctx *ctx, FILE *out);
-
-/* Prints --help: usage, summary, one line per option with its bounds and
- * default (the variable's current value), and the cluster file's sections
- * when the table has a "cluster" option. */
-void ps_flags_usage(FILE *out, const ps_flag *flags, int n, const char *prog, const char *summary);
 
 #endif

@@ -201,26 +201,27 @@ void ps_frame_decoder_set_scan_nonfinite(ps_frame_decoder *d, int on)
     }                                                                                              \
     return (acc >> 15) & 1;
 
-static uint32_t ps__any_nonfinite_base(const uint8_t *p, size_t n, size_t elem, uint32_t exp16)
+static uint32_t ps__frame_any_nonfinite_base(const uint8_t *p, size_t n, size_t elem,
+                                             uint32_t exp16)
 {
     PS__SCAN_BODY
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-static __attribute__((target("avx2"))) uint32_t ps__any_nonfinite_avx2(const uint8_t *p, size_t n,
-                                                                       size_t elem, uint32_t exp16)
+static __attribute__((target("avx2"))) uint32_t
+ps__frame_any_nonfinite_avx2(const uint8_t *p, size_t n, size_t elem, uint32_t exp16)
 {
     PS__SCAN_BODY
 }
 #endif
 
-static uint32_t ps__any_nonfinite(const uint8_t *p, size_t n, size_t elem, uint32_t exp16)
+static uint32_t ps__frame_any_nonfinite(const uint8_t *p, size_t n, size_t elem, uint32_t exp16)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
     if (ps_cpu_features_get()->avx2)
-        return ps__any_nonfinite_avx2(p, n, elem, exp16);
+        return ps__frame_any_nonfinite_avx2(p, n, elem, exp16);
 #endif
-    return ps__any_nonfinite_base(p, n, elem, exp16);
+    return ps__frame_any_nonfinite_base(p, n, elem, exp16);
 }
 
 /* Scans n payload bytes at p, which follow the ones scanned before: a value
@@ -237,11 +238,11 @@ static void ps__dec_scan(ps_frame_decoder *d, const uint8_t *p, size_t n)
         n -= take;
         if (d->carry_n < e)
             return;
-        d->scan_bad |= ps__any_nonfinite(d->carry, 1, e, d->scan_exp16);
+        d->scan_bad |= ps__frame_any_nonfinite(d->carry, 1, e, d->scan_exp16);
         d->carry_n = 0;
     }
     whole = n / e;
-    d->scan_bad |= ps__any_nonfinite(p, whole, e, d->scan_exp16);
+    d->scan_bad |= ps__frame_any_nonfinite(p, whole, e, d->scan_exp16);
     d->carry_n = n - whole * e;
     memcpy(d->carry, p + whole * e, d->carry_n);
 }

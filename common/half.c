@@ -14,9 +14,9 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define PS__X86 1
+#define PS__HALF_X86 1
 #else
-#define PS__X86 0
+#define PS__HALF_X86 0
 #endif
 
 /* One float to half, rounding to nearest even. */
@@ -97,7 +97,7 @@ void ps_f16_to_f32_ref(float *dst, const uint16_t *src, size_t n)
         dst[i] = ps__widen(src[i]);
 }
 
-#if PS__X86
+#if PS__HALF_X86
 static int ps__have_f16c(void)
 {
     return ps_cpu_features_get()->f16c;
@@ -224,7 +224,7 @@ void ps_bf16_to_f32_ref(float *dst, const uint16_t *src, size_t n)
  * (not AVX512_BF16's VCVTNEPS2BF16, which flushes subnormals to zero). A
  * tail shorter than a vector goes through the reference: the rule is the
  * same integer arithmetic, so which one converts it makes no difference. */
-#if PS__X86
+#if PS__HALF_X86
 #define PS__AVX2   __attribute__((target("avx2")))
 #define PS__AVX512 __attribute__((target("avx512f")))
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "job_kinds.h"
 #include "ps_error.h"
 #include "ps_log.h"
 #include "transport.h"
@@ -118,8 +119,8 @@ int ps_job_server_place(const ps_job_options *o, const ps_job_process *p, ps_job
 
 /* The server's own place: its index, and the address it listens on,
  * resolved once here. */
-static int ps__server(const ps_job_options *o, const ps_job_process *p, ps_job_plan *plan,
-                      char *err, size_t len)
+static int ps__job_check_server(const ps_job_options *o, const ps_job_process *p, ps_job_plan *plan,
+                                char *err, size_t len)
 {
     char e[256], from[PATH_MAX + 64];
     int rc = ps_job_server_place(o, p, plan, err, len);
@@ -136,8 +137,8 @@ static int ps__server(const ps_job_options *o, const ps_job_process *p, ps_job_p
 }
 
 /* A worker's rank and the servers it reaches. */
-static int ps__worker(const ps_job_options *o, const ps_job_process *p, ps_job_plan *plan,
-                      char *err, size_t len)
+static int ps__job_check_worker(const ps_job_options *o, const ps_job_process *p, ps_job_plan *plan,
+                                char *err, size_t len)
 {
     char e[256], from[2][PATH_MAX + 64];
     int rc;
@@ -160,6 +161,9 @@ static int ps__worker(const ps_job_options *o, const ps_job_process *p, ps_job_p
 static int ps__rules(const ps_job_options *o, const ps_job_process *p, char *err, size_t len)
 {
     unsigned servers_side = PS_JOB_SERVER | PS_JOB_LAUNCHER;
+    /* Any text that names no schedule (the table refuses one; a caller
+     * filling the options by hand may not) ties no option to another. */
+    ps_lr_kind schedule = PS_LR_CONSTANT;
 
     if ((p->program & PS_JOB_LAUNCHER) && o->workers > PS_LAUNCHER_MAX_WORKERS)
         return ps__refuse(err, len, "--workers %d: this launcher starts at most %d", o->workers,
@@ -178,10 +182,11 @@ static int ps__rules(const ps_job_options *o, const ps_job_process *p, char *err
         return ps__refuse(err, len,
                           "--checkpoint-seconds %g needs --checkpoint-dir DIR to write to",
                           o->checkpoint_seconds);
-    if (strcmp(o->lr_schedule, "step") == 0 && o->lr_step_size == 0)
+    ps_lr_schedule_parse(o->lr_schedule, &schedule);
+    if (schedule == PS_LR_STEP && o->lr_step_size == 0)
         return ps__refuse(err, len,
                           "--lr-schedule step needs --lr-step-size N (the steps between decays)");
-    if (strcmp(o->lr_schedule, "cosine") == 0 && o->min_lr > o->lr)
+    if (schedule == PS_LR_COSINE && o->min_lr > o->lr)
         return ps__refuse(err, len,
                           "--min-lr %g is above --lr %g: a cosine schedule decays from --lr to "
                           "--min-lr",
@@ -370,9 +375,9 @@ int ps_job_check(const ps_job_options *o, const ps_job_process *p, ps_job_plan *
     plan->num_servers = p->num_servers;
     rc = ps__rules(o, p, err, len);
     if (rc == 0 && (p->program & PS_JOB_SERVER))
-        rc = ps__server(o, p, plan, err, len);
+        rc = ps__job_check_server(o, p, plan, err, len);
     if (rc == 0 && ((p->program & PS_JOB_WORKER) || p->evaluator))
-        rc = ps__worker(o, p, plan, err, len);
+        rc = ps__job_check_worker(o, p, plan, err, len);
     if (rc == 0 && (p->program & (PS_JOB_SERVER | PS_JOB_WORKER)) &&
         ps_job_settings_format(o, plan->num_servers, plan->settings, sizeof(plan->settings)) < 0)
         rc = ps__refuse(err, len, "the job's settings do not fit in %zu bytes",

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "frame.h"
+#include "job_kinds.h"
 #include "partition.h"
 
 #define PS__S PS_JOB_SERVER
@@ -32,7 +33,7 @@ typedef struct {
 #define PS__STR(x)     PS__STR2(x)
 
 /* A new option that more than one program takes goes here, and nowhere else. */
-static const ps__job_option ps__table[] = {
+static const ps__job_option ps__job_table[] = {
     /* [cluster] */
     {"servers", PS_FLAG_STRING, PS__AT(servers), "HOST:PORT,...",
      "every server of the job in index order (a server: sets --num-servers and, unless given, "
@@ -41,7 +42,7 @@ static const ps__job_option ps__table[] = {
     {"workers", PS_FLAG_INT, PS__AT(workers), "W", "number of workers in the job", 1, 65536, NULL,
      NULL, "cluster", 1, NULL, PS__S | PS__W | PS__L | PS__E, 1},
     {"mode", PS_FLAG_CHOICE, PS__AT(mode), "MODE", "consistency: sync (BSP), async, or ssp", 0, 0,
-     "sync|async|ssp", NULL, "cluster", 0, "sync", PS__S | PS__W | PS__L, 1},
+     PS_JOB_KIND_CHOICES(PS_MODE_MAP), NULL, "cluster", 0, "sync", PS__S | PS__W | PS__L, 1},
     {"staleness", PS_FLAG_INT, PS__AT(staleness), "S", "clocks a worker may run ahead in ssp mode",
      0, 1000000, NULL, NULL, "cluster", 2, NULL, PS__S | PS__W | PS__L, 1},
     {"auth-token-file", PS_FLAG_STRING, PS__AT(auth_token_file), "FILE",
@@ -66,7 +67,7 @@ static const ps__job_option ps__table[] = {
      NULL, PS__S | PS__W | PS__L | PS__C | PS__E, 1},
     /* [optimizer] */
     {"optimizer", PS_FLAG_CHOICE, PS__AT(optimizer), "NAME", "the servers' update rule", 0, 0,
-     "sgd|nesterov|adam|adamw|adagrad", NULL, "optimizer", 0, "adam", PS__S | PS__W | PS__L, 1},
+     PS_JOB_KIND_CHOICES(PS_OPTIMIZER_MAP), NULL, "optimizer", 0, "adam", PS__S | PS__W | PS__L, 1},
     {"lr", PS_FLAG_DOUBLE, PS__AT(lr), "RATE", "learning rate", 0, 1000, NULL, NULL, "optimizer",
      0.001, NULL, PS__S | PS__W | PS__L, 1},
     {"momentum", PS_FLAG_DOUBLE, PS__AT(momentum), "MU", "momentum for sgd and nesterov", 0,
@@ -75,8 +76,8 @@ static const ps__job_option ps__table[] = {
      "weight decay (decoupled for adamw, L2 in the gradient for the others)", 0, 10, NULL, "off=0",
      "optimizer", 0, NULL, PS__S | PS__W | PS__L, 1},
     {"lr-schedule", PS_FLAG_CHOICE, PS__AT(lr_schedule), "KIND",
-     "learning-rate schedule over the planned steps", 0, 0, "constant|step|cosine", NULL,
-     "optimizer", 0, "cosine", PS__S | PS__W | PS__L, 1},
+     "learning-rate schedule over the planned steps", 0, 0, PS_JOB_KIND_CHOICES(PS_LR_SCHEDULE_MAP),
+     NULL, "optimizer", 0, "cosine", PS__S | PS__W | PS__L, 1},
     {"warmup-steps", PS_FLAG_INT, PS__AT(warmup_steps), "N",
      "linear warm-up over the first N steps", 0, 2147483647, NULL, NULL, "optimizer", 0, NULL,
      PS__S | PS__W | PS__L, 1},
@@ -217,7 +218,7 @@ static const ps__job_option ps__table[] = {
     {"verbose", PS_FLAG_BOOL, PS__AT(verbose), NULL, "log debug detail", 0, 0, NULL, NULL, NULL, 0,
      NULL, PS__S | PS__W | PS__L, 0},
 };
-#define PS__N ((int)(sizeof(ps__table) / sizeof(ps__table[0])))
+#define PS__N_JOB_OPTIONS ((int)(sizeof(ps__job_table) / sizeof(ps__job_table[0])))
 
 static void *ps__member(const ps_job_options *o, const ps__job_option *d)
 {
@@ -228,7 +229,7 @@ static void *ps__member(const ps_job_options *o, const ps__job_option *d)
 static int ps__is_alias(int i)
 {
     for (int j = 0; j < i; j++)
-        if (ps__table[j].offset == ps__table[i].offset)
+        if (ps__job_table[j].offset == ps__job_table[i].offset)
             return 1;
     return 0;
 }
@@ -236,8 +237,8 @@ static int ps__is_alias(int i)
 void ps_job_options_defaults(ps_job_options *o)
 {
     memset(o, 0, sizeof(*o));
-    for (int i = 0; i < PS__N; i++) {
-        const ps__job_option *d = &ps__table[i];
+    for (int i = 0; i < PS__N_JOB_OPTIONS; i++) {
+        const ps__job_option *d = &ps__job_table[i];
         void *m = ps__member(o, d);
         switch (d->type) {
         case PS_FLAG_INT:
@@ -259,8 +260,8 @@ int ps_job_options_flags(ps_job_options *o, unsigned program, ps_flag *out, int 
 {
     int n = 0;
 
-    for (int i = 0; i < PS__N; i++) {
-        const ps__job_option *d = &ps__table[i];
+    for (int i = 0; i < PS__N_JOB_OPTIONS; i++) {
+        const ps__job_option *d = &ps__job_table[i];
         if (!(d->programs & program))
             continue;
         if (n == max)
@@ -278,8 +279,8 @@ int ps_job_options_others(unsigned program, char *buf, size_t len)
     if (len == 0)
         return -ENOSPC;
     buf[0] = '\0';
-    for (int i = 0; i < PS__N; i++) {
-        const ps__job_option *d = &ps__table[i];
+    for (int i = 0; i < PS__N_JOB_OPTIONS; i++) {
+        const ps__job_option *d = &ps__job_table[i];
         int w;
         if (d->section == NULL || (d->programs & program))
             continue;
@@ -318,8 +319,8 @@ int ps_job_options_argv(const ps_job_options *o, unsigned from, unsigned to, cha
     size_t used = 0;
     int n = 0;
 
-    for (int i = 0; i < PS__N; i++) {
-        const ps__job_option *d = &ps__table[i];
+    for (int i = 0; i < PS__N_JOB_OPTIONS; i++) {
+        const ps__job_option *d = &ps__job_table[i];
         int w;
 
         if ((d->programs & from) == 0 || (d->programs & to) == 0 || ps__is_alias(i))
@@ -366,8 +367,8 @@ int ps_job_settings_format(const ps_job_options *o, int num_servers, char *buf, 
     if (w < 0 || (size_t)w >= len)
         return -ENOSPC;
     used = (size_t)w;
-    for (int i = 0; i < PS__N; i++) {
-        const ps__job_option *d = &ps__table[i];
+    for (int i = 0; i < PS__N_JOB_OPTIONS; i++) {
+        const ps__job_option *d = &ps__job_table[i];
         if (!d->agree)
             continue;
         w = snprintf(buf + used, len - used, "%s=", d->name);
@@ -479,13 +480,19 @@ int ps_job_settings_unspanned(const char *settings, uint64_t planned)
 {
     int kind_len = 0, span_len = 0;
     const char *kind, *span;
+    char name[16];
+    ps_lr_kind schedule;
 
     if (planned > 0 || !ps_job_settings_valid(settings))
         return 0;
     kind = ps__setting(settings, "lr-schedule", strlen("lr-schedule"), &kind_len);
     span = ps__setting(settings, "total-steps", strlen("total-steps"), &span_len);
-    return kind && kind_len == 6 && strncmp(kind, "cosine", 6) == 0 && span && span_len == 1 &&
-           span[0] == '0';
+    if (kind == NULL || span == NULL)
+        return 0;
+    /* A longer value is cut to one that names no schedule. */
+    snprintf(name, sizeof(name), "%.*s", kind_len, kind);
+    return ps_lr_schedule_parse(name, &schedule) == 0 && schedule == PS_LR_COSINE &&
+           span_len == 1 && span[0] == '0';
 }
 
 uint64_t ps_job_fingerprint(const char *settings, uint64_t model_fingerprint)

@@ -14,18 +14,18 @@
 
 #include "ps_error.h"
 
-#define PS__MAX_LINE    1024
-#define PS__MAX_FILE    (1 << 20)
-#define PS__MAX_OUT     (1 << 20)
-#define PS__MAX_KERNEL  1024
-#define PS__MAX_ACT     (1 << 30)
-#define PS__MAX_CLASSES 256
-#define PS__MAX_KEYS    4
-#define PS__KEY_OUT     0x1
-#define PS__KEY_KERNEL  0x2
-#define PS__KEY_STRIDE  0x4
-#define PS__KEY_PAD     0x8
-#define PS__KEY_P       0x10
+#define PS__MAX_LINE      1024
+#define PS__DESC_MAX_FILE (1 << 20)
+#define PS__MAX_OUT       (1 << 20)
+#define PS__MAX_KERNEL    1024
+#define PS__MAX_ACT       (1 << 30)
+#define PS__MAX_CLASSES   256
+#define PS__MAX_KEYS      4
+#define PS__KEY_OUT       0x1
+#define PS__KEY_KERNEL    0x2
+#define PS__KEY_STRIDE    0x4
+#define PS__KEY_PAD       0x8
+#define PS__KEY_P         0x10
 
 /* One row per layer kind: its name in the file, the keys it accepts and the
  * keys it requires. */
@@ -33,7 +33,7 @@ static const struct {
     const char *name;
     ps_layer_kind kind;
     unsigned keys, required;
-} ps__kinds[] = {
+} ps__desc_kinds[] = {
     {"dense", PS_LAYER_DENSE, PS__KEY_OUT, PS__KEY_OUT},
     {"conv2d", PS_LAYER_CONV2D, PS__KEY_OUT | PS__KEY_KERNEL | PS__KEY_STRIDE | PS__KEY_PAD,
      PS__KEY_OUT | PS__KEY_KERNEL},
@@ -51,10 +51,11 @@ static const struct {
     {"pad", PS__KEY_PAD}, {"p", PS__KEY_P},
 };
 
-static int ps__fail(char *err, size_t errlen, const char *source, int line, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+static int ps__desc_fail(char *err, size_t errlen, const char *source, int line, const char *fmt,
+                         ...) __attribute__((format(printf, 5, 6)));
 
-static int ps__fail(char *err, size_t errlen, const char *source, int line, const char *fmt, ...)
+static int ps__desc_fail(char *err, size_t errlen, const char *source, int line, const char *fmt,
+                         ...)
 {
     va_list ap;
     int n;
@@ -73,9 +74,9 @@ static int ps__fail(char *err, size_t errlen, const char *source, int line, cons
 
 static const char *ps__kind_name(ps_layer_kind kind)
 {
-    for (size_t i = 0; i < sizeof(ps__kinds) / sizeof(ps__kinds[0]); i++)
-        if (ps__kinds[i].kind == kind)
-            return ps__kinds[i].name;
+    for (size_t i = 0; i < sizeof(ps__desc_kinds) / sizeof(ps__desc_kinds[0]); i++)
+        if (ps__desc_kinds[i].kind == kind)
+            return ps__desc_kinds[i].name;
     return "?";
 }
 
@@ -104,17 +105,17 @@ static int ps__set_key(ps_layer *l, char *tok, unsigned allowed, unsigned *seen,
     unsigned bit = 0;
 
     if (!eq || eq == tok || !eq[1])
-        return ps__fail(err, errlen, src, l->line, "expected key=value, got '%s'", tok);
+        return ps__desc_fail(err, errlen, src, l->line, "expected key=value, got '%s'", tok);
     *eq = '\0';
     val = eq + 1;
     for (size_t i = 0; i < sizeof(ps__keys) / sizeof(ps__keys[0]); i++)
         if (strcmp(tok, ps__keys[i].name) == 0)
             bit = ps__keys[i].bit;
     if (!(bit & allowed))
-        return ps__fail(err, errlen, src, l->line, "%s takes no key '%s'", ps__kind_name(l->kind),
-                        tok);
+        return ps__desc_fail(err, errlen, src, l->line, "%s takes no key '%s'",
+                             ps__kind_name(l->kind), tok);
     if (*seen & bit)
-        return ps__fail(err, errlen, src, l->line, "key '%s' given twice", tok);
+        return ps__desc_fail(err, errlen, src, l->line, "key '%s' given twice", tok);
     *seen |= bit;
     switch (bit) {
     case PS__KEY_OUT:
@@ -124,22 +125,23 @@ static int ps__set_key(ps_layer *l, char *tok, unsigned allowed, unsigned *seen,
         }
         if (ps__int(val, 1, PS__MAX_OUT, &l->out) == 0)
             return 0;
-        return ps__fail(err, errlen, src, l->line, "out=%s: expected 1..%d%s", val, PS__MAX_OUT,
-                        l->kind == PS_LAYER_DENSE ? " or 'classes'" : "");
+        return ps__desc_fail(err, errlen, src, l->line, "out=%s: expected 1..%d%s", val,
+                             PS__MAX_OUT, l->kind == PS_LAYER_DENSE ? " or 'classes'" : "");
     case PS__KEY_KERNEL:
         if (ps__int(val, 1, PS__MAX_KERNEL, &l->kernel) == 0)
             return 0;
-        return ps__fail(err, errlen, src, l->line, "kernel=%s: expected 1..%d", val,
-                        PS__MAX_KERNEL);
+        return ps__desc_fail(err, errlen, src, l->line, "kernel=%s: expected 1..%d", val,
+                             PS__MAX_KERNEL);
     case PS__KEY_STRIDE:
         if (ps__int(val, 1, PS__MAX_KERNEL, &l->stride) == 0)
             return 0;
-        return ps__fail(err, errlen, src, l->line, "stride=%s: expected 1..%d", val,
-                        PS__MAX_KERNEL);
+        return ps__desc_fail(err, errlen, src, l->line, "stride=%s: expected 1..%d", val,
+                             PS__MAX_KERNEL);
     case PS__KEY_PAD:
         if (ps__int(val, 0, PS__MAX_KERNEL, &l->pad) == 0)
             return 0;
-        return ps__fail(err, errlen, src, l->line, "pad=%s: expected 0..%d", val, PS__MAX_KERNEL);
+        return ps__desc_fail(err, errlen, src, l->line, "pad=%s: expected 0..%d", val,
+                             PS__MAX_KERNEL);
     default: {
         char *end;
         float p;
@@ -147,7 +149,8 @@ static int ps__set_key(ps_layer *l, char *tok, unsigned allowed, unsigned *seen,
         errno = 0;
         p = strtof(val, &end);
         if (errno || *end || end == val || !(p >= 0.0f && p < 1.0f))
-            return ps__fail(err, errlen, src, l->line, "p=%s: expected a number in [0, 1)", val);
+            return ps__desc_fail(err, errlen, src, l->line, "p=%s: expected a number in [0, 1)",
+                                 val);
         l->p = p;
         return 0;
     }
@@ -170,18 +173,18 @@ static int ps__parse_line(ps_layer *l, char *line, int lineno, int *empty, const
     memset(l, 0, sizeof(*l));
     l->line = lineno;
     l->weight = -1;
-    for (size_t i = 0; i < sizeof(ps__kinds) / sizeof(ps__kinds[0]); i++)
-        if (strcmp(tok, ps__kinds[i].name) == 0) {
-            l->kind = ps__kinds[i].kind;
-            keys = ps__kinds[i].keys;
-            required = ps__kinds[i].required;
+    for (size_t i = 0; i < sizeof(ps__desc_kinds) / sizeof(ps__desc_kinds[0]); i++)
+        if (strcmp(tok, ps__desc_kinds[i].name) == 0) {
+            l->kind = ps__desc_kinds[i].kind;
+            keys = ps__desc_kinds[i].keys;
+            required = ps__desc_kinds[i].required;
             found = 1;
         }
     if (!found)
-        return ps__fail(err, errlen, src, lineno,
-                        "unknown layer '%s' (known: dense, conv2d, maxpool, relu, dropout, "
-                        "flatten)",
-                        tok);
+        return ps__desc_fail(err, errlen, src, lineno,
+                             "unknown layer '%s' (known: dense, conv2d, maxpool, relu, dropout, "
+                             "flatten)",
+                             tok);
     while ((tok = strtok_r(NULL, ws, &save)) != NULL) {
         rc = ps__set_key(l, tok, keys, &seen, src, err, errlen);
         if (rc)
@@ -189,8 +192,8 @@ static int ps__parse_line(ps_layer *l, char *line, int lineno, int *empty, const
     }
     for (size_t i = 0; i < sizeof(ps__keys) / sizeof(ps__keys[0]); i++)
         if ((required & ps__keys[i].bit) && !(seen & ps__keys[i].bit))
-            return ps__fail(err, errlen, src, lineno, "%s needs %s=", ps__kind_name(l->kind),
-                            ps__keys[i].name);
+            return ps__desc_fail(err, errlen, src, lineno, "%s needs %s=", ps__kind_name(l->kind),
+                                 ps__keys[i].name);
     /* Defaults: a conv slides by 1, a pool tiles its input. */
     if (!(seen & PS__KEY_STRIDE))
         l->stride = l->kind == PS_LAYER_MAXPOOL ? l->kernel : 1;
@@ -216,8 +219,8 @@ int ps_model_desc_parse(ps_model_desc *desc, const char *text, const char *sourc
 
         lineno++;
         if (len >= sizeof(line))
-            return ps__fail(err, errlen, desc->source, lineno, "line longer than %d bytes",
-                            PS__MAX_LINE - 1);
+            return ps__desc_fail(err, errlen, desc->source, lineno, "line longer than %d bytes",
+                                 PS__MAX_LINE - 1);
         memcpy(line, p, len);
         line[len] = '\0';
         hash = strchr(line, '#');
@@ -231,8 +234,8 @@ int ps_model_desc_parse(ps_model_desc *desc, const char *text, const char *sourc
                 return rc;
             if (empty)
                 continue;
-            return ps__fail(err, errlen, desc->source, lineno, "more than %d layers",
-                            PS_DESC_MAX_LAYERS);
+            return ps__desc_fail(err, errlen, desc->source, lineno, "more than %d layers",
+                                 PS_DESC_MAX_LAYERS);
         }
         rc = ps__parse_line(&desc->layers[desc->n_layers], line, lineno, &empty, desc->source, err,
                             errlen);
@@ -241,7 +244,7 @@ int ps_model_desc_parse(ps_model_desc *desc, const char *text, const char *sourc
         desc->n_layers += !empty;
     }
     if (desc->n_layers == 0)
-        return ps__fail(err, errlen, desc->source, 0, "no layers");
+        return ps__desc_fail(err, errlen, desc->source, 0, "no layers");
     return 0;
 }
 
@@ -254,8 +257,8 @@ int ps_model_desc_mlp(ps_model_desc *desc, const int *hidden, int n_hidden, cons
     size_t len = (size_t)snprintf(text, sizeof(text), "flatten\n");
 
     if (n_hidden < 0 || n_hidden > PS_MAX_LAYERS - 1)
-        return ps__fail(err, errlen, source, 0, "%d hidden layers (at most %d)", n_hidden,
-                        PS_MAX_LAYERS - 1);
+        return ps__desc_fail(err, errlen, source, 0, "%d hidden layers (at most %d)", n_hidden,
+                             PS_MAX_LAYERS - 1);
     for (int i = 0; i < n_hidden; i++)
         len += (size_t)snprintf(text + len, sizeof(text) - len, "dense out=%d\nrelu\n",
                                 hidden[i] > 0 && hidden[i] <= PS__MAX_OUT ? hidden[i] : 0);
@@ -273,28 +276,28 @@ int ps_model_desc_load(ps_model_desc *desc, const char *path, char *err, size_t 
     memset(desc, 0, sizeof(*desc));
     if (!f) {
         rc = -errno;
-        ps__fail(err, errlen, path, 0, "cannot open: %s", strerror(-rc));
+        ps__desc_fail(err, errlen, path, 0, "cannot open: %s", strerror(-rc));
         return rc;
     }
     rc = -ENOMEM;
-    text = malloc(PS__MAX_FILE + 1);
+    text = malloc(PS__DESC_MAX_FILE + 1);
     if (!text) {
-        ps__fail(err, errlen, path, 0, "out of memory");
+        ps__desc_fail(err, errlen, path, 0, "out of memory");
         goto fail;
     }
-    got = fread(text, 1, PS__MAX_FILE + 1, f);
+    got = fread(text, 1, PS__DESC_MAX_FILE + 1, f);
     if (ferror(f)) {
         rc = -EIO;
-        ps__fail(err, errlen, path, 0, "read failed");
+        ps__desc_fail(err, errlen, path, 0, "read failed");
         goto fail;
     }
-    if (got > PS__MAX_FILE) {
-        rc = ps__fail(err, errlen, path, 0, "larger than %d bytes", PS__MAX_FILE);
+    if (got > PS__DESC_MAX_FILE) {
+        rc = ps__desc_fail(err, errlen, path, 0, "larger than %d bytes", PS__DESC_MAX_FILE);
         goto fail;
     }
     text[got] = '\0';
     if (memchr(text, '\0', got)) {
-        rc = ps__fail(err, errlen, path, 0, "not a text file (NUL byte)");
+        rc = ps__desc_fail(err, errlen, path, 0, "not a text file (NUL byte)");
         goto fail;
     }
     rc = ps_model_desc_parse(desc, text, path, err, errlen);
@@ -349,9 +352,9 @@ static int ps__infer(ps_layer *l, int classes, const char *src, char *err, size_
     switch (l->kind) {
     case PS_LAYER_DENSE:
         if (in->ndim != 1)
-            return ps__fail(err, errlen, src, l->line,
-                            "dense needs flat input but gets %s; put flatten before it",
-                            ps_act_shape_str(in, buf, sizeof(buf)));
+            return ps__desc_fail(err, errlen, src, l->line,
+                                 "dense needs flat input but gets %s; put flatten before it",
+                                 ps_act_shape_str(in, buf, sizeof(buf)));
         out->d[0] = l->out == PS_DESC_CLASSES ? classes : l->out;
         return 0;
     case PS_LAYER_CONV2D:
@@ -359,15 +362,15 @@ static int ps__infer(ps_layer *l, int classes, const char *src, char *err, size_
         int pad = l->kind == PS_LAYER_CONV2D ? l->pad : 0;
 
         if (in->ndim != 3)
-            return ps__fail(err, errlen, src, l->line,
-                            "%s needs channels x height x width input but gets %d flat values",
-                            kind, in->d[0]);
+            return ps__desc_fail(err, errlen, src, l->line,
+                                 "%s needs channels x height x width input but gets %d flat values",
+                                 kind, in->d[0]);
         out->d[1] = ps__window(in->d[1], l->kernel, l->stride, pad);
         out->d[2] = ps__window(in->d[2], l->kernel, l->stride, pad);
         if (out->d[1] < 1 || out->d[2] < 1)
-            return ps__fail(err, errlen, src, l->line,
-                            "%s kernel %d (pad %d) does not fit its %s input", kind, l->kernel, pad,
-                            ps_act_shape_str(in, buf, sizeof(buf)));
+            return ps__desc_fail(err, errlen, src, l->line,
+                                 "%s kernel %d (pad %d) does not fit its %s input", kind, l->kernel,
+                                 pad, ps_act_shape_str(in, buf, sizeof(buf)));
         if (l->kind == PS_LAYER_CONV2D)
             out->d[0] = l->out;
         break;
@@ -381,8 +384,8 @@ static int ps__infer(ps_layer *l, int classes, const char *src, char *err, size_
         break;
     }
     if (ps__numel(out) > PS__MAX_ACT)
-        return ps__fail(err, errlen, src, l->line, "%s output %s exceeds %d values per sample",
-                        kind, ps_act_shape_str(out, buf, sizeof(buf)), PS__MAX_ACT);
+        return ps__desc_fail(err, errlen, src, l->line, "%s output %s exceeds %d values per sample",
+                             kind, ps_act_shape_str(out, buf, sizeof(buf)), PS__MAX_ACT);
     return 0;
 }
 
@@ -398,8 +401,8 @@ static int ps__add_params(ps_layer *l, int last, int number, ps_model_spec *tabl
     char name[32];
 
     if (fan_in > PS__MAX_ACT || fan_out > PS__MAX_ACT)
-        return ps__fail(err, errlen, src, l->line, "%s has too many weights",
-                        ps__kind_name(l->kind));
+        return ps__desc_fail(err, errlen, src, l->line, "%s has too many weights",
+                             ps__kind_name(l->kind));
     l->weight = table->n_tensors;
     snprintf(name, sizeof(name), "%s%d.weight", prefix, number);
     /* A description's table is the C worker's (PS_MAX_MODEL_TENSORS), far
@@ -415,11 +418,11 @@ static int ps__add_params(ps_layer *l, int last, int number, ps_model_spec *tabl
             ps_model_spec_add_tensor(table, name, 1, &out, PS_INIT_ZERO, (int)fan_in, (int)fan_out);
     }
     if (rc == -E2BIG)
-        return ps__fail(err, errlen, src, l->line,
-                        "%s weights exceed 2^31 values, or the model has more than %d layers "
-                        "with weights",
-                        ps__kind_name(l->kind), PS_MAX_LAYERS);
-    return rc ? ps__fail(err, errlen, src, l->line, "cannot add its tensors") : 0;
+        return ps__desc_fail(err, errlen, src, l->line,
+                             "%s weights exceed 2^31 values, or the model has more than %d layers "
+                             "with weights",
+                             ps__kind_name(l->kind), PS_MAX_LAYERS);
+    return rc ? ps__desc_fail(err, errlen, src, l->line, "cannot add its tensors") : 0;
 }
 
 /* Fills the table's MLP view when the layers are [flatten] dense (relu dense)*. */
@@ -455,17 +458,20 @@ int ps_model_desc_resolve(ps_model_desc *desc, const ps_act_shape *input, int cl
     if (errlen)
         err[0] = '\0';
     if (!input || (input->ndim != 1 && input->ndim != 3))
-        return ps__fail(err, errlen, src, 0, "the data's sample shape must be flat or C x H x W");
+        return ps__desc_fail(err, errlen, src, 0,
+                             "the data's sample shape must be flat or C x H x W");
     for (int i = 0; i < input->ndim; i++)
         if (input->d[i] < 1)
-            return ps__fail(err, errlen, src, 0, "the data's sample shape has an empty dimension");
+            return ps__desc_fail(err, errlen, src, 0,
+                                 "the data's sample shape has an empty dimension");
     if (ps__numel(input) > PS__MAX_ACT)
-        return ps__fail(err, errlen, src, 0, "the data's samples exceed %d values", PS__MAX_ACT);
+        return ps__desc_fail(err, errlen, src, 0, "the data's samples exceed %d values",
+                             PS__MAX_ACT);
     if (classes < 2 || classes > PS__MAX_CLASSES)
-        return ps__fail(err, errlen, src, 0, "the data has %d classes; 2..%d are supported",
-                        classes, PS__MAX_CLASSES);
+        return ps__desc_fail(err, errlen, src, 0, "the data has %d classes; 2..%d are supported",
+                             classes, PS__MAX_CLASSES);
     if (desc->n_layers < 1)
-        return ps__fail(err, errlen, src, 0, "no layers");
+        return ps__desc_fail(err, errlen, src, 0, "no layers");
 
     cur = *input;
     for (int i = 0; i < desc->n_layers; i++) {
@@ -481,14 +487,14 @@ int ps_model_desc_resolve(ps_model_desc *desc, const ps_act_shape *input, int cl
             last_dense = i;
     }
     if (last_dense != desc->n_layers - 1)
-        return ps__fail(err, errlen, src, desc->layers[desc->n_layers - 1].line,
-                        "the model must end with a dense layer producing the class scores "
-                        "(dense out=classes)");
+        return ps__desc_fail(err, errlen, src, desc->layers[desc->n_layers - 1].line,
+                             "the model must end with a dense layer producing the class scores "
+                             "(dense out=classes)");
     if (cur.d[0] != classes)
-        return ps__fail(err, errlen, src, desc->layers[last_dense].line,
-                        "the last dense layer produces %d scores but the data has %d classes; "
-                        "use out=classes",
-                        cur.d[0], classes);
+        return ps__desc_fail(err, errlen, src, desc->layers[last_dense].line,
+                             "the last dense layer produces %d scores but the data has %d classes; "
+                             "use out=classes",
+                             cur.d[0], classes);
     for (int i = 0; i < desc->n_layers; i++) {
         ps_layer *l = &desc->layers[i];
 

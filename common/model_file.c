@@ -25,16 +25,17 @@
 #error "model files are written with the host's float32 layout, which must be little-endian"
 #endif
 
-static const char ps__magic[8] = {'S', 'H', 'P', 'S', 'M', 'O', 'D', 'L'};
+static const char ps__model_file_magic[8] = {'S', 'H', 'P', 'S', 'M', 'O', 'D', 'L'};
 
 #define PS__MAX_TEXT (1u << 20)
 /* Refuse to load anything bigger than 64 GiB rather than trust a size. */
-#define PS__MAX_FILE (64ull << 30)
+#define PS__MODEL_FILE_MAX (64ull << 30)
 
-static int ps__fail(int code, char *err, size_t errlen, const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+static int ps__model_file_fail(int code, char *err, size_t errlen, const char *path,
+                               const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
-static int ps__fail(int code, char *err, size_t errlen, const char *path, const char *fmt, ...)
+static int ps__model_file_fail(int code, char *err, size_t errlen, const char *path,
+                               const char *fmt, ...)
 {
     va_list ap;
     int n;
@@ -53,7 +54,7 @@ static int ps__fail(int code, char *err, size_t errlen, const char *path, const 
 static void ps__put_body(ps_crc_writer *w, const ps_model_desc *desc, const ps_model_spec *table,
                          const char *text, size_t text_len, const float *const *tensors)
 {
-    ps_crc_writer_put(w, ps__magic, sizeof(ps__magic));
+    ps_crc_writer_put(w, ps__model_file_magic, sizeof(ps__model_file_magic));
     ps_crc_writer_put32(w, PS_MODEL_FILE_VERSION);
     ps_crc_writer_put32(w, 0);
     ps_crc_writer_put32(w, (uint32_t)text_len);
@@ -109,31 +110,33 @@ int ps_model_file_write(const char *path, const ps_model_desc *desc, const ps_mo
     if (errlen)
         err[0] = '\0';
     if (!desc->resolved)
-        return ps__fail(-EINVAL, err, errlen, path, "the model description is not resolved");
+        return ps__model_file_fail(-EINVAL, err, errlen, path,
+                                   "the model description is not resolved");
     /* The file must load back into this very table. */
     if (ps_model_desc_resolve(&check, &desc->input, desc->classes, table->seed, &want, why,
                               sizeof(why)) != 0 ||
         ps_model_spec_fingerprint(&want) != ps_model_spec_fingerprint(table)) {
         ps_model_spec_free(&want);
-        return ps__fail(-EINVAL, err, errlen, path,
-                        "the tensor table is not the one the model description makes");
+        return ps__model_file_fail(-EINVAL, err, errlen, path,
+                                   "the tensor table is not the one the model description makes");
     }
     ps_model_spec_free(&want);
     if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
-        return ps__fail(-ENAMETOOLONG, err, errlen, path, "path too long");
+        return ps__model_file_fail(-ENAMETOOLONG, err, errlen, path, "path too long");
     text_len = ps_model_desc_format(desc, NULL, 0);
     if (text_len > PS__MAX_TEXT)
-        return ps__fail(-EINVAL, err, errlen, path, "model text over %u bytes", PS__MAX_TEXT);
+        return ps__model_file_fail(-EINVAL, err, errlen, path, "model text over %u bytes",
+                                   PS__MAX_TEXT);
     text = malloc(text_len + 1);
     if (!text)
-        return ps__fail(-ENOMEM, err, errlen, path, "out of memory");
+        return ps__model_file_fail(-ENOMEM, err, errlen, path, "out of memory");
     ps_model_desc_format(desc, text, text_len + 1);
 
     w.f = fopen(tmp, "wb");
     if (!w.f) {
         rc = -errno;
         free(text);
-        return ps__fail(rc, err, errlen, tmp, "cannot create: %s", strerror(-rc));
+        return ps__model_file_fail(rc, err, errlen, tmp, "cannot create: %s", strerror(-rc));
     }
     ps__put_body(&w, desc, table, text, text_len, tensors);
     ps_crc_writer_put32(&w, w.crc);
@@ -149,11 +152,12 @@ int ps_model_file_write(const char *path, const ps_model_desc *desc, const ps_mo
         rc = -errno;
     if (rc < 0) {
         unlink(tmp);
-        return ps__fail(rc, err, errlen, path, "cannot write: %s", strerror(-rc));
+        return ps__model_file_fail(rc, err, errlen, path, "cannot write: %s", strerror(-rc));
     }
     rc = ps__fsync_parent(path);
     if (rc < 0)
-        return ps__fail(rc, err, errlen, path, "cannot sync its directory: %s", strerror(-rc));
+        return ps__model_file_fail(rc, err, errlen, path, "cannot sync its directory: %s",
+                                   strerror(-rc));
     return 0;
 }
 
@@ -162,7 +166,7 @@ typedef struct {
     const uint8_t *p, *end;
 } ps__reader;
 
-static const uint8_t *ps__take(ps__reader *r, size_t n)
+static const uint8_t *ps__model_file_take(ps__reader *r, size_t n)
 {
     const uint8_t *at = r->p;
 
@@ -174,7 +178,7 @@ static const uint8_t *ps__take(ps__reader *r, size_t n)
 
 static int ps__get32(ps__reader *r, uint32_t *v)
 {
-    const uint8_t *p = ps__take(r, sizeof(*v));
+    const uint8_t *p = ps__model_file_take(r, sizeof(*v));
 
     if (!p)
         return -1;
@@ -184,7 +188,7 @@ static int ps__get32(ps__reader *r, uint32_t *v)
 
 static int ps__get64(ps__reader *r, uint64_t *v)
 {
-    const uint8_t *p = ps__take(r, sizeof(*v));
+    const uint8_t *p = ps__model_file_take(r, sizeof(*v));
 
     if (!p)
         return -1;
@@ -197,7 +201,7 @@ static int ps__get64(ps__reader *r, uint64_t *v)
  * more than that, whatever its size. */
 static int ps__check_magic(int fd, const char *path, char *err, size_t errlen)
 {
-    uint8_t head[sizeof(ps__magic) + sizeof(uint32_t)];
+    uint8_t head[sizeof(ps__model_file_magic) + sizeof(uint32_t)];
     ssize_t n;
     uint32_t version;
 
@@ -205,16 +209,17 @@ static int ps__check_magic(int fd, const char *path, char *err, size_t errlen)
         n = pread(fd, head, sizeof(head), 0);
     while (n < 0 && errno == EINTR);
     if (n < 0)
-        return ps__fail(-errno, err, errlen, path, "read failed: %s", strerror(errno));
+        return ps__model_file_fail(-errno, err, errlen, path, "read failed: %s", strerror(errno));
     if ((size_t)n < sizeof(head))
-        return ps__fail(-PS_EFORMAT, err, errlen, path, "too short for a model file");
-    if (memcmp(head, ps__magic, sizeof(ps__magic)) != 0)
-        return ps__fail(-PS_EFORMAT, err, errlen, path, "not a shardps model file (wrong magic)");
-    version = ps_le_get32(head + sizeof(ps__magic));
+        return ps__model_file_fail(-PS_EFORMAT, err, errlen, path, "too short for a model file");
+    if (memcmp(head, ps__model_file_magic, sizeof(ps__model_file_magic)) != 0)
+        return ps__model_file_fail(-PS_EFORMAT, err, errlen, path,
+                                   "not a shardps model file (wrong magic)");
+    version = ps_le_get32(head + sizeof(ps__model_file_magic));
     if (version != PS_MODEL_FILE_VERSION)
-        return ps__fail(-PS_EVERSION, err, errlen, path,
-                        "format version %u; this build reads version %d", version,
-                        PS_MODEL_FILE_VERSION);
+        return ps__model_file_fail(-PS_EVERSION, err, errlen, path,
+                                   "format version %u; this build reads version %d", version,
+                                   PS_MODEL_FILE_VERSION);
     return 0;
 }
 
@@ -229,15 +234,16 @@ static int ps__slurp(const char *path, uint8_t **buf, size_t *len, char *err, si
     *buf = NULL;
     if (fd < 0) {
         rc = -errno;
-        return ps__fail(rc, err, errlen, path, "cannot open: %s", strerror(-rc));
+        return ps__model_file_fail(rc, err, errlen, path, "cannot open: %s", strerror(-rc));
     }
     if (fstat(fd, &st) < 0) {
         rc = -errno;
-        ps__fail(rc, err, errlen, path, "cannot stat: %s", strerror(-rc));
+        ps__model_file_fail(rc, err, errlen, path, "cannot stat: %s", strerror(-rc));
         goto out;
     }
-    if (!S_ISREG(st.st_mode) || (unsigned long long)st.st_size > PS__MAX_FILE) {
-        rc = ps__fail(-PS_EFORMAT, err, errlen, path, "not a regular file of at most 64 GiB");
+    if (!S_ISREG(st.st_mode) || (unsigned long long)st.st_size > PS__MODEL_FILE_MAX) {
+        rc = ps__model_file_fail(-PS_EFORMAT, err, errlen, path,
+                                 "not a regular file of at most 64 GiB");
         goto out;
     }
     rc = ps__check_magic(fd, path, err, errlen);
@@ -246,7 +252,7 @@ static int ps__slurp(const char *path, uint8_t **buf, size_t *len, char *err, si
     *len = (size_t)st.st_size;
     *buf = malloc(*len ? *len : 1);
     if (!*buf) {
-        rc = ps__fail(-ENOMEM, err, errlen, path, "out of memory for %zu bytes", *len);
+        rc = ps__model_file_fail(-ENOMEM, err, errlen, path, "out of memory for %zu bytes", *len);
         goto out;
     }
     while (got < *len) {
@@ -255,8 +261,8 @@ static int ps__slurp(const char *path, uint8_t **buf, size_t *len, char *err, si
             continue;
         if (n <= 0) {
             rc = n < 0 ? -errno : -PS_EFORMAT;
-            ps__fail(rc, err, errlen, path, "read failed: %s",
-                     n < 0 ? strerror(-rc) : "file shrank");
+            ps__model_file_fail(rc, err, errlen, path, "read failed: %s",
+                                n < 0 ? strerror(-rc) : "file shrank");
             goto out;
         }
         got += (size_t)n;
@@ -279,11 +285,13 @@ static int ps__parse_header(ps__reader *r, const char *path, ps_saved_model *out
     char *copy, source[160];
     int rc;
 
-    if (ps__get32(r, &text_len) || text_len > PS__MAX_TEXT || !(text = ps__take(r, text_len)))
-        return ps__fail(-PS_EFORMAT, err, errlen, path, "truncated or oversized model text");
+    if (ps__get32(r, &text_len) || text_len > PS__MAX_TEXT ||
+        !(text = ps__model_file_take(r, text_len)))
+        return ps__model_file_fail(-PS_EFORMAT, err, errlen, path,
+                                   "truncated or oversized model text");
     copy = malloc(text_len + 1);
     if (!copy)
-        return ps__fail(-ENOMEM, err, errlen, path, "out of memory");
+        return ps__model_file_fail(-ENOMEM, err, errlen, path, "out of memory");
     memcpy(copy, text, text_len);
     copy[text_len] = '\0';
     snprintf(source, sizeof(source), "%s (model text)", path);
@@ -294,38 +302,42 @@ static int ps__parse_header(ps__reader *r, const char *path, ps_saved_model *out
     if (ps__get32(r, &ndim) || ps__get32(r, &dims[0]) || ps__get32(r, &dims[1]) ||
         ps__get32(r, &dims[2]) || ps__get32(r, &classes) || ps__get64(r, &seed) ||
         ps__get32(r, &n_tensors))
-        return ps__fail(-PS_EFORMAT, err, errlen, path, "truncated header");
+        return ps__model_file_fail(-PS_EFORMAT, err, errlen, path, "truncated header");
     if ((ndim != 1 && ndim != 3) || classes > INT_MAX)
-        return ps__fail(-PS_EFORMAT, err, errlen, path, "bad input shape or class count");
+        return ps__model_file_fail(-PS_EFORMAT, err, errlen, path,
+                                   "bad input shape or class count");
     input.ndim = (int)ndim;
     for (uint32_t i = 0; i < ndim; i++) {
         if (dims[i] > INT_MAX)
-            return ps__fail(-PS_EFORMAT, err, errlen, path, "bad input shape");
+            return ps__model_file_fail(-PS_EFORMAT, err, errlen, path, "bad input shape");
         input.d[i] = (int)dims[i];
     }
     rc = ps_model_desc_resolve(&out->desc, &input, (int)classes, seed, &out->table, err, errlen);
     if (rc)
         return -PS_EFORMAT;
     if (n_tensors != (uint32_t)out->table.n_tensors)
-        return ps__fail(-PS_EFORMAT, err, errlen, path, "lists %u tensors but its model has %d",
-                        n_tensors, out->table.n_tensors);
+        return ps__model_file_fail(-PS_EFORMAT, err, errlen, path,
+                                   "lists %u tensors but its model has %d", n_tensors,
+                                   out->table.n_tensors);
     for (int i = 0; i < out->table.n_tensors; i++) {
         const ps_tensor_spec *t = &out->table.tensors[i];
         uint32_t len, nd, dim;
         const uint8_t *name;
 
-        if (ps__get32(r, &len) || !(name = ps__take(r, len)) || ps__get32(r, &nd))
-            return ps__fail(-PS_EFORMAT, err, errlen, path, "truncated tensor list");
+        if (ps__get32(r, &len) || !(name = ps__model_file_take(r, len)) || ps__get32(r, &nd))
+            return ps__model_file_fail(-PS_EFORMAT, err, errlen, path, "truncated tensor list");
         if (len != strlen(t->name) || memcmp(name, t->name, len) != 0 || nd != (uint32_t)t->ndim)
-            return ps__fail(-PS_EFORMAT, err, errlen, path, "tensor %d is not %s as its model says",
-                            i, t->name);
+            return ps__model_file_fail(-PS_EFORMAT, err, errlen, path,
+                                       "tensor %d is not %s as its model says", i, t->name);
         for (uint32_t d = 0; d < nd; d++)
             if (ps__get32(r, &dim) || dim != (uint32_t)t->shape[d])
-                return ps__fail(-PS_EFORMAT, err, errlen, path,
-                                "tensor %s has another shape than its model says", t->name);
+                return ps__model_file_fail(-PS_EFORMAT, err, errlen, path,
+                                           "tensor %s has another shape than its model says",
+                                           t->name);
     }
     if (ps__get64(r, &count) || count != out->table.total_numel)
-        return ps__fail(-PS_EFORMAT, err, errlen, path, "float count differs from its tensors");
+        return ps__model_file_fail(-PS_EFORMAT, err, errlen, path,
+                                   "float count differs from its tensors");
     return 0;
 }
 
@@ -344,21 +356,22 @@ int ps_model_file_read(const char *path, ps_saved_model *out, char *err, size_t 
     rc = ps__slurp(path, &buf, &len, err, errlen);
     if (rc)
         goto fail;
-    if (len < sizeof(ps__magic) + 2 * sizeof(uint32_t) + sizeof(crc)) {
-        rc = ps__fail(-PS_EFORMAT, err, errlen, path, "too short for a model file");
+    if (len < sizeof(ps__model_file_magic) + 2 * sizeof(uint32_t) + sizeof(crc)) {
+        rc = ps__model_file_fail(-PS_EFORMAT, err, errlen, path, "too short for a model file");
         goto fail;
     }
     /* Magic and version were checked before the file was read (ps__slurp). */
-    r.p = buf + sizeof(ps__magic) + sizeof(uint32_t);
+    r.p = buf + sizeof(ps__model_file_magic) + sizeof(uint32_t);
     r.end = buf + len - sizeof(crc);
     ps__get32(&r, &flags);
     crc = ps_le_get32(buf + len - sizeof(crc));
     if (ps_crc32c(0, buf, len - sizeof(crc)) != crc) {
-        rc = ps__fail(-PS_ECRC, err, errlen, path, "checksum mismatch: the file is damaged");
+        rc = ps__model_file_fail(-PS_ECRC, err, errlen, path,
+                                 "checksum mismatch: the file is damaged");
         goto fail;
     }
     if (flags != 0) {
-        rc = ps__fail(-PS_EFORMAT, err, errlen, path, "unknown flags 0x%x", flags);
+        rc = ps__model_file_fail(-PS_EFORMAT, err, errlen, path, "unknown flags 0x%x", flags);
         goto fail;
     }
     rc = ps__parse_header(&r, path, out, err, errlen);
@@ -366,15 +379,15 @@ int ps_model_file_read(const char *path, ps_saved_model *out, char *err, size_t 
         goto fail;
     bytes = out->table.total_numel * sizeof(float);
     if ((size_t)(r.end - r.p) != bytes) {
-        rc = ps__fail(-PS_EFORMAT, err, errlen, path,
-                      "holds %zu bytes of values where its tensors need %zu", (size_t)(r.end - r.p),
-                      bytes);
+        rc = ps__model_file_fail(-PS_EFORMAT, err, errlen, path,
+                                 "holds %zu bytes of values where its tensors need %zu",
+                                 (size_t)(r.end - r.p), bytes);
         goto fail;
     }
-    data = ps__take(&r, bytes);
+    data = ps__model_file_take(&r, bytes);
     out->data = malloc(bytes ? bytes : 1);
     if (!out->data) {
-        rc = ps__fail(-ENOMEM, err, errlen, path, "out of memory for %zu bytes", bytes);
+        rc = ps__model_file_fail(-ENOMEM, err, errlen, path, "out of memory for %zu bytes", bytes);
         goto fail;
     }
     memcpy(out->data, data, bytes);

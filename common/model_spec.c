@@ -106,7 +106,7 @@ static int ps__decl_ok(const ps_tensor_decl *d)
 
 /* Room for one more tensor: the array doubles, so a table of n tensors is
  * built in O(n). */
-static int ps__grow(ps_model_spec *spec)
+static int ps__spec_grow(ps_model_spec *spec)
 {
     ps_tensor_spec *grown;
     int cap;
@@ -144,7 +144,7 @@ int ps_model_spec_add(ps_model_spec *spec, const ps_tensor_decl *d)
         if (numel > (size_t)INT32_MAX)
             return -E2BIG;
     }
-    rc = ps__grow(spec);
+    rc = ps__spec_grow(spec);
     if (rc < 0)
         return rc;
     t = &spec->tensors[spec->n_tensors++];

@@ -10,7 +10,8 @@
 #include <limits.h>
 #include <stdlib.h>
 
-#define PS__MAX_SERVERS 4096
+#include "server_list.h"
+
 /* With chunks of at most 1/k of the mean server load, the greedy placement
  * keeps the heaviest server within 1 + 1/(k - 1) of the lightest (the spread
  * is at most one chunk, and the lightest holds at least the mean minus one);
@@ -89,7 +90,7 @@ static void ps__cut(ps_partition *p, const ps_model_spec *spec, size_t chunk_ele
 
 /* Places chunks largest first, each on the least-loaded server. The identity
  * array is the initial heap: all loads are zero, so index order is heap order. */
-static int ps__place(ps_partition *p)
+static int ps__partition_place(ps_partition *p)
 {
     ps_chunk **order = malloc(sizeof(*order) * (size_t)(p->n_chunks ? p->n_chunks : 1));
     int *heap = malloc(sizeof(*heap) * (size_t)p->n_servers);
@@ -137,7 +138,7 @@ int ps_partition_init(ps_partition **out, const ps_model_spec *spec, int n_serve
     ps_partition *p = NULL;
     int rc;
 
-    if (!out || !spec || n_servers < 1 || n_servers > PS__MAX_SERVERS ||
+    if (!out || !spec || n_servers < 1 || n_servers > PS_MAX_SERVERS ||
         chunk_bytes < sizeof(float) || spec->n_tensors < 0 || spec->n_tensors > PS_MAX_TENSORS)
         return -EINVAL;
     chunk_elems = ps__cut_elems(spec, n_servers, chunk_bytes);
@@ -163,7 +164,7 @@ int ps_partition_init(ps_partition **out, const ps_model_spec *spec, int n_serve
     if (!p->chunks || !p->server_numel || !p->server_chunks)
         goto fail;
     ps__cut(p, spec, chunk_elems);
-    rc = ps__place(p);
+    rc = ps__partition_place(p);
     if (rc < 0)
         goto fail;
     *out = p;

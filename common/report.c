@@ -71,19 +71,19 @@ static const ps__field ps__done_fields[] = {
 
 static const ps__field ps__rank_field = {"rank", PS__INT, offsetof(ps_report, rank)};
 
-#define PS__N(a) (sizeof(a) / sizeof((a)[0]))
+#define PS__REPORT_N(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Indexed by ps_report_kind. */
 static const struct {
     const char *event;
     const ps__field *fields;
     size_t n;
-} ps__kinds[] = {
-    {"start", ps__start_fields, PS__N(ps__start_fields)},
-    {"progress", ps__progress_fields, PS__N(ps__progress_fields)},
-    {"step", ps__step_fields, PS__N(ps__step_fields)},
-    {"eval", ps__eval_fields, PS__N(ps__eval_fields)},
-    {"done", ps__done_fields, PS__N(ps__done_fields)},
+} ps__report_kinds[] = {
+    {"start", ps__start_fields, PS__REPORT_N(ps__start_fields)},
+    {"progress", ps__progress_fields, PS__REPORT_N(ps__progress_fields)},
+    {"step", ps__step_fields, PS__REPORT_N(ps__step_fields)},
+    {"eval", ps__eval_fields, PS__REPORT_N(ps__eval_fields)},
+    {"done", ps__done_fields, PS__REPORT_N(ps__done_fields)},
 };
 
 /* Appends to buf[len] at *pos; keeps counting past the end so the caller
@@ -135,12 +135,12 @@ int ps_report_format(const ps_report *r, char *buf, size_t len)
 {
     size_t pos = 0;
 
-    if ((unsigned)r->kind >= PS__N(ps__kinds))
+    if ((unsigned)r->kind >= PS__REPORT_N(ps__report_kinds))
         return -EINVAL;
-    ps__put(buf, len, &pos, "{\"event\":\"%s\"", ps__kinds[r->kind].event);
+    ps__put(buf, len, &pos, "{\"event\":\"%s\"", ps__report_kinds[r->kind].event);
     ps__put_field(buf, len, &pos, r, &ps__rank_field);
-    for (size_t i = 0; i < ps__kinds[r->kind].n; i++)
-        ps__put_field(buf, len, &pos, r, &ps__kinds[r->kind].fields[i]);
+    for (size_t i = 0; i < ps__report_kinds[r->kind].n; i++)
+        ps__put_field(buf, len, &pos, r, &ps__report_kinds[r->kind].fields[i]);
     ps__put(buf, len, &pos, "}\n");
     return pos < len ? (int)pos : -ENOSPC;
 }
@@ -175,7 +175,8 @@ typedef struct {
 /* Splits a flat object into pairs. Keys are [a-z_]+; a value is a string of
  * [a-z_] (for "event"), or the characters of a number, true, false or null,
  * checked when it is converted. */
-static int ps__split(const char *line, ps__pair *pairs, int *n_pairs, char *err, size_t errlen)
+static int ps__report_split(const char *line, ps__pair *pairs, int *n_pairs, char *err,
+                            size_t errlen)
 {
     const char *p = line;
     int n = 0;
@@ -303,13 +304,13 @@ int ps_report_parse(const char *line, ps_report *out, char *err, size_t errlen)
 {
     ps__pair pairs[PS__MAX_PAIRS];
     int seen[PS__MAX_PAIRS] = {0}; /* [0]: rank; [1 + i]: field i */
-    int n = 0, rc, kind = -1;      /* n = 0: GCC -O2 cannot see ps__split set it */
+    int n = 0, rc, kind = -1;      /* n = 0: GCC -O2 cannot see ps__report_split set it */
 
     if (errlen > 0)
         err[0] = '\0';
     if (strlen(line) >= PS_REPORT_MAX_LINE)
         return ps_err_printf(err, errlen, -EINVAL, "longer than %d bytes", PS_REPORT_MAX_LINE - 1);
-    rc = ps__split(line, pairs, &n, err, errlen);
+    rc = ps__report_split(line, pairs, &n, err, errlen);
     if (rc < 0)
         return rc;
     for (int i = 0; i < n; i++) {
@@ -317,9 +318,9 @@ int ps_report_parse(const char *line, ps_report *out, char *err, size_t errlen)
             continue;
         if (kind >= 0)
             return ps_err_printf(err, errlen, -EINVAL, "\"event\" given twice");
-        for (size_t k = 0; k < PS__N(ps__kinds); k++)
-            if (pairs[i].is_string && pairs[i].val_len == strlen(ps__kinds[k].event) &&
-                memcmp(pairs[i].val, ps__kinds[k].event, pairs[i].val_len) == 0)
+        for (size_t k = 0; k < PS__REPORT_N(ps__report_kinds); k++)
+            if (pairs[i].is_string && pairs[i].val_len == strlen(ps__report_kinds[k].event) &&
+                memcmp(pairs[i].val, ps__report_kinds[k].event, pairs[i].val_len) == 0)
                 kind = (int)k;
         if (kind < 0)
             return ps_err_printf(err, errlen, -EINVAL, "unknown event \"%.*s\"",
@@ -338,14 +339,14 @@ int ps_report_parse(const char *line, ps_report *out, char *err, size_t errlen)
             f = &ps__rank_field;
             slot = 0;
         }
-        for (size_t j = 0; f == NULL && j < ps__kinds[kind].n; j++)
-            if (ps__is_key(&pairs[i], ps__kinds[kind].fields[j].name)) {
-                f = &ps__kinds[kind].fields[j];
+        for (size_t j = 0; f == NULL && j < ps__report_kinds[kind].n; j++)
+            if (ps__is_key(&pairs[i], ps__report_kinds[kind].fields[j].name)) {
+                f = &ps__report_kinds[kind].fields[j];
                 slot = 1 + (int)j;
             }
         if (f == NULL)
             return ps_err_printf(err, errlen, -EINVAL, "unknown key \"%.*s\" in a %s report",
-                                 (int)pairs[i].key_len, pairs[i].key, ps__kinds[kind].event);
+                                 (int)pairs[i].key_len, pairs[i].key, ps__report_kinds[kind].event);
         if (seen[slot]++)
             return ps_err_printf(err, errlen, -EINVAL, "\"%s\" given twice", f->name);
         rc = ps__convert(&pairs[i], f, out, err, errlen);
@@ -354,10 +355,11 @@ int ps_report_parse(const char *line, ps_report *out, char *err, size_t errlen)
     }
     if (!seen[0])
         return ps_err_printf(err, errlen, -EINVAL, "no \"rank\" in a %s report",
-                             ps__kinds[kind].event);
-    for (size_t j = 0; j < ps__kinds[kind].n; j++)
+                             ps__report_kinds[kind].event);
+    for (size_t j = 0; j < ps__report_kinds[kind].n; j++)
         if (!seen[1 + j])
             return ps_err_printf(err, errlen, -EINVAL, "no \"%s\" in a %s report",
-                                 ps__kinds[kind].fields[j].name, ps__kinds[kind].event);
+                                 ps__report_kinds[kind].fields[j].name,
+                                 ps__report_kinds[kind].event);
     return 0;
 }

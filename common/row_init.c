@@ -21,17 +21,17 @@
 #define PS__GOLDEN       0x9e3779b97f4a7c15ULL
 #define PS__MAX_ATTEMPTS 128
 
-static const char *const ps__names[] = {
+static const char *const ps__row_init_names[] = {
     [PS_ROW_INIT_ZEROS] = "zeros",
     [PS_ROW_INIT_UNIFORM] = "uniform",
     [PS_ROW_INIT_NORMAL] = "normal",
 };
-#define PS__N_KINDS ((int)(sizeof(ps__names) / sizeof(ps__names[0])))
+#define PS__ROW_INIT_KINDS ((int)(sizeof(ps__row_init_names) / sizeof(ps__row_init_names[0])))
 
 int ps_row_init_parse(const char *name, ps_row_init_kind *kind)
 {
-    for (int k = 0; k < PS__N_KINDS; k++)
-        if (strcmp(name, ps__names[k]) == 0) {
+    for (int k = 0; k < PS__ROW_INIT_KINDS; k++)
+        if (strcmp(name, ps__row_init_names[k]) == 0) {
             *kind = (ps_row_init_kind)k;
             return 0;
         }
@@ -40,7 +40,7 @@ int ps_row_init_parse(const char *name, ps_row_init_kind *kind)
 
 const char *ps_row_init_name(ps_row_init_kind kind)
 {
-    return (int)kind >= 0 && (int)kind < PS__N_KINDS ? ps__names[kind] : "unknown";
+    return (int)kind >= 0 && (int)kind < PS__ROW_INIT_KINDS ? ps__row_init_names[kind] : "unknown";
 }
 
 int ps_row_init_check(const ps_row_init *init, char *why, size_t why_len)
@@ -82,7 +82,7 @@ static uint64_t ps__row_key(const ps_row_init *init, uint32_t table_id, uint64_t
     return ps_mix64(ps_mix64(ps_mix64(init->seed) ^ (uint64_t)table_id) ^ id);
 }
 
-static uint64_t ps__word(uint64_t key, uint32_t e, uint32_t attempt)
+static uint64_t ps__row_init_word(uint64_t key, uint32_t e, uint32_t attempt)
 {
     return ps_mix64(key + (((uint64_t)attempt << 32) | e) * PS__GOLDEN);
 }
@@ -152,7 +152,7 @@ static float ps__normal(const ps_row_init *init, uint64_t key, uint32_t e,
                         double (*quantile)(double))
 {
     for (uint32_t attempt = 0; attempt < PS__MAX_ATTEMPTS; attempt++) {
-        double z = quantile(ps__open_unit(ps__word(key, e, attempt)));
+        double z = quantile(ps__open_unit(ps__row_init_word(key, e, attempt)));
         float v = (float)(init->mean + init->std * z);
         if ((double)v >= init->lo && (double)v <= init->hi)
             return v;
@@ -169,7 +169,8 @@ void ps_row_init_values(const ps_row_init *init, uint32_t table_id, uint64_t id,
     switch (init->kind) {
     case PS_ROW_INIT_UNIFORM:
         for (size_t i = 0; i < n; i++)
-            out[i] = (float)(lo + width * ps_mix64_unit(ps__word(key, first + (uint32_t)i, 0)));
+            out[i] =
+                (float)(lo + width * ps_mix64_unit(ps__row_init_word(key, first + (uint32_t)i, 0)));
         return;
     case PS_ROW_INIT_NORMAL:
         for (size_t i = 0; i < n; i++)
@@ -207,7 +208,7 @@ float ps_row_init_value_ref(const ps_row_init *init, uint32_t table_id, uint64_t
 
     switch (init->kind) {
     case PS_ROW_INIT_UNIFORM: {
-        double u = (double)(ps__word(key, e, 0) >> 11) / 9007199254740992.0;
+        double u = (double)(ps__row_init_word(key, e, 0) >> 11) / 9007199254740992.0;
         return (float)(init->lo + (init->hi - init->lo) * u);
     }
     case PS_ROW_INIT_NORMAL:

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "job_kinds.h"
 #include "ps_error.h"
 
 _Static_assert((int)SHARDPS__ROW_INIT__ROW_INIT_ZEROS == (int)PS_ROW_INIT_ZEROS &&
@@ -15,16 +16,12 @@ _Static_assert((int)SHARDPS__ROW_INIT__ROW_INIT_ZEROS == (int)PS_ROW_INIT_ZEROS 
                    (int)SHARDPS__ROW_INIT__ROW_INIT_NORMAL == (int)PS_ROW_INIT_NORMAL,
                "the wire's row initializers are row_init.h's");
 
-static const char *const ps__row_opt_names[] = {
-    "", "sgd", "nesterov", "adam", "adamw", "adagrad", "rowwise-adagrad",
-};
-
 int ps_row_table_optimizer_ok(const char *name)
 {
-    for (size_t i = 0; i < sizeof(ps__row_opt_names) / sizeof(ps__row_opt_names[0]); i++)
-        if (strcmp(name, ps__row_opt_names[i]) == 0)
-            return 1;
-    return 0;
+    ps_optimizer_kind kind;
+
+    return name[0] == '\0' || strcmp(name, PS_ROW_TABLE_ROWWISE_ADAGRAD) == 0 ||
+           ps_optimizer_parse(name, &kind) == 0;
 }
 
 static int ps__name_ok(const char *name)

@@ -46,8 +46,13 @@ typedef struct {
     uint64_t capacity;     /* 0: unbounded */
 } ps_row_table_spec;
 
-/* Whether name is "" or one of the per-row optimizers' names ("sgd",
- * "nesterov", "adam", "adamw", "adagrad", "rowwise-adagrad"). */
+/* The per-row optimizer that only row tables have: Adagrad with one
+ * accumulator per row (server/row_optimizer.h). */
+#define PS_ROW_TABLE_ROWWISE_ADAGRAD "rowwise-adagrad"
+
+/* Whether name is "" or one of the per-row optimizers' names: the job's
+ * (job_kinds.h: "sgd", "nesterov", "adam", "adamw", "adagrad") or
+ * PS_ROW_TABLE_ROWWISE_ADAGRAD. */
 int ps_row_table_optimizer_ok(const char *name);
 
 /* The rules of one declaration: a name as a tensor's, dim 1 to

@@ -122,8 +122,8 @@ int ps_tensor_table_pack(const ps_model_spec *spec, uint8_t **out, size_t *len)
 /* One declaration against the rules, before ps_model_spec_add sees it, so
  * every refusal names the tensor and the rule it broke. Fills *d (shape
  * into shape). */
-static int ps__check_decl(const Shardps__TensorDecl *in, size_t i, int *shape, ps_tensor_decl *d,
-                          char *why, size_t why_len)
+static int ps__tensor_table_check_decl(const Shardps__TensorDecl *in, size_t i, int *shape,
+                                       ps_tensor_decl *d, char *why, size_t why_len)
 {
     if (!ps_model_spec_name_ok(in->name)) {
         char shown[44];
@@ -197,7 +197,7 @@ int ps_tensor_table_from_wire(const Shardps__TensorTable *t, size_t max_bytes, p
         int shape[PS_MAX_DIMS];
         ps_tensor_decl d;
 
-        rc = ps__check_decl(in, i, shape, &d, why, why_len);
+        rc = ps__tensor_table_check_decl(in, i, shape, &d, why, why_len);
         if (rc < 0)
             goto fail;
         rc = ps_model_spec_add(spec, &d);

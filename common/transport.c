@@ -38,7 +38,7 @@ typedef struct {
     uv_buf_t *bufs;
     ps__frame_out inline_frames[PS__INLINE_FRAMES];
     uv_buf_t inline_bufs[PS__INLINE_BUFS];
-} ps__write;
+} ps__transport_write;
 
 struct ps_conn {
     uv_tcp_t tcp;
@@ -49,14 +49,14 @@ struct ps_conn {
     int reading;
     int delivering; /* inside ps__deliver: frames are being handed out */
     int corked;     /* ps_conn_cork depth; frames wait in batch until 0 */
-    ps__write *batch;
+    ps__transport_write *batch;
     int close_err;
     char peer[64];
     ps_conn_connect_cb connect_cb;
     uv_connect_t connect_req;
 };
 
-static void ps__on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void ps__transport_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void ps__on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
 static void ps__on_uv_close(uv_handle_t *h)
@@ -98,7 +98,7 @@ static void ps__update_reading(ps_conn *c)
     if (want == c->reading)
         return;
     if (want) {
-        if (uv_read_start((uv_stream_t *)&c->tcp, ps__on_alloc, ps__on_read) == 0)
+        if (uv_read_start((uv_stream_t *)&c->tcp, ps__transport_on_alloc, ps__on_read) == 0)
             c->reading = 1;
         /* Frames that arrived before reading paused are handed out now. */
         ps__deliver(c);
@@ -108,7 +108,7 @@ static void ps__update_reading(ps_conn *c)
     }
 }
 
-static void ps__on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+static void ps__transport_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     ps_conn *c = h->data;
     uint8_t *p;
@@ -158,7 +158,7 @@ static void ps__deliver(ps_conn *c)
         ps_conn_close(c, rc);
 }
 
-static int ps__place(void *arg, const Shardps__Header *hdr, const ps_frame_piece **pieces)
+static int ps__transport_place(void *arg, const Shardps__Header *hdr, const ps_frame_piece **pieces)
 {
     ps_conn *c = arg;
 
@@ -176,7 +176,7 @@ static ps_conn *ps__conn_new(uv_loop_t *loop, const ps_conn_config *cfg, void *d
         return NULL;
     }
     if (cfg->place)
-        ps_frame_decoder_set_place(c->dec, ps__place, c);
+        ps_frame_decoder_set_place(c->dec, ps__transport_place, c);
     ps_frame_decoder_set_scan_nonfinite(c->dec, cfg->scan_nonfinite);
     c->cfg = *cfg;
     c->data = data;
@@ -216,7 +216,7 @@ fail:
     return rc;
 }
 
-static void ps__on_connect(uv_connect_t *req, int status)
+static void ps__transport_on_connect(uv_connect_t *req, int status)
 {
     ps_conn *c = req->data;
 
@@ -240,7 +240,7 @@ int ps_conn_connect(uv_loop_t *loop, const struct sockaddr *addr, const ps_conn_
         return -ENOMEM;
     c->connect_cb = cb;
     c->connect_req.data = c;
-    rc = uv_tcp_connect(&c->connect_req, &c->tcp, addr, ps__on_connect);
+    rc = uv_tcp_connect(&c->connect_req, &c->tcp, addr, ps__transport_on_connect);
     if (rc < 0)
         goto fail;
     return 0;
@@ -250,7 +250,7 @@ fail:
     return rc;
 }
 
-static void ps__write_free(ps__write *w)
+static void ps__write_free(ps__transport_write *w)
 {
     for (int i = 0; i < w->n_frames; i++)
         free(w->frames[i].head);
@@ -262,7 +262,7 @@ static void ps__write_free(ps__write *w)
 }
 
 /* Tells each frame's sender, in order, then frees the write. */
-static void ps__write_done(ps__write *w, int status)
+static void ps__transport_write_done(ps__transport_write *w, int status)
 {
     for (int i = 0; i < w->n_frames; i++)
         if (w->frames[i].sent)
@@ -272,10 +272,10 @@ static void ps__write_done(ps__write *w, int status)
 
 static void ps__on_write(uv_write_t *req, int status)
 {
-    ps__write *w = req->data;
+    ps__transport_write *w = req->data;
     ps_conn *c = w->conn;
 
-    ps__write_done(w, status);
+    ps__transport_write_done(w, status);
     if (status < 0 && status != UV_ECANCELED)
         ps_conn_close(c, status);
     else
@@ -284,7 +284,7 @@ static void ps__on_write(uv_write_t *req, int status)
 
 static void ps__flush(ps_conn *c)
 {
-    ps__write *w = c->batch;
+    ps__transport_write *w = c->batch;
     int rc;
 
     if (w == NULL)
@@ -297,13 +297,13 @@ static void ps__flush(ps_conn *c)
     w->req.data = w;
     rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, w->bufs, (unsigned int)w->n_bufs, ps__on_write);
     if (rc < 0) {
-        ps__write_done(w, rc);
+        ps__transport_write_done(w, rc);
         ps_conn_close(c, rc);
     }
 }
 
 /* Doubles an array that starts inline in the write; 0 or -ENOMEM. */
-static int ps__grow(void **arr, void *inline_arr, int *cap, int need, size_t elem)
+static int ps__transport_grow(void **arr, void *inline_arr, int *cap, int need, size_t elem)
 {
     int n = *cap;
     void *p;
@@ -323,9 +323,9 @@ static int ps__grow(void **arr, void *inline_arr, int *cap, int need, size_t ele
 }
 
 /* The batch frames are appended to, created on first use. */
-static ps__write *ps__batch(ps_conn *c)
+static ps__transport_write *ps__batch(ps_conn *c)
 {
-    ps__write *w = c->batch;
+    ps__transport_write *w = c->batch;
 
     if (w)
         return w;
@@ -346,15 +346,15 @@ static ps__write *ps__batch(ps_conn *c)
 static int ps__queue(ps_conn *c, uint8_t *head, size_t head_skip, size_t head_len,
                      const ps_iov *payload, int n, ps_conn_sent_cb sent, void *arg)
 {
-    ps__write *w = ps__batch(c);
+    ps__transport_write *w = ps__batch(c);
     ps__frame_out *fo;
     size_t total = 0;
 
     if (w == NULL ||
-        ps__grow((void **)&w->frames, w->inline_frames, &w->cap_frames, w->n_frames + 1,
-                 sizeof(*w->frames)) < 0 ||
-        ps__grow((void **)&w->bufs, w->inline_bufs, &w->cap_bufs, w->n_bufs + n + 1,
-                 sizeof(*w->bufs)) < 0) {
+        ps__transport_grow((void **)&w->frames, w->inline_frames, &w->cap_frames, w->n_frames + 1,
+                           sizeof(*w->frames)) < 0 ||
+        ps__transport_grow((void **)&w->bufs, w->inline_bufs, &w->cap_bufs, w->n_bufs + n + 1,
+                           sizeof(*w->bufs)) < 0) {
         free(head);
         return -ENOMEM;
     }
@@ -399,7 +399,7 @@ static void ps__on_rest_sent(ps_conn *c, int status, void *arg)
 }
 
 /* Drops the first k bytes of a batch that a direct write has sent. */
-static void ps__batch_advance(ps__write *w, size_t k)
+static void ps__batch_advance(ps__transport_write *w, size_t k)
 {
     int i = 0;
 
@@ -422,7 +422,7 @@ static ssize_t ps__try_write_frame(ps_conn *c, uint8_t *head, size_t head_len,
                                    const ps_iov *payload, int n)
 {
     uv_buf_t inline_bufs[PS__INLINE_BUFS], *bufs = inline_bufs;
-    ps__write *w = c->batch;
+    ps__transport_write *w = c->batch;
     int nb = w ? w->n_bufs : 0, k;
     size_t done;
 
@@ -448,7 +448,7 @@ static ssize_t ps__try_write_frame(ps_conn *c, uint8_t *head, size_t head_len,
     if (done >= w->bytes) {
         done -= w->bytes;
         c->batch = NULL;
-        ps__write_done(w, 0);
+        ps__transport_write_done(w, 0);
         return (ssize_t)done;
     }
     ps__batch_advance(w, done);

@@ -11,23 +11,13 @@
 #include "cuda_kernels.h"
 
 #include "cuda_block_sum.cuh"
+#include "cuda_grid.cuh"
 
-/* Threads per block of the element-wise and per-row kernels. */
-#define PS__THREADS 256
-/* Enough blocks to fill any current GPU; grid-stride loops cover the rest. */
-#define PS__MAX_BLOCKS 4096
 /* The bias gradient: 32 columns per block (one warp reads 32 neighbouring
  * floats of a row), 16 rows summed at once, then folded in shared memory. */
 #define PS__BG_COLS 32
 #define PS__BG_ROWS 16
 #define PS__WARP    32
-
-/* Blocks for a grid-stride loop over n elements. */
-static unsigned int ps__blocks(size_t n)
-{
-    size_t b = (n + PS__THREADS - 1) / PS__THREADS;
-    return b > PS__MAX_BLOCKS ? PS__MAX_BLOCKS : (unsigned int)b;
-}
 
 static __global__ void ps__bias_grad(const float *dy, float *db, int B, int out)
 {
@@ -52,8 +42,8 @@ static __global__ void ps__bias_grad(const float *dy, float *db, int B, int out)
 /* One warp per row: the lanes stride over the classes, then combine their
  * maxima and sums with butterfly shuffles so every lane ends with the row's
  * values. */
-static __global__ void ps__softmax_xent(const float *logits, const uint8_t *labels, float *dlogits,
-                                        float *row_loss, int B, int C)
+static __global__ void ps__kernels_softmax_xent(const float *logits, const uint8_t *labels,
+                                                float *dlogits, float *row_loss, int B, int C)
 {
     int row = (int)((blockIdx.x * blockDim.x + threadIdx.x) / PS__WARP);
     int lane = (int)(threadIdx.x % PS__WARP);
@@ -92,10 +82,10 @@ static __global__ void ps__softmax_xent(const float *logits, const uint8_t *labe
 
 static __global__ void ps__sum_add(const float *v, int n, double *acc)
 {
-    __shared__ double part[PS__THREADS];
+    __shared__ double part[PS_CUDA_THREADS];
     double s = 0.0;
 
-    for (int i = (int)threadIdx.x; i < n; i += PS__THREADS)
+    for (int i = (int)threadIdx.x; i < n; i += PS_CUDA_THREADS)
         s += v[i];
     s = ps__block_sum(s, part);
     /* A single block, and kernels on a stream run in order: a plain add is
@@ -162,12 +152,13 @@ extern "C" cudaError_t ps_cuda_softmax_xent(const float *logits, const uint8_t *
                                             float *dlogits, float *row_loss, int B, int C,
                                             cudaStream_t stream)
 {
-    const int rows_per_block = PS__THREADS / PS__WARP;
+    const int rows_per_block = PS_CUDA_THREADS / PS__WARP;
     unsigned int grid = (unsigned int)((B + rows_per_block - 1) / rows_per_block);
 
     if (B < 1 || C < 1)
         return cudaSuccess;
-    ps__softmax_xent<<<grid, PS__THREADS, 0, stream>>>(logits, labels, dlogits, row_loss, B, C);
+    ps__kernels_softmax_xent<<<grid, PS_CUDA_THREADS, 0, stream>>>(logits, labels, dlogits,
+                                                                   row_loss, B, C);
     return cudaGetLastError();
 }
 
@@ -175,18 +166,18 @@ extern "C" cudaError_t ps_cuda_sum_add(const float *v, int n, double *acc, cudaS
 {
     if (n < 1)
         return cudaSuccess;
-    ps__sum_add<<<1, PS__THREADS, 0, stream>>>(v, n, acc);
+    ps__sum_add<<<1, PS_CUDA_THREADS, 0, stream>>>(v, n, acc);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t ps_cuda_count_correct(const float *logits, const uint8_t *labels, int B,
                                              int C, int *count, cudaStream_t stream)
 {
-    unsigned int grid = (unsigned int)((B + PS__THREADS - 1) / PS__THREADS);
+    unsigned int grid = (unsigned int)((B + PS_CUDA_THREADS - 1) / PS_CUDA_THREADS);
 
     if (B < 1 || C < 1)
         return cudaSuccess;
-    ps__count_correct<<<grid, PS__THREADS, 0, stream>>>(logits, labels, B, C, count);
+    ps__count_correct<<<grid, PS_CUDA_THREADS, 0, stream>>>(logits, labels, B, C, count);
     return cudaGetLastError();
 }
 
@@ -195,6 +186,6 @@ extern "C" cudaError_t ps_cuda_f32_to_bf16(uint16_t *dst, const float *src, size
 {
     if (n == 0)
         return cudaSuccess;
-    ps__f32_to_bf16<<<ps__blocks(n), PS__THREADS, 0, stream>>>(dst, src, n);
+    ps__f32_to_bf16<<<ps__cuda_grid_blocks(n), PS_CUDA_THREADS, 0, stream>>>(dst, src, n);
     return cudaGetLastError();
 }

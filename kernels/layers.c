@@ -100,7 +100,7 @@ static void ps__valid_cols(const ps_conv2d *g, int off, int *lo, int *hi)
 /* One sample's windows: col[(c*k_h + i)*k_w + j][oy*out_w + ox] =
  * x[c][oy*stride - pad + i][ox*stride - pad + j], 0 outside. The valid ox of
  * a row are one interval, so each row is zeros, a strided copy, zeros. */
-static void ps__im2col(const ps_conv2d *g, const float *x, float *col)
+static void ps__layers_im2col(const ps_conv2d *g, const float *x, float *col)
 {
     int ow = g->out_w, P = g->out_h * g->out_w;
 
@@ -130,9 +130,9 @@ static void ps__im2col(const ps_conv2d *g, const float *x, float *col)
             }
 }
 
-/* The adjoint of ps__im2col: dx[c][iy][ix] += every col entry read from it.
+/* The adjoint of ps__layers_im2col: dx[c][iy][ix] += every col entry read from it.
  * dx must be zeroed by the caller. */
-static void ps__col2im(const ps_conv2d *g, const float *col, float *dx)
+static void ps__layers_col2im(const ps_conv2d *g, const float *col, float *dx)
 {
     int ow = g->out_w, P = g->out_h * g->out_w;
 
@@ -166,7 +166,7 @@ void ps_conv2d_forward(const ps_conv2d *g, int B, const float *x, const float *w
         for (int o = 0; o < g->out_c; o++)
             for (int p = 0; p < P; p++)
                 yn[(size_t)o * P + p] = b[o];
-        ps__im2col(g, x + n * in_n, ws);
+        ps__layers_im2col(g, x + n * in_n, ws);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->out_c, P, K, 1.0f, w, K, ws, P,
                     1.0f, yn, P);
     }
@@ -189,7 +189,7 @@ void ps_conv2d_backward(const ps_conv2d *g, int B, const float *x, const float *
                 s += dyn[(size_t)o * P + p];
             db[o] += s;
         }
-        ps__im2col(g, x + n * in_n, ws);
+        ps__layers_im2col(g, x + n * in_n, ws);
         /* The first sample overwrites dw, the rest add to it. */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->out_c, K, P, 1.0f, dyn, P, ws, P,
                     n == 0 ? 0.0f : 1.0f, dw, K);
@@ -199,7 +199,7 @@ void ps_conv2d_backward(const ps_conv2d *g, int B, const float *x, const float *
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, P, g->out_c, 1.0f, w, K, dyn, P,
                     0.0f, ws, P);
         memset(dx + n * in_n, 0, sizeof(float) * in_n);
-        ps__col2im(g, ws, dx + n * in_n);
+        ps__layers_col2im(g, ws, dx + n * in_n);
     }
 }
 
@@ -270,8 +270,8 @@ int ps_dropout_init(ps_dropout *g, float rate, uint64_t seed)
 }
 
 /* y = x * scale where kept, else 0: forward and backward are the same map. */
-static void ps__dropout_apply(const ps_dropout *g, uint64_t step, int training, size_t n,
-                              const float *x, float *y)
+static void ps__layers_dropout_apply(const ps_dropout *g, uint64_t step, int training, size_t n,
+                                     const float *x, float *y)
 {
     uint64_t key = ps_dropout_key(g->seed, step);
 
@@ -287,13 +287,13 @@ static void ps__dropout_apply(const ps_dropout *g, uint64_t step, int training, 
 void ps_dropout_forward(const ps_dropout *g, uint64_t step, int training, size_t n, const float *x,
                         float *y)
 {
-    ps__dropout_apply(g, step, training, n, x, y);
+    ps__layers_dropout_apply(g, step, training, n, x, y);
 }
 
 void ps_dropout_backward(const ps_dropout *g, uint64_t step, int training, size_t n,
                          const float *dy, float *dx)
 {
-    ps__dropout_apply(g, step, training, n, dy, dx);
+    ps__layers_dropout_apply(g, step, training, n, dy, dx);
 }
 
 ps_shape ps_flatten_shape(ps_shape in)

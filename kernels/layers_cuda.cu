@@ -21,18 +21,10 @@
 #include <errno.h>
 
 #include "cuda_block_sum.cuh"
+#include "cuda_grid.cuh"
 #include "cuda_kernels.h"
 #include "dropout_mask.h"
 #include "layers_cuda.h"
-
-#define PS__THREADS    256
-#define PS__MAX_BLOCKS 4096
-
-static unsigned int ps__blocks(size_t n)
-{
-    size_t b = (n + PS__THREADS - 1) / PS__THREADS;
-    return b > PS__MAX_BLOCKS ? PS__MAX_BLOCKS : (unsigned int)b;
-}
 
 #define PS__GRID_STRIDE(i, n)                                                                      \
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                        \
@@ -74,14 +66,15 @@ static __global__ void ps__to_bf16(size_t n, const float *x, __nv_bfloat16 *y);
 
 /* A float32 operand of `batch` matrices of rows x cols, `stride` apart (0:
  * one matrix for all), narrowed into *at; *at moves past it. */
-static const __nv_bfloat16 *ps__narrow(const ps_cuda_ctx *cx, const float *src, int rows, int cols,
-                                       long long stride, int batch, __nv_bfloat16 **at)
+static const __nv_bfloat16 *ps__layers_cuda_narrow(const ps_cuda_ctx *cx, const float *src,
+                                                   int rows, int cols, long long stride, int batch,
+                                                   __nv_bfloat16 **at)
 {
     size_t n = stride ? (size_t)stride * (size_t)(batch - 1) + (size_t)rows * (size_t)cols
                       : (size_t)rows * (size_t)cols;
     __nv_bfloat16 *dst = *at;
 
-    ps__to_bf16<<<ps__blocks(n), PS__THREADS, 0, cx->stream>>>(n, src, dst);
+    ps__to_bf16<<<ps__cuda_grid_blocks(n), PS_CUDA_THREADS, 0, cx->stream>>>(n, src, dst);
     *at += ps__round_up(n, PS__BF16_ALIGN);
     return dst;
 }
@@ -113,8 +106,8 @@ static int ps__gemm(const ps_cuda_ctx *cx, int ta, int tb, int M, int N, int K, 
         break;
     case PS_CUDA_BF16:
         /* op(A) is M x K, so A holds M*K values however it is transposed. */
-        a = ps__narrow(cx, A, M, K, sA, batch, &at);
-        b = ps__narrow(cx, B, K, N, sB, batch, &at);
+        a = ps__layers_cuda_narrow(cx, A, M, K, sA, batch, &at);
+        b = ps__layers_cuda_narrow(cx, B, K, N, sB, batch, &at);
         if (cudaGetLastError() != cudaSuccess)
             return -EIO;
         type = CUDA_R_16BF;
@@ -129,7 +122,7 @@ static int ps__gemm(const ps_cuda_ctx *cx, int ta, int tb, int M, int N, int K, 
 /* ---- kernels ---------------------------------------------------------------- */
 
 /* col[n][(c*k_h + i)*k_w + j][oy*out_w + ox] = x[n][c][oy*s - pad + i][ox*s - pad + j]. */
-static __global__ void ps__im2col(ps_conv2d g, size_t total, const float *x, float *col)
+static __global__ void ps__layers_cuda_im2col(ps_conv2d g, size_t total, const float *x, float *col)
 {
     int P = g.out_h * g.out_w, K = g.in.c * g.k_h * g.k_w;
 
@@ -148,7 +141,8 @@ static __global__ void ps__im2col(ps_conv2d g, size_t total, const float *x, flo
 
 /* dx[n][c][iy][ix] = the sum, over kernel rows i then columns j (the CPU's
  * col2im order), of the col entries that read it. */
-static __global__ void ps__col2im(ps_conv2d g, size_t total, const float *col, float *dx)
+static __global__ void ps__layers_cuda_col2im(ps_conv2d g, size_t total, const float *col,
+                                              float *dx)
 {
     int P = g.out_h * g.out_w, K = g.in.c * g.k_h * g.k_w;
 
@@ -186,12 +180,12 @@ static __global__ void ps__channel_bias(float *y, const float *b, size_t total, 
  * strided partial sum, then a tree in shared memory, all in a fixed order. */
 static __global__ void ps__channel_bias_grad(const float *dy, float *db, int B, int P, int C)
 {
-    __shared__ float part[PS__THREADS];
+    __shared__ float part[PS_CUDA_THREADS];
     int o = (int)blockIdx.x;
     size_t m_total = (size_t)B * (size_t)P;
     float s = 0.0f;
 
-    for (size_t m = threadIdx.x; m < m_total; m += PS__THREADS)
+    for (size_t m = threadIdx.x; m < m_total; m += PS_CUDA_THREADS)
         s += dy[((m / (size_t)P) * (size_t)C + (size_t)o) * (size_t)P + m % (size_t)P];
     s = ps__block_sum(s, part);
     if (threadIdx.x == 0)
@@ -283,7 +277,7 @@ static __global__ void ps__to_bf16(size_t n, const float *x, __nv_bfloat16 *y)
 }
 
 /* The CPU's scan: the first class, replaced only by a strictly greater one. */
-static __global__ void ps__predict(int B, int C, const float *logits, uint8_t *pred)
+static __global__ void ps__layers_cuda_predict(int B, int C, const float *logits, uint8_t *pred)
 {
     PS__GRID_STRIDE(i, (size_t)B)
     {
@@ -300,11 +294,11 @@ static __global__ void ps__predict(int B, int C, const float *logits, uint8_t *p
  * in double, in a fixed order. */
 static __global__ void ps__sumsq_parts(size_t n, const float *g, double *part)
 {
-    __shared__ double s[PS__THREADS];
+    __shared__ double s[PS_CUDA_THREADS];
     double v = 0.0;
 
-    for (size_t i = blockIdx.x * (size_t)PS__THREADS + threadIdx.x; i < n;
-         i += (size_t)PS_CUDA_CLIP_PARTS * PS__THREADS)
+    for (size_t i = blockIdx.x * (size_t)PS_CUDA_THREADS + threadIdx.x; i < n;
+         i += (size_t)PS_CUDA_CLIP_PARTS * PS_CUDA_THREADS)
         v += (double)g[i] * (double)g[i];
     v = ps__block_sum(v, s);
     if (threadIdx.x == 0)
@@ -312,13 +306,13 @@ static __global__ void ps__sumsq_parts(size_t n, const float *g, double *part)
 }
 
 /* One thread per part: the parts are summed by one block-wide sum. */
-static_assert(PS_CUDA_CLIP_PARTS == PS__THREADS, "a clipping block sums every part at once");
+static_assert(PS_CUDA_CLIP_PARTS == PS_CUDA_THREADS, "a clipping block sums every part at once");
 
 /* Every block sums the parts in the same order (so all see the same norm),
  * then scales its share of g when the norm is above max_norm. */
 static __global__ void ps__clip_scale(size_t n, float *g, float max_norm, const double *part)
 {
-    __shared__ double s[PS__THREADS];
+    __shared__ double s[PS_CUDA_THREADS];
     double sq = ps__block_sum(part[threadIdx.x], s);
     float scale;
 
@@ -349,7 +343,8 @@ extern "C" int ps_cuda_dense_forward(const ps_cuda_ctx *cx, const ps_dense *g, i
 
     if (rc || n == 0)
         return rc;
-    ps__channel_bias<<<ps__blocks(n), PS__THREADS, 0, cx->stream>>>(y, b, n, 1, g->out);
+    ps__channel_bias<<<ps__cuda_grid_blocks(n), PS_CUDA_THREADS, 0, cx->stream>>>(y, b, n, 1,
+                                                                                  g->out);
     return ps__cu(cudaGetLastError());
 }
 
@@ -363,14 +358,14 @@ extern "C" int ps_cuda_dense_backward(const ps_cuda_ctx *cx, const ps_dense *g, 
     if (B == 0)
         rc = ps__cu(cudaMemsetAsync(dw, 0, sizeof(float) * (size_t)g->out * g->in, cx->stream));
     else
-        rc = ps__gemm(cx, 1, 0, g->out, g->in, B, dy, g->out, 0, x, g->in, 0, 0.0f, dw, g->in, 0,
-                      1, ws);
+        rc = ps__gemm(cx, 1, 0, g->out, g->in, B, dy, g->out, 0, x, g->in, 0, 0.0f, dw, g->in, 0, 1,
+                      ws);
     if (rc == 0)
         rc = ps__cu(B == 0 ? cudaMemsetAsync(db, 0, sizeof(float) * (size_t)g->out, cx->stream)
                            : ps_cuda_bias_grad(dy, db, B, g->out, cx->stream));
     if (rc == 0 && dx)
-        rc = ps__gemm(cx, 0, 0, B, g->in, g->out, dy, g->out, 0, w, g->in, 0, 0.0f, dx, g->in, 0,
-                      1, ws);
+        rc = ps__gemm(cx, 0, 0, B, g->in, g->out, dy, g->out, 0, w, g->in, 0, 0.0f, dx, g->in, 0, 1,
+                      ws);
     return rc;
 }
 
@@ -408,7 +403,8 @@ extern "C" int ps_cuda_conv2d_forward(const ps_cuda_ctx *cx, const ps_conv2d *g,
 
     if (B == 0)
         return 0;
-    ps__im2col<<<ps__blocks(n_col), PS__THREADS, 0, cx->stream>>>(*g, n_col, x, ws);
+    ps__layers_cuda_im2col<<<ps__cuda_grid_blocks(n_col), PS_CUDA_THREADS, 0, cx->stream>>>(
+        *g, n_col, x, ws);
     if ((rc = ps__cu(cudaGetLastError())) != 0)
         return rc;
     /* y_n[out_c][P] = W[out_c][K] col_n[K][P] for every n; W is shared. */
@@ -416,7 +412,8 @@ extern "C" int ps_cuda_conv2d_forward(const ps_cuda_ctx *cx, const ps_conv2d *g,
                   (long long)g->out_c * P, B, ps__conv_bf16(g, B, ws));
     if (rc)
         return rc;
-    ps__channel_bias<<<ps__blocks(n_y), PS__THREADS, 0, cx->stream>>>(y, b, n_y, P, g->out_c);
+    ps__channel_bias<<<ps__cuda_grid_blocks(n_y), PS_CUDA_THREADS, 0, cx->stream>>>(y, b, n_y, P,
+                                                                                    g->out_c);
     return ps__cu(cudaGetLastError());
 }
 
@@ -433,9 +430,10 @@ extern "C" int ps_cuda_conv2d_backward(const ps_cuda_ctx *cx, const ps_conv2d *g
         rc = ps__cu(cudaMemsetAsync(dw, 0, sizeof(float) * n_w, cx->stream));
         return rc ? rc : ps__cu(cudaMemsetAsync(db, 0, sizeof(float) * g->out_c, cx->stream));
     }
-    ps__channel_bias_grad<<<(unsigned int)g->out_c, PS__THREADS, 0, cx->stream>>>(dy, db, B, P,
-                                                                                  g->out_c);
-    ps__im2col<<<ps__blocks(n_col), PS__THREADS, 0, cx->stream>>>(*g, n_col, x, ws);
+    ps__channel_bias_grad<<<(unsigned int)g->out_c, PS_CUDA_THREADS, 0, cx->stream>>>(dy, db, B, P,
+                                                                                      g->out_c);
+    ps__layers_cuda_im2col<<<ps__cuda_grid_blocks(n_col), PS_CUDA_THREADS, 0, cx->stream>>>(
+        *g, n_col, x, ws);
     if ((rc = ps__cu(cudaGetLastError())) != 0)
         return rc;
     /* part_n[out_c][K] = dy_n[out_c][P] col_n^T, then summed in sample order. */
@@ -443,7 +441,7 @@ extern "C" int ps_cuda_conv2d_backward(const ps_cuda_ctx *cx, const ps_conv2d *g
                   0.0f, part, K, (long long)n_w, B, ps__conv_bf16(g, B, ws));
     if (rc)
         return rc;
-    ps__sum_batch<<<ps__blocks(n_w), PS__THREADS, 0, cx->stream>>>(part, dw, n_w, B);
+    ps__sum_batch<<<ps__cuda_grid_blocks(n_w), PS_CUDA_THREADS, 0, cx->stream>>>(part, dw, n_w, B);
     if ((rc = ps__cu(cudaGetLastError())) != 0 || !dx)
         return rc;
     /* dcol_n[K][P] = W^T dy_n, into the windows' space, then gathered into dx. */
@@ -451,7 +449,8 @@ extern "C" int ps_cuda_conv2d_backward(const ps_cuda_ctx *cx, const ps_conv2d *g
                   (long long)K * P, B, ps__conv_bf16(g, B, ws));
     if (rc)
         return rc;
-    ps__col2im<<<ps__blocks(n_x), PS__THREADS, 0, cx->stream>>>(*g, n_x, ws, dx);
+    ps__layers_cuda_col2im<<<ps__cuda_grid_blocks(n_x), PS_CUDA_THREADS, 0, cx->stream>>>(*g, n_x,
+                                                                                          ws, dx);
     return ps__cu(cudaGetLastError());
 }
 
@@ -462,7 +461,8 @@ extern "C" int ps_cuda_maxpool2d_forward(const ps_cuda_ctx *cx, const ps_maxpool
 
     if (n == 0)
         return 0;
-    ps__maxpool_fwd<<<ps__blocks(n), PS__THREADS, 0, cx->stream>>>(*g, n, x, y, argmax);
+    ps__maxpool_fwd<<<ps__cuda_grid_blocks(n), PS_CUDA_THREADS, 0, cx->stream>>>(*g, n, x, y,
+                                                                                 argmax);
     return ps__cu(cudaGetLastError());
 }
 
@@ -473,7 +473,8 @@ extern "C" int ps_cuda_maxpool2d_backward(const ps_cuda_ctx *cx, const ps_maxpoo
 
     if (n == 0)
         return 0;
-    ps__maxpool_bwd<<<ps__blocks(n), PS__THREADS, 0, cx->stream>>>(*g, n, dy, argmax, dx);
+    ps__maxpool_bwd<<<ps__cuda_grid_blocks(n), PS_CUDA_THREADS, 0, cx->stream>>>(*g, n, dy, argmax,
+                                                                                 dx);
     return ps__cu(cudaGetLastError());
 }
 
@@ -481,7 +482,7 @@ extern "C" int ps_cuda_relu_forward(const ps_cuda_ctx *cx, size_t n, const float
 {
     if (n == 0)
         return 0;
-    ps__relu_fwd<<<ps__blocks(n), PS__THREADS, 0, cx->stream>>>(n, x, y);
+    ps__relu_fwd<<<ps__cuda_grid_blocks(n), PS_CUDA_THREADS, 0, cx->stream>>>(n, x, y);
     return ps__cu(cudaGetLastError());
 }
 
@@ -490,7 +491,7 @@ extern "C" int ps_cuda_relu_backward(const ps_cuda_ctx *cx, size_t n, const floa
 {
     if (n == 0)
         return 0;
-    ps__relu_bwd<<<ps__blocks(n), PS__THREADS, 0, cx->stream>>>(n, y, dy, dx);
+    ps__relu_bwd<<<ps__cuda_grid_blocks(n), PS_CUDA_THREADS, 0, cx->stream>>>(n, y, dy, dx);
     return ps__cu(cudaGetLastError());
 }
 
@@ -507,28 +508,28 @@ extern "C" int ps_cuda_flatten_backward(const ps_cuda_ctx *cx, size_t n, const f
 }
 
 /* Forward and backward are the same map (see layers.c). */
-static int ps__dropout_apply(const ps_cuda_ctx *cx, const ps_dropout *g, uint64_t step,
-                             int training, size_t n, const float *x, float *y)
+static int ps__layers_cuda_dropout_apply(const ps_cuda_ctx *cx, const ps_dropout *g, uint64_t step,
+                                         int training, size_t n, const float *x, float *y)
 {
     if (!training)
         return ps_cuda_flatten_forward(cx, n, x, y);
     if (n == 0)
         return 0;
-    ps__dropout<<<ps__blocks(n), PS__THREADS, 0, cx->stream>>>(n, ps_dropout_key(g->seed, step),
-                                                               g->keep_threshold, g->scale, x, y);
+    ps__dropout<<<ps__cuda_grid_blocks(n), PS_CUDA_THREADS, 0, cx->stream>>>(
+        n, ps_dropout_key(g->seed, step), g->keep_threshold, g->scale, x, y);
     return ps__cu(cudaGetLastError());
 }
 
 extern "C" int ps_cuda_dropout_forward(const ps_cuda_ctx *cx, const ps_dropout *g, uint64_t step,
                                        int training, size_t n, const float *x, float *y)
 {
-    return ps__dropout_apply(cx, g, step, training, n, x, y);
+    return ps__layers_cuda_dropout_apply(cx, g, step, training, n, x, y);
 }
 
 extern "C" int ps_cuda_dropout_backward(const ps_cuda_ctx *cx, const ps_dropout *g, uint64_t step,
                                         int training, size_t n, const float *dy, float *dx)
 {
-    return ps__dropout_apply(cx, g, step, training, n, dy, dx);
+    return ps__layers_cuda_dropout_apply(cx, g, step, training, n, dy, dx);
 }
 
 extern "C" int ps_cuda_softmax_xent_batch(const ps_cuda_ctx *cx, int B, int C, const float *logits,
@@ -548,7 +549,8 @@ extern "C" int ps_cuda_predict(const ps_cuda_ctx *cx, int B, int C, const float 
 {
     if (B < 1)
         return 0;
-    ps__predict<<<ps__blocks((size_t)B), PS__THREADS, 0, cx->stream>>>(B, C, logits, pred);
+    ps__layers_cuda_predict<<<ps__cuda_grid_blocks((size_t)B), PS_CUDA_THREADS, 0, cx->stream>>>(
+        B, C, logits, pred);
     return ps__cu(cudaGetLastError());
 }
 
@@ -557,7 +559,8 @@ extern "C" int ps_cuda_clip_norm(const ps_cuda_ctx *cx, size_t n, float *g, floa
 {
     if (n == 0)
         return 0;
-    ps__sumsq_parts<<<PS_CUDA_CLIP_PARTS, PS__THREADS, 0, cx->stream>>>(n, g, part);
-    ps__clip_scale<<<ps__blocks(n), PS__THREADS, 0, cx->stream>>>(n, g, max_norm, part);
+    ps__sumsq_parts<<<PS_CUDA_CLIP_PARTS, PS_CUDA_THREADS, 0, cx->stream>>>(n, g, part);
+    ps__clip_scale<<<ps__cuda_grid_blocks(n), PS_CUDA_THREADS, 0, cx->stream>>>(n, g, max_norm,
+                                                                                part);
     return ps__cu(cudaGetLastError());
 }

@@ -41,11 +41,11 @@ int ps_backend_parse_precision(const char *name, ps_precision *out)
     return 0;
 }
 
-static void ps__append(char *buf, size_t size, const char *fmt, ...)
+static void ps__backend_append(char *buf, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Appends to the NUL-terminated text in buf[size], truncating if need be. */
-static void ps__append(char *buf, size_t size, const char *fmt, ...)
+static void ps__backend_append(char *buf, size_t size, const char *fmt, ...)
 {
     size_t len = strlen(buf);
     va_list ap;
@@ -89,9 +89,9 @@ int ps_backend_init(ps_backend **out, const ps_model_desc *desc, const ps_model_
     /* Say why auto did not pick the GPU, so a missing driver is not a
      * silent slowdown, and that --tf32 changes nothing here. */
     if (cfg->tf32)
-        ps__append((*out)->describe, sizeof((*out)->describe), ", --tf32 ignored");
+        ps__backend_append((*out)->describe, sizeof((*out)->describe), ", --tf32 ignored");
     if (cfg->device == PS_DEVICE_AUTO)
-        ps__append((*out)->describe, sizeof((*out)->describe), " (--device auto: %s)", why);
+        ps__backend_append((*out)->describe, sizeof((*out)->describe), " (--device auto: %s)", why);
     return 0;
 }
 

@@ -42,7 +42,7 @@
 
 /* Sub-buffers of the pinned arena start on 256-byte boundaries, as a fresh
  * allocation would. */
-#define PS__ALIGN 256
+#define PS__CUDA_ALIGN 256
 
 typedef struct {
     ps_backend base; /* first, so a ps_backend * is a ps__cuda *; its buffers are pinned */
@@ -66,7 +66,7 @@ typedef struct {
     uint8_t *d_y;
 } ps__cuda;
 
-static int ps__check(cudaError_t err, const char *what)
+static int ps__cuda_check(cudaError_t err, const char *what)
 {
     if (err == cudaSuccess)
         return 0;
@@ -84,7 +84,7 @@ static int ps__blas_check(cublasStatus_t st, const char *what)
 
 static size_t ps__round(size_t bytes)
 {
-    return (bytes + PS__ALIGN - 1) / PS__ALIGN * PS__ALIGN;
+    return (bytes + PS__CUDA_ALIGN - 1) / PS__CUDA_ALIGN * PS__CUDA_ALIGN;
 }
 
 /* The pinned arena: every tensor's parameter and gradient mirrors (and
@@ -119,7 +119,7 @@ static void ps__cuda_free(ps_backend *b)
         cudaEvent_t *ev[] = {&c->param_ready[t], &c->grad_ready[t], &c->grad_home[t]};
         for (int i = 0; i < 3; i++)
             if (*ev[i])
-                ps__check(cudaEventDestroy(*ev[i]), "destroying an event");
+                ps__cuda_check(cudaEventDestroy(*ev[i]), "destroying an event");
         o->release(&c->cx, c->d_half[t]);
     }
     o->release(&c->cx, c->d_clip_part);
@@ -128,11 +128,11 @@ static void ps__cuda_free(ps_backend *b)
     if (c->cx.blas)
         ps__blas_check(cublasDestroy(c->cx.blas), "destroying the cuBLAS handle");
     if (c->cx.stream)
-        ps__check(cudaStreamDestroy(c->cx.stream), "destroying a stream");
+        ps__cuda_check(cudaStreamDestroy(c->cx.stream), "destroying a stream");
     if (c->copy)
-        ps__check(cudaStreamDestroy(c->copy), "destroying a stream");
+        ps__cuda_check(cudaStreamDestroy(c->copy), "destroying a stream");
     if (c->host_arena)
-        ps__check(cudaFreeHost(c->host_arena), "freeing pinned host memory");
+        ps__cuda_check(cudaFreeHost(c->host_arena), "freeing pinned host memory");
     ps_model_spec_free(&c->spec);
     free(c);
 }
@@ -143,13 +143,13 @@ static int ps__cuda_load_params(ps_backend *b)
     int rc = 0;
 
     for (int t = 0; t < c->spec.n_tensors && rc == 0; t++) {
-        rc = ps__check(cudaMemcpyAsync(ps_model_param(c->model, t), b->params[t],
-                                       c->spec.tensors[t].numel * sizeof(float),
-                                       cudaMemcpyHostToDevice, c->copy),
-                       "uploading parameters");
+        rc = ps__cuda_check(cudaMemcpyAsync(ps_model_param(c->model, t), b->params[t],
+                                            c->spec.tensors[t].numel * sizeof(float),
+                                            cudaMemcpyHostToDevice, c->copy),
+                            "uploading parameters");
         if (rc == 0)
-            rc =
-                ps__check(cudaEventRecord(c->param_ready[t], c->copy), "recording an upload event");
+            rc = ps__cuda_check(cudaEventRecord(c->param_ready[t], c->copy),
+                                "recording an upload event");
     }
     return rc;
 }
@@ -160,8 +160,8 @@ static int ps__params_needed(void *arg, int first, int count)
 {
     ps__cuda *c = arg;
 
-    return ps__check(cudaStreamWaitEvent(c->cx.stream, c->param_ready[first + count - 1], 0),
-                     "waiting for the parameters");
+    return ps__cuda_check(cudaStreamWaitEvent(c->cx.stream, c->param_ready[first + count - 1], 0),
+                          "waiting for the parameters");
 }
 
 /* The executor's hook once a layer's backward is queued: clip, narrow, and
@@ -178,27 +178,29 @@ static void ps__grads_queued(void *arg, int first, int count)
             (rc = ps_cuda_clip_norm(&c->cx, n, g, c->clip_norm, c->d_clip_part)) < 0)
             ps_error("CUDA failed while clipping gradients");
         if (rc == 0 && c->narrow)
-            rc = ps__check(ps_cuda_f32_to_bf16(c->d_half[t], g, n, c->cx.stream),
-                           "narrowing gradients to bfloat16");
+            rc = ps__cuda_check(ps_cuda_f32_to_bf16(c->d_half[t], g, n, c->cx.stream),
+                                "narrowing gradients to bfloat16");
     }
     if (rc == 0)
-        rc = ps__check(cudaEventRecord(c->grad_ready[k], c->cx.stream),
-                       "recording a gradient event");
+        rc = ps__cuda_check(cudaEventRecord(c->grad_ready[k], c->cx.stream),
+                            "recording a gradient event");
     if (rc == 0)
-        rc = ps__check(cudaStreamWaitEvent(c->copy, c->grad_ready[k], 0),
-                       "ordering a gradient copy");
+        rc = ps__cuda_check(cudaStreamWaitEvent(c->copy, c->grad_ready[k], 0),
+                            "ordering a gradient copy");
     for (int t = first; t < first + count && rc == 0; t++) {
         size_t n = c->spec.tensors[t].numel;
         rc = c->narrow
-                 ? ps__check(cudaMemcpyAsync(c->h_half[t], c->d_half[t], n * sizeof(uint16_t),
-                                             cudaMemcpyDeviceToHost, c->copy),
-                             "copying gradients to the host")
-                 : ps__check(cudaMemcpyAsync(c->base.grads[t], ps_model_grad(c->model, t),
-                                             n * sizeof(float), cudaMemcpyDeviceToHost, c->copy),
-                             "copying gradients to the host");
+                 ? ps__cuda_check(cudaMemcpyAsync(c->h_half[t], c->d_half[t], n * sizeof(uint16_t),
+                                                  cudaMemcpyDeviceToHost, c->copy),
+                                  "copying gradients to the host")
+                 : ps__cuda_check(cudaMemcpyAsync(c->base.grads[t], ps_model_grad(c->model, t),
+                                                  n * sizeof(float), cudaMemcpyDeviceToHost,
+                                                  c->copy),
+                                  "copying gradients to the host");
     }
     if (rc == 0)
-        rc = ps__check(cudaEventRecord(c->grad_home[k], c->copy), "recording a gradient event");
+        rc =
+            ps__cuda_check(cudaEventRecord(c->grad_home[k], c->copy), "recording a gradient event");
     c->home_first[k] = first;
     c->home_count[k] = count;
     c->n_home++;
@@ -214,7 +216,7 @@ static int ps__hand_over(ps__cuda *c)
     int rc = 0;
 
     for (int k = 0; k < c->n_home && rc == 0; k++) {
-        rc = ps__check(cudaEventSynchronize(c->grad_home[k]), "copying gradients to the host");
+        rc = ps__cuda_check(cudaEventSynchronize(c->grad_home[k]), "copying gradients to the host");
         for (int t = c->home_first[k];
              t < c->home_first[k] + c->home_count[k] && rc == 0 && c->narrow; t++)
             ps_bf16_to_f32(c->base.grads[t], c->h_half[t], c->spec.tensors[t].numel);
@@ -236,13 +238,13 @@ static int ps__put_batch(ps__cuda *c, const float *x, const uint8_t *y, int B)
         memcpy(c->base.batch_x, x, xb);
     if (y != c->base.batch_y)
         memcpy(c->base.batch_y, y, (size_t)B);
-    rc = ps__check(
+    rc = ps__cuda_check(
         cudaMemcpyAsync(c->d_x, c->base.batch_x, xb, cudaMemcpyHostToDevice, c->cx.stream),
         "copying a batch to the GPU");
     if (rc == 0)
-        rc = ps__check(cudaMemcpyAsync(c->d_y, c->base.batch_y, (size_t)B, cudaMemcpyHostToDevice,
-                                       c->cx.stream),
-                       "copying labels to the GPU");
+        rc = ps__cuda_check(cudaMemcpyAsync(c->d_y, c->base.batch_y, (size_t)B,
+                                            cudaMemcpyHostToDevice, c->cx.stream),
+                            "copying labels to the GPU");
     return rc;
 }
 
@@ -280,11 +282,11 @@ static int ps__cuda_evaluate(ps_backend *b, const float *x, const uint8_t *y, in
         size_t xb = (size_t)B * b->input_n * sizeof(float);
         float l;
 
-        rc = ps__check(cudaMemcpyAsync(c->d_x, x + (size_t)start * b->input_n, xb,
-                                       cudaMemcpyHostToDevice, c->cx.stream),
-                       "copying test samples to the GPU");
+        rc = ps__cuda_check(cudaMemcpyAsync(c->d_x, x + (size_t)start * b->input_n, xb,
+                                            cudaMemcpyHostToDevice, c->cx.stream),
+                            "copying test samples to the GPU");
         if (rc == 0)
-            rc = ps__check(
+            rc = ps__cuda_check(
                 cudaMemcpyAsync(c->d_y, y + start, (size_t)B, cudaMemcpyHostToDevice, c->cx.stream),
                 "copying test labels to the GPU");
         if (rc == 0)
@@ -349,22 +351,25 @@ static int ps__setup(ps__cuda *c)
 
     /* Non-blocking, as compute is: nothing here may wait on the legacy
      * default stream, nor it on us. */
-    rc = ps__check(cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking), "creating a stream");
+    rc = ps__cuda_check(cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking),
+                        "creating a stream");
     for (int t = 0; t < c->spec.n_tensors && rc == 0; t++) {
         unsigned int quiet = cudaEventDisableTiming;
-        rc = ps__check(cudaEventCreateWithFlags(&c->param_ready[t], quiet), "creating an event");
+        rc = ps__cuda_check(cudaEventCreateWithFlags(&c->param_ready[t], quiet),
+                            "creating an event");
         if (rc == 0)
-            rc = ps__check(cudaEventCreateWithFlags(&c->grad_ready[t], quiet), "creating an event");
+            rc = ps__cuda_check(cudaEventCreateWithFlags(&c->grad_ready[t], quiet),
+                                "creating an event");
         if (rc == 0)
-            rc =
-                ps__check(cudaEventCreateWithFlags(&c->grad_home[t], quiet | cudaEventBlockingSync),
-                          "creating an event");
+            rc = ps__cuda_check(
+                cudaEventCreateWithFlags(&c->grad_home[t], quiet | cudaEventBlockingSync),
+                "creating an event");
     }
     if (rc < 0)
         return rc;
     host_bytes = ps__layout_host(c, NULL);
-    rc = ps__check(cudaMallocHost((void **)&c->host_arena, host_bytes),
-                   "allocating pinned host memory");
+    rc = ps__cuda_check(cudaMallocHost((void **)&c->host_arena, host_bytes),
+                        "allocating pinned host memory");
     if (rc < 0)
         return rc;
     ps__layout_host(c, c->host_arena);
@@ -403,7 +408,7 @@ int ps__backend_cuda_init(ps_backend **out, const ps_model_desc *desc, const ps_
         return rc;
     if (cfg->max_batch < 1)
         return -EINVAL;
-    rc = ps__check(cudaGetDeviceProperties(&prop, devno), "reading the GPU's properties");
+    rc = ps__cuda_check(cudaGetDeviceProperties(&prop, devno), "reading the GPU's properties");
     if (rc < 0)
         return rc;
     c = calloc(1, sizeof(*c));
@@ -424,8 +429,8 @@ int ps__backend_cuda_init(ps_backend **out, const ps_model_desc *desc, const ps_
     /* The model first (it checks the description), then what surrounds it.
      * Non-blocking streams: nothing here may wait on the legacy default
      * stream, nor it on us. */
-    rc = ps__check(cudaStreamCreateWithFlags(&c->cx.stream, cudaStreamNonBlocking),
-                   "creating a stream");
+    rc = ps__cuda_check(cudaStreamCreateWithFlags(&c->cx.stream, cudaStreamNonBlocking),
+                        "creating a stream");
     if (rc == 0)
         rc = ps__blas_check(cublasCreate(&c->cx.blas), "creating a cuBLAS handle");
     if (rc == 0)

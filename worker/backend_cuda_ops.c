@@ -18,7 +18,7 @@
 #include "layers_cuda.h"
 #include "ps_log.h"
 
-static int ps__check(cudaError_t err, const char *what)
+static int ps__cuda_op_check(cudaError_t err, const char *what)
 {
     if (err == cudaSuccess)
         return 0;
@@ -27,162 +27,170 @@ static int ps__check(cudaError_t err, const char *what)
 }
 
 /* A layer function's code, with the layer named when it failed. */
-static int ps__layer(int rc, const char *what)
+static int ps__cuda_op_layer(int rc, const char *what)
 {
     if (rc < 0)
         ps_error("CUDA failed while %s: %s", what, rc == -ENOMEM ? "out of memory" : "I/O error");
     return rc;
 }
 
-static void *ps__alloc(void *dev, size_t bytes)
+static void *ps__cuda_op_alloc(void *dev, size_t bytes)
 {
     const ps_cuda_ctx *cx = dev;
     void *p = NULL;
 
-    if (ps__check(cudaMalloc(&p, bytes ? bytes : 1), "allocating GPU memory") < 0)
+    if (ps__cuda_op_check(cudaMalloc(&p, bytes ? bytes : 1), "allocating GPU memory") < 0)
         return NULL;
     /* Zeroed before anything queued on the stream can read it. */
-    if (ps__check(cudaMemsetAsync(p, 0, bytes, cx->stream), "clearing GPU memory") < 0) {
+    if (ps__cuda_op_check(cudaMemsetAsync(p, 0, bytes, cx->stream), "clearing GPU memory") < 0) {
         cudaFree(p);
         return NULL;
     }
     return p;
 }
 
-static void ps__release(void *dev, void *p)
+static void ps__cuda_op_release(void *dev, void *p)
 {
     (void)dev;
     if (p)
-        ps__check(cudaFree(p), "freeing GPU memory");
+        ps__cuda_op_check(cudaFree(p), "freeing GPU memory");
 }
 
 /* Ordered on the stream after what was queued, and complete on return. */
-static int ps__write(void *dev, void *dst, const void *src, size_t bytes)
+static int ps__cuda_op_write(void *dev, void *dst, const void *src, size_t bytes)
 {
     const ps_cuda_ctx *cx = dev;
-    int rc = ps__check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cx->stream),
-                       "copying to the GPU");
-    return rc ? rc : ps__check(cudaStreamSynchronize(cx->stream), "copying to the GPU");
+    int rc = ps__cuda_op_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cx->stream),
+                               "copying to the GPU");
+    return rc ? rc : ps__cuda_op_check(cudaStreamSynchronize(cx->stream), "copying to the GPU");
 }
 
-static int ps__read(void *dev, void *dst, const void *src, size_t bytes)
+static int ps__cuda_op_read(void *dev, void *dst, const void *src, size_t bytes)
 {
     const ps_cuda_ctx *cx = dev;
-    int rc = ps__check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cx->stream),
-                       "copying from the GPU");
+    int rc = ps__cuda_op_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cx->stream),
+                               "copying from the GPU");
     /* Asynchronous errors of anything queued before surface here. */
-    return rc ? rc : ps__check(cudaStreamSynchronize(cx->stream), "running the step");
+    return rc ? rc : ps__cuda_op_check(cudaStreamSynchronize(cx->stream), "running the step");
 }
 
-static int ps__zero(void *dev, void *p, size_t bytes)
+static int ps__cuda_op_zero(void *dev, void *p, size_t bytes)
 {
     const ps_cuda_ctx *cx = dev;
-    return ps__check(cudaMemsetAsync(p, 0, bytes, cx->stream), "clearing GPU memory");
+    return ps__cuda_op_check(cudaMemsetAsync(p, 0, bytes, cx->stream), "clearing GPU memory");
 }
 
-static size_t ps__dense_workspace(void *dev, const ps_dense *g, int B)
+static size_t ps__cuda_op_dense_workspace(void *dev, const ps_dense *g, int B)
 {
     return ps_cuda_dense_workspace(dev, g, B);
 }
 
-static int ps__dense_forward(void *dev, const ps_dense *g, int B, const float *x, const float *w,
-                             const float *b, float *y, float *ws)
+static int ps__cuda_op_dense_forward(void *dev, const ps_dense *g, int B, const float *x,
+                                     const float *w, const float *b, float *y, float *ws)
 {
-    return ps__layer(ps_cuda_dense_forward(dev, g, B, x, w, b, y, ws), "running a dense layer");
+    return ps__cuda_op_layer(ps_cuda_dense_forward(dev, g, B, x, w, b, y, ws),
+                             "running a dense layer");
 }
 
-static int ps__dense_backward(void *dev, const ps_dense *g, int B, const float *x, const float *w,
-                              const float *dy, float *dx, float *dw, float *db, float *ws)
+static int ps__cuda_op_dense_backward(void *dev, const ps_dense *g, int B, const float *x,
+                                      const float *w, const float *dy, float *dx, float *dw,
+                                      float *db, float *ws)
 {
-    return ps__layer(ps_cuda_dense_backward(dev, g, B, x, w, dy, dx, dw, db, ws),
-                     "running a dense layer backward");
+    return ps__cuda_op_layer(ps_cuda_dense_backward(dev, g, B, x, w, dy, dx, dw, db, ws),
+                             "running a dense layer backward");
 }
 
-static size_t ps__conv2d_workspace(void *dev, const ps_conv2d *g, int B)
+static size_t ps__cuda_op_conv2d_workspace(void *dev, const ps_conv2d *g, int B)
 {
     return ps_cuda_conv2d_workspace(dev, g, B);
 }
 
-static int ps__conv2d_forward(void *dev, const ps_conv2d *g, int B, const float *x, const float *w,
-                              const float *b, float *y, float *ws)
+static int ps__cuda_op_conv2d_forward(void *dev, const ps_conv2d *g, int B, const float *x,
+                                      const float *w, const float *b, float *y, float *ws)
 {
-    return ps__layer(ps_cuda_conv2d_forward(dev, g, B, x, w, b, y, ws), "running a convolution");
+    return ps__cuda_op_layer(ps_cuda_conv2d_forward(dev, g, B, x, w, b, y, ws),
+                             "running a convolution");
 }
 
-static int ps__conv2d_backward(void *dev, const ps_conv2d *g, int B, const float *x, const float *w,
-                               const float *dy, float *dx, float *dw, float *db, float *ws)
+static int ps__cuda_op_conv2d_backward(void *dev, const ps_conv2d *g, int B, const float *x,
+                                       const float *w, const float *dy, float *dx, float *dw,
+                                       float *db, float *ws)
 {
-    return ps__layer(ps_cuda_conv2d_backward(dev, g, B, x, w, dy, dx, dw, db, ws),
-                     "running a convolution backward");
+    return ps__cuda_op_layer(ps_cuda_conv2d_backward(dev, g, B, x, w, dy, dx, dw, db, ws),
+                             "running a convolution backward");
 }
 
-static int ps__maxpool2d_forward(void *dev, const ps_maxpool2d *g, int B, const float *x, float *y,
-                                 int32_t *argmax)
+static int ps__cuda_op_maxpool2d_forward(void *dev, const ps_maxpool2d *g, int B, const float *x,
+                                         float *y, int32_t *argmax)
 {
-    return ps__layer(ps_cuda_maxpool2d_forward(dev, g, B, x, y, argmax), "running a max-pool");
+    return ps__cuda_op_layer(ps_cuda_maxpool2d_forward(dev, g, B, x, y, argmax),
+                             "running a max-pool");
 }
 
-static int ps__maxpool2d_backward(void *dev, const ps_maxpool2d *g, int B, const float *dy,
-                                  const int32_t *argmax, float *dx)
+static int ps__cuda_op_maxpool2d_backward(void *dev, const ps_maxpool2d *g, int B, const float *dy,
+                                          const int32_t *argmax, float *dx)
 {
-    return ps__layer(ps_cuda_maxpool2d_backward(dev, g, B, dy, argmax, dx),
-                     "running a max-pool backward");
+    return ps__cuda_op_layer(ps_cuda_maxpool2d_backward(dev, g, B, dy, argmax, dx),
+                             "running a max-pool backward");
 }
 
-static int ps__relu_forward(void *dev, size_t n, const float *x, float *y)
+static int ps__cuda_op_relu_forward(void *dev, size_t n, const float *x, float *y)
 {
-    return ps__layer(ps_cuda_relu_forward(dev, n, x, y), "running a ReLU");
+    return ps__cuda_op_layer(ps_cuda_relu_forward(dev, n, x, y), "running a ReLU");
 }
 
-static int ps__relu_backward(void *dev, size_t n, const float *y, const float *dy, float *dx)
+static int ps__cuda_op_relu_backward(void *dev, size_t n, const float *y, const float *dy,
+                                     float *dx)
 {
-    return ps__layer(ps_cuda_relu_backward(dev, n, y, dy, dx), "running a ReLU backward");
+    return ps__cuda_op_layer(ps_cuda_relu_backward(dev, n, y, dy, dx), "running a ReLU backward");
 }
 
-static int ps__dropout_forward(void *dev, const ps_dropout *g, uint64_t step, int training,
-                               size_t n, const float *x, float *y)
+static int ps__cuda_op_dropout_forward(void *dev, const ps_dropout *g, uint64_t step, int training,
+                                       size_t n, const float *x, float *y)
 {
-    return ps__layer(ps_cuda_dropout_forward(dev, g, step, training, n, x, y), "running dropout");
+    return ps__cuda_op_layer(ps_cuda_dropout_forward(dev, g, step, training, n, x, y),
+                             "running dropout");
 }
 
-static int ps__dropout_backward(void *dev, const ps_dropout *g, uint64_t step, int training,
-                                size_t n, const float *dy, float *dx)
+static int ps__cuda_op_dropout_backward(void *dev, const ps_dropout *g, uint64_t step, int training,
+                                        size_t n, const float *dy, float *dx)
 {
-    return ps__layer(ps_cuda_dropout_backward(dev, g, step, training, n, dy, dx),
-                     "running dropout backward");
+    return ps__cuda_op_layer(ps_cuda_dropout_backward(dev, g, step, training, n, dy, dx),
+                             "running dropout backward");
 }
 
-static int ps__softmax_xent(void *dev, int B, int C, const float *logits, const uint8_t *labels,
-                            float *dlogits, float *rows, ps_model_totals *totals)
+static int ps__cuda_op_softmax_xent(void *dev, int B, int C, const float *logits,
+                                    const uint8_t *labels, float *dlogits, float *rows,
+                                    ps_model_totals *totals)
 {
-    return ps__layer(ps_cuda_softmax_xent_batch(dev, B, C, logits, labels, dlogits, rows,
-                                                &totals->loss_sum, &totals->correct),
-                     "computing the loss");
+    return ps__cuda_op_layer(ps_cuda_softmax_xent_batch(dev, B, C, logits, labels, dlogits, rows,
+                                                        &totals->loss_sum, &totals->correct),
+                             "computing the loss");
 }
 
-static int ps__predict(void *dev, int B, int C, const float *logits, uint8_t *pred)
+static int ps__cuda_op_predict(void *dev, int B, int C, const float *logits, uint8_t *pred)
 {
-    return ps__layer(ps_cuda_predict(dev, B, C, logits, pred), "computing predictions");
+    return ps__cuda_op_layer(ps_cuda_predict(dev, B, C, logits, pred), "computing predictions");
 }
 
 const ps_model_ops ps_backend_cuda_ops = {
-    .alloc = ps__alloc,
-    .release = ps__release,
-    .write = ps__write,
-    .read = ps__read,
-    .zero = ps__zero,
-    .dense_workspace = ps__dense_workspace,
-    .dense_forward = ps__dense_forward,
-    .dense_backward = ps__dense_backward,
-    .conv2d_workspace = ps__conv2d_workspace,
-    .conv2d_forward = ps__conv2d_forward,
-    .conv2d_backward = ps__conv2d_backward,
-    .maxpool2d_forward = ps__maxpool2d_forward,
-    .maxpool2d_backward = ps__maxpool2d_backward,
-    .relu_forward = ps__relu_forward,
-    .relu_backward = ps__relu_backward,
-    .dropout_forward = ps__dropout_forward,
-    .dropout_backward = ps__dropout_backward,
-    .softmax_xent = ps__softmax_xent,
-    .predict = ps__predict,
+    .alloc = ps__cuda_op_alloc,
+    .release = ps__cuda_op_release,
+    .write = ps__cuda_op_write,
+    .read = ps__cuda_op_read,
+    .zero = ps__cuda_op_zero,
+    .dense_workspace = ps__cuda_op_dense_workspace,
+    .dense_forward = ps__cuda_op_dense_forward,
+    .dense_backward = ps__cuda_op_dense_backward,
+    .conv2d_workspace = ps__cuda_op_conv2d_workspace,
+    .conv2d_forward = ps__cuda_op_conv2d_forward,
+    .conv2d_backward = ps__cuda_op_conv2d_backward,
+    .maxpool2d_forward = ps__cuda_op_maxpool2d_forward,
+    .maxpool2d_backward = ps__cuda_op_maxpool2d_backward,
+    .relu_forward = ps__cuda_op_relu_forward,
+    .relu_backward = ps__cuda_op_relu_backward,
+    .dropout_forward = ps__cuda_op_dropout_forward,
+    .dropout_backward = ps__cuda_op_dropout_backward,
+    .softmax_xent = ps__cuda_op_softmax_xent,
+    .predict = ps__cuda_op_predict,
 };

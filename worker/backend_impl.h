@@ -44,7 +44,9 @@ int ps__backend_cpu_init(ps_backend **out, const ps_model_desc *desc, const ps_m
 /* The CUDA backend. Returns -ENODEV, with the reason in why (always
  * NUL-terminated) and nothing logged, when there is no usable GPU or the
  * build has no CUDA; any other failure is logged and returned as for
- * ps_backend_init. */
+ * ps_backend_init. One function with two bodies, of which CMake links
+ * exactly one: backend_cuda.c where it found the CUDA toolkit,
+ * backend_nocuda.c (which only says why not) elsewhere. */
 int ps__backend_cuda_init(ps_backend **out, const ps_model_desc *desc, const ps_model_spec *spec,
                           const ps_backend_config *cfg, char *why, size_t why_len);
 

@@ -48,10 +48,10 @@ typedef struct {
     long long plain_size;
 } ps__idx;
 
-static int ps__fail(int code, char *err, size_t errlen, const char *fmt, ...)
+static int ps__dataset_fail(int code, char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-static int ps__fail(int code, char *err, size_t errlen, const char *fmt, ...)
+static int ps__dataset_fail(int code, char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
 
@@ -68,7 +68,8 @@ static uint32_t ps__be32(const unsigned char *p)
 
 /* Reads up to len bytes into buf and stores the count in *got; fewer than len
  * means the data ended. */
-static int ps__read(ps__idx *f, void *buf, size_t len, size_t *got, char *err, size_t errlen)
+static int ps__dataset_read(ps__idx *f, void *buf, size_t len, size_t *got, char *err,
+                            size_t errlen)
 {
     *got = 0;
     while (*got < len) {
@@ -84,9 +85,10 @@ static int ps__read(ps__idx *f, void *buf, size_t len, size_t *got, char *err, s
             const char *msg = gzerror(f->gz, &zerr);
 
             if (zerr == Z_ERRNO)
-                return ps__fail(-e, err, errlen, "%s: read failed: %s", f->path, strerror(e));
-            return ps__fail(-PS_EFORMAT, err, errlen, "%s: corrupt gzip data (%s)" PS__HINT,
-                            f->path, msg);
+                return ps__dataset_fail(-e, err, errlen, "%s: read failed: %s", f->path,
+                                        strerror(e));
+            return ps__dataset_fail(-PS_EFORMAT, err, errlen, "%s: corrupt gzip data (%s)" PS__HINT,
+                                    f->path, msg);
         }
         if (r == 0)
             break;
@@ -129,17 +131,18 @@ static int ps__idx_header(ps__idx *f, const unsigned char *m, ps_npy_header *h, 
 
     memset(h, 0, sizeof(*h));
     if (m[0] != 0 || m[1] != 0 || ps__idx_type(m[2], h) != 0 || m[3] < 1 || m[3] > PS__IDX_MAX_DIMS)
-        return ps__fail(-PS_EFORMAT, err, errlen,
-                        "%s: wrong magic 0x%08x: neither an IDX file (0x0000TTDD with a known "
-                        "type TT and 1..%d dimensions DD) nor a .npy file" PS__HINT,
-                        f->path, ps__be32(m), PS__IDX_MAX_DIMS);
-    rc = ps__read(f, dims, want, &got, err, errlen);
+        return ps__dataset_fail(
+            -PS_EFORMAT, err, errlen,
+            "%s: wrong magic 0x%08x: neither an IDX file (0x0000TTDD with a known "
+            "type TT and 1..%d dimensions DD) nor a .npy file" PS__HINT,
+            f->path, ps__be32(m), PS__IDX_MAX_DIMS);
+    rc = ps__dataset_read(f, dims, want, &got, err, errlen);
     if (rc)
         return rc;
     if (got < want)
-        return ps__fail(-PS_EFORMAT, err, errlen,
-                        "%s: truncated header: %zu bytes, expected %zu" PS__HINT, f->path, 4 + got,
-                        4 + want);
+        return ps__dataset_fail(-PS_EFORMAT, err, errlen,
+                                "%s: truncated header: %zu bytes, expected %zu" PS__HINT, f->path,
+                                4 + got, 4 + want);
     h->ndim = m[3];
     h->count = 1;
     for (int i = 0; i < h->ndim; i++) {
@@ -164,22 +167,22 @@ static int ps__npy_header(ps__idx *f, const unsigned char *m, ps_npy_header *h, 
     int rc;
 
     memcpy(pre, m, 4);
-    rc = ps__read(f, pre + 4, sizeof(pre) - 4, &got, err, errlen);
+    rc = ps__dataset_read(f, pre + 4, sizeof(pre) - 4, &got, err, errlen);
     if (rc)
         return rc;
     if (ps_npy_header_size(pre, 4 + got, &total, why, sizeof(why)) != 0)
-        return ps__fail(-PS_EFORMAT, err, errlen, "%s: %s" PS__HINT, f->path, why);
+        return ps__dataset_fail(-PS_EFORMAT, err, errlen, "%s: %s" PS__HINT, f->path, why);
     buf = malloc(total);
     if (!buf)
-        return ps__fail(-ENOMEM, err, errlen, "%s: out of memory", f->path);
+        return ps__dataset_fail(-ENOMEM, err, errlen, "%s: out of memory", f->path);
     memcpy(buf, pre, 4 + got);
     if (total > 4 + got) {
         size_t more;
-        rc = ps__read(f, buf + 4 + got, total - 4 - got, &more, err, errlen);
+        rc = ps__dataset_read(f, buf + 4 + got, total - 4 - got, &more, err, errlen);
         got += rc ? 0 : more;
     }
     if (rc == 0 && ps_npy_parse_header(buf, 4 + got, h, why, sizeof(why)) != 0)
-        rc = ps__fail(-PS_EFORMAT, err, errlen, "%s: %s" PS__HINT, f->path, why);
+        rc = ps__dataset_fail(-PS_EFORMAT, err, errlen, "%s: %s" PS__HINT, f->path, why);
     free(buf);
     return rc;
 }
@@ -196,26 +199,27 @@ static int ps__open(ps__idx *f, const char *path, ps_npy_header *h, char *err, s
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
-        return ps__fail(-e, err, errlen, "%s: cannot open: %s" PS__HINT, path, strerror(e));
+        return ps__dataset_fail(-e, err, errlen, "%s: cannot open: %s" PS__HINT, path, strerror(e));
     }
     if (fstat(fd, &st) < 0) {
         int e = errno;
         close(fd);
-        return ps__fail(-e, err, errlen, "%s: cannot stat: %s", path, strerror(e));
+        return ps__dataset_fail(-e, err, errlen, "%s: cannot stat: %s", path, strerror(e));
     }
     f->gz = gzdopen(fd, "rb");
     if (!f->gz) {
         close(fd);
-        return ps__fail(-ENOMEM, err, errlen, "%s: out of memory opening the file", path);
+        return ps__dataset_fail(-ENOMEM, err, errlen, "%s: out of memory opening the file", path);
     }
-    rc = ps__read(f, m, sizeof(m), &got, err, errlen);
+    rc = ps__dataset_read(f, m, sizeof(m), &got, err, errlen);
     if (rc)
         return rc;
     if (got == 0)
-        return ps__fail(-PS_EFORMAT, err, errlen, "%s: empty file" PS__HINT, path);
+        return ps__dataset_fail(-PS_EFORMAT, err, errlen, "%s: empty file" PS__HINT, path);
     if (got < sizeof(m))
-        return ps__fail(-PS_EFORMAT, err, errlen,
-                        "%s: truncated header: %zu bytes, expected at least 4" PS__HINT, path, got);
+        return ps__dataset_fail(-PS_EFORMAT, err, errlen,
+                                "%s: truncated header: %zu bytes, expected at least 4" PS__HINT,
+                                path, got);
     rc = m[0] == 0x93 ? ps__npy_header(f, m, h, err, errlen) : ps__idx_header(f, m, h, err, errlen);
     if (rc)
         return rc;
@@ -236,13 +240,14 @@ static void ps__idx_close(ps__idx *f)
 static int ps__size_mismatch(const ps__idx *f, size_t len, size_t have, char *err, size_t errlen)
 {
     if (have < len)
-        return ps__fail(
+        return ps__dataset_fail(
             -PS_EFORMAT, err, errlen,
             "%s: truncated: the header promises %zu data bytes but only %zu follow" PS__HINT,
             f->path, len, have);
-    return ps__fail(-PS_EFORMAT, err, errlen,
-                    "%s: the file continues past the %zu data bytes its header promises" PS__HINT,
-                    f->path, len);
+    return ps__dataset_fail(
+        -PS_EFORMAT, err, errlen,
+        "%s: the file continues past the %zu data bytes its header promises" PS__HINT, f->path,
+        len);
 }
 
 /* Checks a plain file's size against a header of hlen and a body of len
@@ -264,12 +269,12 @@ static int ps__idx_read_body(ps__idx *f, void *buf, size_t len, char *err, size_
     size_t got, more;
     int rc;
 
-    rc = ps__read(f, buf, len, &got, err, errlen);
+    rc = ps__dataset_read(f, buf, len, &got, err, errlen);
     if (rc)
         return rc;
     if (got < len)
         return ps__size_mismatch(f, len, got, err, errlen);
-    rc = ps__read(f, &extra, 1, &more, err, errlen);
+    rc = ps__dataset_read(f, &extra, 1, &more, err, errlen);
     if (rc)
         return rc;
     if (more)
@@ -286,14 +291,15 @@ static int ps__sample_shape(const ps__idx *f, const ps_npy_header *h, ps_dataset
     uint64_t features = 1;
 
     if (h->ndim < 1 || extra > 3)
-        return ps__fail(-PS_EFORMAT, err, errlen,
-                        "%s: samples need 1 to 4 dimensions (samples first), not %d" PS__HINT,
-                        f->path, h->ndim);
+        return ps__dataset_fail(
+            -PS_EFORMAT, err, errlen,
+            "%s: samples need 1 to 4 dimensions (samples first), not %d" PS__HINT, f->path,
+            h->ndim);
     for (int i = 0; i < extra; i++) {
         if (d[i] < 1 || d[i] > PS__MAX_FEATURES || features * d[i] > PS__MAX_FEATURES)
-            return ps__fail(-PS_EFORMAT, err, errlen,
-                            "%s: a sample of this shape is outside 1..%u values" PS__HINT, f->path,
-                            PS__MAX_FEATURES);
+            return ps__dataset_fail(-PS_EFORMAT, err, errlen,
+                                    "%s: a sample of this shape is outside 1..%u values" PS__HINT,
+                                    f->path, PS__MAX_FEATURES);
         features *= d[i];
     }
     ds->features = (int)features;
@@ -313,12 +319,12 @@ static int ps__count(const ps__idx *f, const ps_npy_header *h, const char *what,
                      size_t errlen)
 {
     if (h->ndim < 1 || h->shape[0] < 1 || h->shape[0] > PS__MAX_SAMPLES)
-        return ps__fail(-PS_EFORMAT, err, errlen, "%s: %s count is outside 1..%u" PS__HINT, f->path,
-                        what, PS__MAX_SAMPLES);
+        return ps__dataset_fail(-PS_EFORMAT, err, errlen, "%s: %s count is outside 1..%u" PS__HINT,
+                                f->path, what, PS__MAX_SAMPLES);
     if (h->fortran_order && h->ndim > 1)
-        return ps__fail(-PS_EFORMAT, err, errlen,
-                        "%s: Fortran-ordered array; save np.ascontiguousarray(a) instead" PS__HINT,
-                        f->path);
+        return ps__dataset_fail(
+            -PS_EFORMAT, err, errlen,
+            "%s: Fortran-ordered array; save np.ascontiguousarray(a) instead" PS__HINT, f->path);
     return 0;
 }
 
@@ -341,9 +347,9 @@ static int ps__load_samples(ps__idx *f, const ps_npy_header *h, ps_dataset *ds, 
 
     ds->is_float = h->kind == 'f' && h->elem_size == 4;
     if (!ds->is_float && !(h->kind == 'u' && h->elem_size == 1))
-        return ps__fail(-PS_EFORMAT, err, errlen,
-                        "%s: samples are %s; they must be uint8 or float32" PS__HINT, f->path,
-                        h->descr);
+        return ps__dataset_fail(-PS_EFORMAT, err, errlen,
+                                "%s: samples are %s; they must be uint8 or float32" PS__HINT,
+                                f->path, h->descr);
     bytes = count * (size_t)h->elem_size;
     rc = ps__idx_check_size(f, h->data_off, bytes, err, errlen);
     if (rc)
@@ -353,8 +359,8 @@ static int ps__load_samples(ps__idx *f, const ps_npy_header *h, ps_dataset *ds, 
     else
         ds->pixels = malloc(bytes);
     if (!ds->values && !ds->pixels)
-        return ps__fail(-ENOMEM, err, errlen, "%s: out of memory for %zu bytes of samples", f->path,
-                        bytes);
+        return ps__dataset_fail(-ENOMEM, err, errlen, "%s: out of memory for %zu bytes of samples",
+                                f->path, bytes);
     rc = ps__idx_read_body(f, ds->is_float ? (void *)ds->values : ds->pixels, bytes, err, errlen);
     if (rc || !ds->is_float)
         return rc;
@@ -362,9 +368,9 @@ static int ps__load_samples(ps__idx *f, const ps_npy_header *h, ps_dataset *ds, 
         ps__swap((uint8_t *)ds->values, count, 4);
     for (size_t i = 0; i < count; i++)
         if (!isfinite(ds->values[i]))
-            return ps__fail(-PS_EFORMAT, err, errlen,
-                            "%s: value %zu of sample %zu is not finite" PS__HINT, f->path,
-                            i % (size_t)ds->features, i / (size_t)ds->features);
+            return ps__dataset_fail(-PS_EFORMAT, err, errlen,
+                                    "%s: value %zu of sample %zu is not finite" PS__HINT, f->path,
+                                    i % (size_t)ds->features, i / (size_t)ds->features);
     return 0;
 }
 
@@ -390,12 +396,13 @@ static int ps__load_labels(ps__idx *f, const ps_npy_header *h, ps_dataset *ds, c
     int rc, top = -1;
 
     if (h->kind == 'f')
-        return ps__fail(-PS_EFORMAT, err, errlen,
-                        "%s: labels are %s; they must be integers" PS__HINT, f->path, h->descr);
+        return ps__dataset_fail(-PS_EFORMAT, err, errlen,
+                                "%s: labels are %s; they must be integers" PS__HINT, f->path,
+                                h->descr);
     if (h->ndim > 2 || (h->ndim == 2 && h->shape[1] != 1))
-        return ps__fail(-PS_EFORMAT, err, errlen,
-                        "%s: labels must have shape (n,) or (n, 1), one per sample" PS__HINT,
-                        f->path);
+        return ps__dataset_fail(
+            -PS_EFORMAT, err, errlen,
+            "%s: labels must have shape (n,) or (n, 1), one per sample" PS__HINT, f->path);
     rc = ps__idx_check_size(f, h->data_off, bytes, err, errlen);
     if (rc)
         return rc;
@@ -403,16 +410,17 @@ static int ps__load_labels(ps__idx *f, const ps_npy_header *h, ps_dataset *ds, c
     raw = malloc(bytes);
     if (!raw || !ds->labels) {
         free(raw);
-        return ps__fail(-ENOMEM, err, errlen, "%s: out of memory for %zu labels", f->path, n);
+        return ps__dataset_fail(-ENOMEM, err, errlen, "%s: out of memory for %zu labels", f->path,
+                                n);
     }
     rc = ps__idx_read_body(f, raw, bytes, err, errlen);
     for (size_t i = 0; rc == 0 && i < n; i++) {
         int64_t v = ps__int_at(raw + i * (size_t)h->elem_size, h);
 
         if (v < 0 || v >= PS_DATASET_MAX_CLASSES)
-            rc = ps__fail(-PS_EFORMAT, err, errlen,
-                          "%s: label %lld of sample %zu is not a class 0..%d" PS__HINT, f->path,
-                          (long long)v, i, PS_DATASET_MAX_CLASSES - 1);
+            rc = ps__dataset_fail(-PS_EFORMAT, err, errlen,
+                                  "%s: label %lld of sample %zu is not a class 0..%d" PS__HINT,
+                                  f->path, (long long)v, i, PS_DATASET_MAX_CLASSES - 1);
         else
             ds->labels[i] = (uint8_t)v;
         top = v > top ? (int)v : top;
@@ -442,10 +450,10 @@ int ps_dataset_load(ps_dataset *ds, const char *samples_path, const char *labels
     if (rc)
         goto fail;
     if (xh.shape[0] != yh.shape[0]) {
-        rc =
-            ps__fail(-PS_EFORMAT, err, errlen,
-                     "%s holds %llu samples but %s holds %llu labels" PS__HINT, samples_path,
-                     (unsigned long long)xh.shape[0], labels_path, (unsigned long long)yh.shape[0]);
+        rc = ps__dataset_fail(-PS_EFORMAT, err, errlen,
+                              "%s holds %llu samples but %s holds %llu labels" PS__HINT,
+                              samples_path, (unsigned long long)xh.shape[0], labels_path,
+                              (unsigned long long)yh.shape[0]);
         goto fail;
     }
     rc = ps__sample_shape(&xf, &xh, ds, err, errlen);
@@ -493,12 +501,12 @@ static int ps__class_names(ps_dataset *ds, const char *dir, char *err, size_t er
     FILE *f;
 
     if (snprintf(path, sizeof(path), "%s/classes.txt", dir) >= (int)sizeof(path))
-        return ps__fail(-ENAMETOOLONG, err, errlen, "%s: directory path too long", dir);
+        return ps__dataset_fail(-ENAMETOOLONG, err, errlen, "%s: directory path too long", dir);
     f = fopen(path, "r");
     if (!f)
-        return errno == ENOENT
-                   ? 0
-                   : ps__fail(-errno, err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return errno == ENOENT ? 0
+                               : ps__dataset_fail(-errno, err, errlen, "%s: cannot open: %s", path,
+                                                  strerror(errno));
     /* A line longer than the buffer arrives in pieces; only its end counts. */
     while (fgets(line, sizeof(line), f)) {
         for (const char *c = line; *c; c++)
@@ -511,13 +519,13 @@ static int ps__class_names(ps_dataset *ds, const char *dir, char *err, size_t er
     }
     fclose(f);
     if (names < 1 || names > PS_DATASET_MAX_CLASSES)
-        return ps__fail(-PS_EFORMAT, err, errlen, "%s: %d class names; 1..%d are supported", path,
-                        names, PS_DATASET_MAX_CLASSES);
+        return ps__dataset_fail(-PS_EFORMAT, err, errlen, "%s: %d class names; 1..%d are supported",
+                                path, names, PS_DATASET_MAX_CLASSES);
     ds->named_classes = 1;
     if (ds->classes > names)
-        return ps__fail(-PS_EFORMAT, err, errlen,
-                        "%s names %d classes but the labels go up to %d" PS__HINT, path, names,
-                        ds->classes - 1);
+        return ps__dataset_fail(-PS_EFORMAT, err, errlen,
+                                "%s names %d classes but the labels go up to %d" PS__HINT, path,
+                                names, ds->classes - 1);
     ds->classes = names;
     return 0;
 }
@@ -533,16 +541,16 @@ int ps_dataset_load_dir(ps_dataset *ds, const char *dir, int train, char *err, s
     /* A folder that is not there is the mistake, not its first file. */
     if (stat(dir, &st) < 0) {
         int e = errno;
-        return ps__fail(-e, err, errlen, "--data %s: %s", dir,
-                        e == ENOENT ? "no such folder" : strerror(e));
+        return ps__dataset_fail(-e, err, errlen, "--data %s: %s", dir,
+                                e == ENOENT ? "no such folder" : strerror(e));
     }
     if (!S_ISDIR(st.st_mode))
-        return ps__fail(-ENOTDIR, err, errlen, "--data %s: not a folder", dir);
+        return ps__dataset_fail(-ENOTDIR, err, errlen, "--data %s: not a folder", dir);
     if (ps__pick(samples, sizeof(samples), dir, split, "images-idx3-ubyte") ||
         ps__pick(labels, sizeof(labels), dir, split, "labels-idx1-ubyte") ||
         snprintf(npx, sizeof(npx), "%s/%s_x.npy", dir, npy) >= (int)sizeof(npx) ||
         snprintf(npl, sizeof(npl), "%s/%s_y.npy", dir, npy) >= (int)sizeof(npl))
-        return ps__fail(-ENAMETOOLONG, err, errlen, "%s: directory path too long", dir);
+        return ps__dataset_fail(-ENAMETOOLONG, err, errlen, "%s: directory path too long", dir);
     /* IDX files first, as always; the NumPy pair when there is no IDX one. */
     if (access(samples, F_OK) != 0 && access(npx, F_OK) == 0)
         rc = ps_dataset_load(ds, npx, npl, err, errlen);
@@ -562,7 +570,7 @@ int ps_dataset_match(ps_dataset *train, ps_dataset *test, char *err, size_t errl
 
     if (memcmp(&train->shape, &test->shape, sizeof(train->shape)) != 0 ||
         train->is_float != test->is_float)
-        return ps__fail(
+        return ps__dataset_fail(
             -PS_EFORMAT, err, errlen,
             "the training samples are %s %s but the test samples are %s %s" PS__HINT,
             ps_act_shape_str(&train->shape, a, sizeof(a)), train->is_float ? "float32" : "uint8",

@@ -35,7 +35,7 @@ typedef struct {
      * merely renames (flatten) its input. */
     float *y;
     int32_t *argmax; /* max-pool: the window winners, kept for backward */
-} ps__layer;
+} ps__model_layer;
 
 struct ps_model {
     const ps_model_ops *ops;
@@ -44,7 +44,7 @@ struct ps_model {
     int n_layers, classes, max_batch;
     int first_param; /* the lowest layer with parameters (backward stops there) */
     size_t input_n;  /* values per input sample */
-    ps__layer layers[PS_DESC_MAX_LAYERS];
+    ps__model_layer layers[PS_DESC_MAX_LAYERS];
     float *params[PS_MAX_MODEL_TENSORS], *grads[PS_MAX_MODEL_TENSORS];
     float *delta[2];         /* two of the widest activation of a batch */
     float *ws;               /* layer scratch, the largest any layer needs */
@@ -57,7 +57,7 @@ struct ps_model {
     void *on_params_arg;
 };
 
-static ps_shape ps__shape(const ps_act_shape *s)
+static ps_shape ps__model_shape(const ps_act_shape *s)
 {
     return s->ndim == 1 ? (ps_shape){s->d[0], 1, 1} : (ps_shape){s->d[0], s->d[1], s->d[2]};
 }
@@ -83,7 +83,8 @@ static int ps__input_is_ours(const ps_model *m, int l)
 }
 
 /* The tensors the table gives layer l must be the layer's weight and bias. */
-static int ps__check_params(const ps_model *m, const ps__layer *L, size_t weight_n, size_t bias_n)
+static int ps__check_params(const ps_model *m, const ps__model_layer *L, size_t weight_n,
+                            size_t bias_n)
 {
     if (L->weight < 0 || L->weight + 1 >= m->table.n_tensors)
         return -EINVAL;
@@ -98,8 +99,8 @@ static int ps__check_params(const ps_model *m, const ps__layer *L, size_t weight
 static int ps__setup_layer(ps_model *m, int l, const ps_layer *d, uint64_t dropout_seed,
                            size_t *ws_n)
 {
-    ps__layer *L = &m->layers[l];
-    ps_shape in = ps__shape(&d->in_shape), out;
+    ps__model_layer *L = &m->layers[l];
+    ps_shape in = ps__model_shape(&d->in_shape), out;
     size_t ws = 0;
     int rc = 0;
 
@@ -141,7 +142,7 @@ static int ps__setup_layer(ps_model *m, int l, const ps_layer *d, uint64_t dropo
     if (rc < 0)
         return rc;
     /* The library and the description must agree on the shape. */
-    if (ps_shape_count(out) != ps_shape_count(ps__shape(&d->out_shape)))
+    if (ps_shape_count(out) != ps_shape_count(ps__model_shape(&d->out_shape)))
         return -EINVAL;
     L->in_n = ps_shape_count(in);
     L->out_n = ps_shape_count(out);
@@ -149,7 +150,7 @@ static int ps__setup_layer(ps_model *m, int l, const ps_layer *d, uint64_t dropo
     return 0;
 }
 
-static void *ps__alloc(ps_model *m, size_t n, size_t size)
+static void *ps__model_alloc(ps_model *m, size_t n, size_t size)
 {
     return m->ops->alloc(m->dev, n * size);
 }
@@ -182,30 +183,31 @@ static int ps__allocate(ps_model *m, size_t ws_n)
     size_t batch = (size_t)m->max_batch, widest = batch * m->input_n;
 
     for (int l = 0; l < m->n_layers; l++) {
-        ps__layer *L = &m->layers[l];
+        ps__model_layer *L = &m->layers[l];
         size_t n = batch * L->out_n;
         int view =
             L->kind == PS_LAYER_FLATTEN || (L->kind == PS_LAYER_RELU && ps__input_is_ours(m, l));
 
         widest = n > widest ? n : widest;
-        if (!view && (L->y = ps__alloc(m, n, sizeof(float))) == NULL)
+        if (!view && (L->y = ps__model_alloc(m, n, sizeof(float))) == NULL)
             return -ENOMEM;
-        if (L->kind == PS_LAYER_MAXPOOL && (L->argmax = ps__alloc(m, n, sizeof(int32_t))) == NULL)
+        if (L->kind == PS_LAYER_MAXPOOL &&
+            (L->argmax = ps__model_alloc(m, n, sizeof(int32_t))) == NULL)
             return -ENOMEM;
     }
     for (int i = 0; i < 2; i++)
-        if ((m->delta[i] = ps__alloc(m, widest, sizeof(float))) == NULL)
+        if ((m->delta[i] = ps__model_alloc(m, widest, sizeof(float))) == NULL)
             return -ENOMEM;
-    if (ws_n > 0 && (m->ws = ps__alloc(m, ws_n, sizeof(float))) == NULL)
+    if (ws_n > 0 && (m->ws = ps__model_alloc(m, ws_n, sizeof(float))) == NULL)
         return -ENOMEM;
-    m->rows = ps__alloc(m, batch, sizeof(float));
-    m->totals = ps__alloc(m, 1, sizeof(ps_model_totals));
+    m->rows = ps__model_alloc(m, batch, sizeof(float));
+    m->totals = ps__model_alloc(m, 1, sizeof(ps_model_totals));
     if (m->rows == NULL || m->totals == NULL)
         return -ENOMEM;
     for (int t = 0; t < m->table.n_tensors; t++) {
         size_t n = m->table.tensors[t].numel;
-        m->params[t] = ps__alloc(m, n, sizeof(float));
-        m->grads[t] = ps__alloc(m, n, sizeof(float));
+        m->params[t] = ps__model_alloc(m, n, sizeof(float));
+        m->grads[t] = ps__model_alloc(m, n, sizeof(float));
         if (m->params[t] == NULL || m->grads[t] == NULL)
             return -ENOMEM;
     }
@@ -235,7 +237,7 @@ int ps_model_init(ps_model **out, const ps_model_ops *ops, void *dev, const ps_m
     m->n_layers = desc->n_layers;
     m->classes = desc->classes;
     m->max_batch = max_batch;
-    m->input_n = ps_shape_count(ps__shape(&desc->input));
+    m->input_n = ps_shape_count(ps__model_shape(&desc->input));
     m->first_param = -1;
     for (int l = 0; l < m->n_layers; l++) {
         rc = ps__setup_layer(m, l, &desc->layers[l], dropout_seed, &ws_n);
@@ -317,7 +319,7 @@ static int ps__forward_layer(ps_model *m, int l, const float *in, int B, uint64_
                              int training)
 {
     const ps_model_ops *o = m->ops;
-    ps__layer *L = &m->layers[l];
+    ps__model_layer *L = &m->layers[l];
     size_t n = (size_t)B * L->out_n;
     int w = L->weight;
 
@@ -365,7 +367,7 @@ static int ps__backward_layer(ps_model *m, int l, const float *x, int B, uint64_
                               float *dx, int *swap)
 {
     const ps_model_ops *o = m->ops;
-    ps__layer *L = &m->layers[l];
+    ps__model_layer *L = &m->layers[l];
     const float *in = ps__input(m, l, x);
     size_t n = (size_t)B * L->out_n;
     int w = L->weight;

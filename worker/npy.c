@@ -12,7 +12,7 @@
 
 #define PS__MAX_HEADER (1u << 20)
 
-static const uint8_t ps__magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+static const uint8_t ps__npy_magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 
 static int ps__why(char *why, size_t whylen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -32,7 +32,7 @@ int ps_npy_header_size(const uint8_t *pre, size_t len, size_t *total, char *why,
     uint32_t hlen;
     size_t fixed;
 
-    if (len < 10 || memcmp(pre, ps__magic, sizeof(ps__magic)) != 0)
+    if (len < 10 || memcmp(pre, ps__npy_magic, sizeof(ps__npy_magic)) != 0)
         return ps__why(why, whylen, "not a .npy file (no \\x93NUMPY magic)");
     if (pre[6] == 1) {
         hlen = (uint32_t)pre[8] | (uint32_t)pre[9] << 8;
@@ -96,7 +96,7 @@ static int ps__string(ps__cur *c, char *out, size_t outlen)
     return 0;
 }
 
-static int ps__word(ps__cur *c, const char *w)
+static int ps__npy_word(ps__cur *c, const char *w)
 {
     size_t n = strlen(w);
 
@@ -108,7 +108,7 @@ static int ps__word(ps__cur *c, const char *w)
 }
 
 /* A tuple of non-negative integers: (), (5,), (5, 3), (5, 3,). */
-static int ps__shape(ps__cur *c, ps_npy_header *h, char *why, size_t whylen)
+static int ps__npy_shape(ps__cur *c, ps_npy_header *h, char *why, size_t whylen)
 {
     if (ps__eat(c, '('))
         return ps__why(why, whylen, "'shape' is not a tuple");
@@ -195,12 +195,12 @@ int ps_npy_parse_header(const uint8_t *buf, size_t len, ps_npy_header *h, char *
                                "'descr' is not a simple dtype string (a structured array?)");
             rc = ps__descr(h, val, why, whylen);
         } else if (strcmp(key, "fortran_order") == 0 && !seen_fortran++) {
-            if (ps__word(&c, "True") == 0)
+            if (ps__npy_word(&c, "True") == 0)
                 h->fortran_order = 1;
-            else if (ps__word(&c, "False") != 0)
+            else if (ps__npy_word(&c, "False") != 0)
                 return ps__why(why, whylen, "'fortran_order' is not True or False");
         } else if (strcmp(key, "shape") == 0 && !seen_shape++) {
-            rc = ps__shape(&c, h, why, whylen);
+            rc = ps__npy_shape(&c, h, why, whylen);
         } else {
             return ps__why(why, whylen, "unexpected or repeated key '%s' in the .npy header", key);
         }

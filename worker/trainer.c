@@ -1,7 +1,12 @@
 /* The worker's training loop (see trainer.h): the backend computes, the
- * key-value client moves weights and gradients, the dataset feeds batches,
- * and the launcher hears of progress on its pipe. */
-#include "trainer.h"
+ * key-value client moves weights and gradients, the dataset feeds batches.
+ * This file joins the job, runs its steps and leaves it; what the run says
+ * (progress, reports to the launcher, evaluations, the summary) is
+ * trainer_report.c's. One iteration of the loop is one step (begin,
+ * compute, exchange, log); the step to compute next comes back from it, so
+ * the clock moves in one place, and every error leaves the loop by its
+ * condition. */
+#include "trainer_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -10,108 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
-#include "backend.h"
 #include "clock.h"
-#include "dataset.h"
-#include "model_file.h"
 #include "ps_error.h"
 #include "ps_log.h"
-#include "report.h"
-#include "shardps.h"
-#include "train_metrics.h"
-
-struct ps_trainer {
-    ps_trainer_config cfg;
-    const ps_job_options *job; /* cfg.job */
-    const ps_model_spec *spec; /* the tensor table: cfg.plan's model on this data */
-    ps_backend *be;
-    shardps *ps; /* the job's client, include/shardps.h */
-    ps_dataset train, test;
-    float *test_x;  /* the whole test set */
-    float *batch_x; /* this step's batch: the backend's buffers (pinned on CUDA) */
-    uint8_t *batch_y;
-    uint32_t *order; /* this epoch's sample order */
-    float *params[PS_MAX_MODEL_TENSORS];
-    const float *grads[PS_MAX_MODEL_TENSORS];
-    ps_train_metrics tm;
-    int eval; /* rank 0 evaluates on the test set */
-    int steps_per_epoch;
-    uint64_t start, total; /* the clock we joined at, and the last step */
-    int push_rc;           /* the first push error of this step (ps__push_layer) */
-    int next_report_step;  /* index of the first cfg.report_steps not yet reported */
-    int finished;          /* every step done: say goodbye to the servers */
-    /* ps__check_divergence: the client's counts at the last step, and how
-     * many steps in a row had every chunk refused. */
-    uint64_t acked_before, rejected_before;
-    int rejected_steps;
-};
-
-/* One line on the launcher's pipe; nothing when run alone. */
-static void ps__report(const ps_trainer *t, ps_report *r)
-{
-    int rc;
-
-    if (t->cfg.report_fd < 0)
-        return;
-    r->rank = t->cfg.rank;
-    rc = ps_report_write(t->cfg.report_fd, r);
-    if (rc < 0)
-        ps_warn("could not write a report to the launcher: %s", ps_strerror(rc));
-}
-
-/* Evaluates on the test set after step steps. The launcher hears of it
- * (report) at the end of an epoch and of the run; --eval-every's evaluations
- * within an epoch go to the log and the metrics file only, so its "epoch
- * done" lines stay one per epoch. */
-static int ps__evaluate(ps_trainer *t, uint64_t step, double *acc_out, int report)
-{
-    float loss;
-    int correct, rc;
-    double t0 = ps_clock_now();
-    uint64_t spe = (uint64_t)t->steps_per_epoch;
-    /* The epoch step falls in, 1-based; a step on a boundary ends the
-     * epoch before it. */
-    int epoch = step == 0 ? 1 : (int)((step - 1) / spe) + 1;
-    int epoch_end = step > 0 && step % spe == 0;
-
-    rc = ps_backend_evaluate(t->be, t->test_x, t->test.labels, t->test.n, &loss, &correct);
-    if (rc < 0)
-        return rc;
-    *acc_out = (double)correct / t->test.n;
-    ps_train_metrics_eval(&t->tm, step, *acc_out, loss, ps_clock_now() - t0);
-    if (epoch_end)
-        ps_info("epoch %d: test accuracy %.4f, test loss %.4f", epoch, *acc_out, loss);
-    else
-        ps_info("step %" PRIu64 ": test accuracy %.4f, test loss %.4f", step, *acc_out, loss);
-    if (report)
-        ps__report(t, &(ps_report){.kind = PS_REPORT_EVAL,
-                                   .u.eval = {epoch, step, *acc_out, loss, epoch_end}});
-    return 0;
-}
-
-static int ps__dump_weights(ps_trainer *t)
-{
-    const char *path = t->cfg.dump_weights;
-    const ps_model_spec *spec = t->spec;
-    FILE *f = fopen(path, "wb");
-    int rc = 0;
-
-    if (f == NULL) {
-        ps_error("cannot write --dump-weights %s: %s", path, strerror(errno));
-        return -errno;
-    }
-    for (int i = 0; i < spec->n_tensors && rc == 0; i++)
-        if (fwrite(ps_backend_params(t->be, i), sizeof(float), spec->tensors[i].numel, f) !=
-            spec->tensors[i].numel)
-            rc = -EIO;
-    if (fclose(f) != 0 || rc < 0) {
-        ps_error("cannot write --dump-weights %s: %s", path, strerror(EIO));
-        return -EIO;
-    }
-    return 0;
-}
 
 /* Errors after which rejoining makes sense: the connection went away
  * (ps_error_is_connection_loss), but not a server that stopped answering
@@ -158,7 +65,7 @@ static uint64_t ps__step_after_pull(const ps_trainer *t, uint64_t clock)
 }
 
 /* Pulls the weights of clock into the backend and waits for them. */
-static int ps__pull(ps_trainer *t, uint64_t clock)
+static int ps__trainer_pull(ps_trainer *t, uint64_t clock)
 {
     int rc = shardps_pull(t->ps, clock, t->params, t->spec->n_tensors);
 
@@ -166,23 +73,6 @@ static int ps__pull(ps_trainer *t, uint64_t clock)
         rc = shardps_wait(t->ps);
     if (rc == 0)
         rc = ps_backend_load_params(t->be);
-    return rc;
-}
-
-static int ps__save_model(ps_trainer *t)
-{
-    const float *tensors[PS_MAX_MODEL_TENSORS];
-    char err[512];
-    int rc;
-
-    for (int i = 0; i < t->spec->n_tensors; i++)
-        tensors[i] = ps_backend_params(t->be, i);
-    rc = ps_model_file_write(t->job->save_model, &t->cfg.plan->desc, t->spec, tensors, err,
-                             sizeof(err));
-    if (rc < 0)
-        ps_error("cannot write --save-model: %s", err);
-    else
-        ps_info("saved the trained model to %s", t->job->save_model);
     return rc;
 }
 
@@ -389,8 +279,8 @@ int ps_trainer_init(ps_trainer **out, const ps_trainer_config *cfg)
             cfg->plan->num_servers, cfg->plan->num_servers == 1 ? "" : "s", t->steps_per_epoch,
             t->job->workers, t->job->batch, t->start, t->total,
             ps_job_plan_length(t->job, cfg->plan, length, sizeof(length)));
-    ps__report(t, &(ps_report){.kind = PS_REPORT_START,
-                               .u.start = {t->start, t->total, t->steps_per_epoch}});
+    ps__trainer_report(t, &(ps_report){.kind = PS_REPORT_START,
+                                       .u.start = {t->start, t->total, t->steps_per_epoch}});
     rc = ps_train_metrics_open(&t->tm, cfg->metrics_file, cfg->rank, t->steps_per_epoch);
     if (rc < 0) {
         ps_error("cannot write --metrics-file %s: %s", cfg->metrics_file, strerror(-rc));
@@ -411,43 +301,6 @@ static size_t ps__first_sample(const ps_trainer *t, uint64_t clock)
 
     return (size_t)(clock % (uint64_t)t->steps_per_epoch) * (size_t)t->job->workers * batch +
            (size_t)t->cfg.rank * batch;
-}
-
-/* The figures of one progress interval. */
-typedef struct {
-    /* Steps this process computed, and as many at the last report: counts
-     * of this run alone, never clocks (a restored run starts at a clock far
-     * above 0, and throughput is over the steps made here). */
-    uint64_t steps_done, steps_done_before;
-    double last_t, loss_sum;
-    int loss_n;
-} ps__interval;
-
-static void ps__progress(ps_trainer *t, ps__interval *iv, int epoch, uint64_t step)
-{
-    const ps_trainer_config *o = &t->cfg;
-    shardps_stats ks;
-    double now = ps_clock_now();
-    double sps =
-        (double)(iv->steps_done - iv->steps_done_before) * t->job->batch / (now - iv->last_t);
-    double stale;
-
-    shardps_stats_get(t->ps, &ks);
-    stale = ks.staleness_count ? (double)ks.staleness_sum / ks.staleness_count : 0.0;
-    ps_train_metrics_interval(&t->tm, step, ps__weights_clock(t), &ks);
-    if (o->report_fd < 0)
-        ps_info("epoch %d/%d step %" PRIu64 "/%" PRIu64 " loss %.4f %.0f samples/s "
-                "staleness mean %.2f max %" PRIu64,
-                epoch + 1, t->cfg.plan->epochs, step, t->total, iv->loss_sum / iv->loss_n, sps,
-                stale, ks.staleness_max);
-    ps__report(t,
-               &(ps_report){.kind = PS_REPORT_PROGRESS,
-                            .u.progress = {epoch + 1, step, t->total, iv->loss_sum / iv->loss_n,
-                                           sps, stale, ks.staleness_max, ks.dropped, ks.rejected}});
-    iv->last_t = now;
-    iv->steps_done_before = iv->steps_done;
-    iv->loss_sum = 0;
-    iv->loss_n = 0;
 }
 
 /* Failures that must stop the run rather than train on quietly: a loss that
@@ -484,155 +337,192 @@ static int ps__check_divergence(ps_trainer *t, uint64_t step, float loss)
     return 0;
 }
 
-/* --report-steps: the launcher hears of each named step as soon as it is
- * done, so a drill fires on the step it names. A worker that skips ahead
- * past one (a rejoin, a quorum) reports the step it skipped to. */
-static void ps__report_step(ps_trainer *t, uint64_t step)
+/* A run's state between its steps. */
+typedef struct {
+    ps__trainer_interval iv;
+    double t0;      /* when the run began */
+    double acc;     /* the last test accuracy; -1 before the first */
+    int epoch;      /* the 0-based epoch of the step being computed; -1 before */
+    int reconnects; /* rejoins tried so far */
+} ps__trainer_run;
+
+/* One step's figures, from its compute to its metrics. */
+typedef struct {
+    float loss;
+    int correct;
+    double t_step, t_exchange; /* when its compute and its exchange began */
+} ps__trainer_figures;
+
+/* The pull for the weights of *clock has returned rc. After a lost
+ * connection, rejoins the job at its current clock and pulls there, as
+ * often as --max-reconnects allows. Writes the step to compute next: the
+ * clock of the weights in hand. Returns 0, -EINTR when a stop was asked
+ * (said here), or the error that ended the tries. */
+static int ps__trainer_arrive(ps_trainer *t, ps__trainer_run *run, int rc, uint64_t *clock)
 {
     const ps_trainer_config *o = &t->cfg;
-    int due = 0;
+    int rejoined = 0;
 
-    while (t->next_report_step < o->n_report_steps &&
-           o->report_steps[t->next_report_step] <= step) {
-        t->next_report_step++;
-        due = 1;
+    while (rc < 0) {
+        /* Asked to stop while the servers kept us waiting (a missing worker). */
+        if (rc == -EINTR) {
+            ps_info("stopping on %s: %s", ps__signal_name(o->stop), shardps_last_error(t->ps));
+            return rc;
+        }
+        if (!ps__is_connection_loss(rc) || ++run->reconnects > t->job->max_reconnects)
+            return rc;
+        /* Asked to stop: the servers going away is most likely part of the
+         * same shutdown (a launcher's death signals every process), and
+         * nobody waits for this worker to come back. */
+        if (o->stop && *o->stop) {
+            ps_info("stopping at step %" PRIu64 " on %s: lost the servers", *clock,
+                    ps__signal_name(o->stop));
+            return -EINTR;
+        }
+        ps_warn("reconnecting to the servers (attempt %d of %d)", run->reconnects,
+                t->job->max_reconnects);
+        rc = ps__reconnect(t, clock);
+        if (rc == 0)
+            rc = ps__trainer_pull(t, *clock);
+        rejoined = 1;
     }
-    if (due)
-        ps__report(t, &(ps_report){.kind = PS_REPORT_STEP, .u.step = {step}});
+    *clock = ps__step_after_pull(t, *clock);
+    if (rejoined && *clock < t->total)
+        ps_info("rejoined at step %" PRIu64, *clock);
+    return 0;
 }
 
-static void ps__done(ps_trainer *t, const ps__interval *iv, double t0, double acc)
+/* Before step clock: a new epoch's sample order, and rank 0's evaluation
+ * when one is due (at an epoch's end, every --eval-every steps). Returns 0
+ * or the evaluation's error. */
+static int ps__trainer_begin(ps_trainer *t, ps__trainer_run *run, uint64_t clock)
 {
-    shardps_stats ks;
-    double secs = ps_clock_now() - t0;
-    double samples = (double)iv->steps_done * t->job->batch;
+    const ps_job_options *j = t->job;
+    int e = (int)(clock / (uint64_t)t->steps_per_epoch);
+    int due = t->eval && !t->cfg.eval_at_end && clock > t->start;
+    int rc = 0;
 
-    shardps_stats_get(t->ps, &ks);
-    ps_train_metrics_close(&t->tm, t->total, &ks);
-    ps_info("done: %" PRIu64 " steps in %.1f s, %.0f samples/s, %.1f MB pushed, %.1f MB "
-            "pulled, %" PRIu64 " late chunks dropped, %" PRIu64 " chunks rejected",
-            iv->steps_done, secs, samples / secs, ks.bytes_sent / 1e6, ks.bytes_received / 1e6,
-            ks.dropped - ks.rejected, ks.rejected);
-    ps__report(t, &(ps_report){.kind = PS_REPORT_DONE,
-                               .u.done = {iv->steps_done, samples, secs, acc, ks.dropped,
-                                          ks.rejected, ks.bytes_sent, ks.bytes_received}});
+    if (e != run->epoch) {
+        if (due && (rc = ps__trainer_evaluate(t, clock, &run->acc, 1)) < 0)
+            return rc;
+        run->epoch = e;
+        ps_dataset_epoch_order((uint64_t)j->seed, e, t->train.n, t->order);
+    } else if (due && j->eval_every > 0 && clock % (uint64_t)j->eval_every == 0) {
+        rc = ps__trainer_evaluate(t, clock, &run->acc, 0);
+    }
+    return rc;
+}
+
+/* Forward and backward of step clock on this worker's slice of the global
+ * batch; the layers' pushes leave as backward produces them (or, under
+ * --slow-ms, all after the delay). Returns 0 or the backend's error. */
+static int ps__trainer_compute(ps_trainer *t, uint64_t clock, ps__trainer_figures *f)
+{
+    const ps_trainer_config *o = &t->cfg;
+    const ps_job_options *j = t->job;
+    int rc;
+
+    f->t_step = ps_clock_now();
+    ps_dataset_gather(&t->train, t->order + ps__first_sample(t, clock), j->batch, t->batch_x,
+                      t->batch_y);
+    t->push_rc = 0;
+    rc = ps_backend_train_step(t->be, t->batch_x, t->batch_y, j->batch, clock, &f->loss,
+                               &f->correct);
+    if (rc < 0)
+        return rc;
+    if (o->slow_ms > 0) {
+        /* Said before the nap: whoever watches knows this worker has
+         * passed the boundary behind it and not yet pushed. */
+        ps_info("step %" PRIu64 ": holding the pushes %d ms (--slow-ms)", clock + 1, o->slow_ms);
+        ps__slow_down(o->slow_ms);
+        for (int i = t->spec->n_tensors - 1; i >= 0 && t->push_rc == 0; i--)
+            t->push_rc = shardps_push(t->ps, i, t->grads[i], t->spec->tensors[i].numel);
+    }
+    return 0;
+}
+
+/* Step clock's pushes completed and the weights of clock + 1 pulled: the
+ * two travel together. The loss counts towards the progress line whether
+ * or not the exchange goes through. Returns 0 or the client's error. */
+static int ps__trainer_exchange(ps_trainer *t, ps__trainer_run *run, uint64_t clock,
+                                ps__trainer_figures *f)
+{
+    f->t_exchange = ps_clock_now();
+    run->iv.loss_sum += f->loss;
+    run->iv.loss_n++;
+    return t->push_rc < 0 ? t->push_rc : ps__trainer_pull(t, clock + 1);
+}
+
+/* After a step, with next the step the pull brought: the progress line
+ * every --progress-every steps and at the end, --report-steps, and a stop
+ * asked for. Returns 0, or -EINTR when a stop ends the run here. */
+static int ps__trainer_log(ps_trainer *t, ps__trainer_run *run, uint64_t next)
+{
+    /* Whether to stop here is read before this step is reported: a stop
+     * that the report itself sets off (a launcher's drill, a test, a person
+     * watching the progress line) takes effect at the next boundary, which
+     * the other workers reach too, not at this one, which they may have
+     * passed already. */
+    int stop = t->cfg.stop ? *t->cfg.stop : 0;
+
+    if (next % (uint64_t)t->job->progress_every == 0 || next >= t->total)
+        ps__trainer_progress(t, &run->iv, run->epoch, next);
+    ps__trainer_report_step(t, next);
+    if (stop) {
+        ps_info("stopping after step %" PRIu64 " on %s: every server is at this step's boundary",
+                next, stop == SIGINT ? "SIGINT" : "SIGTERM");
+        return -EINTR;
+    }
+    return 0;
+}
+
+/* One step, clock: begin, compute, exchange, log. Writes the step to
+ * compute next: after a completed step the clock of the weights pulled
+ * (sync with backup workers may have applied steps without us); after a
+ * lost connection, where the rejoin finds the job, the step itself lost.
+ * Returns 0, -EINTR when a stop ended the run (said), or an error. */
+static int ps__trainer_step(ps_trainer *t, ps__trainer_run *run, uint64_t clock, uint64_t *next)
+{
+    ps__trainer_figures f;
+    int rc = ps__trainer_begin(t, run, clock);
+
+    if (rc == 0)
+        rc = ps__trainer_compute(t, clock, &f);
+    if (rc < 0)
+        return rc;
+    rc = ps__trainer_exchange(t, run, clock, &f);
+    *next = clock + 1;
+    if (rc < 0)
+        return ps__trainer_arrive(t, run, rc, next);
+    *next = ps__step_after_pull(t, clock + 1);
+    rc = ps__check_divergence(t, clock, f.loss);
+    if (rc < 0)
+        return rc;
+    run->iv.steps_done++;
+    ps_train_metrics_step(&t->tm, f.t_exchange - f.t_step, ps_clock_now() - f.t_exchange, f.loss,
+                          f.correct, t->job->batch);
+    return ps__trainer_log(t, run, *next);
 }
 
 int ps_trainer_run(ps_trainer *t)
 {
-    const ps_trainer_config *o = &t->cfg;
-    const ps_job_options *j = t->job;
-    ps__interval iv = {0};
-    int rc, epoch = -1, reconnects = 0, stop;
-    uint64_t clock;
-    double t0, acc = -1, t_step, t_exchange;
+    ps__trainer_run run = {.acc = -1, .epoch = -1};
+    uint64_t clock, next = t->start;
+    int rc;
 
-    t0 = iv.last_t = ps_clock_now();
-    rc = ps__pull(t, t->start);
-    for (clock = rc == 0 ? ps__step_after_pull(t, t->start) : t->start; clock < t->total; clock++) {
-        int e = (int)(clock / (uint64_t)t->steps_per_epoch);
-        float loss;
-        int correct;
-
-        if (rc == -EINTR)
-            break;
-        if (rc < 0) {
-            /* The connection to a server was lost: rejoin at the job's current
-             * clock, or give up if it cannot be reached again. */
-            if (!ps__is_connection_loss(rc) || ++reconnects > j->max_reconnects)
-                break;
-            /* Asked to stop: the servers going away is most likely part of
-             * the same shutdown (a launcher's death signals every process),
-             * and nobody waits for this worker to come back. */
-            if (o->stop && *o->stop) {
-                ps_info("stopping at step %" PRIu64 " on %s: lost the servers", clock,
-                        *o->stop == SIGINT ? "SIGINT" : "SIGTERM");
-                return -EINTR;
-            }
-            ps_warn("reconnecting to the servers (attempt %d of %d)", reconnects,
-                    j->max_reconnects);
-            rc = ps__reconnect(t, &clock);
-            if (rc == 0)
-                rc = ps__pull(t, clock);
-            if (rc == 0)
-                clock = ps__step_after_pull(t, clock);
-            if (rc < 0 || clock >= t->total)
-                continue;
-            ps_info("rejoined at step %" PRIu64, clock);
-            e = (int)(clock / (uint64_t)t->steps_per_epoch);
-        }
-        if (e != epoch) {
-            if (t->eval && !t->cfg.eval_at_end && clock > t->start &&
-                (rc = ps__evaluate(t, clock, &acc, 1)) < 0)
-                break;
-            epoch = e;
-            ps_dataset_epoch_order((uint64_t)j->seed, epoch, t->train.n, t->order);
-        } else if (t->eval && !t->cfg.eval_at_end && j->eval_every > 0 && clock > t->start &&
-                   clock % (uint64_t)j->eval_every == 0 &&
-                   (rc = ps__evaluate(t, clock, &acc, 0)) < 0) {
-            break;
-        }
-        t_step = ps_clock_now();
-        ps_dataset_gather(&t->train, t->order + ps__first_sample(t, clock), j->batch, t->batch_x,
-                          t->batch_y);
-        t->push_rc = 0;
-        rc = ps_backend_train_step(t->be, t->batch_x, t->batch_y, j->batch, clock, &loss, &correct);
-        if (rc < 0)
-            break;
-        if (o->slow_ms > 0) {
-            /* Said before the nap: whoever watches knows this worker has
-             * passed the boundary behind it and not yet pushed. */
-            ps_info("step %" PRIu64 ": holding the pushes %d ms (--slow-ms)", clock + 1,
-                    o->slow_ms);
-            ps__slow_down(o->slow_ms);
-            for (int i = t->spec->n_tensors - 1; i >= 0 && t->push_rc == 0; i--)
-                t->push_rc = shardps_push(t->ps, i, t->grads[i], t->spec->tensors[i].numel);
-        }
-        t_exchange = ps_clock_now();
-        iv.loss_sum += loss;
-        iv.loss_n++;
-        rc = t->push_rc;
-        if (rc == 0)
-            rc = ps__pull(t, clock + 1);
-        if (rc < 0)
-            continue;
-        rc = ps__check_divergence(t, clock, loss);
-        if (rc < 0)
-            break;
-        iv.steps_done++;
-        ps_train_metrics_step(&t->tm, t_exchange - t_step, ps_clock_now() - t_exchange, loss,
-                              correct, j->batch);
-        /* Sync with backup workers: the step may have been applied without
-         * us; the pull brought newer weights, so skip to where they are. */
-        clock = ps__step_after_pull(t, clock + 1) - 1;
-        /* Whether to stop here is read before this step is reported: a
-         * stop that the report itself sets off (a launcher's drill, a test,
-         * a person watching the progress line) takes effect at the next
-         * boundary, which the other workers reach too, not at this one,
-         * which they may have passed already. */
-        stop = o->stop ? *o->stop : 0;
-        if ((clock + 1) % (uint64_t)j->progress_every == 0 || clock + 1 >= t->total)
-            ps__progress(t, &iv, epoch, clock + 1);
-        ps__report_step(t, clock + 1);
-        if (stop) {
-            ps_info("stopping after step %" PRIu64 " on %s: every server is at this step's "
-                    "boundary",
-                    clock + 1, stop == SIGINT ? "SIGINT" : "SIGTERM");
-            return -EINTR;
-        }
-    }
-    /* Asked to stop while the servers kept us waiting (a missing worker). */
-    if (rc == -EINTR)
-        ps_info("stopping on %s: %s", ps__signal_name(o->stop), shardps_last_error(t->ps));
+    run.t0 = run.iv.last_t = ps_clock_now();
+    rc = ps__trainer_arrive(t, &run, ps__trainer_pull(t, next), &next);
+    for (clock = next; rc == 0 && clock < t->total; clock = next)
+        rc = ps__trainer_step(t, &run, clock, &next);
     if (rc < 0)
         return rc;
-    if (t->eval && (rc = ps__evaluate(t, t->total, &acc, 1)) < 0)
+    if (t->eval && (rc = ps__trainer_evaluate(t, t->total, &run.acc, 1)) < 0)
         return rc;
-    if (o->dump_weights && (rc = ps__dump_weights(t)) < 0)
+    if (t->cfg.dump_weights && (rc = ps__trainer_dump_weights(t)) < 0)
         return rc;
-    if (j->save_model && o->rank == 0 && (rc = ps__save_model(t)) < 0)
+    if (t->job->save_model && t->cfg.rank == 0 && (rc = ps__trainer_save_model(t)) < 0)
         return rc;
     t->finished = 1;
-    ps__done(t, &iv, t0, acc);
+    ps__trainer_done(t, &run.iv, run.t0, run.acc);
     return 0;
 }

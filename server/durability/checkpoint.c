@@ -299,10 +299,10 @@ fail:
     return rc;
 }
 
-static void ps__append(char *err, size_t len, const char *fmt, ...)
+static void ps__checkpoint_append(char *err, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-static void ps__append(char *err, size_t len, const char *fmt, ...)
+static void ps__checkpoint_append(char *err, size_t len, const char *fmt, ...)
 {
     size_t used = strlen(err);
     va_list ap;
@@ -446,7 +446,7 @@ int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_met
         n = ps__list(dir, first, meta->job, 1, &found, NULL);
     }
     if (n < 0) {
-        ps__append(err, err_len, "%s: %s; ", dir, strerror(-n));
+        ps__checkpoint_append(err, err_len, "%s: %s; ", dir, strerror(-n));
         return n;
     }
     for (int i = 0; i < n; i++) {
@@ -459,7 +459,7 @@ int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_met
             snprintf(path, path_len, "%s", file);
             break;
         }
-        ps__append(err, err_len, "%s: %s; ", file, why);
+        ps__checkpoint_append(err, err_len, "%s: %s; ", file, why);
     }
     free(found);
     return n == 0 ? -ENOENT : rc;

@@ -153,8 +153,8 @@ static int ps__read_table(ps_checkpoint_file *cf, const ps_checkpoint_meta *meta
 /* The file's chunks under its plan, and the bytes they and the header
  * take. The plan's chunk count is bounded by the file's size first, so a
  * header naming tiny chunks of a large table allocates nothing large. */
-static int ps__layout(ps_checkpoint_file *cf, const ps_checkpoint_meta *meta, char *why,
-                      size_t why_len)
+static int ps__checkpoint_file_layout(ps_checkpoint_file *cf, const ps_checkpoint_meta *meta,
+                                      char *why, size_t why_len)
 {
     uint64_t elems = cf->plan.chunk_bytes / 4, most;
     int rc;
@@ -232,7 +232,7 @@ int ps_checkpoint_file_open(ps_checkpoint_file **out, const char *path, uint32_t
     }
     if ((rc = ps__check_header(cf, server, meta, why, why_len)) < 0 ||
         (rc = ps__read_table(cf, meta, why, why_len)) < 0 ||
-        (rc = ps__layout(cf, meta, why, why_len)) < 0)
+        (rc = ps__checkpoint_file_layout(cf, meta, why, why_len)) < 0)
         goto fail;
     *out = cf;
     return 0;

@@ -214,7 +214,7 @@ static int ps__hs_welcome(const ps_handshake *hs, ps_peer *p, uint64_t request_i
     h.type = SHARDPS__MSG_TYPE__WELCOME;
     h.request_id = request_id;
     w.clock = clock;
-    w.mode = (char *)hs->cfg->mode;
+    w.mode = (char *)ps_mode_name(hs->cfg->mode);
     w.staleness = hs->cfg->staleness;
     w.heartbeat_ms = hs->cfg->heartbeat_timeout_ms / 4;
     w.table_digest.len = PS_TABLE_DIGEST_BYTES;

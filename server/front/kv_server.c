@@ -585,7 +585,7 @@ int ps_kv_server_start(ps_kv_server *s, const struct sockaddr *addr, int *bound_
                                                  : ((struct sockaddr_in *)&ss)->sin_port);
     if (!s->tensors.has_table)
         ps_info("server %d of %d (mode %s) waits for the first worker to declare the tensors",
-                s->cfg.server_index, s->cfg.num_servers, s->cfg.mode);
+                s->cfg.server_index, s->cfg.num_servers, ps_mode_name(s->cfg.mode));
     ps_handshake_say_strangers(&s->cfg);
     return 0;
 }

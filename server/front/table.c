@@ -36,7 +36,7 @@ int ps_front_adopt(ps_kv_server *s, const ps_model_spec *spec, ps_table_event ho
     ps_info("server %d of %d holds %d chunks of %d tensors: %zu bytes of weights (%.1f MiB with "
             "optimizer state), mode %s",
             s->cfg.server_index, s->cfg.num_servers, t->n_local, t->table.n_tensors, t->share,
-            (double)ps_shard_memory_bytes(t->shard) / (1 << 20), s->cfg.mode);
+            (double)ps_shard_memory_bytes(t->shard) / (1 << 20), ps_mode_name(s->cfg.mode));
     return 0;
 }
 

@@ -11,6 +11,7 @@
 
 #include "auth.h"
 #include "consistency.h"
+#include "job_kinds.h"
 #include "lr_schedule.h"
 #include "model_spec.h"
 #include "optimizer.h"
@@ -26,7 +27,7 @@ typedef struct {
     size_t chunk_bytes;
     int world;          /* workers expected */
     uint32_t staleness; /* 0 = sync; PS_STALENESS_UNBOUNDED = async */
-    const char *mode;   /* name for logs and the Welcome: "sync", "async", "ssp" */
+    ps_mode mode;       /* ps_mode_name gives its name for logs and the Welcome */
     size_t max_payload;
     int quorum;                    /* sync: pushes that complete a step; 0 = every live worker */
     uint32_t heartbeat_timeout_ms; /* a live worker silent this long leaves; 0 = never */

@@ -76,7 +76,8 @@ static double ps__unix_now(void)
 }
 
 /* Fills snap from the server; workers must hold `world` entries. Loop thread. */
-static void ps__take(const ps_metrics *m, ps_metrics_snapshot *snap, ps_kv_server_worker *workers)
+static void ps__metrics_take(const ps_metrics *m, ps_metrics_snapshot *snap,
+                             ps_kv_server_worker *workers)
 {
     const ps_kv_server_config *cfg = ps_kv_server_config_get(m->srv);
 
@@ -85,7 +86,7 @@ static void ps__take(const ps_metrics *m, ps_metrics_snapshot *snap, ps_kv_serve
     snap->server_index = cfg->server_index;
     snap->num_servers = cfg->num_servers;
     snap->world = cfg->world;
-    snprintf(snap->mode, sizeof(snap->mode), "%s", cfg->mode ? cfg->mode : "");
+    snprintf(snap->mode, sizeof(snap->mode), "%s", ps_mode_name(cfg->mode));
     ps_kv_server_stats_get(m->srv, &snap->stats);
     snap->workers = workers;
     for (int r = 0; r < m->world; r++)
@@ -93,8 +94,8 @@ static void ps__take(const ps_metrics *m, ps_metrics_snapshot *snap, ps_kv_serve
             snap->n_workers++;
 }
 
-static void ps__copy(ps_metrics_snapshot *dst, ps_kv_server_worker *dst_workers,
-                     const ps_metrics_snapshot *src)
+static void ps__metrics_copy(ps_metrics_snapshot *dst, ps_kv_server_worker *dst_workers,
+                             const ps_metrics_snapshot *src)
 {
     *dst = *src;
     dst->workers = dst_workers;
@@ -106,9 +107,9 @@ static void ps__publish(ps_metrics *m)
 {
     ps_metrics_snapshot snap;
 
-    ps__take(m, &snap, m->take_workers);
+    ps__metrics_take(m, &snap, m->take_workers);
     pthread_mutex_lock(&m->mu);
-    ps__copy(&m->pub, m->pub_workers, &snap);
+    ps__metrics_copy(&m->pub, m->pub_workers, &snap);
     m->gen++;
     pthread_cond_broadcast(&m->cv);
     pthread_mutex_unlock(&m->mu);
@@ -123,7 +124,7 @@ static void ps__on_async(uv_async_t *h)
 
 /* Label values here are digits and mode names, but escape as the format
  * requires anyway so a future label cannot break a scraper. */
-static void ps__label_value(FILE *f, const char *v)
+static void ps__metrics_label_value(FILE *f, const char *v)
 {
     for (; *v; v++) {
         if (*v == '\\' || *v == '"')
@@ -241,7 +242,7 @@ int ps_metrics_render_prometheus(const ps_metrics_snapshot *s, char **out, size_
     ps__family(f, "shardps_server_info", "gauge",
                "Always 1; the labels describe the server's configuration.");
     fprintf(f, "shardps_server_info{server=\"%d\",mode=\"", s->server_index);
-    ps__label_value(f, s->mode);
+    ps__metrics_label_value(f, s->mode);
     fprintf(f, "\",num_servers=\"%d\",workers=\"%d\"} 1\n", s->num_servers, s->world);
     for (size_t i = 0; i < sizeof(server) / sizeof(server[0]); i++) {
         ps__family(f, server[i].name, server[i].type, server[i].help);
@@ -313,7 +314,7 @@ static void ps__write_line(ps_metrics *m, int final)
     char *text = NULL;
     size_t len;
 
-    ps__take(m, &snap, m->take_workers);
+    ps__metrics_take(m, &snap, m->take_workers);
     if (ps_metrics_render_json(&snap, (double)(uv_now(m->loop) - m->t0_ms) / 1000, final, &text,
                                &len) < 0)
         return;
@@ -358,7 +359,7 @@ static void ps__fresh_snapshot(ps_metrics *m)
     while (m->gen == seen && !m->closing)
         if (pthread_cond_timedwait(&m->cv, &m->mu, &deadline) == ETIMEDOUT)
             break;
-    ps__copy(&m->scratch, m->scratch_workers, &m->pub);
+    ps__metrics_copy(&m->scratch, m->scratch_workers, &m->pub);
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -409,7 +410,7 @@ static enum MHD_Result ps__on_request(void *cls, struct MHD_Connection *conn, co
 
 /* ---- life cycle ---- */
 
-static void ps__free(ps_metrics *m)
+static void ps__metrics_free(ps_metrics *m)
 {
     pthread_cond_destroy(&m->cv);
     pthread_mutex_destroy(&m->mu);
@@ -419,7 +420,7 @@ static void ps__free(ps_metrics *m)
     free(m);
 }
 
-static void ps__on_close(uv_handle_t *h)
+static void ps__metrics_on_close(uv_handle_t *h)
 {
     ps_metrics *m = h->data;
 
@@ -428,7 +429,7 @@ static void ps__on_close(uv_handle_t *h)
     else
         m->timer_open = 0;
     if (!m->async_open && !m->timer_open)
-        ps__free(m);
+        ps__metrics_free(m);
 }
 
 static int ps__start_http(ps_metrics *m, const ps_metrics_config *cfg, int *bound_port)
@@ -532,8 +533,8 @@ fail_http:
         MHD_stop_daemon(m->httpd);
     if (m->file != NULL)
         fclose(m->file);
-    uv_close((uv_handle_t *)&m->async, ps__on_close);
-    uv_close((uv_handle_t *)&m->timer, ps__on_close);
+    uv_close((uv_handle_t *)&m->async, ps__metrics_on_close);
+    uv_close((uv_handle_t *)&m->timer, ps__metrics_on_close);
     return rc;
 fail_sync:
     pthread_cond_destroy(&m->cv);
@@ -565,6 +566,6 @@ void ps_metrics_stop(ps_metrics *m)
         MHD_stop_daemon(m->httpd);
     m->httpd = NULL;
     uv_timer_stop(&m->timer);
-    uv_close((uv_handle_t *)&m->async, ps__on_close);
-    uv_close((uv_handle_t *)&m->timer, ps__on_close);
+    uv_close((uv_handle_t *)&m->async, ps__metrics_on_close);
+    uv_close((uv_handle_t *)&m->timer, ps__metrics_on_close);
 }

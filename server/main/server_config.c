@@ -37,7 +37,8 @@ int ps_server_config_build(ps_kv_server_config *cfg, const ps_job_options *o,
     int threads = ps__apply_threads(o->apply_threads);
 
     memset(cfg, 0, sizeof(*cfg));
-    /* The table's choices are the parsers' names, so neither can fail. */
+    /* The table's choices are the parsers' names (job_kinds.h), so none of
+     * the three can fail. */
     ps_optimizer_parse(o->optimizer, &kind);
     ps_optimizer_defaults(&cfg->opt, kind);
     cfg->opt.momentum = (float)o->momentum;
@@ -56,10 +57,10 @@ int ps_server_config_build(ps_kv_server_config *cfg, const ps_job_options *o,
     cfg->num_servers = plan->num_servers;
     cfg->chunk_bytes = (size_t)o->chunk_bytes;
     cfg->world = o->workers;
-    cfg->mode = o->mode;
-    cfg->staleness = strcmp(o->mode, "sync") == 0    ? 0
-                     : strcmp(o->mode, "async") == 0 ? PS_STALENESS_UNBOUNDED
-                                                     : (uint32_t)o->staleness;
+    ps_mode_parse(o->mode, &cfg->mode);
+    cfg->staleness = cfg->mode == PS_MODE_SYNC    ? 0
+                     : cfg->mode == PS_MODE_ASYNC ? PS_STALENESS_UNBOUNDED
+                                                  : (uint32_t)o->staleness;
     cfg->max_payload = (size_t)o->max_payload;
     cfg->quorum = o->sync_quorum;
     cfg->staleness_damping = o->staleness_damping;

@@ -38,7 +38,7 @@ typedef struct {
 } ps__server_app;
 
 /* Reached from the last worker leaving and from signals, possibly both. */
-static void ps__stop(ps__server_app *app, const char *why)
+static void ps__server_main_stop(ps__server_app *app, const char *why)
 {
     if (app->stopped)
         return;
@@ -62,20 +62,20 @@ static void ps__on_quiesced(ps_kv_server *s, void *arg)
     ps__server_app *app = arg;
 
     (void)s;
-    ps__stop(app, app->quiesce_why);
+    ps__server_main_stop(app, app->quiesce_why);
 }
 
 /* The checkpoint on the way down is taken at a step boundary, so a run
  * resumed from it equals an uninterrupted one; a second signal does not
  * wait. */
-static void ps__on_signal(uv_signal_t *h, int signum)
+static void ps__server_main_on_signal(uv_signal_t *h, int signum)
 {
     ps__server_app *app = h->data;
     const char *name = signum == SIGINT ? "SIGINT" : "SIGTERM";
 
     ps_info("received %s, shutting down", name);
     if (app->quiescing) {
-        ps__stop(app, name);
+        ps__server_main_stop(app, name);
         return;
     }
     app->quiescing = 1;
@@ -91,7 +91,7 @@ static void ps__on_done(ps_kv_server *s, void *arg)
     if (app->linger)
         return;
     ps_info("every worker has finished; exiting (use --linger to keep serving)");
-    ps__stop(app, "final");
+    ps__server_main_stop(app, "final");
 }
 
 /* Writes the bound port to the launcher's pipe, so it never has to poll. */
@@ -212,8 +212,8 @@ static int ps__serve(ps__server_app *app, const ps_kv_server_config *cfg, const 
     uv_signal_init(&app->loop, &app->sigint);
     uv_signal_init(&app->loop, &app->sigterm);
     app->sigint.data = app->sigterm.data = app;
-    uv_signal_start(&app->sigint, ps__on_signal, SIGINT);
-    uv_signal_start(&app->sigterm, ps__on_signal, SIGTERM);
+    uv_signal_start(&app->sigint, ps__server_main_on_signal, SIGINT);
+    uv_signal_start(&app->sigterm, ps__server_main_on_signal, SIGTERM);
     uv_run(&app->loop, UV_RUN_DEFAULT);
     ps_kv_server_log_summary(app->srv);
     ps_kv_server_close(app->srv);

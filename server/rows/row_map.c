@@ -9,10 +9,10 @@ typedef struct {
     uint64_t id;
     uint32_t slot; /* PS_ROW_NO_SLOT: empty */
     uint32_t pad;
-} ps__entry;
+} ps__row_map_entry;
 
 struct ps_row_map {
-    ps__entry *e;
+    ps__row_map_entry *e;
     size_t mask; /* capacity - 1 */
     size_t count;
     int shift; /* 64 - log2(capacity): the hash's top bits pick the bucket */
@@ -37,9 +37,9 @@ static size_t ps__bucket(const ps_row_map *m, uint64_t id)
     return (size_t)(ps__bucket_hash(id) >> m->shift);
 }
 
-static ps__entry *ps__alloc(size_t capacity)
+static ps__row_map_entry *ps__row_map_alloc(size_t capacity)
 {
-    ps__entry *e = malloc(capacity * sizeof(ps__entry));
+    ps__row_map_entry *e = malloc(capacity * sizeof(ps__row_map_entry));
 
     if (!e)
         return NULL;
@@ -78,7 +78,7 @@ int ps_row_map_create(ps_row_map **out, size_t expect)
     m = calloc(1, sizeof(*m));
     if (!m)
         return -ENOMEM;
-    m->e = ps__alloc(capacity);
+    m->e = ps__row_map_alloc(capacity);
     if (!m->e) {
         free(m);
         return -ENOMEM;
@@ -100,7 +100,7 @@ void ps_row_map_free(ps_row_map *m)
 uint32_t ps_row_map_find(const ps_row_map *m, uint64_t id)
 {
     for (size_t i = ps__bucket(m, id);; i = (i + 1) & m->mask) {
-        const ps__entry *e = &m->e[i];
+        const ps__row_map_entry *e = &m->e[i];
         if (e->slot == PS_ROW_NO_SLOT)
             return PS_ROW_NO_SLOT;
         if (e->id == id)
@@ -115,22 +115,22 @@ void ps_row_map_prefetch(const ps_row_map *m, uint64_t id)
 
 /* Places id -> slot in the first empty entry from its bucket; the caller
  * knows id is absent and the array has room. */
-static void ps__place(ps_row_map *m, uint64_t id, uint32_t slot)
+static void ps__row_map_place(ps_row_map *m, uint64_t id, uint32_t slot)
 {
     size_t i = ps__bucket(m, id);
 
     while (m->e[i].slot != PS_ROW_NO_SLOT)
         i = (i + 1) & m->mask;
-    m->e[i] = (ps__entry){.id = id, .slot = slot};
+    m->e[i] = (ps__row_map_entry){.id = id, .slot = slot};
 }
 
 /* Rehashes into an array of capacity entries (larger than now). */
 static int ps__resize(ps_row_map *m, size_t capacity)
 {
     size_t old_capacity = m->mask + 1;
-    ps__entry *old = m->e, *e;
+    ps__row_map_entry *old = m->e, *e;
 
-    e = ps__alloc(capacity);
+    e = ps__row_map_alloc(capacity);
     if (!e)
         return -ENOMEM;
     m->e = e;
@@ -138,7 +138,7 @@ static int ps__resize(ps_row_map *m, size_t capacity)
     m->shift = 64 - ps__log2(capacity);
     for (size_t i = 0; i < old_capacity; i++)
         if (old[i].slot != PS_ROW_NO_SLOT)
-            ps__place(m, old[i].id, old[i].slot);
+            ps__row_map_place(m, old[i].id, old[i].slot);
     free(old);
     return 0;
 }
@@ -153,7 +153,7 @@ int ps_row_map_insert(ps_row_map *m, uint64_t id, uint32_t slot)
         return -EEXIST;
     if ((rc = ps_row_map_reserve(m, m->count + 1)) < 0)
         return rc;
-    ps__place(m, id, slot);
+    ps__row_map_place(m, id, slot);
     m->count++;
     return 0;
 }
@@ -204,5 +204,5 @@ size_t ps_row_map_count(const ps_row_map *m)
 
 size_t ps_row_map_bytes(const ps_row_map *m)
 {
-    return sizeof(*m) + (m->mask + 1) * sizeof(ps__entry);
+    return sizeof(*m) + (m->mask + 1) * sizeof(ps__row_map_entry);
 }

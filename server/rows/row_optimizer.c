@@ -8,13 +8,12 @@
 #include <string.h>
 
 #include "ps_error.h"
-
-#define PS__ROWWISE "rowwise-adagrad"
+#include "row_table.h"
 
 int ps_row_opt_parse(const char *name, ps_row_opt_config *cfg)
 {
     ps_optimizer_kind kind;
-    int rowwise = strcmp(name, PS__ROWWISE) == 0;
+    int rowwise = strcmp(name, PS_ROW_TABLE_ROWWISE_ADAGRAD) == 0;
 
     if (rowwise)
         kind = PS_OPT_ADAGRAD;
@@ -28,7 +27,7 @@ int ps_row_opt_parse(const char *name, ps_row_opt_config *cfg)
 
 const char *ps_row_opt_name(const ps_row_opt_config *cfg)
 {
-    return cfg->rowwise ? PS__ROWWISE : ps_optimizer_name(cfg->opt.kind);
+    return cfg->rowwise ? PS_ROW_TABLE_ROWWISE_ADAGRAD : ps_optimizer_name(cfg->opt.kind);
 }
 
 int ps_row_opt_check(const ps_row_opt_config *cfg, char *why, size_t why_len)
@@ -96,8 +95,8 @@ int ps_row_opt_apply(const ps_row_opt_config *cfg, float lr, float *w, float *st
 {
     ps_optimizer_config o = cfg->opt;
 
-    o.lr = lr;
     if (cfg->rowwise)
-        return ps__rowwise_adagrad(&o, lr, w, state, g, dim);
+        return ps__rowwise_adagrad(&cfg->opt, lr, w, state, g, dim);
+    o.lr = lr;
     return ps_optimizer_apply_checked(&o, w, state, g, dim, row_step, NULL);
 }

@@ -1,28 +1,7 @@
 /* Learning-rate schedules (see lr_schedule.h). */
 #include "lr_schedule.h"
 
-#include <errno.h>
 #include <math.h>
-#include <string.h>
-
-static const char *const ps__lr_names[] = {"constant", "step", "cosine"};
-
-int ps_lr_schedule_parse(const char *name, ps_lr_kind *kind)
-{
-    for (int k = 0; k < (int)(sizeof(ps__lr_names) / sizeof(ps__lr_names[0])); k++) {
-        if (strcmp(name, ps__lr_names[k]) == 0) {
-            *kind = (ps_lr_kind)k;
-            return 0;
-        }
-    }
-    return -EINVAL;
-}
-
-const char *ps_lr_schedule_name(ps_lr_kind kind)
-{
-    return (unsigned)kind < sizeof(ps__lr_names) / sizeof(ps__lr_names[0]) ? ps__lr_names[kind]
-                                                                           : "unknown";
-}
 
 double ps_lr_schedule_at(const ps_lr_schedule *s, uint64_t step)
 {

@@ -9,7 +9,9 @@
 
 #include <stdint.h>
 
-typedef enum { PS_LR_CONSTANT, PS_LR_STEP, PS_LR_COSINE } ps_lr_kind;
+/* ps_lr_kind, ps_lr_schedule_parse and ps_lr_schedule_name: the job's table
+ * of schedules. */
+#include "job_kinds.h"
 
 /* A plain value: every field is the caller's to set. */
 typedef struct {
@@ -21,10 +23,6 @@ typedef struct {
     double gamma;
     double min_lr;
 } ps_lr_schedule;
-
-/* Parses "constant", "step", "cosine". Returns 0 or -EINVAL. */
-int ps_lr_schedule_parse(const char *name, ps_lr_kind *kind);
-const char *ps_lr_schedule_name(ps_lr_kind kind);
 
 /* The rate for 0-based step. A cosine schedule whose total_steps is still 0
  * holds base_lr; past total_steps it holds min_lr. */

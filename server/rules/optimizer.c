@@ -33,12 +33,6 @@ typedef struct {
     float eps;
 } ps__coef;
 
-static const char *const ps__names[] = {
-    [PS_OPT_SGD] = "sgd",     [PS_OPT_NESTEROV] = "nesterov", [PS_OPT_ADAM] = "adam",
-    [PS_OPT_ADAMW] = "adamw", [PS_OPT_ADAGRAD] = "adagrad",
-};
-#define PS__N_KINDS ((int)(sizeof(ps__names) / sizeof(ps__names[0])))
-
 void ps_optimizer_defaults(ps_optimizer_config *cfg, ps_optimizer_kind kind)
 {
     memset(cfg, 0, sizeof(*cfg));
@@ -63,22 +57,6 @@ void ps_optimizer_defaults(ps_optimizer_config *cfg, ps_optimizer_kind kind)
         cfg->lr = 0.1f;
         break;
     }
-}
-
-int ps_optimizer_parse(const char *name, ps_optimizer_kind *kind)
-{
-    for (int k = 0; k < PS__N_KINDS; k++) {
-        if (strcmp(name, ps__names[k]) == 0) {
-            *kind = (ps_optimizer_kind)k;
-            return 0;
-        }
-    }
-    return -EINVAL;
-}
-
-const char *ps_optimizer_name(ps_optimizer_kind kind)
-{
-    return (int)kind >= 0 && (int)kind < PS__N_KINDS ? ps__names[kind] : "unknown";
 }
 
 static ps__rule ps__rule_of(const ps_optimizer_config *cfg)
@@ -223,7 +201,8 @@ static inline __attribute__((always_inline)) void ps__apply(const ps__coef *c, f
 }
 
 /* 1 when some x[i] is Inf or NaN (all exponent bits set). */
-static inline __attribute__((always_inline)) int ps__any_nonfinite(const float *x, size_t n)
+static inline __attribute__((always_inline)) int ps__optimizer_any_nonfinite(const float *x,
+                                                                             size_t n)
 {
     uint32_t bad = 0;
 
@@ -372,7 +351,7 @@ ps__stays_finite(const ps__coef *c, const float *w, const float *state, const fl
         if (stride)
             memcpy(sb, state + stride * off, stride * m * sizeof(float));
         ps__span(c, wb, sb, g + off, m);
-        if (ps__any_nonfinite(wb, m) || ps__any_nonfinite(sb, stride * m))
+        if (ps__optimizer_any_nonfinite(wb, m) || ps__optimizer_any_nonfinite(sb, stride * m))
             return 0;
     }
     return 1;

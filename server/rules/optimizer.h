@@ -11,13 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum {
-    PS_OPT_SGD,      /* momentum == 0: w -= lr * g; otherwise heavy-ball */
-    PS_OPT_NESTEROV, /* SGD with Nesterov momentum */
-    PS_OPT_ADAM,
-    PS_OPT_ADAMW,
-    PS_OPT_ADAGRAD,
-} ps_optimizer_kind;
+/* ps_optimizer_kind, ps_optimizer_parse and ps_optimizer_name: the job's
+ * table of update rules. */
+#include "job_kinds.h"
 
 typedef struct {
     ps_optimizer_kind kind;
@@ -31,10 +27,6 @@ typedef struct {
 /* Fills cfg with the defaults for kind (lr 0.1 for SGD-family, 1e-3 for Adam,
  * 0.01 for Adagrad; momentum 0.9; betas 0.9/0.999; eps 1e-8). */
 void ps_optimizer_defaults(ps_optimizer_config *cfg, ps_optimizer_kind kind);
-
-/* Parses "sgd", "nesterov", "adam", "adamw", "adagrad". Returns 0 or -EINVAL. */
-int ps_optimizer_parse(const char *name, ps_optimizer_kind *kind);
-const char *ps_optimizer_name(ps_optimizer_kind kind);
 
 /* Floats of state needed for n weights (0 for plain SGD without momentum). */
 size_t ps_optimizer_state_floats(const ps_optimizer_config *cfg, size_t n);

@@ -79,7 +79,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     cfg.chunk_bytes = PSF_CHUNK_BYTES;
     cfg.world = 1;
     cfg.staleness = 0;
-    cfg.mode = "sync";
+    cfg.mode = PS_MODE_SYNC;
     cfg.max_payload = (size_t)1 << 16;
     cfg.reject_nonfinite = 1;
     FH_CHECK(uv_loop_init(&fh.loop) == 0, "uv_loop_init");

@@ -68,7 +68,7 @@ void kv_fixture_config(ps_kv_server_config *cfg)
     cfg->chunk_bytes = CHUNK_BYTES;
     cfg->world = 1;
     cfg->staleness = 0;
-    cfg->mode = "sync";
+    cfg->mode = PS_MODE_SYNC;
     cfg->max_payload = (size_t)1 << 20;
     cfg->reject_nonfinite = 1;
     /* Far beyond any test, so that a peer a test keeps silent on purpose

@@ -30,7 +30,7 @@ void peer_server_up(ps_kv_server_config *cfg, int world, uint32_t staleness, con
 {
     cfg->world = world;
     cfg->staleness = staleness;
-    cfg->mode = mode;
+    cr_assert_eq(ps_mode_parse(mode, &cfg->mode), 0, "%s", mode);
     server_up_with(cfg);
     keys_load();
 }

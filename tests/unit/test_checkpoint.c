@@ -61,7 +61,7 @@ static void server_config(ps_kv_server_config *cfg)
     cfg->num_servers = 1;
     cfg->chunk_bytes = CHUNK_BYTES;
     cfg->world = 1;
-    cfg->mode = "sync";
+    cfg->mode = PS_MODE_SYNC;
     cfg->max_payload = (size_t)1 << 20;
     cfg->checkpoint_dir = dir;
     cfg->keep_checkpoints = 10;

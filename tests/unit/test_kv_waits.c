@@ -53,7 +53,7 @@ static void up(int world, uint32_t staleness)
     kv_fixture_config(&cfg);
     cfg.world = world;
     cfg.staleness = staleness;
-    cfg.mode = staleness ? "ssp" : "sync";
+    cfg.mode = staleness ? PS_MODE_SSP : PS_MODE_SYNC;
     cfg.wait_report_ms = 100;
     server_up_with(&cfg);
 }

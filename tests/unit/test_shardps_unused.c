@@ -189,7 +189,7 @@ Test(shardps_unused, async_applies_nothing_for_an_unused_push, .timeout = 60)
 
     kv_fixture_config(&cfg);
     cfg.staleness = UINT32_MAX;
-    cfg.mode = "async";
+    cfg.mode = PS_MODE_ASYNC;
     server_up_with(&cfg);
     h = new_rank(0, 1);
     expect_err(h, shardps_push_unused(h, 0), -EINVAL, "not connected");
