@@ -50,7 +50,7 @@ static void ps__lower_priority(void)
         ps_info("SCHED_IDLE refused; running at nice 19");
 }
 
-static int ps__connect(const ps_follow_config *cfg, double timeout_s, ps_kv_client **out)
+static int ps__follow_connect(const ps_follow_config *cfg, double timeout_s, ps_kv_client **out)
 {
     ps_kv_client_config kc;
     uint64_t clock;
@@ -161,7 +161,7 @@ int ps_follow_run(const ps_follow_config *cfg)
     int scored = 0, said = 0, rc;
 
     ps__lower_priority();
-    rc = ps__connect(cfg, cfg->job->connect_timeout, &c);
+    rc = ps__follow_connect(cfg, cfg->job->connect_timeout, &c);
     if (rc < 0) {
         if (rc != -EINTR)
             fprintf(stderr, "shardps-eval: cannot follow the job at %s: %s\n", cfg->job->servers,
@@ -185,7 +185,7 @@ int ps_follow_run(const ps_follow_config *cfg)
         params[t] = ps_model_param(m, t);
     rc = 0;
     while (!*cfg->stop && (cfg->max_snapshots == 0 || scored < cfg->max_snapshots)) {
-        if (c == NULL && ps__connect(cfg, PS__RECONNECT_S, &c) < 0) {
+        if (c == NULL && ps__follow_connect(cfg, PS__RECONNECT_S, &c) < 0) {
             ps_info("the job's servers are gone; %d snapshot%s scored", scored,
                     scored == 1 ? "" : "s");
             break;
