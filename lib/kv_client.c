@@ -39,7 +39,7 @@ void ps__failf(ps_kv_client *c, int err, const char *fmt, ...)
 
 /* A server broke the protocol or lied: one line naming it, and the client
  * fails with -PS_EPROTO, which is never retried by reconnecting. */
-void ps__distrust(ps__server *sv, const char *why)
+void ps__distrust(ps__remote *sv, const char *why)
 {
     ps__failf(sv->cl, -PS_EPROTO, "server %d (%s) %s; not trusting it", sv->index, sv->addr_text,
               why);
@@ -56,7 +56,7 @@ int ps__layout(ps_kv_client *c)
         c->has_int64 |= c->cfg.spec.tensors[t].dtype == PS_DTYPE_I64;
 
     for (int s = 0; rc == 0 && s < c->n_servers; s++) {
-        ps__server *sv = &c->servers[s];
+        ps__remote *sv = &c->servers[s];
         int n = ps_partition_server_chunk_count(c->part, s), k = 0;
 
         sv->keys = calloc((size_t)n + 1, sizeof(*sv->keys));
@@ -121,7 +121,7 @@ int ps_kv_client_init(ps_kv_client **out, const ps_kv_client_config *cfg)
     if (c->servers == NULL)
         goto fail;
     for (int s = 0; s < cfg->n_servers; s++) {
-        ps__server *sv = &c->servers[s];
+        ps__remote *sv = &c->servers[s];
 
         sv->cl = c;
         sv->index = s;
@@ -202,7 +202,7 @@ static void ps__client_free(ps_kv_client *c, int goodbye)
      * the servers still up when another went away mid-step, or they would
      * be left a step behind it. A HEARTBEAT marks the end of the queue. */
     for (int s = 0; s < c->n_timers; s++) {
-        ps__server *sv = &c->servers[s];
+        ps__remote *sv = &c->servers[s];
         Shardps__Header h = SHARDPS__HEADER__INIT;
 
         uv_close((uv_handle_t *)&sv->retry, NULL);

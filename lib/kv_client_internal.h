@@ -88,13 +88,13 @@ typedef struct {
     int rows_busy;
     float *rows_dest;
     ps_frame_piece rows_piece;
-} ps__server;
+} ps__remote;
 
 struct ps_kv_client {
     uv_loop_t loop;
     ps_kv_client_config cfg;
     ps_partition *part;
-    ps__server *servers;
+    ps__remote *servers;
     int n_servers;
     int n_timers; /* servers whose retry timer is initialised */
     uint64_t next_id;
@@ -140,7 +140,7 @@ struct ps_kv_client {
 __attribute__((format(printf, 3, 4))) void ps__failf(ps_kv_client *c, int err, const char *fmt,
                                                      ...);
 /* A server broke the protocol or lied: fails the client with -PS_EPROTO. */
-void ps__distrust(ps__server *sv, const char *why);
+void ps__distrust(ps__remote *sv, const char *why);
 /* Cuts cfg.spec into chunks and gives each server its keys (allocations owned
  * by the client). Returns 0 or a negative code. */
 int ps__layout(ps_kv_client *c);
@@ -149,50 +149,50 @@ int ps__layout(ps_kv_client *c);
 
 /* Opens a connection to sv; its frames, its close and its pull replies' bytes
  * are routed to the handlers below. Failure is recorded with ps__failf. */
-void ps__start_connect(ps__server *sv);
+void ps__start_connect(ps__remote *sv);
 /* Closes sv's connection and tries again with backoff until the connect
  * deadline. Returns 1 when a retry is scheduled, 0 when none is left. */
-int ps__retry_later(ps__server *sv, const char *reason);
+int ps__retry_later(ps__remote *sv, const char *reason);
 /* ps__retry_later for a server that asked us to come back (-EAGAIN: no
  * tensors yet for a joiner, its handshake slots taken, a table being
  * withdrawn), saying now and then that it waits. Returns 1 when a retry is
  * scheduled. */
-int ps__wait_and_retry(ps__server *sv, const char *reason);
+int ps__wait_and_retry(ps__remote *sv, const char *reason);
 
 /* kv_handshake.c. Each handler takes a frame kv_conn routed to it; whatever
  * fails the handshake is recorded with ps__failf or ps__distrust. */
 
 /* Sends the HELLO on sv's connection, just opened. */
-void ps__send_hello(ps__server *sv);
+void ps__send_hello(ps__remote *sv);
 /* AUTH_CHALLENGE: checks the server's proof and sends ours. */
-void ps__handle_challenge(ps__server *sv, const ps_frame *f);
+void ps__handle_challenge(ps__remote *sv, const ps_frame *f);
 /* WELCOME: sv is admitted; a joiner learns the job's table from it. */
-void ps__handle_welcome(ps__server *sv, const ps_frame *f);
+void ps__handle_welcome(ps__remote *sv, const ps_frame *f);
 /* kv_transfer.c: one WRITE to sv: initial, rank 0's initial values (every
  * chunk of an INIT_VALUES tensor); else the chunks of the buffers values
  * gives (NULL entries skipped). values[t]: tensor t's words, borrowed for
  * the call. Returns 0 or a negative code (the client failed). */
-int ps__send_write(ps__server *sv, int initial, const void *const *values);
+int ps__send_write(ps__remote *sv, int initial, const void *const *values);
 /* Joining: the job's table, sent just before the WELCOME. */
-void ps__handle_told_table(ps__server *sv, const ps_frame *f);
+void ps__handle_told_table(ps__remote *sv, const ps_frame *f);
 /* REJECT or ERROR: a retry where the refusal is for now, else a failure. */
-void ps__handle_refusal(ps__server *sv, const ps_frame *f);
+void ps__handle_refusal(ps__remote *sv, const ps_frame *f);
 
 /* kv_transfer.c */
 
 /* The connection's place callback (transport.h): where a pull reply lands. */
 int ps__place_reply(ps_conn *conn, const Shardps__Header *h, const ps_frame_piece **pieces);
-void ps__handle_pull_reply(ps__server *sv, const ps_frame *f);
-void ps__handle_push_reply(ps__server *sv, const ps_frame *f);
+void ps__handle_pull_reply(ps__remote *sv, const ps_frame *f);
+void ps__handle_push_reply(ps__remote *sv, const ps_frame *f);
 /* Sends what requests wait on sv's connection (none: nothing to do). */
-void ps__uncork(ps__server *sv);
+void ps__uncork(ps__remote *sv);
 
 /* kv_rows.c */
-void ps__handle_rows_reply(ps__server *sv, const ps_frame *f);
+void ps__handle_rows_reply(ps__remote *sv, const ps_frame *f);
 /* The place callback's share for a PULL_ROWS_REPLY (kv_transfer.c): the
  * rows land straight in rows_dest when the header matches the pull in
  * flight; returns the pieces (1) or 0. */
-int ps__place_rows_reply(ps__server *sv, const Shardps__Header *h, const ps_frame_piece **pieces);
+int ps__place_rows_reply(ps__remote *sv, const Shardps__Header *h, const ps_frame_piece **pieces);
 /* Frees the rows scratch. */
 void ps__rows_client_free(ps_kv_client *c);
 
@@ -205,7 +205,7 @@ int ps__run_until_done(ps_kv_client *c);
 void ps__on_heartbeat(uv_timer_t *t);
 /* WAITING: the server explains why it holds our pull; said in our log and
  * kept for a timeout's message. */
-void ps__handle_waiting(ps__server *sv, const ps_frame *f);
+void ps__handle_waiting(ps__remote *sv, const ps_frame *f);
 /* A timer callback that does nothing: the timer only wakes the loop. */
 void ps__on_deadline(uv_timer_t *t);
 

@@ -22,21 +22,21 @@
 
 static void ps__on_retry(uv_timer_t *t)
 {
-    ps__server *sv = t->data;
+    ps__remote *sv = t->data;
 
     sv->retrying = 0;
     ps__start_connect(sv);
 }
 
 /* Tries sv again after its backoff, which doubles up to 1 s. */
-static void ps__backoff(ps__server *sv)
+static void ps__backoff(ps__remote *sv)
 {
     uv_timer_start(&sv->retry, ps__on_retry, sv->retry_ms, 0);
     sv->retry_ms = sv->retry_ms * 2 > 1000 ? 1000 : sv->retry_ms * 2;
 }
 
 /* One "waiting for server" line every PS__WAIT_LOG_MS at most. */
-static void ps__say_waiting(ps__server *sv, const char *reason)
+static void ps__say_waiting(ps__remote *sv, const char *reason)
 {
     ps_kv_client *c = sv->cl;
 
@@ -50,7 +50,7 @@ static void ps__say_waiting(ps__server *sv, const char *reason)
 /* A server refused us for now (our previous connection, from before a
  * reconnect, is still live there): try again with backoff until the connect
  * deadline. Returns 1 when a retry is scheduled. */
-int ps__retry_later(ps__server *sv, const char *reason)
+int ps__retry_later(ps__remote *sv, const char *reason)
 {
     ps_kv_client *c = sv->cl;
 
@@ -68,7 +68,7 @@ int ps__retry_later(ps__server *sv, const char *reason)
  * the table it held is being withdrawn. Wait and try again, saying so now
  * and then, until the connect deadline. Returns 1 when a retry is
  * scheduled. */
-int ps__wait_and_retry(ps__server *sv, const char *reason)
+int ps__wait_and_retry(ps__remote *sv, const char *reason)
 {
     if (!ps__retry_later(sv, reason))
         return 0;
@@ -78,9 +78,9 @@ int ps__wait_and_retry(ps__server *sv, const char *reason)
 
 /* Routes a server's frame to its handler. Any frame but a WAITING is part
  * of an answer, so what the server owes us is counted from here. */
-static void ps__on_frame(ps_conn *conn, const ps_frame *f)
+static void ps__conn_on_frame(ps_conn *conn, const ps_frame *f)
 {
-    ps__server *sv = ps_conn_data(conn);
+    ps__remote *sv = ps_conn_data(conn);
     ps_kv_client *c = sv->cl;
     const Shardps__Header *h = f->hdr;
     char why[128], name[32];
@@ -127,9 +127,9 @@ static void ps__on_frame(ps_conn *conn, const ps_frame *f)
     }
 }
 
-static void ps__on_close(ps_conn *conn, int err)
+static void ps__conn_on_close(ps_conn *conn, int err)
 {
-    ps__server *sv = ps_conn_data(conn);
+    ps__remote *sv = ps_conn_data(conn);
     ps_kv_client *c = sv->cl;
     const char *detail = ps_conn_error(conn);
 
@@ -168,9 +168,9 @@ static void ps__on_close(ps_conn *conn, int err)
               ps_strerror(err), *detail ? ": " : "", detail);
 }
 
-static void ps__on_connect(ps_conn *conn, int status, void *data)
+static void ps__conn_on_connect(ps_conn *conn, int status, void *data)
 {
-    ps__server *sv = data;
+    ps__remote *sv = data;
     ps_kv_client *c = sv->cl;
 
     if (status < 0) {
@@ -190,7 +190,7 @@ static void ps__on_connect(ps_conn *conn, int status, void *data)
     ps__send_hello(sv);
 }
 
-void ps__start_connect(ps__server *sv)
+void ps__start_connect(ps__remote *sv)
 {
     ps_kv_client *c = sv->cl;
     /* No answer of a server carries more than a pull of all its keys (or,
@@ -198,13 +198,13 @@ void ps__start_connect(ps__server *sv)
      * it is stored. Pulled weights are scanned for Inf and NaN as they
      * arrive. */
     size_t max = sv->bytes < c->cfg.max_payload ? sv->bytes : c->cfg.max_payload;
-    ps_conn_config cc = {.on_frame = ps__on_frame,
-                         .on_close = ps__on_close,
+    ps_conn_config cc = {.on_frame = ps__conn_on_frame,
+                         .on_close = ps__conn_on_close,
                          .place = ps__place_reply,
                          .max_payload = c->joining && c->part == NULL ? PS_TABLE_MAX_BYTES : max,
                          .max_write_queue = PS__WRITE_QUEUE_LIMIT,
                          .scan_nonfinite = 1};
-    int rc = ps_conn_connect(&c->loop, (struct sockaddr *)&sv->addr, &cc, sv, ps__on_connect);
+    int rc = ps_conn_connect(&c->loop, (struct sockaddr *)&sv->addr, &cc, sv, ps__conn_on_connect);
 
     if (rc < 0)
         ps__failf(c, rc, "cannot connect to server %d (%s): %s", sv->index, sv->addr_text,

@@ -30,7 +30,7 @@
 /* A declarer's table, once the server may read it: right after the HELLO,
  * or after our proof. The payload is the client's own, kept until it is
  * freed. */
-static void ps__send_table(ps__server *sv)
+static void ps__hs_send_table(ps__remote *sv)
 {
     ps_kv_client *c = sv->cl;
     Shardps__Header h = SHARDPS__HEADER__INIT;
@@ -48,7 +48,7 @@ static void ps__send_table(ps__server *sv)
 }
 
 /* Opens the handshake on sv's new connection. */
-void ps__send_hello(ps__server *sv)
+void ps__send_hello(ps__remote *sv)
 {
     ps_kv_client *c = sv->cl;
     Shardps__Header h = SHARDPS__HEADER__INIT;
@@ -86,11 +86,11 @@ void ps__send_hello(ps__server *sv)
         ps__failf(c, rc, "cannot send our HELLO to server %d (%s): %s", sv->index, sv->addr_text,
                   ps_strerror(rc));
     else if (!c->auth)
-        ps__send_table(sv);
+        ps__hs_send_table(sv);
 }
 
 /* The server proves it holds the token; we answer with our own proof. */
-void ps__handle_challenge(ps__server *sv, const ps_frame *f)
+void ps__handle_challenge(ps__remote *sv, const ps_frame *f)
 {
     ps_kv_client *c = sv->cl;
     const Shardps__Header *h = f->hdr;
@@ -129,10 +129,10 @@ void ps__handle_challenge(ps__server *sv, const ps_frame *f)
         ps__failf(c, rc, "cannot send our proof to server %d (%s): %s", sv->index, sv->addr_text,
                   ps_strerror(rc));
     else
-        ps__send_table(sv);
+        ps__hs_send_table(sv);
 }
 
-void ps__handle_told_table(ps__server *sv, const ps_frame *f)
+void ps__handle_told_table(ps__remote *sv, const ps_frame *f)
 {
     ps_kv_client *c = sv->cl;
     char why[256], text[320];
@@ -154,7 +154,7 @@ void ps__handle_told_table(ps__server *sv, const ps_frame *f)
  * server must hold the same; a declarer's servers must hold exactly the
  * table it declared, since a server that adopted another would have
  * refused its HELLO. */
-static int ps__check_table(ps__server *sv, const ProtobufCBinaryData *digest)
+static int ps__hs_check_table(ps__remote *sv, const ProtobufCBinaryData *digest)
 {
     ps_kv_client *c = sv->cl;
     uint8_t told[PS_TABLE_DIGEST_BYTES];
@@ -211,7 +211,7 @@ static int ps__check_table(ps__server *sv, const ProtobufCBinaryData *digest)
     return -1;
 }
 
-void ps__handle_welcome(ps__server *sv, const ps_frame *f)
+void ps__handle_welcome(ps__remote *sv, const ps_frame *f)
 {
     ps_kv_client *c = sv->cl;
     ps_reply_welcome w;
@@ -232,7 +232,7 @@ void ps__handle_welcome(ps__server *sv, const ps_frame *f)
         ps__distrust(sv, why);
         return;
     }
-    if (ps__check_table(sv, &f->hdr->welcome->table_digest) < 0)
+    if (ps__hs_check_table(sv, &f->hdr->welcome->table_digest) < 0)
         return;
     if (c->welcomes > 0 && w.staleness != c->mode.staleness) {
         snprintf(why, sizeof(why),
@@ -256,7 +256,7 @@ void ps__handle_welcome(ps__server *sv, const ps_frame *f)
              w.clock, f->hdr->welcome->mode);
 }
 
-void ps__handle_refusal(ps__server *sv, const ps_frame *f)
+void ps__handle_refusal(ps__remote *sv, const ps_frame *f)
 {
     const Shardps__Header *h = f->hdr;
     char reason[256];
@@ -328,7 +328,7 @@ int ps_kv_client_connect(ps_kv_client *c, uint64_t *start_clock)
         }
         /* Connected before the answers' size was known. */
         for (int s = 0; s < c->n_servers; s++) {
-            ps__server *sv = &c->servers[s];
+            ps__remote *sv = &c->servers[s];
             if (sv->conn)
                 ps_conn_set_max_payload(
                     sv->conn, sv->bytes < c->cfg.max_payload ? sv->bytes : c->cfg.max_payload);

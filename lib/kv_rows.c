@@ -61,12 +61,12 @@ static float *ps__rows_scratch(ps_kv_client *c, size_t floats)
 
 /* The largest answer sv may send besides a rows pull's: a dense pull of
  * all its keys (kv_conn.c). */
-static size_t ps__dense_limit(const ps__server *sv)
+static size_t ps__dense_limit(const ps__remote *sv)
 {
     return sv->bytes < sv->cl->cfg.max_payload ? sv->bytes : sv->cl->cfg.max_payload;
 }
 
-int ps__place_rows_reply(ps__server *sv, const Shardps__Header *h, const ps_frame_piece **pieces)
+int ps__place_rows_reply(ps__remote *sv, const Shardps__Header *h, const ps_frame_piece **pieces)
 {
     ps_frame f = {(Shardps__Header *)h, NULL, (size_t)h->payload_bytes, 0};
     char why[256];
@@ -81,7 +81,7 @@ int ps__place_rows_reply(ps__server *sv, const Shardps__Header *h, const ps_fram
     return 1;
 }
 
-void ps__handle_rows_reply(ps__server *sv, const ps_frame *f)
+void ps__handle_rows_reply(ps__remote *sv, const ps_frame *f)
 {
     ps_kv_client *c = sv->cl;
     char why[256];
@@ -113,7 +113,7 @@ void ps__handle_rows_reply(ps__server *sv, const ps_frame *f)
 /* One server's share of a call in one frame: its unique IDs and a push's
  * summed gradients (values: count x dim of dtype), both borrowed until the
  * call's wait returns. */
-static int ps__send_rows(ps_kv_client *c, ps__server *sv, const ps_reply_rows *r,
+static int ps__send_rows(ps_kv_client *c, ps__remote *sv, const ps_reply_rows *r,
                          const uint64_t *ids, const void *values, Shardps__DType dtype, float *dest)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
@@ -168,7 +168,7 @@ typedef struct {
     uint32_t *pos;    /* m: where uniq[j] went in by_srv */
 } ps__rows_split;
 
-static void ps__split_free(ps__rows_split *sp)
+static void ps__rows_split_free(ps__rows_split *sp)
 {
     free(sp->uniq);
     free(sp->slot);
@@ -178,8 +178,8 @@ static void ps__split_free(ps__rows_split *sp)
     free(sp->pos);
 }
 
-static int ps__split(ps_kv_client *c, uint32_t table, const uint64_t *ids, size_t n,
-                     ps__rows_split *sp)
+static int ps__rows_split_make(ps_kv_client *c, uint32_t table, const uint64_t *ids, size_t n,
+                               ps__rows_split *sp)
 {
     long m;
 
@@ -242,7 +242,7 @@ int ps_kv_client_pull_rows(ps_kv_client *c, uint32_t table, uint64_t clock, cons
 
     if (rc < 0)
         return rc;
-    rc = ps__split(c, table, ids, n, &sp);
+    rc = ps__rows_split_make(c, table, ids, n, &sp);
     if (rc < 0)
         goto out;
     /* Unique IDs that all live on one server arrive in the call's order:
@@ -281,7 +281,7 @@ int ps_kv_client_pull_rows(ps_kv_client *c, uint32_t table, uint64_t clock, cons
     for (size_t i = 0; got != out && i < n; i++)
         memcpy(out + i * r.dim, got + (size_t)sp.pos[sp.slot[i]] * r.dim, r.dim * sizeof(float));
 out:
-    ps__split_free(&sp);
+    ps__rows_split_free(&sp);
     return rc;
 }
 
@@ -319,7 +319,7 @@ int ps_kv_client_push_rows(ps_kv_client *c, uint32_t table, const uint64_t *ids,
 
     if (rc < 0)
         return rc;
-    rc = ps__split(c, table, ids, n, &sp);
+    rc = ps__rows_split_make(c, table, ids, n, &sp);
     r.clock = ps_kv_client_weights_clock(c);
     if (rc < 0 || (rc = ps__push_allowed(c, table, r.clock, &sp)) < 0)
         goto out;
@@ -370,7 +370,7 @@ int ps_kv_client_push_rows(ps_kv_client *c, uint32_t table, const uint64_t *ids,
     c->rows_pushed[table] = r.clock + 1;
     rc = ps_kv_client_wait(c);
 out:
-    ps__split_free(&sp);
+    ps__rows_split_free(&sp);
     free(half);
     return rc;
 }

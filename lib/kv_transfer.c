@@ -19,14 +19,14 @@
 #define PS__CORK_BYTES ((size_t)64 << 10)
 
 /* Requests started before wait leave together when it begins. */
-static void ps__cork(ps__server *sv)
+static void ps__cork(ps__remote *sv)
 {
     if (!sv->corked)
         ps_conn_cork(sv->conn);
     sv->corked = 1;
 }
 
-void ps__uncork(ps__server *sv)
+void ps__uncork(ps__remote *sv)
 {
     if (sv->corked && sv->conn)
         ps_conn_uncork(sv->conn);
@@ -39,7 +39,7 @@ void ps__uncork(ps__server *sv)
  * refused when it is complete, so a lying header never touches a weight. */
 int ps__place_reply(ps_conn *conn, const Shardps__Header *h, const ps_frame_piece **pieces)
 {
-    ps__server *sv = ps_conn_data(conn);
+    ps__remote *sv = ps_conn_data(conn);
     char why[256];
 
     if (h->type == SHARDPS__MSG_TYPE__PULL_ROWS_REPLY)
@@ -59,7 +59,7 @@ int ps__place_reply(ps_conn *conn, const Shardps__Header *h, const ps_frame_piec
 /* The decoder scanned the whole reply as float32: int64 tensors' words may
  * look like NaNs. Whether a float32 chunk of the landed reply really is not
  * finite. */
-static int ps__floats_nonfinite(const ps__server *sv)
+static int ps__floats_nonfinite(const ps__remote *sv)
 {
     const ps_model_spec *spec = &sv->cl->cfg.spec;
 
@@ -78,7 +78,7 @@ static int ps__floats_nonfinite(const ps__server *sv)
 /* Checks a pull reply against what was asked; it is already in place unless
  * it did not match. Weights that are not finite are refused after the fact:
  * the worker then fails and never computes on them. */
-void ps__handle_pull_reply(ps__server *sv, const ps_frame *f)
+void ps__handle_pull_reply(ps__remote *sv, const ps_frame *f)
 {
     ps_frame g = *f;
     char why[256];
@@ -99,7 +99,7 @@ void ps__handle_pull_reply(ps__server *sv, const ps_frame *f)
     sv->cl->outstanding--;
 }
 
-void ps__handle_push_reply(ps__server *sv, const ps_frame *f)
+void ps__handle_push_reply(ps__remote *sv, const ps_frame *f)
 {
     ps_kv_client *c = sv->cl;
     const Shardps__Header *h = f->hdr;
@@ -126,7 +126,7 @@ void ps__handle_push_reply(ps__server *sv, const ps_frame *f)
 int ps_kv_client_pull(ps_kv_client *c, uint64_t clock, float *const *params)
 {
     for (int s = 0; s < c->n_servers; s++) {
-        ps__server *sv = &c->servers[s];
+        ps__remote *sv = &c->servers[s];
         Shardps__Header h = SHARDPS__HEADER__INIT;
         int rc;
 
@@ -164,7 +164,7 @@ int ps_kv_client_pull(ps_kv_client *c, uint64_t clock, float *const *params)
  * any small ones before it), since its bytes are better on the wire than
  * queued behind the CRC of the next. grad NULL: the chunk's tensor was not
  * used this step, and the frame says so instead of carrying a gradient. */
-static int ps__push_chunk(ps_kv_client *c, ps__server *sv, int i, const float *grad, uint64_t step)
+static int ps__push_chunk(ps_kv_client *c, ps__remote *sv, int i, const float *grad, uint64_t step)
 {
     const ps_chunk *ch = sv->chunks[i];
     Shardps__Header h = SHARDPS__HEADER__INIT;
@@ -227,7 +227,7 @@ static int ps__push_tensor(ps_kv_client *c, int tensor_id, const float *grad)
     if (c->cfg.spec.tensors[tensor_id].kind != PS_KIND_PARAMETER)
         return -EPERM;
     for (int s = 0; s < c->n_servers; s++) {
-        ps__server *sv = &c->servers[s];
+        ps__remote *sv = &c->servers[s];
 
         /* A server already past our step (it was restored less far back than
          * another, or we are a straggler) gets nothing this step: it waits
@@ -276,7 +276,7 @@ int ps_kv_client_snapshot_clocks(const ps_kv_client *c, uint64_t *lo, uint64_t *
     *lo = UINT64_MAX;
     *hi = 0;
     for (int s = 0; s < c->n_servers; s++) {
-        const ps__server *sv = &c->servers[s];
+        const ps__remote *sv = &c->servers[s];
         if (sv->n_keys == 0 || !sv->pulled)
             continue;
         *lo = sv->pulled_clock < *lo ? sv->pulled_clock : *lo;
@@ -298,7 +298,7 @@ uint64_t ps_kv_client_weights_clock(const ps_kv_client *c)
     return m == UINT64_MAX ? 0 : m;
 }
 
-static void ps__free_sent(ps_conn *conn, int status, void *arg)
+static void ps__transfer_free_sent(ps_conn *conn, int status, void *arg)
 {
     (void)conn;
     (void)status;
@@ -316,7 +316,7 @@ static int ps__writes(const ps_kv_client *c, const ps_chunk *ch, int initial,
                    : t->kind == PS_KIND_BUFFER && values[ch->tensor_id] != NULL;
 }
 
-int ps__send_write(ps__server *sv, int initial, const void *const *values)
+int ps__send_write(ps__remote *sv, int initial, const void *const *values)
 {
     ps_kv_client *c = sv->cl;
     Shardps__Header h = SHARDPS__HEADER__INIT;
@@ -362,7 +362,7 @@ int ps__send_write(ps__server *sv, int initial, const void *const *values)
     h.keys = keys;
     iov.base = payload;
     iov.len = words * sizeof(float);
-    rc = ps_conn_send(sv->conn, &h, &iov, 1, ps__free_sent, payload);
+    rc = ps_conn_send(sv->conn, &h, &iov, 1, ps__transfer_free_sent, payload);
     if (rc == 0) {
         free(keys);
         ps_debug("wrote the values of %zu chunks to server %d", n, sv->index);

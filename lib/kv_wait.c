@@ -18,7 +18,7 @@ void ps__on_heartbeat(uv_timer_t *t)
     ps_kv_client *c = t->data;
 
     for (int s = 0; s < c->n_servers; s++) {
-        ps__server *sv = &c->servers[s];
+        ps__remote *sv = &c->servers[s];
         Shardps__Header h = SHARDPS__HEADER__INIT;
 
         if (sv->conn == NULL || !sv->welcomed || sv->welcome.heartbeat_ms == 0)
@@ -31,7 +31,7 @@ void ps__on_heartbeat(uv_timer_t *t)
 }
 
 /* What sv owes us and since when it is overdue (UINT64_MAX: nothing owed). */
-static uint64_t ps__owed_until(const ps__server *sv, const char **what)
+static uint64_t ps__owed_until(const ps__remote *sv, const char **what)
 {
     const ps_kv_client *c = sv->cl;
     uint64_t limit = c->request_ms;
@@ -79,7 +79,7 @@ void ps__on_deadline(uv_timer_t *t)
     (void)t;
 }
 
-void ps__handle_waiting(ps__server *sv, const ps_frame *f)
+void ps__handle_waiting(ps__remote *sv, const ps_frame *f)
 {
     ps_kv_client *c = sv->cl;
     ps_reply_pull rows = {0};
@@ -106,7 +106,7 @@ void ps__handle_waiting(ps__server *sv, const ps_frame *f)
 
 /* Whether sv said why it holds the pull in flight (a WAITING for it), dense
  * or rows. */
-static int ps__said_why(const ps__server *sv)
+static int ps__said_why(const ps__remote *sv)
 {
     if (sv->waiting_ms == 0)
         return 0;
@@ -118,7 +118,7 @@ static int ps__said_why(const ps__server *sv)
 /* A server that owes us an answer has sent nothing for too long. If it said
  * it holds our pull for other workers, they are the ones named: the server
  * is alive and waiting too. */
-static void ps__fail_overdue(ps__server *sv, const char *what)
+static void ps__fail_overdue(ps__remote *sv, const char *what)
 {
     ps_kv_client *c = sv->cl;
     uint64_t now = uv_now(&c->loop);
@@ -148,7 +148,7 @@ static void ps__check_overdue(ps_kv_client *c)
     uv_run(&c->loop, UV_RUN_NOWAIT);
     uv_update_time(&c->loop);
     for (int s = 0; s < c->n_servers && c->error == 0; s++) {
-        ps__server *sv = &c->servers[s];
+        ps__remote *sv = &c->servers[s];
         const char *what = "";
         uint64_t due = ps__owed_until(sv, &what);
         if (due <= uv_now(&c->loop))
@@ -166,7 +166,7 @@ void ps_kv_client_set_stop_flag(ps_kv_client *c, const volatile sig_atomic_t *fl
  * Returns 1 when the client has failed with -EINTR. */
 static int ps__stop_asked(ps_kv_client *c)
 {
-    const ps__server *owes = NULL;
+    const ps__remote *owes = NULL;
     const char *what = "";
 
     uint64_t now = uv_now(&c->loop);
@@ -190,7 +190,7 @@ static int ps__stop_asked(ps_kv_client *c)
             return 0;
     }
     for (int s = 0; s < c->n_servers && owes == NULL; s++) {
-        const ps__server *sv = &c->servers[s];
+        const ps__remote *sv = &c->servers[s];
         if (!sv->welcomed)
             what = sv->conn ? "to welcome us" : "to accept a connection";
         else if (sv->pull_dest != NULL)
@@ -222,7 +222,7 @@ int ps__run_until_done(ps_kv_client *c)
     /* The loop's clock stood still while the worker computed. */
     uv_update_time(&c->loop);
     for (int s = 0; s < c->n_servers; s++) {
-        ps__server *sv = &c->servers[s];
+        ps__remote *sv = &c->servers[s];
         uint32_t hb = sv->welcome.heartbeat_ms;
         if (hb && (every == 0 || hb < every))
             every = hb;

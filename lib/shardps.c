@@ -106,7 +106,7 @@ static int ps__take_text(shardps *h, const char *name, const char *value, const 
 
 /* report-fd: the launcher's pipe (job_report.h); it must be open now.
  * origin names how it was given. */
-static int ps__report_fd(shardps *h, const char *value, const char *origin)
+static int ps__shardps_report_fd(shardps *h, const char *value, const char *origin)
 {
     char *end;
     long fd = strtol(value, &end, 10);
@@ -130,7 +130,7 @@ static void ps__report_to_launcher(shardps *h)
 {
     const char *v = getenv("SHARDPS_REPORT_FD");
 
-    if (v && *v && ps__report_fd(h, v, "SHARDPS_REPORT_FD") < 0) {
+    if (v && *v && ps__shardps_report_fd(h, v, "SHARDPS_REPORT_FD") < 0) {
         ps_warn("%s; not reporting to a launcher", h->error);
         h->error[0] = '\0';
     }
@@ -143,9 +143,9 @@ int shardps_new(shardps **out, const char *const *servers, int n_servers, int ra
     if (out == NULL)
         return ps_shardps_err(NULL, -EINVAL, "shardps_new: out is NULL");
     *out = NULL;
-    if (servers == NULL || n_servers < 1 || n_servers > PS__MAX_SERVERS)
+    if (servers == NULL || n_servers < 1 || n_servers > PS__HANDLE_MAX_SERVERS)
         return ps_shardps_err(NULL, -EINVAL, "shardps_new: need 1 to %d server addresses, got %d",
-                              PS__MAX_SERVERS, servers == NULL ? 0 : n_servers);
+                              PS__HANDLE_MAX_SERVERS, servers == NULL ? 0 : n_servers);
     if (world < 1 || rank < 0 || rank >= world)
         return ps_shardps_err(NULL, -EINVAL, "shardps_new: rank %d is not in 0..world-1 (world %d)",
                               rank, world);
@@ -240,7 +240,7 @@ int shardps_set_option(shardps *h, const char *name, const char *value)
     if (strcmp(name, "log-level") == 0)
         return ps__log_level(h, value);
     if (strcmp(name, "report-fd") == 0)
-        return ps__report_fd(h, value, origin);
+        return ps__shardps_report_fd(h, value, origin);
     i = ps_flag_find(h->options, h->n_options, name);
     if (i < 0)
         return ps_shardps_err(h, -EINVAL, "unknown option '%s'", name);
@@ -325,7 +325,7 @@ int shardps_declare(shardps *h, const char *name, int ndim, const int64_t *shape
     return 0;
 }
 
-static int ps__connect(shardps *h)
+static int ps__shardps_connect(shardps *h)
 {
     int rc = 0;
 
@@ -375,7 +375,7 @@ int shardps_connect(shardps *h)
                               "worker the steps it plans (option total-steps: "
                               "Client(total_steps=N), attach(model, total_steps=N)), or give "
                               "shardps-run --total-steps N or --lr-schedule constant");
-    return ps__connect(h);
+    return ps__shardps_connect(h);
 }
 
 int shardps_reconnect(shardps *h)
@@ -390,7 +390,7 @@ int shardps_reconnect(shardps *h)
     ps_push_copies_reset(&h->copies);
     /* Our old connection may still hold the rank on a server: retry. */
     h->cfg.rejoining = 1;
-    return ps__connect(h);
+    return ps__shardps_connect(h);
 }
 
 /* The calls that move data need a live client. */
@@ -452,8 +452,8 @@ int shardps_weights_clock(const shardps *h, uint64_t *clock)
 
 /* shardps_pull and shardps_pull_into (counts NULL: the caller vouches for
  * the sizes). Nothing is written before every destination is checked. */
-static int ps__pull(shardps *h, uint64_t clock, float *const *dest, const size_t *counts,
-                    int n_dest, const char *fn)
+static int ps__shardps_pull(shardps *h, uint64_t clock, float *const *dest, const size_t *counts,
+                            int n_dest, const char *fn)
 {
     int rc = ps_shardps_ready(h, fn);
 
@@ -480,7 +480,7 @@ static int ps__pull(shardps *h, uint64_t clock, float *const *dest, const size_t
 
 int shardps_pull(shardps *h, uint64_t clock, float *const *dest, int n_dest)
 {
-    return ps__pull(h, clock, dest, NULL, n_dest, "shardps_pull");
+    return ps__shardps_pull(h, clock, dest, NULL, n_dest, "shardps_pull");
 }
 
 int shardps_pull_into(shardps *h, uint64_t clock, float *const *dest, const size_t *counts,
@@ -488,7 +488,7 @@ int shardps_pull_into(shardps *h, uint64_t clock, float *const *dest, const size
 {
     if (h != NULL && counts == NULL)
         return ps_shardps_err(h, -EINVAL, "shardps_pull_into: counts is NULL");
-    return ps__pull(h, clock, dest, counts, n_dest, "shardps_pull_into");
+    return ps__shardps_pull(h, clock, dest, counts, n_dest, "shardps_pull_into");
 }
 
 int shardps_progress(shardps *h)
@@ -525,7 +525,7 @@ int shardps_stats_get(const shardps *h, shardps_stats *out)
     return 0;
 }
 
-static void ps__free(shardps *h, int goodbye)
+static void ps__shardps_free(shardps *h, int goodbye)
 {
     if (h == NULL)
         return;
@@ -555,13 +555,13 @@ int shardps_close(shardps *h)
         ps_kv_client_wait(h->kv);
     if (h && shardps_stats_get(h, &st) == 0)
         ps_job_report_done(&h->report, &st);
-    ps__free(h, 1);
+    ps__shardps_free(h, 1);
     return 0;
 }
 
 void shardps_abandon(shardps *h)
 {
-    ps__free(h, 0);
+    ps__shardps_free(h, 0);
 }
 
 int shardps_report(shardps *h, uint64_t step, double loss, uint64_t samples)
@@ -655,7 +655,7 @@ int shardps_new_from_env(shardps **out)
         rc = ps__env_int("SHARDPS_RANK", 0, world - 1, &rank);
     if (rc < 0)
         return rc;
-    rc = ps_server_list_parse(&sl, servers, PS__MAX_SERVERS, 0, why, sizeof(why));
+    rc = ps_server_list_parse(&sl, servers, PS__HANDLE_MAX_SERVERS, 0, why, sizeof(why));
     if (rc < 0)
         return ps_shardps_err(NULL, rc, "shardps_new_from_env: SHARDPS_SERVERS '%s': %s", servers,
                               rc == -ENOMEM ? "out of memory" : why);

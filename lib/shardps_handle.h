@@ -16,8 +16,8 @@
 #include "push_copies.h"
 #include "shardps.h"
 
-#define PS__MAX_SERVERS 4096
-#define PS__ADDR_MAX    256
+#define PS__HANDLE_MAX_SERVERS 4096
+#define PS__ADDR_MAX           256
 
 /* Room for the rows of the job options the library takes. */
 #define PS__MAX_OPTIONS 16

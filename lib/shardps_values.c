@@ -21,8 +21,8 @@ static size_t ps__elem_bytes(ps_tensor_dtype dtype)
 
 /* The checks of shardps_declare_values before anything is added: 0 or
  * -EINVAL with the sentence. dims gets the shape. */
-static int ps__check_decl(shardps *h, const char *name, int ndim, const int64_t *shape, int kind,
-                          int dtype, const void *values, size_t nbytes, int *dims)
+static int ps__values_check_decl(shardps *h, const char *name, int ndim, const int64_t *shape,
+                                 int kind, int dtype, const void *values, size_t nbytes, int *dims)
 {
     const char *fn = "shardps_declare_values";
     size_t numel = 1;
@@ -67,7 +67,7 @@ int shardps_declare_values(shardps *h, const char *name, int ndim, const int64_t
         return -EINVAL;
     if (h->kv)
         return ps_shardps_err(h, -EBUSY, "shardps_declare_values: already connected");
-    rc = ps__check_decl(h, name, ndim, shape, kind, dtype, values, nbytes, dims);
+    rc = ps__values_check_decl(h, name, ndim, shape, kind, dtype, values, nbytes, dims);
     if (rc < 0)
         return rc;
     n = h->cfg.spec.n_tensors + 1;
