@@ -59,5 +59,11 @@ __attribute__((format(printf, 3, 4))) int ps_shardps_err(shardps *h, int code, c
 int ps_shardps_kv_err(shardps *h, int rc, const char *doing);
 /* 0 when h is connected, else -EINVAL with fn's sentence. */
 int ps_shardps_ready(shardps *h, const char *fn);
+/* 0 when h may still declare tensors (fn): -EINVAL (h NULL, or an
+ * evaluator, which joins) or -EBUSY (connected) with fn's sentence. */
+int ps_shardps_may_declare(shardps *h, const char *fn);
+/* 0 when h is connected and may change the job (fn: a push or a write),
+ * else -EINVAL (not connected) or -EPERM (an evaluator) with the sentence. */
+int ps_shardps_may_write(shardps *h, const char *fn);
 
 #endif

@@ -16,7 +16,7 @@ typedef enum { PS__PUSH_BORROWED, PS__PUSH_COPY, PS__PUSH_UNUSED } ps__push_how;
 static int ps__push(shardps *h, int tensor, const float *grad, size_t numel, const char *fn,
                     ps__push_how how)
 {
-    int rc = ps_shardps_ready(h, fn);
+    int rc = ps_shardps_may_write(h, fn);
 
     if (rc < 0)
         return rc;

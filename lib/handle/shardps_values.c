@@ -63,10 +63,8 @@ int shardps_declare_values(shardps *h, const char *name, int ndim, const int64_t
         name, ndim, dims, PS_INIT_VALUES, 1, 1, (ps_tensor_kind)kind, (ps_tensor_dtype)dtype};
     const void **v;
 
-    if (h == NULL)
-        return -EINVAL;
-    if (h->kv)
-        return ps_shardps_err(h, -EBUSY, "shardps_declare_values: already connected");
+    if ((rc = ps_shardps_may_declare(h, "shardps_declare_values")) < 0)
+        return rc;
     rc = ps__values_check_decl(h, name, ndim, shape, kind, dtype, values, nbytes, dims);
     if (rc < 0)
         return rc;
@@ -102,7 +100,7 @@ int shardps_tensor_kind(const shardps *h, int i, int *kind, int *dtype)
 int shardps_write_buffers(shardps *h, const void *const *values, const size_t *nbytes, int n_values)
 {
     const char *fn = "shardps_write_buffers";
-    int rc = ps_shardps_ready(h, fn);
+    int rc = ps_shardps_may_write(h, fn);
 
     if (rc < 0)
         return rc;

@@ -56,7 +56,7 @@ from typing import Any, Dict, List, Optional, Tuple, Type, Union
 import numpy as np
 from numpy.typing import NDArray
 
-__version__ = "1.5.0"
+__version__ = "1.6.0"
 
 __all__ = ["Client", "ShardpsError", "Float32Array", "load_library", "library_path", "INIT_ZERO",
            "INIT_HE_UNIFORM", "INIT_XAVIER_UNIFORM", "KIND_PARAMETER", "KIND_BUFFER",

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auth.h"
 #include "backend_ops.h"
 #include "dataset.h"
 #include "flags.h"
@@ -137,20 +136,13 @@ static int ps__eval_report_fd(void)
 static int ps__follow(const ps_job_options *jo, const ps_job_plan *plan, const ps_dataset *test,
                       double every, int max_snapshots, const char *curve_path)
 {
-    uint8_t key[PS_AUTH_KEY_BYTES];
-    char err[256];
     FILE *curve = curve_path ? fopen(curve_path, "w") : stdout;
-    int loose, rc;
+    int rc;
 
     if (curve == NULL) {
         rc = -errno;
         fprintf(stderr, "shardps-eval: cannot write --curve %s: %s\n", curve_path, strerror(-rc));
         return rc;
-    }
-    if (jo->auth_token_file &&
-        (rc = ps_auth_load_key(jo->auth_token_file, key, &loose, err, sizeof(err))) < 0) {
-        fprintf(stderr, "shardps-eval: %s\n", err);
-        goto out;
     }
     signal(SIGINT, ps__eval_on_signal);
     signal(SIGTERM, ps__eval_on_signal);
@@ -159,13 +151,11 @@ static int ps__follow(const ps_job_options *jo, const ps_job_plan *plan, const p
     rc = ps_follow_run(&(ps_follow_config){.job = jo,
                                            .plan = plan,
                                            .test = test,
-                                           .auth_key = jo->auth_token_file ? key : NULL,
                                            .every_s = every,
                                            .max_snapshots = max_snapshots,
                                            .curve = curve,
                                            .stop = &ps__eval_stop,
                                            .report_fd = ps__eval_report_fd()});
-out:
     if (curve != stdout && fclose(curve) != 0 && rc == 0)
         rc = -EIO;
     return rc;
