@@ -194,7 +194,7 @@ int ps_kv_client_write_buffers(ps_kv_client *c, const void *const *values);
 
 void ps_kv_client_stats_get(const ps_kv_client *c, ps_kv_client_stats *out);
 
-/* Embedding rows (lib/transfer/kv_rows.c). table is the row table's id (its position
+/* Embedding rows (transfer/kv_rows.c). table is the row table's id (its position
  * in the spec's row_tables), ids[0..n) any 64-bit IDs, repeats allowed:
  * the client asks each server once for the unique IDs that live there
  * (common/row_place) and sums a push's repeats. Both block until every

@@ -1,7 +1,11 @@
 /* The inside of a libshardps handle (include/shardps.h), shared by the files
- * that implement its entries: lib/shardps.c (the lifecycle, pushes and
- * pulls) and lib/shardps_values.c (declared values and buffers). Not
- * installed; nothing outside lib/ includes it. */
+ * of lib/handle/ that implement its entries: shardps.c (the lifecycle, the
+ * options, declaring tensors, pulls and waits, the evaluator's calls, the
+ * table), shardps_push.c (a step's pushes), shardps_values.c (declared
+ * values and buffers) and shardps_rows.c (the embedding tables), over the
+ * key-value client (lib/core/kv_client.h), the push copies (push_copies.h)
+ * and the launcher's reports (job_report.h). Not installed; nothing outside
+ * lib/handle/ includes it. */
 #ifndef PS_SHARDPS_HANDLE_H
 #define PS_SHARDPS_HANDLE_H
 

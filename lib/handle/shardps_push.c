@@ -1,7 +1,7 @@
 /* libshardps (include/shardps.h), a step's pushes: the caller's gradient
  * (shardps_push), a copy the handle owns (shardps_push_copy, 1.3) or a
  * tensor no forward used (shardps_push_unused, 1.5), each checked against
- * the table before anything is sent. The handle is lib/shardps_handle.h's. */
+ * the table before anything is sent. The handle is shardps_handle.h's. */
 #include <errno.h>
 #include <stddef.h>
 

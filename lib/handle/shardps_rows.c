@@ -1,7 +1,7 @@
 /* libshardps's embedding tables (include/shardps.h, 1.4): declaring them,
  * finding one by name, pulling and pushing rows. Every argument and the
- * handle's state are checked here before the client (lib/kv_rows.c) sees
- * them; the handle's parts come through lib/shardps_handle.h. */
+ * handle's state are checked here before the client (lib/transfer/kv_rows.c)
+ * sees them; the handle's parts come through shardps_handle.h. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>

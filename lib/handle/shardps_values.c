@@ -1,6 +1,6 @@
 /* libshardps (include/shardps.h), a model's own values: tensors declared
  * with the caller's initial values, of any kind and dtype, and the buffers
- * rank 0 writes every step. The handle is lib/shardps_handle.h's. */
+ * rank 0 writes every step. The handle is shardps_handle.h's. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
