@@ -394,7 +394,8 @@ int shardps_flush(shardps *h);
  * job's), serialized as proto/shardps.proto's TensorTable message, as a
  * TABLE frame carries it: the seed, each tensor's name, shape,
  * initialisation, fans, kind and dtype, and the row tables. Writes it into
- * buf when len is at least its length, else nothing (buf may then be NULL).
+ * buf (the caller's, len bytes) when len is at least its length, else
+ * nothing (buf may then be NULL).
  * Returns its length in bytes (at most 2 MiB), or -EINVAL, -ENOMEM, -E2BIG
  * (a declared table too large to send). */
 int shardps_table(const shardps *h, void *buf, size_t len);

@@ -20,8 +20,8 @@
  *   core/server_reply.c     the checks of every server frame (pure)
  * A lower file that must report upward does it through a return value or
  * through ps__client_hooks, which the front sets. Each part of a server's
- * state below is written by the file its comment names; the others only
- * read it. */
+ * state below is written by the file its comment names (a field another
+ * file writes says so); the others only read it. */
 #ifndef PS_KV_STATE_H
 #define PS_KV_STATE_H
 
@@ -98,9 +98,11 @@ typedef struct {
  * push per chunk, which wait in pushes (a ring of n_keys, allocated by the
  * layout) since acks come in order. */
 typedef struct {
-    uint64_t pulled_clock; /* clock of the weights in the last pull reply (the WELCOME's before) */
-    uint64_t pulled_hi;    /* an evaluator's: the newest chunk's steps in it */
-    int pulled;            /* a pull reply came on this connection */
+    /* The clock of the weights in the last pull reply; before one, the
+     * WELCOME's (set by kv_handshake.c). */
+    uint64_t pulled_clock;
+    uint64_t pulled_hi; /* an evaluator's: the newest chunk's steps in it */
+    int pulled;         /* a pull reply came on this connection */
     ps_reply_pull pull;
     float *const *pull_dest; /* the caller's tensors, borrowed until the reply; NULL: no pull */
     ps_reply_push *pushes;

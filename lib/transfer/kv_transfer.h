@@ -8,8 +8,9 @@
 
 /* The place callback's share for a PULL_REPLY (the front's, transport.h):
  * the chunks land straight in the caller's tensors when the header matches
- * the pull in flight; returns the count of pieces, or 0 (into the
- * connection's buffer). */
+ * the pull in flight; returns the count of pieces (*pieces: sv's own array,
+ * pointing into the caller's tensors, both valid until the reply is
+ * handled), or 0 (into the connection's buffer). */
 int ps__transfer_place(ps__remote *sv, const Shardps__Header *h, const ps_frame_piece **pieces);
 void ps__transfer_on_pull_reply(ps__remote *sv, const ps_frame *f);
 void ps__transfer_on_push_reply(ps__remote *sv, const ps_frame *f);
