@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define SHARDPS_VERSION_MAJOR 1
-#define SHARDPS_VERSION_MINOR 5
+#define SHARDPS_VERSION_MINOR 6
 
 /* Codes beyond errno's (values as in the servers' logs). */
 #define SHARDPS_EPROTO    (-10001) /* a server broke the protocol or lied */
@@ -80,13 +80,15 @@ typedef struct {
     uint64_t rejected; /* of dropped, those refused as non-finite or over --max-grad-norm */
 } shardps_stats;
 
-/* The library's version, "1.5.0" (1.1 added joining and shardps_tensor_shape;
+/* The library's version, "1.6.0" (1.1 added joining and shardps_tensor_shape;
  * 1.2 shardps_set_stop_flag, and shardps_new_from_env and shardps_report for
  * programs a launcher starts; 1.3 shardps_pull_into and shardps_push_copy,
  * for callers such as a binding whose buffers are not theirs to keep, and
  * a model's own values, buffers and frozen tensors: shardps_declare_values,
  * shardps_write_buffers, shardps_tensor_kind); 1.4 the embedding tables, at
- * the end of this header; 1.5 shardps_push_unused). */
+ * the end of this header; 1.5 shardps_push_unused; 1.6 the evaluator,
+ * after them: shardps_new_evaluator, shardps_flush, shardps_snapshot_clocks,
+ * shardps_table). */
 const char *shardps_version(void);
 
 /* A static description of code ("timed out"); never NULL. */
@@ -366,6 +368,37 @@ int shardps_pull_rows(shardps *h, int table, uint64_t clock, const uint64_t *ids
  * Returns as shardps_pull_rows. */
 int shardps_push_rows(shardps *h, int table, const uint64_t *ids, size_t n, const float *grads,
                       size_t grads_len);
+
+/* The evaluator (1.6): a handle that follows a running job without taking
+ * part in it (docs/architecture.md, "The evaluator"), as shardps-eval
+ * --follow does. It declares nothing and joins the job's table (declaring
+ * is refused: -EINVAL), holds no rank (none is sent), never pushes or
+ * writes (-EPERM), and each pull, whatever its clock, is a snapshot of the
+ * weights as they are, answered at once without waiting for a step. The
+ * servers give evaluators handshake slots of their own, so one never keeps
+ * a worker out. It never reports to a launcher (SHARDPS_REPORT_FD is not
+ * read; shardps_report returns -EINVAL). Otherwise a handle as any:
+ * options, connect, pull, wait, close. Returns as shardps_new. */
+int shardps_new_evaluator(shardps **out, const char *const *servers, int n_servers);
+/* An evaluator's last snapshot: the lowest and highest steps applied among
+ * the chunks it got, over every server; equal when every chunk had taken in
+ * the same steps (always, in sync mode between steps). Returns 0, or
+ * -EINVAL (not an evaluator, not connected, or no snapshot yet). */
+int shardps_snapshot_clocks(const shardps *h, uint64_t *lo, uint64_t *hi);
+/* Sends the pushes and pulls started so far at once, without waiting for
+ * their answers (shardps_wait would send them first thing): a program can
+ * then tell others that its request is on its way. Returns 0 or the first
+ * error, as shardps_progress. */
+int shardps_flush(shardps *h);
+/* The tensor table h holds (what it declared, or once connected the
+ * job's), serialized as proto/shardps.proto's TensorTable message, as a
+ * TABLE frame carries it: the seed, each tensor's name, shape,
+ * initialisation, fans, kind and dtype, and the row tables. Writes it into
+ * buf (the caller's, len bytes) when len is at least its length, else
+ * nothing (buf may then be NULL).
+ * Returns its length in bytes (at most 2 MiB), or -EINVAL, -ENOMEM, -E2BIG
+ * (a declared table too large to send). */
+int shardps_table(const shardps *h, void *buf, size_t len);
 
 #ifdef __cplusplus
 }

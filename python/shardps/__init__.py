@@ -56,11 +56,14 @@ from typing import Any, Dict, List, Optional, Tuple, Type, Union
 import numpy as np
 from numpy.typing import NDArray
 
-__version__ = "1.5.0"
+__version__ = "1.6.0"
 
 __all__ = ["Client", "ShardpsError", "Float32Array", "load_library", "library_path", "INIT_ZERO",
            "INIT_HE_UNIFORM", "INIT_XAVIER_UNIFORM", "KIND_PARAMETER", "KIND_BUFFER",
-           "KIND_FROZEN", "__version__"]
+           "KIND_FROZEN", "MAX_TENSORS", "MAX_NAME_BYTES", "__version__"]
+
+# Every constant and signature below that copies a C header is held to it by
+# tests/python/test_binding_header.py (ctest py_binding_header).
 
 #: Initial values of a declared tensor (include/shardps.h's SHARDPS_INIT_*).
 INIT_ZERO, INIT_HE_UNIFORM, INIT_XAVIER_UNIFORM = 0, 1, 2
@@ -71,6 +74,11 @@ KIND_PARAMETER, KIND_BUFFER, KIND_FROZEN = 0, 1, 2
 #: int64 for buffers and frozen tensors only.
 _DTYPES = (np.dtype(np.float32), np.dtype(np.int64))
 _KIND_NAMES = ("parameter", "buffer", "frozen")
+#: A job's table at most (common/model_spec.h's PS_MAX_TENSORS and
+#: PS_MAX_NAME_BYTES): tensors, bytes of a name.
+MAX_TENSORS, MAX_NAME_BYTES = 4096, 255
+#: A row table's initializers by name (SHARDPS_ROW_INIT_*).
+_ROW_INITS = {"zeros": 0, "uniform": 1, "normal": 2}
 
 # include/shardps.h's SHARDPS_EVERSION: a library of another version.
 _EVERSION = -10002
@@ -124,7 +132,7 @@ def load_library() -> ctypes.CDLL:
     else:
         raise ShardpsError(-2, "cannot load libshardps (make install, or set SHARDPS_LIB to a "
                                "build folder): " + "; ".join(errors))
-    lib.shardps_version.restype, lib.shardps_version.argtypes = ctypes.c_char_p, []
+    _bind(lib, "shardps_version")
     version = lib.shardps_version().decode()
     if version != __version__:
         raise ShardpsError(_EVERSION, f"{lib._name} ({origin}) is libshardps {version}; this "
@@ -143,49 +151,16 @@ def library_path() -> str:
 
 
 def _declare(lib: ctypes.CDLL) -> None:
-    """Gives each function of include/shardps.h its C signature."""
-    c_int, c_char_p, c_void_p = ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p
-    u64p = ctypes.POINTER(ctypes.c_uint64)
-    fptr = ctypes.POINTER(ctypes.c_float)
-    sigs = {
-        "shardps_strerror": (c_char_p, [c_int]),
-        "shardps_last_error": (c_char_p, [c_void_p]),
-        "shardps_new": (c_int, [ctypes.POINTER(c_void_p), ctypes.POINTER(c_char_p), c_int,
-                                c_int, c_int]),
-        "shardps_set_option": (c_int, [c_void_p, c_char_p, c_char_p]),
-        "shardps_declare": (c_int, [c_void_p, c_char_p, c_int, ctypes.POINTER(ctypes.c_int64),
-                                    c_int, c_int, c_int]),
-        "shardps_declare_mlp": (c_int, [c_void_p, ctypes.POINTER(c_int), c_int]),
-        "shardps_declare_values": (c_int, [c_void_p, c_char_p, c_int,
-                                           ctypes.POINTER(ctypes.c_int64), c_int, c_int, c_void_p,
-                                           ctypes.c_size_t]),
-        "shardps_write_buffers": (c_int, [c_void_p, ctypes.POINTER(c_void_p),
-                                          ctypes.POINTER(ctypes.c_size_t), c_int]),
-        "shardps_tensor_kind": (c_int, [c_void_p, c_int, ctypes.POINTER(c_int),
-                                        ctypes.POINTER(c_int)]),
-        "shardps_connect": (c_int, [c_void_p]),
-        "shardps_reconnect": (c_int, [c_void_p]),
-        "shardps_tensor_count": (c_int, [c_void_p]),
-        "shardps_tensor_info": (c_int, [c_void_p, c_int, c_char_p, ctypes.c_size_t,
-                                        ctypes.POINTER(ctypes.c_size_t)]),
-        "shardps_tensor_shape": (c_int, [c_void_p, c_int, ctypes.POINTER(ctypes.c_int64), c_int]),
-        "shardps_start_clock": (c_int, [c_void_p, u64p]),
-        "shardps_weights_clock": (c_int, [c_void_p, u64p]),
-        "shardps_push": (c_int, [c_void_p, c_int, fptr, ctypes.c_size_t]),
-        "shardps_push_copy": (c_int, [c_void_p, c_int, fptr, ctypes.c_size_t]),
-        "shardps_push_unused": (c_int, [c_void_p, c_int]),
-        "shardps_pull_into": (c_int, [c_void_p, ctypes.c_uint64, ctypes.POINTER(fptr),
-                                      ctypes.POINTER(ctypes.c_size_t), c_int]),
-        "shardps_progress": (c_int, [c_void_p]),
-        "shardps_wait": (c_int, [c_void_p]),
-        "shardps_close": (c_int, [c_void_p]),
-        "shardps_abandon": (None, [c_void_p]),
-        "shardps_new_from_env": (c_int, [ctypes.POINTER(c_void_p)]),
-        "shardps_report": (c_int, [c_void_p, ctypes.c_uint64, ctypes.c_double, ctypes.c_uint64]),
-    }
-    for name, (res, args) in sigs.items():
-        f = getattr(lib, name)
-        f.restype, f.argtypes = res, args
+    """Gives each function of include/shardps.h that this package calls its
+    C signature."""
+    for name in _SIGNATURES:
+        _bind(lib, name)
+
+
+def _bind(lib: ctypes.CDLL, name: str) -> None:
+    res, args = _SIGNATURES[name]
+    f = getattr(lib, name)
+    f.restype, f.argtypes = res, args
 
 
 def _server_list(servers: Union[str, Sequence[str]]) -> List[str]:
@@ -211,6 +186,63 @@ Float32Array = NDArray[np.float32]
 
 def _float_ptr(a: Float32Array) -> Any:
     return a.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+
+
+class _RowTable(ctypes.Structure):
+    """include/shardps.h's shardps_row_table, field for field."""
+    _fields_ = [("name", ctypes.c_char_p), ("dim", ctypes.c_uint32), ("init", ctypes.c_int),
+                ("lo", ctypes.c_double), ("hi", ctypes.c_double), ("mean", ctypes.c_double),
+                ("std", ctypes.c_double), ("optimizer", ctypes.c_char_p),
+                ("admit_after", ctypes.c_uint32), ("expire_after", ctypes.c_uint32),
+                ("capacity", ctypes.c_uint64)]
+
+
+def _signatures() -> Dict[str, Tuple[Any, List[Any]]]:
+    """{name: (restype, argtypes)}: the C signature of every function of
+    include/shardps.h this package calls, the one table of them. The handle
+    (shardps *) is a c_void_p; a char buffer, in or out, a c_char_p."""
+    c_int, c_char_p, c_void_p = ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p
+    size_t = ctypes.c_size_t
+    P = ctypes.POINTER
+    i64p, u64, u64p = P(ctypes.c_int64), ctypes.c_uint64, P(ctypes.c_uint64)
+    fptr = P(ctypes.c_float)
+    return {
+        "shardps_version": (c_char_p, []),
+        "shardps_strerror": (c_char_p, [c_int]),
+        "shardps_new": (c_int, [P(c_void_p), P(c_char_p), c_int, c_int, c_int]),
+        "shardps_set_option": (c_int, [c_void_p, c_char_p, c_char_p]),
+        "shardps_declare": (c_int, [c_void_p, c_char_p, c_int, i64p, c_int, c_int, c_int]),
+        "shardps_declare_values": (c_int, [c_void_p, c_char_p, c_int, i64p, c_int, c_int,
+                                           c_void_p, size_t]),
+        "shardps_declare_mlp": (c_int, [c_void_p, P(c_int), c_int]),
+        "shardps_connect": (c_int, [c_void_p]),
+        "shardps_reconnect": (c_int, [c_void_p]),
+        "shardps_tensor_count": (c_int, [c_void_p]),
+        "shardps_tensor_info": (c_int, [c_void_p, c_int, c_char_p, size_t, P(size_t)]),
+        "shardps_tensor_shape": (c_int, [c_void_p, c_int, i64p, c_int]),
+        "shardps_tensor_kind": (c_int, [c_void_p, c_int, P(c_int), P(c_int)]),
+        "shardps_start_clock": (c_int, [c_void_p, u64p]),
+        "shardps_weights_clock": (c_int, [c_void_p, u64p]),
+        "shardps_push": (c_int, [c_void_p, c_int, fptr, size_t]),
+        "shardps_push_copy": (c_int, [c_void_p, c_int, fptr, size_t]),
+        "shardps_push_unused": (c_int, [c_void_p, c_int]),
+        "shardps_pull_into": (c_int, [c_void_p, u64, P(fptr), P(size_t), c_int]),
+        "shardps_write_buffers": (c_int, [c_void_p, P(c_void_p), P(size_t), c_int]),
+        "shardps_progress": (c_int, [c_void_p]),
+        "shardps_wait": (c_int, [c_void_p]),
+        "shardps_last_error": (c_char_p, [c_void_p]),
+        "shardps_close": (c_int, [c_void_p]),
+        "shardps_abandon": (None, [c_void_p]),
+        "shardps_new_from_env": (c_int, [P(c_void_p)]),
+        "shardps_report": (c_int, [c_void_p, u64, ctypes.c_double, u64]),
+        "shardps_declare_rows": (c_int, [c_void_p, P(_RowTable), size_t]),
+        "shardps_row_table_find": (c_int, [c_void_p, c_char_p, P(ctypes.c_uint32)]),
+        "shardps_pull_rows": (c_int, [c_void_p, c_int, u64, u64p, size_t, fptr, size_t]),
+        "shardps_push_rows": (c_int, [c_void_p, c_int, u64p, size_t, fptr, size_t]),
+    }
+
+
+_SIGNATURES = _signatures()
 
 
 class Client:
@@ -488,35 +520,6 @@ class Client:
     # Row tables are declared beside the tensors, before connect(); a joiner
     # learns them. A table is named by its name.
 
-    class _RowTable(ctypes.Structure):
-        _fields_ = [("name", ctypes.c_char_p), ("dim", ctypes.c_uint32), ("init", ctypes.c_int),
-                    ("lo", ctypes.c_double), ("hi", ctypes.c_double), ("mean", ctypes.c_double),
-                    ("std", ctypes.c_double), ("optimizer", ctypes.c_char_p),
-                    ("admit_after", ctypes.c_uint32), ("expire_after", ctypes.c_uint32),
-                    ("capacity", ctypes.c_uint64)]
-
-    _ROW_INITS = {"zeros": 0, "uniform": 1, "normal": 2}
-
-    def _rows_lib(self) -> ctypes.CDLL:
-        """The library with the row functions' C signatures (set once)."""
-        lib = self._lib
-        if not getattr(lib, "_shardps_rows", False):
-            c_int, c_void_p, size_t = ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t
-            u64p, fptr = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_float)
-            sigs = {
-                "shardps_declare_rows": [c_void_p, ctypes.POINTER(Client._RowTable), size_t],
-                "shardps_row_table_find": [c_void_p, ctypes.c_char_p,
-                                           ctypes.POINTER(ctypes.c_uint32)],
-                "shardps_pull_rows": [c_void_p, c_int, ctypes.c_uint64, u64p, size_t, fptr,
-                                      size_t],
-                "shardps_push_rows": [c_void_p, c_int, u64p, size_t, fptr, size_t],
-            }
-            for name, args in sigs.items():
-                f = getattr(lib, name)
-                f.restype, f.argtypes = c_int, args
-            lib._shardps_rows = True
-        return lib
-
     def declare_rows(self, name: str, dim: int, init: str = "zeros", lo: float = -np.inf,
                      hi: float = np.inf, mean: float = 0.0, std: float = 0.0,
                      optimizer: str = "", admit_after: int = 0, expire_after: int = 0,
@@ -528,21 +531,22 @@ class Client:
         admit_after N: a row is stored at its Nth push; expire_after T: a row
         untouched for T steps reads as new; capacity: the most rows a server
         stores. Returns the table's id."""
-        if init not in self._ROW_INITS:
+        if init not in _ROW_INITS:
             raise ValueError(f"row table {name}: init {init!r}; one of "
-                             f"{', '.join(self._ROW_INITS)}")
-        t = Client._RowTable(name.encode(), operator.index(dim), self._ROW_INITS[init], float(lo),
+                             f"{', '.join(_ROW_INITS)}")
+        t = _RowTable(name.encode(), operator.index(dim), _ROW_INITS[init], float(lo),
                              float(hi), float(mean), float(std), optimizer.encode(),
                              operator.index(admit_after), operator.index(expire_after),
                              operator.index(capacity))
-        lib = self._rows_lib()
-        self._check(lib.shardps_declare_rows(self._handle(), ctypes.byref(t), ctypes.sizeof(t)))
+        self._check(self._lib.shardps_declare_rows(self._handle(), ctypes.byref(t),
+                                                   ctypes.sizeof(t)))
         return self.row_table(name)[0]
 
     def row_table(self, table: str) -> Tuple[int, int]:
         """(id, dim) of the row table named table."""
-        lib, dim = self._rows_lib(), ctypes.c_uint32()
-        tid = lib.shardps_row_table_find(self._handle(), str(table).encode(), ctypes.byref(dim))
+        dim = ctypes.c_uint32()
+        tid = self._lib.shardps_row_table_find(self._handle(), str(table).encode(),
+                                               ctypes.byref(dim))
         if tid < 0:
             raise ShardpsError(tid, f"no row table {table!r}")
         return tid, dim.value
@@ -581,10 +585,9 @@ class Client:
         if clock is None:
             self.wait()
             clock = self.weights_clock if self._clock != self.start_clock else self._clock
-        lib = self._rows_lib()
-        self._check(lib.shardps_pull_rows(self._handle(), tid, int(clock),
-                                          u.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)),
-                                          u.size, _float_ptr(out), out.size))
+        self._check(self._lib.shardps_pull_rows(self._handle(), tid, int(clock),
+                                                u.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)),
+                                                u.size, _float_ptr(out), out.size))
         return out
 
     def push_rows(self, table: str, ids: Any, grads: Float32Array) -> None:
@@ -601,10 +604,9 @@ class Client:
         if grads.size != u.size * dim:
             raise ValueError(f"{where}: {u.size} IDs of dim {dim} take {u.size * dim} "
                              f"gradient values; got {grads.size}")
-        lib = self._rows_lib()
-        self._check(lib.shardps_push_rows(self._handle(), tid,
-                                          u.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)),
-                                          u.size, _float_ptr(grads), grads.size))
+        self._check(self._lib.shardps_push_rows(self._handle(), tid,
+                                                u.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)),
+                                                u.size, _float_ptr(grads), grads.size))
 
     # ---- end of the embedding tables ------------------------------------------
     def write_buffers(self, values: Sequence[Optional[Any]]) -> None:

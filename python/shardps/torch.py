@@ -65,10 +65,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Sampler
 
 from . import (INIT_HE_UNIFORM, INIT_XAVIER_UNIFORM, INIT_ZERO, KIND_BUFFER, KIND_FROZEN,
-               KIND_PARAMETER, Client)
-
-#: A job's table at most (common/model_spec.h): tensors, bytes of a name.
-MAX_TENSORS, MAX_NAME_BYTES = 4096, 255
+               KIND_PARAMETER, MAX_NAME_BYTES, MAX_TENSORS, Client)
 
 #: (kind, fan_in, fan_out) of one parameter: kind one of shardps.INIT_*.
 Init = Tuple[int, int, int]

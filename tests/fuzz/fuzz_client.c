@@ -1,5 +1,5 @@
 /* libFuzzer target for the worker's side of the wire: a real ps_kv_client
- * (lib/kv_client.c with lib/server_reply.c's checks, over
+ * (lib/core/kv_client.h with lib/core/server_reply.c's checks, over
  * common/transport.c) against a server whose every answer comes from the
  * input. The input is a list of records (fuzz_common.h: [u16 len][header]
  * [u16 len][payload], re-encoded with correct lengths and CRCs so mutated

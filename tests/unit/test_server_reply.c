@@ -1,4 +1,4 @@
-/* lib/server_reply.c: each check accepts what a real server sends and
+/* lib/core/server_reply.c: each check accepts what a real server sends and
  * refuses each lie of issue 18 with a sentence that says which. */
 #include <criterion/criterion.h>
 #include <errno.h>

@@ -55,7 +55,7 @@ Test(shardps, new_refuses_bad_arguments)
     expect_err(NULL, shardps_new(&h, null, 1, 0, 1), -EINVAL, "(null)");
     cr_assert_null(h);
     cr_assert_str_eq(shardps_strerror(SHARDPS_ETIMEOUT), "timed out");
-    cr_assert_str_eq(shardps_version(), "1.5.0");
+    cr_assert_str_eq(shardps_version(), "1.6.0");
     shardps_abandon(NULL);
     cr_assert_eq(shardps_close(NULL), 0);
 }
@@ -422,6 +422,70 @@ Test(shardps, a_handle_that_declares_nothing_joins_the_servers_table)
             cr_assert(memcmp(&w1[i][k], &want, sizeof(float)) == 0, "tensor %d [%zu]: %a != %a", i,
                       k, (double)w1[i][k], (double)want);
         }
+    cr_assert_eq(shardps_close(h), 0);
+    wait_done();
+    server_down();
+}
+
+/* libshardps 1.6's evaluator: it joins the servers' table, which
+ * shardps_table hands over whole; a pull is a snapshot that says which
+ * steps it holds; it neither declares, pushes, writes nor reports; a
+ * worker's handle has no snapshot. */
+Test(shardps, an_evaluator_reads_snapshots_and_never_writes)
+{
+    const char *addr[] = {fx.addr}, *bad[] = {"127.0.0.1"};
+    float w[4][80], g[80] = {0}, *dest[4] = {w[0], w[1], w[2], w[3]};
+    const ps_model_spec *spec = &fx.spec;
+    ps_model_spec held;
+    uint8_t packed[4096];
+    uint64_t lo, hi;
+    char why[256];
+    shardps *h, *worker;
+    int len;
+
+    server_up();
+    /* A worker's table is what it declared; it has no snapshot. Its job
+     * starts with it: an evaluator's snapshot waits for the workers to
+     * join. */
+    worker = handle();
+    len = shardps_table(worker, NULL, 0);
+    cr_assert_gt(len, 0);
+    cr_assert_leq(len, (int)sizeof(packed));
+    cr_assert_eq(shardps_connect(worker), 0, "%s", shardps_last_error(worker));
+    cr_assert_eq(shardps_snapshot_clocks(worker, &lo, &hi), -EINVAL);
+    expect_err(NULL, shardps_new_evaluator(&h, bad, 1), -EINVAL, "shardps_new_evaluator");
+    cr_assert_eq(shardps_new_evaluator(&h, addr, 1), 0, "%s", shardps_last_error(NULL));
+    cr_assert_eq(shardps_set_option(h, "chunk-bytes", "64"), 0);
+    cr_assert_eq(shardps_set_option(h, "connect-timeout", "5"), 0);
+    cr_assert_eq(shardps_set_option(h, "log-level", "none"), 0);
+    expect_err(h, shardps_declare_mlp(h, sizes, 3), -EINVAL, "an evaluator declares nothing");
+    cr_assert_eq(shardps_snapshot_clocks(h, &lo, &hi), -EINVAL);
+    cr_assert_eq(shardps_connect(h), 0, "%s", shardps_last_error(h));
+    expect_table(h, spec);
+    cr_assert_eq(shardps_table(h, NULL, 0), len);
+    memset(packed, 0, sizeof(packed));
+    cr_assert_eq(shardps_table(h, packed, (size_t)len - 1), len);
+    cr_assert_eq(packed[0], 0, "a buffer too small is left as it was");
+    cr_assert_eq(shardps_table(h, packed, sizeof(packed)), len);
+    cr_assert_eq(ps_tensor_table_decode(packed, (size_t)len, 0, &held, why, sizeof(why)), 0, "%s",
+                 why);
+    cr_assert_eq(
+        ps_tensor_table_diff(&held, spec, "as handed over", "on the server", why, sizeof(why)), 0,
+        "%s", why);
+    ps_model_spec_free(&held);
+    cr_assert_eq(shardps_snapshot_clocks(h, &lo, &hi), -EINVAL, "no snapshot yet");
+    expect_initial_weights(h, spec, w);
+    cr_assert_eq(shardps_snapshot_clocks(h, &lo, &hi), 0);
+    cr_assert_eq(lo, 0);
+    cr_assert_eq(hi, 0);
+    expect_err(h, shardps_push(h, 0, g, spec->tensors[0].numel), -EPERM, "never writes");
+    expect_err(h, shardps_push_unused(h, 0), -EPERM, "never writes");
+    expect_err(h, shardps_report(h, 1, 0.5, 10), -EINVAL, "no worker");
+    /* The evaluator's pull leaves at flush, before any wait. */
+    cr_assert_eq(shardps_pull(h, 0, dest, 4), 0);
+    cr_assert_eq(shardps_flush(h), 0, "%s", shardps_last_error(h));
+    cr_assert_eq(shardps_wait(h), 0, "%s", shardps_last_error(h));
+    cr_assert_eq(shardps_close(worker), 0);
     cr_assert_eq(shardps_close(h), 0);
     wait_done();
     server_down();

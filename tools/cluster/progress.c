@@ -25,12 +25,12 @@ typedef struct {
     double bytes_pushed;                  /* gradient payload bytes, from its "done" report */
     double staleness_mean, staleness_max; /* of its pushes, from its last report */
     uint64_t dropped, rejected;           /* chunks not applied, from its last report */
-} ps__worker;
+} ps__progress_worker;
 
 struct ps_progress {
     ps_console *con; /* borrowed */
     int workers, epochs;
-    ps__worker *w; /* workers entries */
+    ps__progress_worker *w; /* workers entries */
     int steps_per_epoch;
     double t_train; /* when worker 0 started training */
     uint64_t total_steps;
@@ -139,7 +139,7 @@ static int ps__epoch_percent(const ps_progress *p, uint64_t step)
 
 int ps_progress_report(ps_progress *p, int rank, const char *line, uint64_t *step)
 {
-    ps__worker *c = &p->w[rank];
+    ps__progress_worker *c = &p->w[rank];
     ps_report r;
     char err[160];
 
@@ -228,7 +228,7 @@ void ps_progress_summary(const ps_progress *p, ps_summary *s)
     s->lost = 0;
     s->steps = 0;
     for (int r = 0; r < p->workers; r++) {
-        const ps__worker *c = &p->w[r];
+        const ps__progress_worker *c = &p->w[r];
         s->lost += !c->done;
         if (c->steps_done > s->steps)
             s->steps = c->steps_done;

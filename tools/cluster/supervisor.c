@@ -87,7 +87,7 @@ static void ps__shutdown(ps__cluster *cl)
         uv_close((uv_handle_t *)&cl->grace, NULL);
 }
 
-static void ps__fail(ps__cluster *cl, const char *why)
+static void ps__supervisor_fail(ps__cluster *cl, const char *why)
 {
     if (!cl->failed && !cl->interrupted)
         ps_error("%s; stopping the cluster", why);
@@ -143,7 +143,7 @@ static void ps__server_line(ps__cluster *cl, ps__child *c, const char *line)
 
     if (end == line || port < 1 || port > 65535 ||
         (cl->ports[c->index] != 0 && cl->ports[c->index] != port)) {
-        ps__fail(cl, "a server reported a malformed or changed port");
+        ps__supervisor_fail(cl, "a server reported a malformed or changed port");
         return;
     }
     if (cl->ports[c->index] != 0) {
@@ -155,7 +155,7 @@ static void ps__server_line(ps__cluster *cl, ps__child *c, const char *line)
         ps__start_workers(cl);
 }
 
-static void ps__on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+static void ps__supervisor_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     ps__stream *st = h->data;
 
@@ -211,7 +211,7 @@ static void ps__on_pipe_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 static void ps__on_grace(uv_timer_t *t)
 {
     ps__cluster *cl = t->data;
-    ps__fail(cl, "servers did not exit within 30 s of being asked to stop");
+    ps__supervisor_fail(cl, "servers did not exit within 30 s of being asked to stop");
 }
 
 /* The job is over once every worker is gone: servers still waiting for a
@@ -319,13 +319,13 @@ static void ps__on_exit(uv_process_t *p, int64_t status, int term_signal)
                      name, status);
         /* Interrupted: the workers stop as asked, with a signal's status. */
         if (!cl->stopping && !(cl->interrupted && c->role == PS__WORKER))
-            ps__fail(cl, why);
+            ps__supervisor_fail(cl, why);
     } else if (c->role == PS__SERVER && !cl->stopping && !ps__workers_finished(cl)) {
         snprintf(why, sizeof(why), "%s exited before the workers finished", name);
-        ps__fail(cl, why);
+        ps__supervisor_fail(cl, why);
     } else if (c->role == PS__WORKER && !cl->stopping && !cl->interrupted &&
                ps__left_early(cl, c->index, why, sizeof(why))) {
-        ps__fail(cl, why);
+        ps__supervisor_fail(cl, why);
     } else if (c->role == PS__WORKER && !cl->stopping && !cl->interrupted) {
         ps__say_short(cl, c->index);
     }
@@ -387,7 +387,8 @@ static int ps__spawn(ps__cluster *cl, ps__role role, int index, char **argv, cha
     cl->n_children++;
     c->running = 1;
     for (int k = 0; k < PS__N_STREAMS; k++)
-        uv_read_start((uv_stream_t *)&c->streams[k].pipe, ps__on_alloc, ps__on_pipe_read);
+        uv_read_start((uv_stream_t *)&c->streams[k].pipe, ps__supervisor_on_alloc,
+                      ps__on_pipe_read);
     return 0;
 }
 
@@ -417,13 +418,13 @@ static void ps__spawn_server(ps__cluster *cl, int i, int restore)
     snprintf(path, sizeof(path), "%s/shardps-server", cl->cfg.bin_dir);
     if (a.too_long) {
         ps_error("internal: more options for a server than ps_child_args holds (PS_CHILD_OPTS)");
-        ps__fail(cl, "a server could not be started");
+        ps__supervisor_fail(cl, "a server could not be started");
         return;
     }
     a.argv[0] = path;
     a.argv[a.n + 1] = NULL;
     if (ps__spawn(cl, PS__SERVER, i, a.argv, cl->cfg.server_env) < 0) {
-        ps__fail(cl, "a server could not be started");
+        ps__supervisor_fail(cl, "a server could not be started");
         return;
     }
     cl->server_slot[i] = &cl->children[cl->n_children - 1];
@@ -441,7 +442,7 @@ static void ps__start_worker(ps__cluster *cl, int r)
     char **env = ps_worker_env_rank(cl->cfg.worker_env, cl->servers, r);
 
     if (argv == NULL || env == NULL || ps__spawn(cl, PS__WORKER, r, argv, env) < 0)
-        ps__fail(cl, "a worker could not be started");
+        ps__supervisor_fail(cl, "a worker could not be started");
     else
         cl->worker_slot[r] = &cl->children[cl->n_children - 1];
 }
@@ -489,7 +490,7 @@ static void ps__start_workers(ps__cluster *cl)
  * server at one step boundary; the servers, asked once the workers are
  * gone, checkpoint there, so a run resumed from it equals an uninterrupted
  * one. A second signal stops everyone at once. */
-static void ps__on_signal(uv_signal_t *h, int signum)
+static void ps__supervisor_on_signal(uv_signal_t *h, int signum)
 {
     ps__cluster *cl = h->data;
     int asked = 0;
@@ -529,8 +530,8 @@ int ps_supervisor_run(uv_loop_t *loop, const ps_supervisor_config *cfg, ps_job_o
     uv_signal_init(loop, &cl->sigterm);
     uv_timer_init(loop, &cl->grace);
     cl->sigint.data = cl->sigterm.data = cl->grace.data = cl;
-    uv_signal_start(&cl->sigint, ps__on_signal, SIGINT);
-    uv_signal_start(&cl->sigterm, ps__on_signal, SIGTERM);
+    uv_signal_start(&cl->sigint, ps__supervisor_on_signal, SIGINT);
+    uv_signal_start(&cl->sigterm, ps__supervisor_on_signal, SIGTERM);
     ps__start_servers(cl);
     /* Returns once every handle is closed, their callbacks run: then no
      * callback can reach cl any more. */

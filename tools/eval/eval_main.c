@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auth.h"
 #include "backend_ops.h"
 #include "dataset.h"
 #include "flags.h"
@@ -48,7 +47,8 @@ static int ps__write_predictions(const char *path, const uint8_t *labels, const 
 }
 
 /* Evaluates m's saved weights on ds; the predictions go to pred_path if set. */
-static int ps__evaluate(const ps_saved_model *sm, const ps_dataset *ds, const char *pred_path)
+static int ps__eval_saved_model(const ps_saved_model *sm, const ps_dataset *ds,
+                                const char *pred_path)
 {
     ps_model *m = NULL;
     float *x = NULL, loss;
@@ -114,16 +114,16 @@ static int ps__model_fits(const ps_saved_model *sm, const ps_dataset *ds, const 
     return -EINVAL;
 }
 
-static volatile sig_atomic_t ps__stop;
+static volatile sig_atomic_t ps__eval_stop;
 
-static void ps__on_signal(int sig)
+static void ps__eval_on_signal(int sig)
 {
     (void)sig;
-    ps__stop = 1;
+    ps__eval_stop = 1;
 }
 
 /* The launcher's report pipe, when it started us (worker_env.h). */
-static int ps__report_fd(void)
+static int ps__eval_report_fd(void)
 {
     const char *v = getenv("SHARDPS_REPORT_FD");
     char *end;
@@ -136,35 +136,26 @@ static int ps__report_fd(void)
 static int ps__follow(const ps_job_options *jo, const ps_job_plan *plan, const ps_dataset *test,
                       double every, int max_snapshots, const char *curve_path)
 {
-    uint8_t key[PS_AUTH_KEY_BYTES];
-    char err[256];
     FILE *curve = curve_path ? fopen(curve_path, "w") : stdout;
-    int loose, rc;
+    int rc;
 
     if (curve == NULL) {
         rc = -errno;
         fprintf(stderr, "shardps-eval: cannot write --curve %s: %s\n", curve_path, strerror(-rc));
         return rc;
     }
-    if (jo->auth_token_file &&
-        (rc = ps_auth_load_key(jo->auth_token_file, key, &loose, err, sizeof(err))) < 0) {
-        fprintf(stderr, "shardps-eval: %s\n", err);
-        goto out;
-    }
-    signal(SIGINT, ps__on_signal);
-    signal(SIGTERM, ps__on_signal);
+    signal(SIGINT, ps__eval_on_signal);
+    signal(SIGTERM, ps__eval_on_signal);
     signal(SIGPIPE, SIG_IGN);
     ps_log_set_role("eval");
     rc = ps_follow_run(&(ps_follow_config){.job = jo,
                                            .plan = plan,
                                            .test = test,
-                                           .auth_key = jo->auth_token_file ? key : NULL,
                                            .every_s = every,
                                            .max_snapshots = max_snapshots,
                                            .curve = curve,
-                                           .stop = &ps__stop,
-                                           .report_fd = ps__report_fd()});
-out:
+                                           .stop = &ps__eval_stop,
+                                           .report_fd = ps__eval_report_fd()});
     if (curve != stdout && fclose(curve) != 0 && rc == 0)
         rc = -EIO;
     return rc;
@@ -236,7 +227,7 @@ int main(int argc, char **argv)
     else if (rc == 0)
         rc = ps__model_fits(&sm, &data.test, model_path, jo.data);
     if (rc == 0 && !follow)
-        rc = ps__evaluate(&sm, &data.test, pred_path);
+        rc = ps__eval_saved_model(&sm, &data.test, pred_path);
     ps_job_plan_free(&plan);
     ps_dataset_free(&data.test);
     ps_saved_model_free(&sm);

@@ -1,5 +1,5 @@
-/* The evaluator's loop (see follow.h): connect as an evaluator, pull,
- * score, write a line, wait, again; reconnect when the connection drops
+/* The evaluator's loop (see follow.h): connect as an evaluator (libshardps,
+ * include/shardps.h), pull, score, write a line, wait, again; reconnect when the connection drops
  * (a server closes an evaluator that was silent past its heartbeat timeout,
  * or restarts), and end once the job's servers are gone. */
 #include "follow.h"
@@ -14,10 +14,10 @@
 
 #include "backend_ops.h"
 #include "clock.h"
-#include "kv_client.h"
 #include "model.h"
 #include "ps_error.h"
 #include "ps_log.h"
+#include "shardps.h"
 #include "tensor_table.h"
 
 /* Scored in batches of this many, as the worker and the saved-model path
@@ -50,49 +50,85 @@ static void ps__lower_priority(void)
         ps_info("SCHED_IDLE refused; running at nice 19");
 }
 
-static int ps__connect(const ps_follow_config *cfg, double timeout_s, ps_kv_client **out)
+/* Sets option name of h to the number v, as the job's options hold it. */
+static int ps__follow_option(shardps *h, const char *name, double v)
 {
-    ps_kv_client_config kc;
-    uint64_t clock;
-    int rc;
+    char text[64];
 
-    memset(&kc, 0, sizeof(kc));
-    kc.servers = ps_server_list_entries(cfg->plan->servers);
-    kc.n_servers = ps_server_list_count(cfg->plan->servers);
-    kc.chunk_bytes = (size_t)cfg->job->chunk_bytes;
-    kc.max_payload = (size_t)cfg->job->max_payload;
-    kc.connect_timeout_s = timeout_s;
-    kc.request_timeout_s = cfg->job->request_timeout;
-    kc.auth_key = cfg->auth_key;
-    kc.stop = cfg->stop;
-    kc.evaluator = 1;
-    rc = ps_kv_client_init(out, &kc);
+    snprintf(text, sizeof(text), "%.17g", v);
+    return shardps_set_option(h, name, text);
+}
+
+/* A handle on the job as its evaluator (include/shardps.h), connected
+ * within timeout_s; *out is the caller's to close. Returns 0 or a negative
+ * code (a refused option is said on stderr). */
+static int ps__follow_connect(const ps_follow_config *cfg, double timeout_s, shardps **out)
+{
+    const ps_job_options *jo = cfg->job;
+    shardps *h;
+    int rc = shardps_new_evaluator(&h, ps_server_list_entries(cfg->plan->servers),
+                                   ps_server_list_count(cfg->plan->servers));
+
     if (rc < 0)
         return rc;
-    rc = ps_kv_client_connect(*out, &clock);
+    rc = ps__follow_option(h, "chunk-bytes", jo->chunk_bytes);
+    if (rc == 0)
+        rc = ps__follow_option(h, "max-payload", jo->max_payload);
+    if (rc == 0)
+        rc = ps__follow_option(h, "connect-timeout", timeout_s);
+    if (rc == 0)
+        rc = ps__follow_option(h, "request-timeout", jo->request_timeout);
+    if (rc == 0 && jo->auth_token_file)
+        rc = shardps_set_option(h, "auth-token-file", jo->auth_token_file);
     if (rc < 0) {
-        ps_kv_client_abandon(*out);
-        *out = NULL;
+        fprintf(stderr, "shardps-eval: %s\n", shardps_last_error(h));
+        goto fail;
     }
+    shardps_set_stop_flag(h, cfg->stop);
+    rc = shardps_connect(h);
+    if (rc < 0)
+        goto fail;
+    *out = h;
+    return 0;
+fail:
+    shardps_abandon(h);
     return rc;
 }
 
-/* The model the options describe, with the servers' table: the two must
- * be the same tensors, or the weights would be scored by another model. */
-static int ps__model_for(const ps_follow_config *cfg, const ps_kv_client *c, ps_model **m)
+/* The model the options describe, with the servers' table (the whole of
+ * it: shardps_table): the two must be the same tensors, or the weights
+ * would be scored by another model. */
+static int ps__model_for(const ps_follow_config *cfg, const shardps *h, ps_model **m)
 {
-    const ps_model_spec *held = ps_kv_client_spec(c);
+    ps_model_spec held;
+    uint8_t *packed = NULL;
     char why[256];
-    int rc;
+    int len = shardps_table(h, NULL, 0), rc = len < 0 ? len : -ENOMEM;
 
-    if (ps_tensor_table_diff(&cfg->plan->spec, held, "from --model/--hidden and --seed",
+    memset(&held, 0, sizeof(held));
+    if (len > 0 && (packed = malloc((size_t)len)) != NULL)
+        rc = shardps_table(h, packed, (size_t)len);
+    if (rc < 0) {
+        fprintf(stderr, "shardps-eval: cannot read the servers' table: %s\n", ps_strerror(rc));
+        goto out;
+    }
+    rc = ps_tensor_table_decode(packed, (size_t)len, 0, &held, why, sizeof(why));
+    if (rc < 0) {
+        fprintf(stderr, "shardps-eval: the servers' table does not decode: %s\n", why);
+        goto out;
+    }
+    if (ps_tensor_table_diff(&cfg->plan->spec, &held, "from --model/--hidden and --seed",
                              "on the servers", why, sizeof(why)) != 0) {
         fprintf(stderr, "shardps-eval: the servers hold another model: %s\n", why);
-        return -PS_EMISMATCH;
+        rc = -PS_EMISMATCH;
+        goto out;
     }
-    rc = ps_model_init(m, &ps_backend_cpu_ops, NULL, &cfg->plan->desc, held, PS__FOLLOW_BATCH, 0);
+    rc = ps_model_init(m, &ps_backend_cpu_ops, NULL, &cfg->plan->desc, &held, PS__FOLLOW_BATCH, 0);
     if (rc < 0)
         fprintf(stderr, "shardps-eval: cannot build the model: %s\n", ps_strerror(rc));
+out:
+    ps_model_spec_free(&held);
+    free(packed);
     return rc;
 }
 
@@ -114,10 +150,10 @@ static void ps__nap(const ps_follow_config *cfg, double seconds)
 /* Tells the launcher this evaluator is in (once): a worker it holds back
  * may start, and the first pull, already sent, is answered with the first
  * weights of the job at the latest. */
-static int ps__say_following(const ps_follow_config *cfg, ps_kv_client *c)
+static int ps__say_following(const ps_follow_config *cfg, shardps *h)
 {
     static const char line[] = "following\n";
-    int rc = ps_kv_client_flush(c);
+    int rc = shardps_flush(h);
 
     if (rc < 0)
         return rc;
@@ -151,17 +187,17 @@ static int ps__score(const ps_follow_config *cfg, ps_model *m, const float *x, c
 int ps_follow_run(const ps_follow_config *cfg)
 {
     const ps_dataset *ds = cfg->test;
-    ps_kv_client *c = NULL;
+    shardps *c = NULL;
     ps_model *m = NULL;
     float *x = NULL, **params = NULL;
     uint32_t *all = NULL;
     uint8_t *y = NULL;
     uint64_t lo, hi, last_lo = UINT64_MAX, last_hi = UINT64_MAX;
     double t0 = ps_clock_now();
-    int scored = 0, said = 0, rc;
+    int scored = 0, said = 0, n_tensors, rc;
 
     ps__lower_priority();
-    rc = ps__connect(cfg, cfg->job->connect_timeout, &c);
+    rc = ps__follow_connect(cfg, cfg->job->connect_timeout, &c);
     if (rc < 0) {
         if (rc != -EINTR)
             fprintf(stderr, "shardps-eval: cannot follow the job at %s: %s\n", cfg->job->servers,
@@ -175,28 +211,29 @@ int ps_follow_run(const ps_follow_config *cfg)
     x = malloc((size_t)ds->n * (size_t)ds->features * sizeof(float));
     all = malloc((size_t)ds->n * sizeof(uint32_t));
     y = malloc((size_t)ds->n);
-    params = calloc((size_t)ps_kv_client_spec(c)->n_tensors, sizeof(*params));
+    n_tensors = shardps_tensor_count(c);
+    params = calloc((size_t)n_tensors, sizeof(*params));
     if (x == NULL || all == NULL || y == NULL || params == NULL)
         goto out;
     for (int i = 0; i < ds->n; i++)
         all[i] = (uint32_t)i;
     ps_dataset_gather(ds, all, ds->n, x, y);
-    for (int t = 0; t < ps_kv_client_spec(c)->n_tensors; t++)
+    for (int t = 0; t < n_tensors; t++)
         params[t] = ps_model_param(m, t);
     rc = 0;
     while (!*cfg->stop && (cfg->max_snapshots == 0 || scored < cfg->max_snapshots)) {
-        if (c == NULL && ps__connect(cfg, PS__RECONNECT_S, &c) < 0) {
+        if (c == NULL && ps__follow_connect(cfg, PS__RECONNECT_S, &c) < 0) {
             ps_info("the job's servers are gone; %d snapshot%s scored", scored,
                     scored == 1 ? "" : "s");
             break;
         }
-        rc = ps_kv_client_pull(c, 0, params);
+        rc = shardps_pull(c, 0, params, n_tensors);
         if (rc == 0 && cfg->report_fd >= 0 && !said) {
             rc = ps__say_following(cfg, c);
             said = 1;
         }
         if (rc == 0)
-            rc = ps_kv_client_wait(c);
+            rc = shardps_wait(c);
         if (rc == -EINTR) {
             rc = 0;
             break;
@@ -205,14 +242,14 @@ int ps_follow_run(const ps_follow_config *cfg)
             /* Dropped, or the job is ending (a server that exits while our
              * pull is on its way is a reset or a broken pipe as often as a
              * close): look for the servers again. */
-            ps_kv_client_abandon(c);
+            shardps_abandon(c);
             c = NULL;
             rc = 0;
             continue;
         }
         if (rc < 0)
             goto out;
-        ps_kv_client_snapshot_clocks(c, &lo, &hi);
+        shardps_snapshot_clocks(c, &lo, &hi);
         /* The same steps everywhere as last time: in sync mode, the same
          * weights; not scored twice. */
         if (lo != last_lo || hi != last_hi) {
@@ -228,7 +265,7 @@ int ps_follow_run(const ps_follow_config *cfg)
     }
 out:
     /* A goodbye: the servers forget this evaluator at once. */
-    ps_kv_client_close(c);
+    shardps_close(c);
     ps_model_free(m);
     free(x);
     free(all);

@@ -1,10 +1,11 @@
 /* shardps-eval --follow: the evaluator. It connects to a running job's
- * servers in the read-only evaluator role (kv_client.h, config.evaluator),
- * pulls a snapshot of the weights every few seconds, scores it on the test
- * split and writes one JSON line per snapshot, with the lowest and highest
- * steps applied among the snapshot's chunks, so a training curve needs no
- * worker to stop and test (docs/architecture.md, "The evaluator"). It runs
- * at SCHED_IDLE: it gets a core only when training leaves one idle. */
+ * servers in the read-only evaluator role (include/shardps.h's
+ * shardps_new_evaluator), pulls a snapshot of the weights every few
+ * seconds, scores it on the test split and writes one JSON line per
+ * snapshot, with the lowest and highest steps applied among the snapshot's
+ * chunks, so a training curve needs no worker to stop and test
+ * (docs/architecture.md, "The evaluator"). It runs at SCHED_IDLE: it gets a
+ * core only when training leaves one idle. */
 #ifndef PS_FOLLOW_H
 #define PS_FOLLOW_H
 
@@ -16,10 +17,10 @@
 #include "job_options.h"
 
 typedef struct {
-    const ps_job_options *job;         /* servers, timeouts, batch, workers; borrowed */
+    /* Servers, timeouts, the auth token file, batch, workers; borrowed. */
+    const ps_job_options *job;
     const ps_job_plan *plan;           /* the server list and the model (job_check.h); borrowed */
     const ps_dataset *test;            /* scored on; borrowed */
-    const uint8_t *auth_key;           /* NULL: no authentication; borrowed */
     double every_s;                    /* wait between snapshots */
     int max_snapshots;                 /* stop after this many scored (0: when the job ends) */
     FILE *curve;                       /* one JSON line per snapshot scored; borrowed */

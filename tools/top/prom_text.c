@@ -41,7 +41,7 @@ static void ps__spaces(ps__cursor *c)
         c->p++;
 }
 
-static int ps__label_value(ps__cursor *c, char *buf, size_t cap)
+static int ps__prom_label_value(ps__cursor *c, char *buf, size_t cap)
 {
     size_t n = 0;
 
@@ -87,7 +87,8 @@ static int ps__labels(ps__cursor *c, ps_prom_sample *out)
         if (c->p >= c->end || *c->p++ != '=')
             return -EINVAL;
         ps__spaces(c);
-        rc = ps__label_value(c, out->labels[out->n_labels].value, sizeof(out->labels[0].value));
+        rc =
+            ps__prom_label_value(c, out->labels[out->n_labels].value, sizeof(out->labels[0].value));
         if (rc < 0)
             return rc;
         out->n_labels++;

@@ -1,7 +1,7 @@
 /* libshardps (include/shardps.h), a step's pushes: the caller's gradient
  * (shardps_push), a copy the handle owns (shardps_push_copy, 1.3) or a
  * tensor no forward used (shardps_push_unused, 1.5), each checked against
- * the table before anything is sent. The handle is lib/shardps_handle.h's. */
+ * the table before anything is sent. The handle is shardps_handle.h's. */
 #include <errno.h>
 #include <stddef.h>
 
@@ -16,7 +16,7 @@ typedef enum { PS__PUSH_BORROWED, PS__PUSH_COPY, PS__PUSH_UNUSED } ps__push_how;
 static int ps__push(shardps *h, int tensor, const float *grad, size_t numel, const char *fn,
                     ps__push_how how)
 {
-    int rc = ps_shardps_ready(h, fn);
+    int rc = ps_shardps_may_write(h, fn);
 
     if (rc < 0)
         return rc;

@@ -8,7 +8,11 @@
  * worker blocked at a barrier is never mistaken for a dead one.
  * Buffers passed to a request are borrowed until wait returns: a push sends
  * straight from the gradient buffers (or, compressed, from the client's own
- * buffer of halves), a pull writes straight into the parameter buffers. */
+ * buffer of halves), a pull writes straight into the parameter buffers.
+ *
+ * Not installed: libshardps's handle (include/shardps.h) and the tests use
+ * it. The files that implement it, and which calls which, are listed in
+ * kv_state.h. */
 #ifndef PS_KV_CLIENT_H
 #define PS_KV_CLIENT_H
 
@@ -190,7 +194,7 @@ int ps_kv_client_write_buffers(ps_kv_client *c, const void *const *values);
 
 void ps_kv_client_stats_get(const ps_kv_client *c, ps_kv_client_stats *out);
 
-/* Embedding rows (lib/kv_rows.c). table is the row table's id (its position
+/* Embedding rows (transfer/kv_rows.c). table is the row table's id (its position
  * in the spec's row_tables), ids[0..n) any 64-bit IDs, repeats allowed:
  * the client asks each server once for the unique IDs that live there
  * (common/row_place) and sums a push's repeats. Both block until every

@@ -1,7 +1,7 @@
 /* libshardps's embedding tables (include/shardps.h, 1.4): declaring them,
  * finding one by name, pulling and pushing rows. Every argument and the
- * handle's state are checked here before the client (lib/kv_rows.c) sees
- * them; the handle's parts come through lib/shardps_handle.h. */
+ * handle's state are checked here before the client (lib/transfer/kv_rows.c)
+ * sees them; the handle's parts come through shardps_handle.h. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,10 +23,8 @@ int shardps_declare_rows(shardps *h, const shardps_row_table *t, size_t size)
     char why[256];
     int rc;
 
-    if (h == NULL)
-        return -EINVAL;
-    if (h->kv)
-        return ps_shardps_err(h, -EBUSY, "shardps_declare_rows: already connected");
+    if ((rc = ps_shardps_may_declare(h, "shardps_declare_rows")) < 0)
+        return rc;
     if (t == NULL || size != sizeof(*t) || t->name == NULL)
         return ps_shardps_err(h, -EINVAL,
                               "shardps_declare_rows: need a table with a name and size %zu "
@@ -119,6 +117,8 @@ int shardps_push_rows(shardps *h, int table, const uint64_t *ids, size_t n, cons
 {
     int rc = ps__rows_args(h, "shardps_push_rows", table, ids, n, grads, grads_len);
 
+    if (rc == 0)
+        rc = ps_shardps_may_write(h, "shardps_push_rows");
     if (rc < 0)
         return rc;
     rc = ps_kv_client_push_rows(h->kv, (uint32_t)table, ids, n, grads);

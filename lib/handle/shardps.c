@@ -15,6 +15,7 @@
 #include "ps_error.h"
 #include "ps_log.h"
 #include "server_list.h"
+#include "tensor_table.h"
 #include "transport.h"
 
 _Static_assert(SHARDPS_EPROTO == -PS_EPROTO && SHARDPS_ETIMEOUT == -PS_ETIMEOUT &&
@@ -51,7 +52,7 @@ int ps_shardps_kv_err(shardps *h, int rc, const char *doing)
 
 const char *shardps_version(void)
 {
-    return "1.5.0";
+    return "1.6.0";
 }
 
 const char *shardps_strerror(int code)
@@ -106,7 +107,7 @@ static int ps__take_text(shardps *h, const char *name, const char *value, const 
 
 /* report-fd: the launcher's pipe (job_report.h); it must be open now.
  * origin names how it was given. */
-static int ps__report_fd(shardps *h, const char *value, const char *origin)
+static int ps__shardps_report_fd(shardps *h, const char *value, const char *origin)
 {
     char *end;
     long fd = strtol(value, &end, 10);
@@ -130,31 +131,34 @@ static void ps__report_to_launcher(shardps *h)
 {
     const char *v = getenv("SHARDPS_REPORT_FD");
 
-    if (v && *v && ps__report_fd(h, v, "SHARDPS_REPORT_FD") < 0) {
+    if (v && *v && ps__shardps_report_fd(h, v, "SHARDPS_REPORT_FD") < 0) {
         ps_warn("%s; not reporting to a launcher", h->error);
         h->error[0] = '\0';
     }
 }
 
-int shardps_new(shardps **out, const char *const *servers, int n_servers, int rank, int world)
+/* shardps_new and shardps_new_evaluator (rank and world unused): fn names
+ * the caller in the sentences. */
+static int ps__shardps_make(shardps **out, const char *const *servers, int n_servers, int rank,
+                            int world, int evaluator, const char *fn)
 {
     shardps *h;
 
     if (out == NULL)
-        return ps_shardps_err(NULL, -EINVAL, "shardps_new: out is NULL");
+        return ps_shardps_err(NULL, -EINVAL, "%s: out is NULL", fn);
     *out = NULL;
-    if (servers == NULL || n_servers < 1 || n_servers > PS__MAX_SERVERS)
-        return ps_shardps_err(NULL, -EINVAL, "shardps_new: need 1 to %d server addresses, got %d",
-                              PS__MAX_SERVERS, servers == NULL ? 0 : n_servers);
-    if (world < 1 || rank < 0 || rank >= world)
-        return ps_shardps_err(NULL, -EINVAL, "shardps_new: rank %d is not in 0..world-1 (world %d)",
+    if (servers == NULL || n_servers < 1 || n_servers > PS__HANDLE_MAX_SERVERS)
+        return ps_shardps_err(NULL, -EINVAL, "%s: need 1 to %d server addresses, got %d", fn,
+                              PS__HANDLE_MAX_SERVERS, servers == NULL ? 0 : n_servers);
+    if (!evaluator && (world < 1 || rank < 0 || rank >= world))
+        return ps_shardps_err(NULL, -EINVAL, "%s: rank %d is not in 0..world-1 (world %d)", fn,
                               rank, world);
     for (int s = 0; s < n_servers; s++) {
         struct sockaddr_storage addr;
         char why[256] = "longer than any address";
         if (servers[s] == NULL || strlen(servers[s]) >= PS__ADDR_MAX ||
             ps_parse_hostport(servers[s], &addr, 0, why, sizeof(why)) < 0)
-            return ps_shardps_err(NULL, -EINVAL, "shardps_new: server address %d ('%s'): %s", s,
+            return ps_shardps_err(NULL, -EINVAL, "%s: server address %d ('%s'): %s", fn, s,
                                   servers[s] ? servers[s] : "(null)",
                                   servers[s] ? why : "not HOST:PORT");
     }
@@ -168,8 +172,12 @@ int shardps_new(shardps **out, const char *const *servers, int n_servers, int ra
     h->cfg.n_servers = n_servers;
     h->cfg.rank = rank;
     h->cfg.world = world;
+    h->cfg.evaluator = evaluator;
     ps_job_report_init(&h->report, -1, rank);
-    ps__report_to_launcher(h);
+    /* An evaluator says what it follows by itself: the launcher's lines
+     * are a worker's. */
+    if (!evaluator)
+        ps__report_to_launcher(h);
     ps_job_options_defaults(&h->opts);
     h->n_options = ps_job_options_flags(&h->opts, PS_JOB_LIBRARY, h->options, PS__MAX_OPTIONS);
     if (h->n_options < 0)
@@ -181,7 +189,17 @@ fail:
     if (h)
         h->cfg.n_servers = n_servers;
     shardps_abandon(h);
-    return ps_shardps_err(NULL, -ENOMEM, "shardps_new: out of memory");
+    return ps_shardps_err(NULL, -ENOMEM, "%s: out of memory", fn);
+}
+
+int shardps_new(shardps **out, const char *const *servers, int n_servers, int rank, int world)
+{
+    return ps__shardps_make(out, servers, n_servers, rank, world, 0, "shardps_new");
+}
+
+int shardps_new_evaluator(shardps **out, const char *const *servers, int n_servers)
+{
+    return ps__shardps_make(out, servers, n_servers, 0, 0, 1, "shardps_new_evaluator");
 }
 
 static int ps__log_level(shardps *h, const char *value)
@@ -240,7 +258,7 @@ int shardps_set_option(shardps *h, const char *name, const char *value)
     if (strcmp(name, "log-level") == 0)
         return ps__log_level(h, value);
     if (strcmp(name, "report-fd") == 0)
-        return ps__report_fd(h, value, origin);
+        return ps__shardps_report_fd(h, value, origin);
     i = ps_flag_find(h->options, h->n_options, name);
     if (i < 0)
         return ps_shardps_err(h, -EINVAL, "unknown option '%s'", name);
@@ -260,12 +278,11 @@ int shardps_set_stop_flag(shardps *h, const volatile sig_atomic_t *flag)
 
 int shardps_declare_mlp(shardps *h, const int *sizes, int n_sizes)
 {
+    int rc = ps_shardps_may_declare(h, "shardps_declare_mlp");
     uint64_t seed;
 
-    if (h == NULL)
-        return -EINVAL;
-    if (h->kv)
-        return ps_shardps_err(h, -EBUSY, "shardps_declare_mlp: already connected");
+    if (rc < 0)
+        return rc;
     if (sizes == NULL)
         return ps_shardps_err(h, -EINVAL, "shardps_declare_mlp: sizes is NULL");
     seed = h->cfg.spec.seed;
@@ -292,10 +309,8 @@ int shardps_declare(shardps *h, const char *name, int ndim, const int64_t *shape
     int dims[PS_MAX_DIMS];
     int rc;
 
-    if (h == NULL)
-        return -EINVAL;
-    if (h->kv)
-        return ps_shardps_err(h, -EBUSY, "shardps_declare: already connected");
+    if ((rc = ps_shardps_may_declare(h, "shardps_declare")) < 0)
+        return rc;
     if (name == NULL || shape == NULL || ndim < 1 || ndim > PS_MAX_DIMS)
         return ps_shardps_err(h, -EINVAL, "shardps_declare: need a name and 1 to %d dimensions",
                               PS_MAX_DIMS);
@@ -325,7 +340,7 @@ int shardps_declare(shardps *h, const char *name, int ndim, const int64_t *shape
     return 0;
 }
 
-static int ps__connect(shardps *h)
+static int ps__shardps_connect(shardps *h)
 {
     int rc = 0;
 
@@ -339,6 +354,10 @@ static int ps__connect(shardps *h)
         h->n_values = h->cfg.spec.n_tensors;
     }
     h->cfg.values = h->values;
+    /* An evaluator joins the job's table afresh at every connect: the one
+     * it learnt before may have been withdrawn and declared anew. */
+    if (h->cfg.evaluator)
+        ps_model_spec_free(&h->cfg.spec);
     rc = ps_kv_client_init(&h->kv, &h->cfg);
 
     if (rc < 0) {
@@ -354,8 +373,9 @@ static int ps__connect(shardps *h)
         (rc = ps_model_spec_copy(&h->cfg.spec, ps_kv_client_spec(h->kv))) < 0)
         return ps_shardps_err(h, rc, "out of memory");
     h->declared = 1;
-    /* Once per handle: a reconnect goes on with the same run. */
-    if (!h->report.started)
+    /* Once per handle: a reconnect goes on with the same run. An
+     * evaluator is no worker of the run. */
+    if (!h->report.started && !h->cfg.evaluator)
         ps_job_report_start(&h->report, h->start_clock, (uint64_t)h->opts.total_steps,
                             h->opts.progress_every);
     return 0;
@@ -375,7 +395,7 @@ int shardps_connect(shardps *h)
                               "worker the steps it plans (option total-steps: "
                               "Client(total_steps=N), attach(model, total_steps=N)), or give "
                               "shardps-run --total-steps N or --lr-schedule constant");
-    return ps__connect(h);
+    return ps__shardps_connect(h);
 }
 
 int shardps_reconnect(shardps *h)
@@ -390,7 +410,7 @@ int shardps_reconnect(shardps *h)
     ps_push_copies_reset(&h->copies);
     /* Our old connection may still hold the rank on a server: retry. */
     h->cfg.rejoining = 1;
-    return ps__connect(h);
+    return ps__shardps_connect(h);
 }
 
 /* The calls that move data need a live client. */
@@ -401,6 +421,26 @@ int ps_shardps_ready(shardps *h, const char *fn)
     if (h->kv == NULL)
         return ps_shardps_err(h, -EINVAL, "%s: not connected (shardps_connect first)", fn);
     return 0;
+}
+
+int ps_shardps_may_declare(shardps *h, const char *fn)
+{
+    if (h == NULL)
+        return -EINVAL;
+    if (h->kv)
+        return ps_shardps_err(h, -EBUSY, "%s: already connected", fn);
+    if (h->cfg.evaluator)
+        return ps_shardps_err(h, -EINVAL, "%s: an evaluator declares nothing: it joins", fn);
+    return 0;
+}
+
+int ps_shardps_may_write(shardps *h, const char *fn)
+{
+    int rc = ps_shardps_ready(h, fn);
+
+    if (rc == 0 && h->cfg.evaluator)
+        return ps_shardps_err(h, -EPERM, "%s: an evaluator reads the job; it never writes", fn);
+    return rc;
 }
 
 int shardps_tensor_count(const shardps *h)
@@ -434,6 +474,23 @@ int shardps_tensor_shape(const shardps *h, int i, int64_t *shape, int max_ndim)
     return t->ndim;
 }
 
+int shardps_table(const shardps *h, void *buf, size_t len)
+{
+    uint8_t *packed;
+    size_t n;
+    int rc;
+
+    if (h == NULL)
+        return -EINVAL;
+    rc = ps_tensor_table_pack(h->kv ? ps_kv_client_spec(h->kv) : &h->cfg.spec, &packed, &n);
+    if (rc < 0)
+        return rc;
+    if (buf && len >= n)
+        memcpy(buf, packed, n);
+    free(packed);
+    return (int)n;
+}
+
 int shardps_start_clock(const shardps *h, uint64_t *clock)
 {
     if (h == NULL || clock == NULL || h->kv == NULL)
@@ -450,10 +507,17 @@ int shardps_weights_clock(const shardps *h, uint64_t *clock)
     return 0;
 }
 
+int shardps_snapshot_clocks(const shardps *h, uint64_t *lo, uint64_t *hi)
+{
+    if (h == NULL || lo == NULL || hi == NULL || h->kv == NULL)
+        return -EINVAL;
+    return ps_kv_client_snapshot_clocks(h->kv, lo, hi);
+}
+
 /* shardps_pull and shardps_pull_into (counts NULL: the caller vouches for
  * the sizes). Nothing is written before every destination is checked. */
-static int ps__pull(shardps *h, uint64_t clock, float *const *dest, const size_t *counts,
-                    int n_dest, const char *fn)
+static int ps__shardps_pull(shardps *h, uint64_t clock, float *const *dest, const size_t *counts,
+                            int n_dest, const char *fn)
 {
     int rc = ps_shardps_ready(h, fn);
 
@@ -480,7 +544,7 @@ static int ps__pull(shardps *h, uint64_t clock, float *const *dest, const size_t
 
 int shardps_pull(shardps *h, uint64_t clock, float *const *dest, int n_dest)
 {
-    return ps__pull(h, clock, dest, NULL, n_dest, "shardps_pull");
+    return ps__shardps_pull(h, clock, dest, NULL, n_dest, "shardps_pull");
 }
 
 int shardps_pull_into(shardps *h, uint64_t clock, float *const *dest, const size_t *counts,
@@ -488,7 +552,7 @@ int shardps_pull_into(shardps *h, uint64_t clock, float *const *dest, const size
 {
     if (h != NULL && counts == NULL)
         return ps_shardps_err(h, -EINVAL, "shardps_pull_into: counts is NULL");
-    return ps__pull(h, clock, dest, counts, n_dest, "shardps_pull_into");
+    return ps__shardps_pull(h, clock, dest, counts, n_dest, "shardps_pull_into");
 }
 
 int shardps_progress(shardps *h)
@@ -497,6 +561,15 @@ int shardps_progress(shardps *h)
 
     if (rc == 0 && (rc = ps_kv_client_progress(h->kv)) < 0)
         return ps_shardps_kv_err(h, rc, "shardps_progress");
+    return rc;
+}
+
+int shardps_flush(shardps *h)
+{
+    int rc = ps_shardps_ready(h, "shardps_flush");
+
+    if (rc == 0 && (rc = ps_kv_client_flush(h->kv)) < 0)
+        return ps_shardps_kv_err(h, rc, "shardps_flush");
     return rc;
 }
 
@@ -525,7 +598,7 @@ int shardps_stats_get(const shardps *h, shardps_stats *out)
     return 0;
 }
 
-static void ps__free(shardps *h, int goodbye)
+static void ps__shardps_free(shardps *h, int goodbye)
 {
     if (h == NULL)
         return;
@@ -555,13 +628,13 @@ int shardps_close(shardps *h)
         ps_kv_client_wait(h->kv);
     if (h && shardps_stats_get(h, &st) == 0)
         ps_job_report_done(&h->report, &st);
-    ps__free(h, 1);
+    ps__shardps_free(h, 1);
     return 0;
 }
 
 void shardps_abandon(shardps *h)
 {
-    ps__free(h, 0);
+    ps__shardps_free(h, 0);
 }
 
 int shardps_report(shardps *h, uint64_t step, double loss, uint64_t samples)
@@ -571,6 +644,8 @@ int shardps_report(shardps *h, uint64_t step, double loss, uint64_t samples)
 
     if (rc < 0)
         return rc;
+    if (h->cfg.evaluator)
+        return ps_shardps_err(h, -EINVAL, "shardps_report: an evaluator is no worker of the run");
     shardps_stats_get(h, &st);
     return ps_job_report_step(&h->report, step, loss, samples, &st, h->error, sizeof(h->error));
 }
@@ -655,7 +730,7 @@ int shardps_new_from_env(shardps **out)
         rc = ps__env_int("SHARDPS_RANK", 0, world - 1, &rank);
     if (rc < 0)
         return rc;
-    rc = ps_server_list_parse(&sl, servers, PS__MAX_SERVERS, 0, why, sizeof(why));
+    rc = ps_server_list_parse(&sl, servers, PS__HANDLE_MAX_SERVERS, 0, why, sizeof(why));
     if (rc < 0)
         return ps_shardps_err(NULL, rc, "shardps_new_from_env: SHARDPS_SERVERS '%s': %s", servers,
                               rc == -ENOMEM ? "out of memory" : why);

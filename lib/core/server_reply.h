@@ -97,8 +97,8 @@ typedef struct {
 /* A PULL_ROWS_REPLY or PUSH_ROWS_REPLY against the rows request in flight
  * (e NULL: none is): the type that answers it, same id and table. A pull's:
  * count x dim float32 values, every one finite (the decoder scanned them:
- * f->nonfinite), status 0, a clock as a PULL_REPLY's. A push's: same clock, no payload, rows not applied (status)
- * within 0..count and rejected ones among them, staleness 0 in sync. */
+ * f->nonfinite), status 0, a clock as a PULL_REPLY's. A push's: same clock, no payload, rows not
+ * applied (status) within 0..count and rejected ones among them, staleness 0 in sync. */
 int ps_reply_check_rows(const ps_frame *f, const ps_reply_rows *e, char *why, size_t why_len);
 
 /* A WAITING: the server holds the pull in flight (e NULL: none is) for

@@ -1,17 +1,18 @@
-/* The client's embedding rows (kv_client.h): a call's IDs made unique (a
+/* The client's embedding rows (kv_client.h, kv_rows.h): a call's IDs made unique (a
  * push's repeats summed), split by server with common/row_place, one
  * PULL_ROWS or PUSH_ROWS per server that holds some (a push: to every
  * server in sync mode, empty where none live), waited for, and each reply
  * checked by server_reply.h before a pull's rows are copied out. IDs travel
  * as raw little-endian uint64 in the payload; the header names the table
  * and the count. */
+#include "kv_rows.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "half.h"
-#include "kv_client_internal.h"
 #include "ps_error.h"
 #include "row_place.h"
 #include "row_table.h"
@@ -35,62 +36,46 @@ long ps_kv_rows_unique(ps_id_set *seen, const uint64_t *ids, size_t n, uint64_t 
     return (long)m;
 }
 
-void ps__rows_client_free(ps_kv_client *c)
-{
-    ps_id_set_free(&c->rows_seen);
-    free(c->rows_pushed);
-    c->rows_pushed = NULL;
-    free(c->rows_buf);
-    c->rows_buf = NULL;
-    c->rows_buf_floats = 0;
-}
-
 /* The client's scratch of at least floats floats (contents undefined). */
-static float *ps__rows_scratch(ps_kv_client *c, size_t floats)
+static float *ps__rows_scratch_get(ps_kv_client *c, size_t floats)
 {
-    if (floats > c->rows_buf_floats) {
+    if (floats > c->rows.buf_floats) {
         float *b = malloc(floats * sizeof(float));
         if (b == NULL)
             return NULL;
-        free(c->rows_buf);
-        c->rows_buf = b;
-        c->rows_buf_floats = floats;
+        free(c->rows.buf);
+        c->rows.buf = b;
+        c->rows.buf_floats = floats;
     }
-    return c->rows_buf;
+    return c->rows.buf;
 }
 
-/* The largest answer sv may send besides a rows pull's: a dense pull of
- * all its keys (kv_conn.c). */
-static size_t ps__dense_limit(const ps__server *sv)
-{
-    return sv->bytes < sv->cl->cfg.max_payload ? sv->bytes : sv->cl->cfg.max_payload;
-}
-
-int ps__place_rows_reply(ps__server *sv, const Shardps__Header *h, const ps_frame_piece **pieces)
+int ps__rows_place(ps__remote *sv, const Shardps__Header *h, const ps_frame_piece **pieces)
 {
     ps_frame f = {(Shardps__Header *)h, NULL, (size_t)h->payload_bytes, 0};
     char why[256];
 
     /* The header alone is judged here; the values' finiteness once they
      * landed (the decoder scans them on the way). */
-    if (!sv->rows_busy || sv->rows.push || ps_reply_check_rows(&f, &sv->rows, why, sizeof(why)) < 0)
+    if (!sv->rows.busy || sv->rows.req.push ||
+        ps_reply_check_rows(&f, &sv->rows.req, why, sizeof(why)) < 0)
         return 0;
-    sv->rows_piece.base = sv->rows_dest;
-    sv->rows_piece.len = f.payload_len;
-    *pieces = &sv->rows_piece;
+    sv->rows.piece.base = sv->rows.dest;
+    sv->rows.piece.len = f.payload_len;
+    *pieces = &sv->rows.piece;
     return 1;
 }
 
-void ps__handle_rows_reply(ps__server *sv, const ps_frame *f)
+void ps__rows_on_reply(ps__remote *sv, const ps_frame *f)
 {
     ps_kv_client *c = sv->cl;
     char why[256];
 
-    if (ps_reply_check_rows(f, sv->rows_busy ? &sv->rows : NULL, why, sizeof(why)) < 0) {
+    if (ps_reply_check_rows(f, sv->rows.busy ? &sv->rows.req : NULL, why, sizeof(why)) < 0) {
         ps__distrust(sv, why);
         return;
     }
-    if (sv->rows.push) {
+    if (sv->rows.req.push) {
         c->stats.dropped += (uint64_t)f->hdr->status;
         c->stats.rejected += f->hdr->rejected;
         c->stats.acked++;
@@ -99,21 +84,21 @@ void ps__handle_rows_reply(ps__server *sv, const ps_frame *f)
          * (then the check above failed); a reply kept in the decoder's
          * buffer is copied. */
         if (f->payload != NULL)
-            memcpy(sv->rows_dest, f->payload, f->payload_len);
+            memcpy(sv->rows.dest, f->payload, f->payload_len);
         c->stats.bytes_received += f->payload_len;
-        sv->answered = 1;
+        sv->owed.answered = 1;
     }
-    if (!sv->rows.push)
-        ps_conn_set_max_payload(sv->conn, ps__dense_limit(sv));
-    sv->rows_busy = 0;
-    sv->rows_dest = NULL;
+    if (!sv->rows.req.push)
+        ps_conn_set_max_payload(sv->link.conn, ps__state_reply_limit(sv));
+    sv->rows.busy = 0;
+    sv->rows.dest = NULL;
     c->outstanding--;
 }
 
 /* One server's share of a call in one frame: its unique IDs and a push's
  * summed gradients (values: count x dim of dtype), both borrowed until the
  * call's wait returns. */
-static int ps__send_rows(ps_kv_client *c, ps__server *sv, const ps_reply_rows *r,
+static int ps__rows_send(ps_kv_client *c, ps__remote *sv, const ps_reply_rows *r,
                          const uint64_t *ids, const void *values, Shardps__DType dtype, float *dest)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
@@ -122,9 +107,9 @@ static int ps__send_rows(ps_kv_client *c, ps__server *sv, const ps_reply_rows *r
                      {values, r->push ? r->count * r->dim * value_bytes : 0}};
     int rc;
 
-    if (sv->conn == NULL)
+    if (sv->link.conn == NULL)
         return -PS_ECLOSED;
-    if (sv->rows_busy)
+    if (sv->rows.busy)
         return -EBUSY;
     h.type = r->push ? SHARDPS__MSG_TYPE__PUSH_ROWS : SHARDPS__MSG_TYPE__PULL_ROWS;
     h.request_id = ++c->next_id;
@@ -134,7 +119,7 @@ static int ps__send_rows(ps_kv_client *c, ps__server *sv, const ps_reply_rows *r
     h.dtype = dtype;
     if (!r->push) {
         /* The reply is allowed exactly the rows asked for, while it is owed. */
-        size_t need = r->count * r->dim * sizeof(float), dense = ps__dense_limit(sv);
+        size_t need = r->count * r->dim * sizeof(float), dense = ps__state_reply_limit(sv);
         if (need > c->cfg.max_payload) {
             ps__failf(c, -PS_ETOOBIG,
                       "a rows pull of %" PRIu64 " rows of dim %" PRIu32
@@ -142,15 +127,15 @@ static int ps__send_rows(ps_kv_client *c, ps__server *sv, const ps_reply_rows *r
                       r->count, r->dim, sv->index, need, c->cfg.max_payload);
             return -PS_ETOOBIG;
         }
-        ps_conn_set_max_payload(sv->conn, need > dense ? need : dense);
+        ps_conn_set_max_payload(sv->link.conn, need > dense ? need : dense);
     }
-    rc = ps_conn_send(sv->conn, &h, iov, r->push ? 2 : 1, NULL, NULL);
+    rc = ps_conn_send(sv->link.conn, &h, iov, r->push ? 2 : 1, NULL, NULL);
     if (rc < 0)
         return rc;
-    sv->rows = *r;
-    sv->rows.request_id = h.request_id;
-    sv->rows_busy = 1;
-    sv->rows_dest = dest;
+    sv->rows.req = *r;
+    sv->rows.req.request_id = h.request_id;
+    sv->rows.busy = 1;
+    sv->rows.dest = dest;
     c->stats.bytes_sent += iov[0].len + iov[1].len;
     c->outstanding++;
     return 0;
@@ -168,7 +153,7 @@ typedef struct {
     uint32_t *pos;    /* m: where uniq[j] went in by_srv */
 } ps__rows_split;
 
-static void ps__split_free(ps__rows_split *sp)
+static void ps__rows_split_free(ps__rows_split *sp)
 {
     free(sp->uniq);
     free(sp->slot);
@@ -178,8 +163,8 @@ static void ps__split_free(ps__rows_split *sp)
     free(sp->pos);
 }
 
-static int ps__split(ps_kv_client *c, uint32_t table, const uint64_t *ids, size_t n,
-                     ps__rows_split *sp)
+static int ps__rows_split_make(ps_kv_client *c, uint32_t table, const uint64_t *ids, size_t n,
+                               ps__rows_split *sp)
 {
     long m;
 
@@ -192,7 +177,7 @@ static int ps__split(ps_kv_client *c, uint32_t table, const uint64_t *ids, size_
     sp->pos = malloc((n + 1) * sizeof(*sp->pos));
     if (!sp->uniq || !sp->slot || !sp->server || !sp->start || !sp->by_srv || !sp->pos)
         return -ENOMEM;
-    m = ps_kv_rows_unique(&c->rows_seen, ids, n, sp->uniq, sp->slot);
+    m = ps_kv_rows_unique(&c->rows.seen, ids, n, sp->uniq, sp->slot);
     if (m < 0)
         return (int)m;
     sp->m = (size_t)m;
@@ -215,7 +200,7 @@ static int ps__split(ps_kv_client *c, uint32_t table, const uint64_t *ids, size_
     return 0;
 }
 
-static int ps__rows_table(ps_kv_client *c, uint32_t table, size_t n, uint32_t *dim)
+static int ps__rows_table_dim(ps_kv_client *c, uint32_t table, size_t n, uint32_t *dim)
 {
     const ps_model_spec *spec = ps_kv_client_spec(c);
 
@@ -238,11 +223,11 @@ int ps_kv_client_pull_rows(ps_kv_client *c, uint32_t table, uint64_t clock, cons
     ps_reply_rows r = {0};
     float *got;
     size_t lim = ps__rows_limit(c);
-    int rc = ps__rows_table(c, table, n, &r.dim);
+    int rc = ps__rows_table_dim(c, table, n, &r.dim);
 
     if (rc < 0)
         return rc;
-    rc = ps__split(c, table, ids, n, &sp);
+    rc = ps__rows_split_make(c, table, ids, n, &sp);
     if (rc < 0)
         goto out;
     /* Unique IDs that all live on one server arrive in the call's order:
@@ -253,7 +238,7 @@ int ps_kv_client_pull_rows(ps_kv_client *c, uint32_t table, uint64_t clock, cons
         if (sp.m != n || (sp.start[s + 1] - sp.start[s] != 0 && sp.start[s + 1] - sp.start[s] != n))
             got = NULL;
     rc = -ENOMEM;
-    if (got == NULL && (got = ps__rows_scratch(c, sp.m * r.dim + 1)) == NULL)
+    if (got == NULL && (got = ps__rows_scratch_get(c, sp.m * r.dim + 1)) == NULL)
         goto out;
     r.clock = clock;
     r.sync = c->mode.sync;
@@ -268,7 +253,7 @@ int ps_kv_client_pull_rows(ps_kv_client *c, uint32_t table, uint64_t clock, cons
             if (share <= off)
                 continue;
             r.count = share - off < lim ? share - off : lim;
-            rc = ps__send_rows(c, &c->servers[s], &r, sp.by_srv + at, NULL,
+            rc = ps__rows_send(c, &c->servers[s], &r, sp.by_srv + at, NULL,
                                SHARDPS__DTYPE__DTYPE_F32, got + at * r.dim);
             if (rc < 0)
                 goto out;
@@ -281,7 +266,7 @@ int ps_kv_client_pull_rows(ps_kv_client *c, uint32_t table, uint64_t clock, cons
     for (size_t i = 0; got != out && i < n; i++)
         memcpy(out + i * r.dim, got + (size_t)sp.pos[sp.slot[i]] * r.dim, r.dim * sizeof(float));
 out:
-    ps__split_free(&sp);
+    ps__rows_split_free(&sp);
     return rc;
 }
 
@@ -289,15 +274,15 @@ out:
  * (the server takes one, and drops a second as a repeat) and no server's
  * share over --max-row-ids (a push cannot be split, for the same reason).
  * Returns 0, -EALREADY or -E2BIG. */
-static int ps__push_allowed(ps_kv_client *c, uint32_t table, uint64_t clock,
-                            const ps__rows_split *sp)
+static int ps__rows_push_allowed(ps_kv_client *c, uint32_t table, uint64_t clock,
+                                 const ps__rows_split *sp)
 {
     const ps_model_spec *spec = ps_kv_client_spec(c);
 
-    if (c->rows_pushed == NULL &&
-        (c->rows_pushed = calloc((size_t)spec->n_row_tables, sizeof(*c->rows_pushed))) == NULL)
+    if (c->rows.pushed == NULL &&
+        (c->rows.pushed = calloc((size_t)spec->n_row_tables, sizeof(*c->rows.pushed))) == NULL)
         return -ENOMEM;
-    if (c->rows_pushed[table] == clock + 1)
+    if (c->rows.pushed[table] == clock + 1)
         return -EALREADY;
     for (int s = 0; s < c->n_servers; s++)
         if (sp->start[s + 1] - sp->start[s] > ps__rows_limit(c))
@@ -315,15 +300,15 @@ int ps_kv_client_push_rows(ps_kv_client *c, uint32_t table, const uint64_t *ids,
     const uint8_t *values;
     size_t value_bytes = sizeof(float), fresh = 0;
     Shardps__DType dtype = SHARDPS__DTYPE__DTYPE_F32;
-    int rc = ps__rows_table(c, table, n, &r.dim);
+    int rc = ps__rows_table_dim(c, table, n, &r.dim);
 
     if (rc < 0)
         return rc;
-    rc = ps__split(c, table, ids, n, &sp);
+    rc = ps__rows_split_make(c, table, ids, n, &sp);
     r.clock = ps_kv_client_weights_clock(c);
-    if (rc < 0 || (rc = ps__push_allowed(c, table, r.clock, &sp)) < 0)
+    if (rc < 0 || (rc = ps__rows_push_allowed(c, table, r.clock, &sp)) < 0)
         goto out;
-    sums = ps__rows_scratch(c, sp.m * r.dim + 1);
+    sums = ps__rows_scratch_get(c, sp.m * r.dim + 1);
     rc = -ENOMEM;
     if (sums == NULL)
         goto out;
@@ -362,15 +347,15 @@ int ps_kv_client_push_rows(ps_kv_client *c, uint32_t table, const uint64_t *ids,
         r.count = sp.start[s + 1] - sp.start[s];
         if (r.count == 0 && !c->mode.sync)
             continue;
-        rc = ps__send_rows(c, &c->servers[s], &r, sp.by_srv + sp.start[s],
+        rc = ps__rows_send(c, &c->servers[s], &r, sp.by_srv + sp.start[s],
                            values + sp.start[s] * r.dim * value_bytes, dtype, NULL);
         if (rc < 0)
             goto out;
     }
-    c->rows_pushed[table] = r.clock + 1;
+    c->rows.pushed[table] = r.clock + 1;
     rc = ps_kv_client_wait(c);
 out:
-    ps__split_free(&sp);
+    ps__rows_split_free(&sp);
     free(half);
     return rc;
 }

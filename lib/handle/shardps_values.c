@@ -1,6 +1,6 @@
 /* libshardps (include/shardps.h), a model's own values: tensors declared
  * with the caller's initial values, of any kind and dtype, and the buffers
- * rank 0 writes every step. The handle is lib/shardps_handle.h's. */
+ * rank 0 writes every step. The handle is shardps_handle.h's. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +21,8 @@ static size_t ps__elem_bytes(ps_tensor_dtype dtype)
 
 /* The checks of shardps_declare_values before anything is added: 0 or
  * -EINVAL with the sentence. dims gets the shape. */
-static int ps__check_decl(shardps *h, const char *name, int ndim, const int64_t *shape, int kind,
-                          int dtype, const void *values, size_t nbytes, int *dims)
+static int ps__values_check_decl(shardps *h, const char *name, int ndim, const int64_t *shape,
+                                 int kind, int dtype, const void *values, size_t nbytes, int *dims)
 {
     const char *fn = "shardps_declare_values";
     size_t numel = 1;
@@ -63,11 +63,9 @@ int shardps_declare_values(shardps *h, const char *name, int ndim, const int64_t
         name, ndim, dims, PS_INIT_VALUES, 1, 1, (ps_tensor_kind)kind, (ps_tensor_dtype)dtype};
     const void **v;
 
-    if (h == NULL)
-        return -EINVAL;
-    if (h->kv)
-        return ps_shardps_err(h, -EBUSY, "shardps_declare_values: already connected");
-    rc = ps__check_decl(h, name, ndim, shape, kind, dtype, values, nbytes, dims);
+    if ((rc = ps_shardps_may_declare(h, "shardps_declare_values")) < 0)
+        return rc;
+    rc = ps__values_check_decl(h, name, ndim, shape, kind, dtype, values, nbytes, dims);
     if (rc < 0)
         return rc;
     n = h->cfg.spec.n_tensors + 1;
@@ -102,7 +100,7 @@ int shardps_tensor_kind(const shardps *h, int i, int *kind, int *dtype)
 int shardps_write_buffers(shardps *h, const void *const *values, const size_t *nbytes, int n_values)
 {
     const char *fn = "shardps_write_buffers";
-    int rc = ps_shardps_ready(h, fn);
+    int rc = ps_shardps_may_write(h, fn);
 
     if (rc < 0)
         return rc;

@@ -1,8 +1,10 @@
-/* The client's requests (kv_client_internal.h): pulls by key straight into
+/* The client's dense requests (kv_transfer.h): pulls by key straight into
  * the caller's parameters, pushes of one frame per chunk (halves or bfloat16
- * when compressing), corked so that a step's small frames leave in one write,
- * and the replies that complete them, checked by server_reply.h before they
- * count. */
+ * when compressing), corked (kv_conn.c) so that a step's small frames leave
+ * in one write, writes of values, and the replies that complete them,
+ * checked by server_reply.h before they count. */
+#include "kv_transfer.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -10,62 +12,44 @@
 #include <string.h>
 
 #include "half.h"
-#include "kv_client_internal.h"
+#include "kv_conn.h"
 #include "ps_error.h"
 #include "ps_log.h"
 
 /* Pushed chunks smaller than this wait to share a write (see
- * ps__push_chunk): below it a system call costs more than the bytes. */
+ * ps__transfer_push_chunk): below it a system call costs more than the bytes. */
 #define PS__CORK_BYTES ((size_t)64 << 10)
-
-/* Requests started before wait leave together when it begins. */
-static void ps__cork(ps__server *sv)
-{
-    if (!sv->corked)
-        ps_conn_cork(sv->conn);
-    sv->corked = 1;
-}
-
-void ps__uncork(ps__server *sv)
-{
-    if (sv->corked && sv->conn)
-        ps_conn_uncork(sv->conn);
-    sv->corked = 0;
-}
 
 /* A pull reply whose header passes every check is read straight into the
  * caller's tensors, one piece per chunk, with no copy and no model-sized
  * buffer of our own. Anything else lands in the connection's buffer and is
  * refused when it is complete, so a lying header never touches a weight. */
-int ps__place_reply(ps_conn *conn, const Shardps__Header *h, const ps_frame_piece **pieces)
+int ps__transfer_place(ps__remote *sv, const Shardps__Header *h, const ps_frame_piece **pieces)
 {
-    ps__server *sv = ps_conn_data(conn);
     char why[256];
 
-    if (h->type == SHARDPS__MSG_TYPE__PULL_ROWS_REPLY)
-        return ps__place_rows_reply(sv, h, pieces);
-    if (h->type != SHARDPS__MSG_TYPE__PULL_REPLY || sv->pull_dest == NULL ||
-        ps_reply_check_pull_header(h, &sv->pull, why, sizeof(why)) < 0)
+    if (h->type != SHARDPS__MSG_TYPE__PULL_REPLY || sv->dense.pull_dest == NULL ||
+        ps_reply_check_pull_header(h, &sv->dense.pull, why, sizeof(why)) < 0)
         return 0;
-    for (int i = 0; i < sv->n_keys; i++) {
-        const ps_chunk *ch = sv->chunks[i];
-        sv->pieces[i].base = sv->pull_dest[ch->tensor_id] + ch->offset;
-        sv->pieces[i].len = ch->numel * sizeof(float);
+    for (int i = 0; i < sv->share.n_keys; i++) {
+        const ps_chunk *ch = sv->share.chunks[i];
+        sv->share.pieces[i].base = sv->dense.pull_dest[ch->tensor_id] + ch->offset;
+        sv->share.pieces[i].len = ch->numel * sizeof(float);
     }
-    *pieces = sv->pieces;
-    return sv->n_keys;
+    *pieces = sv->share.pieces;
+    return sv->share.n_keys;
 }
 
 /* The decoder scanned the whole reply as float32: int64 tensors' words may
  * look like NaNs. Whether a float32 chunk of the landed reply really is not
  * finite. */
-static int ps__floats_nonfinite(const ps__server *sv)
+static int ps__transfer_floats_nonfinite(const ps__remote *sv)
 {
     const ps_model_spec *spec = &sv->cl->cfg.spec;
 
-    for (int i = 0; i < sv->n_keys; i++) {
-        const ps_chunk *ch = sv->chunks[i];
-        const float *v = sv->pull_dest[ch->tensor_id] + ch->offset;
+    for (int i = 0; i < sv->share.n_keys; i++) {
+        const ps_chunk *ch = sv->share.chunks[i];
+        const float *v = sv->dense.pull_dest[ch->tensor_id] + ch->offset;
         if (spec->tensors[ch->tensor_id].dtype != PS_DTYPE_F32)
             continue;
         for (size_t k = 0; k < ch->numel; k++)
@@ -78,35 +62,35 @@ static int ps__floats_nonfinite(const ps__server *sv)
 /* Checks a pull reply against what was asked; it is already in place unless
  * it did not match. Weights that are not finite are refused after the fact:
  * the worker then fails and never computes on them. */
-void ps__handle_pull_reply(ps__server *sv, const ps_frame *f)
+void ps__transfer_on_pull_reply(ps__remote *sv, const ps_frame *f)
 {
     ps_frame g = *f;
     char why[256];
 
-    if (g.nonfinite && g.payload == NULL && sv->pull_dest && sv->cl->has_int64)
-        g.nonfinite = ps__floats_nonfinite(sv);
-    if (ps_reply_check_pull(&g, sv->pull_dest ? &sv->pull : NULL, f->payload == NULL, why,
-                            sizeof(why)) < 0) {
+    if (g.nonfinite && g.payload == NULL && sv->dense.pull_dest && sv->cl->has_int64)
+        g.nonfinite = ps__transfer_floats_nonfinite(sv);
+    if (ps_reply_check_pull(&g, sv->dense.pull_dest ? &sv->dense.pull : NULL, f->payload == NULL,
+                            why, sizeof(why)) < 0) {
         ps__distrust(sv, why);
         return;
     }
     sv->cl->stats.bytes_received += f->payload_len;
-    sv->pulled_clock = f->hdr->clock;
-    sv->pulled_hi = f->hdr->clock + (sv->pull.snapshot ? f->hdr->staleness : 0);
-    sv->pulled = 1;
-    sv->answered = 1;
-    sv->pull_dest = NULL;
+    sv->dense.pulled_clock = f->hdr->clock;
+    sv->dense.pulled_hi = f->hdr->clock + (sv->dense.pull.snapshot ? f->hdr->staleness : 0);
+    sv->dense.pulled = 1;
+    sv->owed.answered = 1;
+    sv->dense.pull_dest = NULL;
     sv->cl->outstanding--;
 }
 
-void ps__handle_push_reply(ps__server *sv, const ps_frame *f)
+void ps__transfer_on_push_reply(ps__remote *sv, const ps_frame *f)
 {
     ps_kv_client *c = sv->cl;
     const Shardps__Header *h = f->hdr;
     char why[256];
 
-    if (ps_reply_check_push(f, sv->push_n ? &sv->pushes[sv->push_head] : NULL, why, sizeof(why)) <
-        0) {
+    if (ps_reply_check_push(f, sv->dense.push_n ? &sv->dense.pushes[sv->dense.push_head] : NULL,
+                            why, sizeof(why)) < 0) {
         ps__distrust(sv, why);
         return;
     }
@@ -118,41 +102,41 @@ void ps__handle_push_reply(ps__server *sv, const ps_frame *f)
     c->stats.staleness_count++;
     if (h->staleness > c->stats.staleness_max)
         c->stats.staleness_max = h->staleness;
-    sv->push_head = (sv->push_head + 1) % sv->n_keys;
-    sv->push_n--;
+    sv->dense.push_head = (sv->dense.push_head + 1) % sv->share.n_keys;
+    sv->dense.push_n--;
     c->outstanding--;
 }
 
 int ps_kv_client_pull(ps_kv_client *c, uint64_t clock, float *const *params)
 {
     for (int s = 0; s < c->n_servers; s++) {
-        ps__server *sv = &c->servers[s];
+        ps__remote *sv = &c->servers[s];
         Shardps__Header h = SHARDPS__HEADER__INIT;
         int rc;
 
-        if (sv->n_keys == 0)
+        if (sv->share.n_keys == 0)
             continue;
-        if (sv->conn == NULL || sv->pull_dest != NULL)
-            return sv->conn == NULL ? -PS_ECLOSED : -EBUSY;
+        if (sv->link.conn == NULL || sv->dense.pull_dest != NULL)
+            return sv->link.conn == NULL ? -PS_ECLOSED : -EBUSY;
         h.type = SHARDPS__MSG_TYPE__PULL;
         h.request_id = ++c->next_id;
         h.clock = clock;
-        h.n_keys = (size_t)sv->n_keys;
-        h.keys = sv->keys;
+        h.n_keys = (size_t)sv->share.n_keys;
+        h.keys = sv->share.keys;
         /* Held until wait, so it leaves with the push in one write. */
-        ps__cork(sv);
-        rc = ps_conn_send(sv->conn, &h, NULL, 0, NULL, NULL);
+        ps__conn_cork(sv);
+        rc = ps_conn_send(sv->link.conn, &h, NULL, 0, NULL, NULL);
         if (rc < 0)
             return rc;
-        sv->pull.request_id = h.request_id;
-        sv->pull.clock = clock;
-        sv->pull.sync = c->mode.sync;
-        sv->pull.snapshot = c->cfg.evaluator;
-        sv->pull.max_clock = c->max_clock;
-        sv->pull.n_keys = (size_t)sv->n_keys;
-        sv->pull.keys = sv->keys;
-        sv->pull.bytes = sv->bytes;
-        sv->pull_dest = params;
+        sv->dense.pull.request_id = h.request_id;
+        sv->dense.pull.clock = clock;
+        sv->dense.pull.sync = c->mode.sync;
+        sv->dense.pull.snapshot = c->cfg.evaluator;
+        sv->dense.pull.max_clock = c->max_clock;
+        sv->dense.pull.n_keys = (size_t)sv->share.n_keys;
+        sv->dense.pull.keys = sv->share.keys;
+        sv->dense.pull.bytes = sv->share.bytes;
+        sv->dense.pull_dest = params;
         c->outstanding++;
     }
     return 0;
@@ -164,16 +148,17 @@ int ps_kv_client_pull(ps_kv_client *c, uint64_t clock, float *const *params)
  * any small ones before it), since its bytes are better on the wire than
  * queued behind the CRC of the next. grad NULL: the chunk's tensor was not
  * used this step, and the frame says so instead of carrying a gradient. */
-static int ps__push_chunk(ps_kv_client *c, ps__server *sv, int i, const float *grad, uint64_t step)
+static int ps__transfer_push_chunk(ps_kv_client *c, ps__remote *sv, int i, const float *grad,
+                                   uint64_t step)
 {
-    const ps_chunk *ch = sv->chunks[i];
+    const ps_chunk *ch = sv->share.chunks[i];
     Shardps__Header h = SHARDPS__HEADER__INIT;
     ps_iov iov = {grad, grad ? ch->numel * sizeof(float) : 0};
     int rc;
 
-    if (sv->conn == NULL)
+    if (sv->link.conn == NULL)
         return -PS_ECLOSED;
-    if (sv->push_n == sv->n_keys)
+    if (sv->dense.push_n == sv->share.n_keys)
         return -EBUSY;
     h.dtype = grad ? SHARDPS__DTYPE__DTYPE_F32 : SHARDPS__DTYPE__DTYPE_UNKNOWN;
     h.unused = grad == NULL;
@@ -181,7 +166,7 @@ static int ps__push_chunk(ps_kv_client *c, ps__server *sv, int i, const float *g
         /* Each chunk has its own place in the server's buffer of halves,
          * since all of a step's chunks are in flight together; like the
          * gradients, it is borrowed by the send until wait returns. */
-        uint16_t *half = sv->half + sv->half_at[i];
+        uint16_t *half = sv->share.half + sv->share.half_at[i];
         if (c->cfg.compress == PS_COMPRESS_BF16) {
             ps_f32_to_bf16(half, grad, ch->numel);
             h.dtype = SHARDPS__DTYPE__DTYPE_BF16;
@@ -196,27 +181,27 @@ static int ps__push_chunk(ps_kv_client *c, ps__server *sv, int i, const float *g
     h.request_id = ++c->next_id;
     h.clock = step;
     h.n_keys = 1;
-    h.keys = &sv->keys[i];
+    h.keys = &sv->share.keys[i];
     if (iov.len < PS__CORK_BYTES)
-        ps__cork(sv);
+        ps__conn_cork(sv);
     else
-        ps__uncork(sv);
-    rc = ps_conn_send(sv->conn, &h, &iov, grad ? 1 : 0, NULL, NULL);
+        ps__conn_uncork(sv);
+    rc = ps_conn_send(sv->link.conn, &h, &iov, grad ? 1 : 0, NULL, NULL);
     if (rc < 0)
         return rc;
-    sv->pushes[(sv->push_head + sv->push_n) % sv->n_keys] =
+    sv->dense.pushes[(sv->dense.push_head + sv->dense.push_n) % sv->share.n_keys] =
         (ps_reply_push){.request_id = h.request_id,
                         .clock = step,
                         .n_keys = 1,
                         .max_staleness = c->mode.sync ? 0 : c->max_clock};
-    sv->push_n++;
+    sv->dense.push_n++;
     c->stats.bytes_sent += iov.len;
     c->outstanding++;
     return 0;
 }
 
 /* ps_kv_client_push_tensor, and with grad NULL ps_kv_client_push_unused. */
-static int ps__push_tensor(ps_kv_client *c, int tensor_id, const float *grad)
+static int ps__transfer_push_tensor(ps_kv_client *c, int tensor_id, const float *grad)
 {
     uint64_t step = ps_kv_client_weights_clock(c);
 
@@ -227,19 +212,20 @@ static int ps__push_tensor(ps_kv_client *c, int tensor_id, const float *grad)
     if (c->cfg.spec.tensors[tensor_id].kind != PS_KIND_PARAMETER)
         return -EPERM;
     for (int s = 0; s < c->n_servers; s++) {
-        ps__server *sv = &c->servers[s];
+        ps__remote *sv = &c->servers[s];
 
         /* A server already past our step (it was restored less far back than
          * another, or we are a straggler) gets nothing this step: it waits
          * for us instead of running ahead, and the servers fall back into
          * step. */
-        if (sv->n_keys == 0 || sv->pulled_clock != step)
+        if (sv->share.n_keys == 0 || sv->dense.pulled_clock != step)
             continue;
-        for (int i = 0; i < sv->n_keys; i++) {
+        for (int i = 0; i < sv->share.n_keys; i++) {
             int rc;
-            if (sv->chunks[i]->tensor_id != (uint32_t)tensor_id)
+            if (sv->share.chunks[i]->tensor_id != (uint32_t)tensor_id)
                 continue;
-            rc = ps__push_chunk(c, sv, i, grad ? grad + sv->chunks[i]->offset : NULL, step);
+            rc = ps__transfer_push_chunk(c, sv, i, grad ? grad + sv->share.chunks[i]->offset : NULL,
+                                         step);
             if (rc < 0)
                 return rc;
         }
@@ -249,12 +235,12 @@ static int ps__push_tensor(ps_kv_client *c, int tensor_id, const float *grad)
 
 int ps_kv_client_push_tensor(ps_kv_client *c, int tensor_id, const float *grad)
 {
-    return grad ? ps__push_tensor(c, tensor_id, grad) : -EINVAL;
+    return grad ? ps__transfer_push_tensor(c, tensor_id, grad) : -EINVAL;
 }
 
 int ps_kv_client_push_unused(ps_kv_client *c, int tensor_id)
 {
-    return ps__push_tensor(c, tensor_id, NULL);
+    return ps__transfer_push_tensor(c, tensor_id, NULL);
 }
 
 int ps_kv_client_push(ps_kv_client *c, const float *const *grads)
@@ -276,11 +262,11 @@ int ps_kv_client_snapshot_clocks(const ps_kv_client *c, uint64_t *lo, uint64_t *
     *lo = UINT64_MAX;
     *hi = 0;
     for (int s = 0; s < c->n_servers; s++) {
-        const ps__server *sv = &c->servers[s];
-        if (sv->n_keys == 0 || !sv->pulled)
+        const ps__remote *sv = &c->servers[s];
+        if (sv->share.n_keys == 0 || !sv->dense.pulled)
             continue;
-        *lo = sv->pulled_clock < *lo ? sv->pulled_clock : *lo;
-        *hi = sv->pulled_hi > *hi ? sv->pulled_hi : *hi;
+        *lo = sv->dense.pulled_clock < *lo ? sv->dense.pulled_clock : *lo;
+        *hi = sv->dense.pulled_hi > *hi ? sv->dense.pulled_hi : *hi;
         n++;
     }
     if (n == 0)
@@ -293,12 +279,12 @@ uint64_t ps_kv_client_weights_clock(const ps_kv_client *c)
     uint64_t m = UINT64_MAX;
 
     for (int s = 0; s < c->n_servers; s++)
-        if (c->servers[s].n_keys > 0 && c->servers[s].pulled_clock < m)
-            m = c->servers[s].pulled_clock;
+        if (c->servers[s].share.n_keys > 0 && c->servers[s].dense.pulled_clock < m)
+            m = c->servers[s].dense.pulled_clock;
     return m == UINT64_MAX ? 0 : m;
 }
 
-static void ps__free_sent(ps_conn *conn, int status, void *arg)
+static void ps__transfer_free_sent(ps_conn *conn, int status, void *arg)
 {
     (void)conn;
     (void)status;
@@ -307,8 +293,8 @@ static void ps__free_sent(ps_conn *conn, int status, void *arg)
 
 /* Whether chunk ch goes into the WRITE: initial, every chunk of an
  * INIT_VALUES tensor; else every chunk of a buffer given values. */
-static int ps__writes(const ps_kv_client *c, const ps_chunk *ch, int initial,
-                      const void *const *values)
+static int ps__transfer_writes(const ps_kv_client *c, const ps_chunk *ch, int initial,
+                               const void *const *values)
 {
     const ps_tensor_spec *t = &c->cfg.spec.tensors[ch->tensor_id];
 
@@ -316,11 +302,11 @@ static int ps__writes(const ps_kv_client *c, const ps_chunk *ch, int initial,
                    : t->kind == PS_KIND_BUFFER && values[ch->tensor_id] != NULL;
 }
 
-int ps__send_write(ps__server *sv, int initial, const void *const *values)
+int ps__transfer_write(ps__remote *sv, int initial, const void *const *values)
 {
     ps_kv_client *c = sv->cl;
     Shardps__Header h = SHARDPS__HEADER__INIT;
-    uint64_t *keys = malloc((size_t)(sv->n_keys ? sv->n_keys : 1) * sizeof(*keys));
+    uint64_t *keys = malloc((size_t)(sv->share.n_keys ? sv->share.n_keys : 1) * sizeof(*keys));
     size_t words = 0, n = 0;
     uint8_t *payload = NULL;
     ps_iov iov;
@@ -328,15 +314,15 @@ int ps__send_write(ps__server *sv, int initial, const void *const *values)
 
     if (keys == NULL)
         goto fail;
-    for (int i = 0; i < sv->n_keys; i++)
-        if (ps__writes(c, sv->chunks[i], initial, values))
-            words += sv->chunks[i]->numel;
+    for (int i = 0; i < sv->share.n_keys; i++)
+        if (ps__transfer_writes(c, sv->share.chunks[i], initial, values))
+            words += sv->share.chunks[i]->numel;
     if ((payload = malloc(words ? words * sizeof(float) : 1)) == NULL)
         goto fail;
-    for (int i = 0, at = 0; i < sv->n_keys; i++) {
-        const ps_chunk *ch = sv->chunks[i];
+    for (int i = 0, at = 0; i < sv->share.n_keys; i++) {
+        const ps_chunk *ch = sv->share.chunks[i];
         const uint8_t *v;
-        if (!ps__writes(c, ch, initial, values))
+        if (!ps__transfer_writes(c, ch, initial, values))
             continue;
         v = values ? values[ch->tensor_id] : NULL;
         if (v == NULL) {
@@ -362,7 +348,7 @@ int ps__send_write(ps__server *sv, int initial, const void *const *values)
     h.keys = keys;
     iov.base = payload;
     iov.len = words * sizeof(float);
-    rc = ps_conn_send(sv->conn, &h, &iov, 1, ps__free_sent, payload);
+    rc = ps_conn_send(sv->link.conn, &h, &iov, 1, ps__transfer_free_sent, payload);
     if (rc == 0) {
         free(keys);
         ps_debug("wrote the values of %zu chunks to server %d", n, sv->index);
@@ -382,7 +368,7 @@ int ps_kv_client_write_buffers(ps_kv_client *c, const void *const *values)
     if (c->cfg.rank != 0 || c->joining || values == NULL)
         return -EINVAL;
     for (int s = 0; s < c->n_servers; s++) {
-        int rc = c->servers[s].conn ? ps__send_write(&c->servers[s], 0, values) : 0;
+        int rc = c->servers[s].link.conn ? ps__transfer_write(&c->servers[s], 0, values) : 0;
         if (rc < 0)
             return rc;
     }

@@ -19,7 +19,7 @@ void ps_job_report_init(ps_job_report *r, int fd, int rank)
 /* One line to the launcher. A launcher that is gone (EPIPE) or a descriptor
  * that fails once is not written to again: the program trains on, and says
  * so once. */
-static void ps__write(ps_job_report *r, ps_report *line)
+static void ps__job_report_write(ps_job_report *r, ps_report *line)
 {
     int rc;
 
@@ -43,7 +43,7 @@ void ps_job_report_start(ps_job_report *r, uint64_t start, uint64_t total, int e
     r->total = total;
     r->every = every > 0 ? every : 1;
     r->t_start = r->t_line = now;
-    ps__write(r, &(ps_report){.kind = PS_REPORT_START, .u.start = {start, total, 0}});
+    ps__job_report_write(r, &(ps_report){.kind = PS_REPORT_START, .u.start = {start, total, 0}});
 }
 
 static double ps__staleness_mean(const shardps_stats *st)
@@ -67,10 +67,10 @@ static void ps__line(ps_job_report *r, const shardps_stats *st)
         ps_info("step %" PRIu64 "%s loss %.4f %.0f samples/s staleness mean %.2f max %" PRIu64,
                 step, of, mean_loss, sps, ps__staleness_mean(st), st->staleness_max);
     }
-    ps__write(r,
-              &(ps_report){.kind = PS_REPORT_PROGRESS,
-                           .u.progress = {0, step, r->total, mean_loss, sps, ps__staleness_mean(st),
-                                          st->staleness_max, st->dropped, st->rejected}});
+    ps__job_report_write(
+        r, &(ps_report){.kind = PS_REPORT_PROGRESS,
+                        .u.progress = {0, step, r->total, mean_loss, sps, ps__staleness_mean(st),
+                                       st->staleness_max, st->dropped, st->rejected}});
     r->line_step = step;
     r->t_line = now;
     r->samples_line = 0;
@@ -106,8 +106,9 @@ void ps_job_report_done(ps_job_report *r, const shardps_stats *st)
      * launcher learns where the worker stopped. */
     if (r->step > r->line_step)
         ps__line(r, st);
-    ps__write(r, &(ps_report){.kind = PS_REPORT_DONE,
-                              .u.done = {r->step - r->start, (double)r->samples_total,
-                                         ps_clock_now() - r->t_start, -1, st->dropped, st->rejected,
-                                         st->bytes_sent, st->bytes_received}});
+    ps__job_report_write(
+        r, &(ps_report){.kind = PS_REPORT_DONE,
+                        .u.done = {r->step - r->start, (double)r->samples_total,
+                                   ps_clock_now() - r->t_start, -1, st->dropped, st->rejected,
+                                   st->bytes_sent, st->bytes_received}});
 }

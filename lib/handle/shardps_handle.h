@@ -1,7 +1,11 @@
 /* The inside of a libshardps handle (include/shardps.h), shared by the files
- * that implement its entries: lib/shardps.c (the lifecycle, pushes and
- * pulls) and lib/shardps_values.c (declared values and buffers). Not
- * installed; nothing outside lib/ includes it. */
+ * of lib/handle/ that implement its entries: shardps.c (the lifecycle, the
+ * options, declaring tensors, pulls and waits, the evaluator's calls, the
+ * table), shardps_push.c (a step's pushes), shardps_values.c (declared
+ * values and buffers) and shardps_rows.c (the embedding tables), over the
+ * key-value client (lib/core/kv_client.h), the push copies (push_copies.h)
+ * and the launcher's reports (job_report.h). Not installed; nothing outside
+ * lib/handle/ includes it. */
 #ifndef PS_SHARDPS_HANDLE_H
 #define PS_SHARDPS_HANDLE_H
 
@@ -16,8 +20,8 @@
 #include "push_copies.h"
 #include "shardps.h"
 
-#define PS__MAX_SERVERS 4096
-#define PS__ADDR_MAX    256
+#define PS__HANDLE_MAX_SERVERS 4096
+#define PS__ADDR_MAX           256
 
 /* Room for the rows of the job options the library takes. */
 #define PS__MAX_OPTIONS 16
@@ -59,5 +63,11 @@ __attribute__((format(printf, 3, 4))) int ps_shardps_err(shardps *h, int code, c
 int ps_shardps_kv_err(shardps *h, int rc, const char *doing);
 /* 0 when h is connected, else -EINVAL with fn's sentence. */
 int ps_shardps_ready(shardps *h, const char *fn);
+/* 0 when h may still declare tensors (fn): -EINVAL (h NULL, or an
+ * evaluator, which joins) or -EBUSY (connected) with fn's sentence. */
+int ps_shardps_may_declare(shardps *h, const char *fn);
+/* 0 when h is connected and may change the job (fn: a push or a write),
+ * else -EINVAL (not connected) or -EPERM (an evaluator) with the sentence. */
+int ps_shardps_may_write(shardps *h, const char *fn);
 
 #endif
