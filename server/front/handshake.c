@@ -20,7 +20,7 @@
  * shapes the updates (its planned steps do not count). Returns 1 when the
  * settings were compared and agree, 0 when there was nothing to compare,
  * -1 after failing the peer. */
-static int ps__hs_check_settings(const ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello)
+static int ps__handshake_check_settings(const ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello)
 {
     char diff[1024];
     int n;
@@ -44,7 +44,7 @@ static int ps__hs_check_settings(const ps_handshake *hs, ps_peer *p, const Shard
 
 /* The HELLO's server list and chunking against ours: they decide which
  * keys live here. Returns 0, or -1 after failing the peer. */
-static int ps__hs_check_partition(const ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello)
+static int ps__handshake_check_partition(const ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello)
 {
     const ps_kv_server_config *cfg = hs->cfg;
 
@@ -67,7 +67,7 @@ static int ps__hs_check_partition(const ps_handshake *hs, ps_peer *p, const Shar
     return 0;
 }
 
-static int ps__hs_may_outrank(const ps_handshake *hs, const Shardps__Hello *hello,
+static int ps__handshake_may_outrank(const ps_handshake *hs, const Shardps__Hello *hello,
                               const ps_model_spec *spec)
 {
     return ps_tensors_may_outrank(hs->tensors, hello->rank,
@@ -82,7 +82,7 @@ static int ps__hs_may_outrank(const ps_handshake *hs, const Shardps__Hello *hell
  * it), or another, which is refused with the first difference, unless it is
  * rank 0's over one only other ranks declared (OUTRANKS: that one is
  * withdrawn, its declarers told why, and rank 0's adopted). */
-static ps_hs_verdict ps__hs_check_table(const ps_handshake *hs, ps_peer *p,
+static ps_hs_verdict ps__handshake_check_table(const ps_handshake *hs, ps_peer *p,
                                         const Shardps__Hello *hello, const ps_model_spec *spec,
                                         char *why, size_t why_len)
 {
@@ -113,7 +113,7 @@ static ps_hs_verdict ps__hs_check_table(const ps_handshake *hs, ps_peer *p,
     if (ps_tensors_same(t, spec))
         return PS_HS_JOIN;
     /* Both tables are here: the refusal names the first difference. */
-    if (ps__hs_may_outrank(hs, hello, spec)) {
+    if (ps__handshake_may_outrank(hs, hello, spec)) {
         if (ps_tensor_table_diff(spec, &t->table, "from rank 0", "declared first", why,
                                  why_len) == 0)
             snprintf(why, why_len, "the tables' digests differ");
@@ -139,15 +139,15 @@ ps_hs_verdict ps_handshake_judge(ps_handshake *hs, ps_peer *p, const Shardps__He
         ps_peer_fail(p, -PS_EPROTO, "first message must be a worker's or an evaluator's HELLO");
         return PS_HS_REFUSED;
     }
-    p->agreed = ps__hs_check_settings(hs, p, hello);
+    p->agreed = ps__handshake_check_settings(hs, p, hello);
     if (p->agreed < 0)
         return PS_HS_REFUSED;
     /* A table held already is compared at once, like the settings (unless
      * rank 0's may outrank it: then once all else agrees)... */
-    early = ps_table_life_holds(&hs->tensors->life) && !ps__hs_may_outrank(hs, hello, spec);
-    if (early && ps__hs_check_table(hs, p, hello, spec, why, why_len) == PS_HS_REFUSED)
+    early = ps_table_life_holds(&hs->tensors->life) && !ps__handshake_may_outrank(hs, hello, spec);
+    if (early && ps__handshake_check_table(hs, p, hello, spec, why, why_len) == PS_HS_REFUSED)
         return PS_HS_REFUSED;
-    if (ps__hs_check_partition(hs, p, hello) < 0)
+    if (ps__handshake_check_partition(hs, p, hello) < 0)
         return PS_HS_REFUSED;
     if (hello->world != (uint32_t)cfg->world || hello->rank >= hello->world) {
         ps_peer_fail(p, -PS_EMISMATCH,
@@ -167,10 +167,10 @@ ps_hs_verdict ps_handshake_judge(ps_handshake *hs, ps_peer *p, const Shardps__He
     }
     /* ...while a first one (or rank 0's over another) is adopted last,
      * once all else agrees. */
-    return early ? PS_HS_JOIN : ps__hs_check_table(hs, p, hello, spec, why, why_len);
+    return early ? PS_HS_JOIN : ps__handshake_check_table(hs, p, hello, spec, why, why_len);
 }
 
-static void ps__hs_free_sent(ps_conn *c, int status, void *arg)
+static void ps__handshake_free_sent(ps_conn *c, int status, void *arg)
 {
     (void)c;
     (void)status;
@@ -180,7 +180,7 @@ static void ps__hs_free_sent(ps_conn *c, int status, void *arg)
 /* A joiner (or an evaluator) learns the job's tensors: the table this
  * server holds, packed, as a TABLE frame just before its WELCOME (which
  * carries its digest). */
-static int ps__hs_send_table(const ps_handshake *hs, ps_peer *p, uint64_t request_id)
+static int ps__handshake_send_table(const ps_handshake *hs, ps_peer *p, uint64_t request_id)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
     ps_iov iov;
@@ -194,7 +194,7 @@ static int ps__hs_send_table(const ps_handshake *hs, ps_peer *p, uint64_t reques
     h.request_id = request_id;
     iov.base = packed;
     iov.len = len;
-    rc = ps_conn_send(p->conn, &h, &iov, 1, ps__hs_free_sent, packed);
+    rc = ps_conn_send(p->conn, &h, &iov, 1, ps__handshake_free_sent, packed);
     if (rc < 0)
         free(packed);
     return rc;
@@ -204,7 +204,7 @@ static int ps__hs_send_table(const ps_handshake *hs, ps_peer *p, uint64_t reques
  * (declared: 0) gets the table first; values_wanted: the declaring rank 0
  * is to WRITE its initial values (values.h). Returns 0, or a negative code
  * with the connection closing. */
-static int ps__hs_welcome(const ps_handshake *hs, ps_peer *p, uint64_t request_id, uint64_t clock,
+static int ps__handshake_welcome(const ps_handshake *hs, ps_peer *p, uint64_t request_id, uint64_t clock,
                           int declared, int values_wanted)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
@@ -221,7 +221,7 @@ static int ps__hs_welcome(const ps_handshake *hs, ps_peer *p, uint64_t request_i
     w.table_digest.data = (uint8_t *)hs->tensors->table_digest;
     w.values_wanted = values_wanted;
     h.welcome = &w;
-    rc = declared ? 0 : ps__hs_send_table(hs, p, request_id);
+    rc = declared ? 0 : ps__handshake_send_table(hs, p, request_id);
     if (rc == 0)
         rc = ps_conn_send(p->conn, &h, NULL, 0, NULL, NULL);
     if (rc < 0)
@@ -231,7 +231,7 @@ static int ps__hs_welcome(const ps_handshake *hs, ps_peer *p, uint64_t request_i
 
 /* The limits of an admitted peer: what it may send, and how much of what
  * it is sent may queue (two full pulls of this server's share). */
-static void ps__hs_open(const ps_handshake *hs, ps_peer *p)
+static void ps__handshake_open(const ps_handshake *hs, ps_peer *p)
 {
     ps_conn_set_max_payload(p->conn, hs->cfg->max_payload);
     ps_conn_set_max_write_queue(p->conn, 2 * hs->tensors->share + PS_PEER_WRITE_QUEUE_HEADROOM);
@@ -252,9 +252,9 @@ void ps_handshake_evaluator(ps_handshake *hs, ps_peer *p, const Shardps__Hello *
         ps_peer_fail(p, -PS_EPROTO, "an evaluator declares no tensors: it reads the job's");
         return;
     }
-    if (ps__hs_check_settings(hs, p, hello) < 0 ||
-        ps__hs_check_table(hs, p, hello, NULL, why, sizeof(why)) == PS_HS_REFUSED ||
-        ps__hs_check_partition(hs, p, hello) < 0)
+    if (ps__handshake_check_settings(hs, p, hello) < 0 ||
+        ps__handshake_check_table(hs, p, hello, NULL, why, sizeof(why)) == PS_HS_REFUSED ||
+        ps__handshake_check_partition(hs, p, hello) < 0)
         return;
     rc = ps_validate_evaluator_slot(hs->max_connections, hs->cfg->world, hs->peers->n_evaluators,
                                     why, sizeof(why));
@@ -264,11 +264,11 @@ void ps_handshake_evaluator(ps_handshake *hs, ps_peer *p, const Shardps__Hello *
     }
     p->state = PS_PEER_EVALUATOR;
     hs->peers->n_evaluators++;
-    ps__hs_open(hs, p);
+    ps__handshake_open(hs, p);
     snprintf(p->name, sizeof(p->name), "evaluator (%s)", ps_conn_peer(p->conn));
     ps_info("%s joined at clock %" PRIu64 "; it reads the weights and holds no rank", p->name,
             clock);
-    (void)ps__hs_welcome(hs, p, request_id, clock, 0, 0);
+    (void)ps__handshake_welcome(hs, p, request_id, clock, 0, 0);
 }
 
 int ps_handshake_admit(ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello,
@@ -287,11 +287,11 @@ int ps_handshake_admit(ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello
     ps_clocks_view(hs->job, hs->units, -1, &v);
     p->clock = ps_consistency_join_clock(&v, hs->job->resume_clock);
     p->earned = p->clock;
-    ps__hs_open(hs, p);
+    ps__handshake_open(hs, p);
     ps_job_admit(hs->job, p);
     snprintf(p->name, sizeof(p->name), "worker %u (%s)", p->rank, ps_conn_peer(p->conn));
     /* Only the declaring rank 0 has the model's own values to send. */
-    if (ps__hs_welcome(hs, p, request_id, p->clock, declared,
+    if (ps__handshake_welcome(hs, p, request_id, p->clock, declared,
                        p->rank == 0 && declared && ps_values_wanted(&t->values, &t->life)) < 0)
         return 1;
     ps_job_joined(hs->job, p);
@@ -301,7 +301,7 @@ int ps_handshake_admit(ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello
 /* Keeps a deep copy of the HELLO while its sender is challenged: packed and
  * unpacked again, as protobuf-c has no copy. Its size was bounded by the
  * frame decoder. */
-static int ps__hs_copy_hello(ps_peer *p, const Shardps__Hello *hello)
+static int ps__handshake_copy_hello(ps_peer *p, const Shardps__Hello *hello)
 {
     size_t len = shardps__hello__get_packed_size(hello);
     uint8_t *buf = malloc(len ? len : 1);
@@ -316,7 +316,7 @@ static int ps__hs_copy_hello(ps_peer *p, const Shardps__Hello *hello)
 
 /* The HELLO is proven (or needed no proof): a joiner is judged now, a
  * declarer once the TABLE it announced has come. */
-static ps_hs_verdict ps__hs_proven(ps_peer *p, const Shardps__Hello *hello, uint64_t request_id)
+static ps_hs_verdict ps__handshake_proven(ps_peer *p, const Shardps__Hello *hello, uint64_t request_id)
 {
     if (hello->table_digest.len == 0)
         return PS_HS_READY;
@@ -327,7 +327,7 @@ static ps_hs_verdict ps__hs_proven(ps_peer *p, const Shardps__Hello *hello, uint
                      hello->table_digest.len, PS_TABLE_DIGEST_BYTES);
         return PS_HS_REFUSED;
     }
-    if (p->hello == NULL && ps__hs_copy_hello(p, hello) < 0) {
+    if (p->hello == NULL && ps__handshake_copy_hello(p, hello) < 0) {
         ps_peer_fail(p, -ENOMEM, "out of memory");
         return PS_HS_REFUSED;
     }
@@ -341,7 +341,7 @@ static ps_hs_verdict ps__hs_proven(ps_peer *p, const Shardps__Hello *hello, uint
 }
 
 /* The declarer's TABLE frame, after its HELLO (and proof). */
-static ps_hs_verdict ps__hs_table(const ps_handshake *hs, ps_peer *p, const ps_frame *f,
+static ps_hs_verdict ps__handshake_table(const ps_handshake *hs, ps_peer *p, const ps_frame *f,
                                   ps_model_spec *spec, int *has_spec)
 {
     uint8_t digest[PS_TABLE_DIGEST_BYTES];
@@ -379,7 +379,7 @@ static ps_hs_verdict ps__hs_table(const ps_handshake *hs, ps_peer *p, const ps_f
 /* First frame: a HELLO. Without authentication it is judged at once; with
  * it, the server proves itself and waits for the worker's proof before
  * looking at anything else the HELLO says. */
-static ps_hs_verdict ps__hs_hello(const ps_handshake *hs, ps_peer *p, const ps_frame *f)
+static ps_hs_verdict ps__handshake_hello(const ps_handshake *hs, ps_peer *p, const ps_frame *f)
 {
     const Shardps__Hello *hello = f->hdr->hello;
     Shardps__Header h = SHARDPS__HEADER__INIT;
@@ -398,14 +398,14 @@ static ps_hs_verdict ps__hs_hello(const ps_handshake *hs, ps_peer *p, const ps_f
         return PS_HS_REFUSED;
     }
     if (!hs->cfg->auth)
-        return ps__hs_proven(p, hello, f->hdr->request_id);
+        return ps__handshake_proven(p, hello, f->hdr->request_id);
     if (hello->client_nonce.len != PS_AUTH_NONCE_BYTES) {
         ps_peer_fail(p, -PS_EREJECTED,
                      "this server requires authentication; start the worker with "
                      "--auth-token-file");
         return PS_HS_REFUSED;
     }
-    if (ps__hs_copy_hello(p, hello) < 0) {
+    if (ps__handshake_copy_hello(p, hello) < 0) {
         ps_peer_fail(p, -ENOMEM, "out of memory");
         return PS_HS_REFUSED;
     }
@@ -426,7 +426,7 @@ static ps_hs_verdict ps__hs_hello(const ps_handshake *hs, ps_peer *p, const ps_f
     return PS_HS_WAIT;
 }
 
-static ps_hs_verdict ps__hs_auth(const ps_handshake *hs, ps_peer *p, const ps_frame *f)
+static ps_hs_verdict ps__handshake_auth(const ps_handshake *hs, ps_peer *p, const ps_frame *f)
 {
     const Shardps__Header *h = f->hdr;
 
@@ -439,7 +439,7 @@ static ps_hs_verdict ps__hs_auth(const ps_handshake *hs, ps_peer *p, const ps_fr
         return PS_HS_REFUSED;
     }
     p->state = PS_PEER_HANDSHAKE;
-    return ps__hs_proven(p, p->hello, p->hello_id);
+    return ps__handshake_proven(p, p->hello, p->hello_id);
 }
 
 ps_hs_verdict ps_handshake_frame(ps_handshake *hs, ps_peer *p, const ps_frame *f,
@@ -451,13 +451,13 @@ ps_hs_verdict ps_handshake_frame(ps_handshake *hs, ps_peer *p, const ps_frame *f
     *has_spec = 0;
     switch (p->state) {
     case PS_PEER_HANDSHAKE:
-        v = ps__hs_hello(hs, p, f);
+        v = ps__handshake_hello(hs, p, f);
         break;
     case PS_PEER_AUTH:
-        v = ps__hs_auth(hs, p, f);
+        v = ps__handshake_auth(hs, p, f);
         break;
     case PS_PEER_TABLE:
-        v = ps__hs_table(hs, p, f, spec, has_spec);
+        v = ps__handshake_table(hs, p, f, spec, has_spec);
         break;
     default:
         return PS_HS_REFUSED;
