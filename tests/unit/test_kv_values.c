@@ -409,6 +409,73 @@ Test(kv_values, buffers_come_from_rank_0_and_frozen_tensors_are_never_pushed, .t
     ps_model_spec_free(&table);
 }
 
+/* One rank's pull of step `step` and the buffers it must find: rank 0's as
+ * written before the push of step `as_of`. */
+static void pull_buffers(ps_kv_client *c, int step, int as_of, const char *who)
+{
+    float w[8], got_mn[4], emb_got[5], mn[4];
+    int64_t got_cnt[3], cnt[3];
+    float *dest[4] = {w, (float *)got_cnt, got_mn, emb_got};
+
+    cr_assert_eq(ps_kv_client_pull(c, (uint64_t)step, dest), 0);
+    cr_assert_eq(ps_kv_client_wait(c), 0, "%s", ps_kv_client_last_error(c));
+    buffers_at(as_of, cnt, mn);
+    cr_assert(memcmp(got_cnt, cnt, sizeof(cnt)) == 0 && memcmp(got_mn, mn, sizeof(mn)) == 0,
+              "%s, step %d: num_batches_tracked[1] %lld and running_mean[0] %g, want rank 0's "
+              "of step %d (%lld, %g)",
+              who, step, (long long)got_cnt[1], (double)got_mn[0], as_of, (long long)cnt[1],
+              (double)mn[0]);
+}
+
+static void push_step(ps_kv_client *c, int rank, int step)
+{
+    float g[8];
+    int64_t cnt[3];
+    float mn[4];
+    const void *v[4] = {NULL, cnt, mn, NULL};
+
+    for (int i = 0; i < 8; i++)
+        g[i] = (float)(rank + 1);
+    if (rank == 0) {
+        buffers_at(step, cnt, mn);
+        cr_assert_eq(ps_kv_client_write_buffers(c, v), 0, "%s", ps_kv_client_last_error(c));
+    }
+    cr_assert_eq(ps_kv_client_push_tensor(c, 0, g), 0);
+    cr_assert_eq(ps_kv_client_wait(c), 0, "%s", ps_kv_client_last_error(c));
+}
+
+/* Rank 0 refreshes its buffers during step 1 (as a forward leaves them:
+ * DDP broadcasts them at the start of the next), and rank 1 pulls step 1
+ * only after that refresh has reached the server: it still sees the
+ * buffers step 1 began with, and both see the refresh at step 2. On one
+ * thread, so the order is the test's, not the scheduler's. */
+Test(kv_values, a_late_pull_sees_the_buffers_its_step_began_with, .timeout = 60)
+{
+    const void *v[4] = {NULL, counts, mean, frozen};
+    ps_kv_client *c[2];
+    uint64_t clock;
+
+    start();
+    make_kinds();
+    c[1] = connect_as(&kinds, NULL, 1, &clock);
+    c[0] = connect_as(&kinds, v, 0, &clock);
+    for (int r = 0; r < 2; r++)
+        pull_buffers(c[r], 0, 0, r ? "rank 1" : "rank 0");
+    for (int r = 0; r < 2; r++)
+        push_step(c[r], r, 0);
+    pull_buffers(c[0], 1, 0, "rank 0");
+    push_step(c[0], 0, 1);
+    pull_buffers(c[1], 1, 0, "rank 1, after rank 0's refresh of step 1");
+    push_step(c[1], 1, 1);
+    for (int r = 0; r < 2; r++)
+        pull_buffers(c[r], 2, 1, r ? "rank 1" : "rank 0");
+    for (int r = 0; r < 2; r++)
+        ps_kv_client_close(c[r]);
+    server_down();
+    ps_model_spec_free(&kinds);
+    ps_model_spec_free(&table);
+}
+
 /* ---- a checkpoint wins over rank 0's values ------------------------------ */
 
 /* A checkpoint of make_table's table at clock 5 in dir, its declared
