@@ -63,6 +63,10 @@ __attribute__((format(printf, 3, 4))) int ps_shardps_err(shardps *h, int code, c
 int ps_shardps_kv_err(shardps *h, int rc, const char *doing);
 /* 0 when h is connected, else -EINVAL with fn's sentence. */
 int ps_shardps_ready(shardps *h, const char *fn);
+/* Sets the job option of row f (a row of h->options) from value, given as
+ * origin ("option seed", "SHARDPS_SEED"). Returns 0 or a negative code with
+ * the sentence on h. */
+int ps_shardps_set_row(shardps *h, const ps_flag *f, const char *value, const char *origin);
 /* 0 when h may still declare tensors (fn): -EINVAL (h NULL, or an
  * evaluator, which joins) or -EBUSY (connected) with fn's sentence. */
 int ps_shardps_may_declare(shardps *h, const char *fn);

@@ -43,7 +43,7 @@ typedef struct {
 } ps__chunks_update;
 
 void ps_chunks_init(ps_chunks *d, const ps_kv_server_config *cfg, const ps_job *job,
-                   ps_tensors *tensors, ps_units *units)
+                    ps_tensors *tensors, ps_units *units)
 {
     memset(d, 0, sizeof(*d));
     d->cfg = cfg;
@@ -104,7 +104,7 @@ static void ps__chunks_update_done(ps_apply_job *j)
  * (bench-pushpull's 4 KiB step took 81 instead of 31 us with every update
  * on the pool), more than updating 64K floats. Returns 0 or -ENOMEM. */
 static int ps__chunks_submit(ps_chunks *d, ps__chunks_kind kind, int local, const float *grad,
-                            ps__chunks_buf *buf, int count, float lr)
+                             ps__chunks_buf *buf, int count, float lr)
 {
     ps_tensors *t = d->tensors;
     ps__chunks_update *u = calloc(1, sizeof(*u));
@@ -156,7 +156,7 @@ void ps_chunks_apply_step(ps_chunks *d, int local)
     int divisor = ps_consistency_step_divisor(c);
 
     if (divisor > 0 && ps__chunks_submit(d, PS__CHUNKS_APPLY_SUM, local, NULL, NULL, divisor,
-                                        ps_job_rate(d->job, c->clock, 0)) < 0)
+                                         ps_job_rate(d->job, c->clock, 0)) < 0)
         ps_error("out of memory applying step %" PRIu64 " of chunk %d; its gradients are lost",
                  c->clock, local);
     d->n.applied++;
@@ -165,12 +165,12 @@ void ps_chunks_apply_step(ps_chunks *d, int local)
 /* Async and ssp: applies the gradient now; its staleness is how many newer
  * steps this chunk has already taken in. */
 static uint64_t ps__chunks_push_now(ps_chunks *d, int local, uint64_t clock, const float *g,
-                                   ps__chunks_buf *buf)
+                                    ps__chunks_buf *buf)
 {
     uint64_t staleness = ps_consistency_staleness(d->units->clock[local].newest, clock);
 
     if (ps__chunks_submit(d, PS__CHUNKS_APPLY_GRAD, local, g, buf, 0,
-                         ps_job_rate(d->job, clock, staleness)) < 0) {
+                          ps_job_rate(d->job, clock, staleness)) < 0) {
         ps_error("out of memory applying a push to chunk %d; the gradient is lost", local);
         return staleness;
     }
@@ -188,7 +188,7 @@ static uint64_t ps__chunks_push_now(ps_chunks *d, int local, uint64_t clock, con
  * Fills locals; returns the float32 bytes of its keys, or -1 after failing
  * the peer. */
 static long long ps__chunks_check_push(ps_chunks *d, ps_peer *p, const Shardps__Header *h,
-                                      int *locals)
+                                       int *locals)
 {
     ps_tensors *t = d->tensors;
     char why[256];
@@ -266,7 +266,7 @@ static int ps__chunks_chunk_usable(ps_chunks *d, ps_peer *p, uint64_t key, const
  * bfloat16) a pooled buffer it is widened into. The caller holds one
  * reference. NULL when out of memory. */
 static ps__chunks_buf *ps__chunks_take_payload(ps_chunks *d, ps_peer *p, const ps_frame *f,
-                                             size_t f32_bytes)
+                                               size_t f32_bytes)
 {
     ps__chunks_buf *b = calloc(1, sizeof(*b));
     const uint8_t *src = ps_unit_wire_payload(p, f);
@@ -296,7 +296,7 @@ static ps__chunks_buf *ps__chunks_take_payload(ps_chunks *d, ps_peer *p, const p
 /* Sync: what one chunk's share of a push brings to the step it was
  * computed for. Returns 0, or -1 after closing the peer. */
 static int ps__chunks_push_sync(ps_chunks *d, ps_peer *p, int local, uint64_t clock, const float *g,
-                               ps__chunks_buf *buf, ps_unit_part part)
+                                ps__chunks_buf *buf, ps_unit_part part)
 {
     if (part == PS_UNIT_GRAD) {
         if (ps__chunks_submit(d, PS__CHUNKS_ACCUMULATE, local, g, buf, 0, 0.0f) < 0) {
@@ -388,9 +388,9 @@ int ps_chunks_push(ps_chunks *d, ps_peer *p, const ps_frame *f)
             continue;
         }
         if (ps__chunks_push_sync(d, p, local, h->clock, g, buf,
-                                h->unused ? PS_UNIT_UNUSED
-                                : ok      ? PS_UNIT_GRAD
-                                          : PS_UNIT_REFUSED) < 0)
+                                 h->unused ? PS_UNIT_UNUSED
+                                 : ok      ? PS_UNIT_GRAD
+                                           : PS_UNIT_REFUSED) < 0)
             goto out;
         dropped += !ok;
     }

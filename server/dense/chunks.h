@@ -42,7 +42,7 @@ typedef struct {
 } ps_chunks;
 
 void ps_chunks_init(ps_chunks *d, const ps_kv_server_config *cfg, const ps_job *job,
-                   ps_tensors *tensors, ps_units *units);
+                    ps_tensors *tensors, ps_units *units);
 
 /* The place callback's part for a PUSH: its header judged before a byte of
  * its payload is stored. Returns 0, or -PS_EPROTO (-ENOMEM) after failing

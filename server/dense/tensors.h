@@ -51,11 +51,11 @@ typedef struct {
      * worker's reply can be in flight at once, so that many shard-sized
      * buffers are kept warm. */
     ps_buf_pool *bufs;
-    size_t share; /* float32 bytes of this server's chunks */
-    ps_keys keys;            /* a request's keys, named once */
-    ps_values values;        /* rank 0's initial values still to come */
-    uint64_t applied_base;   /* dense updates applied when the table was adopted */
-    int fills_left;          /* chunks whose fill has not finished yet */
+    size_t share;          /* float32 bytes of this server's chunks */
+    ps_keys keys;          /* a request's keys, named once */
+    ps_values values;      /* rank 0's initial values still to come */
+    uint64_t applied_base; /* dense updates applied when the table was adopted */
+    int fills_left;        /* chunks whose fill has not finished yet */
     /* Set when the table is withdrawn: fills not yet begun on the pool skip
      * their work (read there, hence atomic). */
     atomic_int fills_cancelled;

@@ -118,8 +118,8 @@ static int ps__writes_submit(ps_tensors *t, int l, float *vals, int counted)
     ps__writes_job *w = calloc(1, sizeof(*w));
 
     if (w != NULL) {
-        *w = (ps__writes_job){
-            {.run = ps__writes_run, .done = ps__writes_done}, t, l, vals, counted};
+        *w =
+            (ps__writes_job){{.run = ps__writes_run, .done = ps__writes_done}, t, l, vals, counted};
         t->values.inflight += counted;
         if (ps_apply_queue_submit(t->updates, l, &w->job, 0) == 0)
             return 0;

@@ -295,8 +295,8 @@ int ps_durability_restore(ps_durability *d, const ps_durability_builder *b, ps_t
     meta.state_per_weight = ps_optimizer_state_floats(&d->cfg->opt, 1);
     meta.max_table_bytes = d->cfg->max_model_bytes;
     memset(out, 0, sizeof(*out));
-    rc = ps_checkpoint_restore(d->cfg->checkpoint_dir, max_clock, &meta, &sink, &clocks,
-                               &out->rows, path, path_len, err, err_len);
+    rc = ps_checkpoint_restore(d->cfg->checkpoint_dir, max_clock, &meta, &sink, &clocks, &out->rows,
+                               path, path_len, err, err_len);
     d->restoring = 0;
     if (rc < 0)
         return rc;

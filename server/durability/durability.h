@@ -76,8 +76,7 @@ void ps_durability_survey(ps_durability *d, const ps_tensors *t);
 /* A checkpoint is asked for (why: "periodic", "timer", "SIGTERM", ...): a
  * due one takes the clocks of everything submitted to t's queue so far, a
  * second one while one is due is taken after it. */
-void ps_durability_ask(ps_durability *d, const char *why, const ps_tensors *t,
-                       const ps_units *u);
+void ps_durability_ask(ps_durability *d, const char *why, const ps_tensors *t, const ps_units *u);
 /* Writes the due checkpoint once the updates before it are applied, then
  * the one asked for meanwhile, if any; total_steps: the schedule's span.
  * Returns 0 or a negative errno (logged). */

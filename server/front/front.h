@@ -25,16 +25,16 @@
 struct ps_kv_server {
     uv_loop_t *loop;
     ps_kv_server_config cfg;
-    ps_peers peers;         /* every connection */
-    ps_job job;             /* who is in the job */
-    ps_tensors tensors;     /* the table, its shard and apply queue */
-    ps_row_tables tables;   /* this server's row stores */
-    ps_units units;         /* every chunk's and row table's step clock */
-    ps_handshake hs;        /* the handshake's judge */
-    ps_chunks chunks;        /* pushes and pulls of chunks */
-    ps_rows rows;           /* pushes and pulls of rows */
-    ps_held held;           /* the pulls held */
-    ps_durability dur;      /* checkpoints */
+    ps_peers peers;             /* every connection */
+    ps_job job;                 /* who is in the job */
+    ps_tensors tensors;         /* the table, its shard and apply queue */
+    ps_row_tables tables;       /* this server's row stores */
+    ps_units units;             /* every chunk's and row table's step clock */
+    ps_handshake hs;            /* the handshake's judge */
+    ps_chunks chunks;           /* pushes and pulls of chunks */
+    ps_rows rows;               /* pushes and pulls of rows */
+    ps_held held;               /* the pulls held */
+    ps_durability dur;          /* checkpoints */
     void (*settled)(void *arg); /* the apply queue's completions, to the front */
     uv_tcp_t listener;
     int listening, stopping;

@@ -20,7 +20,8 @@
  * shapes the updates (its planned steps do not count). Returns 1 when the
  * settings were compared and agree, 0 when there was nothing to compare,
  * -1 after failing the peer. */
-static int ps__handshake_check_settings(const ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello)
+static int ps__handshake_check_settings(const ps_handshake *hs, ps_peer *p,
+                                        const Shardps__Hello *hello)
 {
     char diff[1024];
     int n;
@@ -44,7 +45,8 @@ static int ps__handshake_check_settings(const ps_handshake *hs, ps_peer *p, cons
 
 /* The HELLO's server list and chunking against ours: they decide which
  * keys live here. Returns 0, or -1 after failing the peer. */
-static int ps__handshake_check_partition(const ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello)
+static int ps__handshake_check_partition(const ps_handshake *hs, ps_peer *p,
+                                         const Shardps__Hello *hello)
 {
     const ps_kv_server_config *cfg = hs->cfg;
 
@@ -68,12 +70,11 @@ static int ps__handshake_check_partition(const ps_handshake *hs, ps_peer *p, con
 }
 
 static int ps__handshake_may_outrank(const ps_handshake *hs, const Shardps__Hello *hello,
-                              const ps_model_spec *spec)
+                                     const ps_model_spec *spec)
 {
-    return ps_tensors_may_outrank(hs->tensors, hello->rank,
-                                  hello->rank < (uint32_t)hs->cfg->world &&
-                                      hs->job->workers[hello->rank] != NULL,
-                                  spec);
+    return ps_tensors_may_outrank(
+        hs->tensors, hello->rank,
+        hello->rank < (uint32_t)hs->cfg->world && hs->job->workers[hello->rank] != NULL, spec);
 }
 
 /* A HELLO's declared table (spec, from its TABLE frame, already checked
@@ -83,8 +84,8 @@ static int ps__handshake_may_outrank(const ps_handshake *hs, const Shardps__Hell
  * rank 0's over one only other ranks declared (OUTRANKS: that one is
  * withdrawn, its declarers told why, and rank 0's adopted). */
 static ps_hs_verdict ps__handshake_check_table(const ps_handshake *hs, ps_peer *p,
-                                        const Shardps__Hello *hello, const ps_model_spec *spec,
-                                        char *why, size_t why_len)
+                                               const Shardps__Hello *hello,
+                                               const ps_model_spec *spec, char *why, size_t why_len)
 {
     const ps_tensors *t = hs->tensors;
 
@@ -114,8 +115,8 @@ static ps_hs_verdict ps__handshake_check_table(const ps_handshake *hs, ps_peer *
         return PS_HS_JOIN;
     /* Both tables are here: the refusal names the first difference. */
     if (ps__handshake_may_outrank(hs, hello, spec)) {
-        if (ps_tensor_table_diff(spec, &t->table, "from rank 0", "declared first", why,
-                                 why_len) == 0)
+        if (ps_tensor_table_diff(spec, &t->table, "from rank 0", "declared first", why, why_len) ==
+            0)
             snprintf(why, why_len, "the tables' digests differ");
         return PS_HS_OUTRANKS;
     }
@@ -204,8 +205,8 @@ static int ps__handshake_send_table(const ps_handshake *hs, ps_peer *p, uint64_t
  * (declared: 0) gets the table first; values_wanted: the declaring rank 0
  * is to WRITE its initial values (values.h). Returns 0, or a negative code
  * with the connection closing. */
-static int ps__handshake_welcome(const ps_handshake *hs, ps_peer *p, uint64_t request_id, uint64_t clock,
-                          int declared, int values_wanted)
+static int ps__handshake_welcome(const ps_handshake *hs, ps_peer *p, uint64_t request_id,
+                                 uint64_t clock, int declared, int values_wanted)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;
     Shardps__Welcome w = SHARDPS__WELCOME__INIT;
@@ -292,7 +293,8 @@ int ps_handshake_admit(ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello
     snprintf(p->name, sizeof(p->name), "worker %u (%s)", p->rank, ps_conn_peer(p->conn));
     /* Only the declaring rank 0 has the model's own values to send. */
     if (ps__handshake_welcome(hs, p, request_id, p->clock, declared,
-                       p->rank == 0 && declared && ps_values_wanted(&t->values, &t->life)) < 0)
+                              p->rank == 0 && declared && ps_values_wanted(&t->values, &t->life)) <
+        0)
         return 1;
     ps_job_joined(hs->job, p);
     return 0;
@@ -316,7 +318,8 @@ static int ps__handshake_copy_hello(ps_peer *p, const Shardps__Hello *hello)
 
 /* The HELLO is proven (or needed no proof): a joiner is judged now, a
  * declarer once the TABLE it announced has come. */
-static ps_hs_verdict ps__handshake_proven(ps_peer *p, const Shardps__Hello *hello, uint64_t request_id)
+static ps_hs_verdict ps__handshake_proven(ps_peer *p, const Shardps__Hello *hello,
+                                          uint64_t request_id)
 {
     if (hello->table_digest.len == 0)
         return PS_HS_READY;
@@ -342,7 +345,7 @@ static ps_hs_verdict ps__handshake_proven(ps_peer *p, const Shardps__Hello *hell
 
 /* The declarer's TABLE frame, after its HELLO (and proof). */
 static ps_hs_verdict ps__handshake_table(const ps_handshake *hs, ps_peer *p, const ps_frame *f,
-                                  ps_model_spec *spec, int *has_spec)
+                                         ps_model_spec *spec, int *has_spec)
 {
     uint8_t digest[PS_TABLE_DIGEST_BYTES];
     char why[256];

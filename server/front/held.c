@@ -322,9 +322,9 @@ static int ps__held_reason(const ps_held *h, const ps_pull *q, char *why, size_t
             return ps__held_no_reason(why, len);
         for (int r = 0; r < world && (q->table >= 0 || u->n_chunks > 0); r++)
             want[r] = j->workers[r] && ps_units_record(u, (uint32_t)r)[unit] <= applied;
-        at = q->table < 0 ? 0
-                          : (size_t)snprintf(why, len, "row table %s: ",
-                                             t->table.row_tables[q->table].name);
+        at = q->table < 0
+                 ? 0
+                 : (size_t)snprintf(why, len, "row table %s: ", t->table.row_tables[q->table].name);
         at += (size_t)snprintf(why + at, len > at ? len - at : 0,
                                "step %" PRIu64 " is waiting for ", applied + 1);
         snprintf(tail, sizeof(tail), " of %d to push it", world);

@@ -46,8 +46,8 @@ typedef struct {
     const ps_units *units;
     const ps_durability *dur;
     uv_loop_t *loop;
-    uint32_t report_ms; /* cfg's wait_report_ms, or PS_HELD_REPORT_MS */
-    ps_pull *head;      /* held, oldest first */
+    uint32_t report_ms;  /* cfg's wait_report_ms, or PS_HELD_REPORT_MS */
+    ps_pull *head;       /* held, oldest first */
     uint8_t *wait_ranks; /* scratch for the reasons: by rank, waited for */
     ps_held_counters n;
 } ps_held;

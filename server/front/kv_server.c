@@ -126,8 +126,7 @@ static int ps__kv_checkpoint(ps_kv_server *s, const char *why)
         return 0;
     }
     ps_durability_ask(&s->dur, why, &s->tensors, &s->units);
-    return ps_durability_try_write(&s->dur, &s->tensors, &s->units, &s->tables,
-                                   s->job.total_steps);
+    return ps_durability_try_write(&s->dur, &s->tensors, &s->units, &s->tables, s->job.total_steps);
 }
 
 static void ps__kv_quiesced(ps_kv_server *s, int in_time)
@@ -382,7 +381,8 @@ static void ps__kv_on_conn_close(ps_conn *c, int err)
         ps_warn("closing %s: %s%s%s", p->name, ps_strerror(err), *detail ? ": " : "", detail);
         s->peers.refused++;
     }
-    changes = ps__kv_leave(s, p, err == -PS_ECLOSED || err == 0 ? "disconnected" : ps_strerror(err));
+    changes =
+        ps__kv_leave(s, p, err == -PS_ECLOSED || err == 0 ? "disconnected" : ps_strerror(err));
     ps__kv_settle(s, changes, (changes & PS__KV_LEFT) ? p : NULL);
     ps_peers_remove(&s->peers, p);
     ps_unit_wire_done(p);
@@ -529,8 +529,10 @@ int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_co
         ps_held_init(&s->held, loop, &s->cfg, &s->job, &s->tensors, &s->tables, &s->units,
                      &s->dur) < 0)
         goto fail;
-    s->hs = (ps_handshake){&s->cfg, &s->job, &s->peers, &s->tensors, &s->units,
-                           cfg->max_connections > 0 ? cfg->max_connections : 2 * cfg->world + 16};
+    s->hs = (ps_handshake){
+        &s->cfg,   &s->job,
+        &s->peers, &s->tensors,
+        &s->units, cfg->max_connections > 0 ? cfg->max_connections : 2 * cfg->world + 16};
     ps_chunks_init(&s->chunks, &s->cfg, &s->job, &s->tensors, &s->units);
     ps_rows_init(&s->rows, &s->cfg, &s->job, &s->tensors, &s->units, &s->tables);
     if (cfg->table && (rc = ps_front_adopt(s, cfg->table, PS_TABLE_CONFIGURE)) < 0)

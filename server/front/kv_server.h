@@ -52,7 +52,6 @@ typedef struct {
     uint64_t rows_stored, rows_created, rows_admitted, rows_evicted, rows_memory;
 } ps_kv_server_stats;
 
-
 /* cfg is copied. Returns 0, -EINVAL or -ENOMEM. */
 int ps_kv_server_init(ps_kv_server **out, uv_loop_t *loop, const ps_kv_server_config *cfg,
                       ps_kv_server_done_cb done, void *arg);

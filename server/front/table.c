@@ -125,7 +125,7 @@ int ps_front_outranked(ps_kv_server *s, ps_peer *p, const char *diff)
 /* The table a HELLO declared becomes the server's. Returns 0, or -1 after
  * failing the peer. */
 int ps_front_declare(ps_kv_server *s, ps_peer *p, const Shardps__Hello *hello,
-                          const ps_model_spec *spec)
+                     const ps_model_spec *spec)
 {
     int rc = ps_front_adopt(s, spec, PS_TABLE_DECLARE);
 

@@ -25,9 +25,8 @@ int ps_job_init(ps_job *j, const ps_kv_server_config *cfg)
      * worker joining now may be welcomed one step further by another
      * server; and a server restored from a checkpoint taken every N steps
      * may be up to N steps behind the others. */
-    j->clock_lead = cfg->max_clock_lead > 0
-                        ? cfg->max_clock_lead
-                        : 1 + (cfg->checkpoint_dir ? cfg->checkpoint_every : 0);
+    j->clock_lead = cfg->max_clock_lead > 0 ? cfg->max_clock_lead
+                                            : 1 + (cfg->checkpoint_dir ? cfg->checkpoint_every : 0);
     j->workers = calloc(world, sizeof(*j->workers));
     j->live_clocks = calloc(world, sizeof(*j->live_clocks));
     j->has_joined = calloc(world, 1);

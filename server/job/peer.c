@@ -43,8 +43,7 @@ static void ps__peer_on_refusal_sent(ps_conn *c, int status, void *arg)
 
 int ps_peer_handshaking(const ps_peer *p)
 {
-    return p->state == PS_PEER_HANDSHAKE || p->state == PS_PEER_AUTH ||
-           p->state == PS_PEER_TABLE;
+    return p->state == PS_PEER_HANDSHAKE || p->state == PS_PEER_AUTH || p->state == PS_PEER_TABLE;
 }
 
 void ps_peer_refuse(ps_peer *p, int err, char *reason)

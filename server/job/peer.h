@@ -50,11 +50,11 @@ struct ps_peer {
     int agreed;       /* its HELLO's job settings were compared and agree (1) or absent (0) */
     uint64_t planned; /* steps it plans, from an agreeing HELLO (0: none counted) */
     uint32_t rank;
-    uint64_t clock;   /* steps fully pushed to this server */
-    uint64_t earned;  /* its join clock, or 1 + the step of its last complete push */
-    int keys_pushed;  /* keys pushed so far at `clock` */
-    int pending;      /* pulls held for it */
-    uint64_t fed;     /* sync: 1 + step its last push went into (0: none) */
+    uint64_t clock;  /* steps fully pushed to this server */
+    uint64_t earned; /* its join clock, or 1 + the step of its last complete push */
+    int keys_pushed; /* keys pushed so far at `clock` */
+    int pending;     /* pulls held for it */
+    uint64_t fed;    /* sync: 1 + step its last push went into (0: none) */
     uint64_t n_pushes, n_pulls, bytes_in, bytes_out;
     uint64_t last_seen; /* loop time (ms) of its last frame */
     char name[96];      /* "worker 1 (127.0.0.1:40000)" for logs */

@@ -48,8 +48,8 @@ struct ps_row_store {
     ps_row_map *map;
     ps_row_admit *admit;
     ps_row_counters counters;
-    float *row;     /* a new row being made: values then state */
-    float *grad;    /* a scaled gradient */
+    float *row;  /* a new row being made: values then state */
+    float *grad; /* a scaled gradient */
     /* Eviction candidates, oldest first from next_victim. */
     ps__victim *victims;
     size_t n_victims, next_victim, cap_victims;

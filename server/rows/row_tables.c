@@ -25,8 +25,7 @@ static void ps__row_tables_opt(const ps_kv_server_config *cfg, const ps_row_tabl
     o->opt.weight_decay = cfg->opt.weight_decay;
 }
 
-int ps_row_tables_build(ps_row_tables *r, const ps_kv_server_config *cfg,
-                        const ps_model_spec *spec)
+int ps_row_tables_build(ps_row_tables *r, const ps_kv_server_config *cfg, const ps_model_spec *spec)
 {
     int n = spec->n_row_tables;
     char why[256];

@@ -71,8 +71,7 @@ static int ps__rows_clock_ok(const ps_rows *r, ps_peer *p, const Shardps__Header
 /* The request's header judged again, as the job may have moved while it
  * arrived, and the view its clock is judged by. Returns 0, or -1 after
  * failing the peer. */
-static int ps__rows_check(ps_rows *r, ps_peer *p, const Shardps__Header *h,
-                          ps_consistency_view *v)
+static int ps__rows_check(ps_rows *r, ps_peer *p, const Shardps__Header *h, ps_consistency_view *v)
 {
     if (ps_rows_judge(r, p, h) < 0)
         return -1;
@@ -135,8 +134,7 @@ ps_pull *ps_rows_pull(ps_rows *r, ps_peer *p, const ps_frame *f)
 
     if (ps__rows_check(r, p, h, &v) < 0 || ps__rows_parse(r, p, f, &ids, &widened, &grads) != 0)
         goto out;
-    q = ps_pull_new(p, h->request_id, h->clock, (int)h->row_table, (size_t)h->row_count, NULL,
-                    ids);
+    q = ps_pull_new(p, h->request_id, h->clock, (int)h->row_table, (size_t)h->row_count, NULL, ids);
     ids = NULL;
     if (q == NULL)
         ps_conn_close(p->conn, -ENOMEM);

@@ -3,8 +3,7 @@
 
 #include <stddef.h>
 
-int ps_unit_wire_place(ps_buf_pool *pool, ps_peer *p, uint64_t bytes,
-                       const ps_frame_piece **pieces)
+int ps_unit_wire_place(ps_buf_pool *pool, ps_peer *p, uint64_t bytes, const ps_frame_piece **pieces)
 {
     ps_buf_pool_put(p->piece.base);
     p->piece.base = ps_buf_pool_get(pool, (size_t)bytes);
@@ -26,8 +25,7 @@ void ps_unit_wire_done(ps_peer *p)
     p->piece.base = NULL;
 }
 
-void ps_unit_wire_ack(ps_peer *p, Shardps__Header *h, int dropped, int rejected,
-                      uint64_t staleness)
+void ps_unit_wire_ack(ps_peer *p, Shardps__Header *h, int dropped, int rejected, uint64_t staleness)
 {
     h->status = dropped;
     h->rejected = (uint32_t)rejected;

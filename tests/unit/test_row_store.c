@@ -1,12 +1,11 @@
 /* Tests for the row store: reads create nothing; an apply makes a row from
  * its initializer and updates it as the optimizer does on its own; scaled
  * gradients; whole-batch refusals before anything changes (a bad scale or
- * step; an ID named twice is the wire's to refuse, test_row_wire.c) and per-row refusals of non-finite updates; admission
- * after N pushes and its sketch saved and restored; expiry exact at its
- * step and swept; capacity evicting by (last step, ID) against a plain
- * simulation; a checkpoint's walk and re-insert giving a store that visits
- * and trains on bit for bit the same; a random workload against a plain
- * per-row reference. */
+ * step; an ID named twice is the wire's to refuse, test_row_wire.c) and per-row refusals of
+ * non-finite updates; admission after N pushes and its sketch saved and restored; expiry exact at
+ * its step and swept; capacity evicting by (last step, ID) against a plain simulation; a
+ * checkpoint's walk and re-insert giving a store that visits and trains on bit for bit the same; a
+ * random workload against a plain per-row reference. */
 #include <criterion/criterion.h>
 
 #include <errno.h>
