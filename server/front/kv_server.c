@@ -150,9 +150,12 @@ static void ps__kv_quiesced(ps_kv_server *s, int in_time)
  * nothing more will complete the step: now, as it is. */
 static void ps__kv_maybe_quiesced(ps_kv_server *s)
 {
-    int boundary = ps_units_at_boundary(&s->units, s->cfg.staleness);
+    int boundary;
 
-    if (s->quiesce_cb && (boundary || s->job.live == 0))
+    if (s->quiesce_cb == NULL)
+        return;
+    boundary = ps_units_at_boundary(&s->units, s->cfg.staleness);
+    if (boundary || s->job.live == 0)
         ps__kv_quiesced(s, boundary);
 }
 
