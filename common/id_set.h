@@ -1,12 +1,12 @@
 /* A set of 64-bit IDs, each with a 32-bit value, for the rows paths that
  * must tell repeats apart in a request of up to millions of IDs: the client
- * numbering a call's unique IDs (lib/kv_rows.c), the server refusing an ID
- * named twice (server/row_wire.c) and the row store refusing a batch with a
- * repeat (server/row_store.c). Sorting did this before at O(n log n) and a
- * copy; an open-addressing table (linear probing on ps_mix64 of the ID, at
- * most half full) does it in one pass, and a generation counter empties it
- * in O(1), so one set is kept and reused call after call without touching
- * its memory again.
+ * numbering a call's unique IDs (lib/transfer/kv_rows.c) and the server
+ * refusing an ID named twice (server/rows/row_wire.c, the one place the
+ * server checks it; the row store takes unique IDs as given). Sorting did
+ * this before at O(n log n) and a copy; an open-addressing table (linear
+ * probing on ps_mix64 of the ID, at most half full) does it in one pass,
+ * and a generation counter empties it in O(1), so one set is kept and
+ * reused call after call without touching its memory again.
  *
  * It grows to the largest call's size (16 bytes a slot, two slots an ID:
  * 32 MiB for 2^20 IDs) and gives that back once it has been far too large

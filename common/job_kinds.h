@@ -4,7 +4,7 @@
  * are), so a kind is one line: the job-option table offers these names as
  * its choices (job_options.c), the check and the servers' configuration
  * parse the option's text into the enum once (job_check.c,
- * server/server_config.c), and logs, the Welcome and the metrics print the
+ * server/main/server_config.c), and logs, the Welcome and the metrics print the
  * name back from the same table. */
 #ifndef PS_JOB_KINDS_H
 #define PS_JOB_KINDS_H
@@ -17,7 +17,7 @@
     X(PS_MODE_SSP, "ssp")
 
 /* sgd is plain SGD with --momentum 0 and heavy-ball otherwise; nesterov is
- * SGD with Nesterov momentum (the rules: server/optimizer.h). */
+ * SGD with Nesterov momentum (the rules: server/rules/optimizer.h). */
 #define PS_OPTIMIZER_MAP(X)                                                                        \
     X(PS_OPT_SGD, "sgd")                                                                           \
     X(PS_OPT_NESTEROV, "nesterov")                                                                 \
@@ -25,7 +25,7 @@
     X(PS_OPT_ADAMW, "adamw")                                                                       \
     X(PS_OPT_ADAGRAD, "adagrad")
 
-/* The shapes of the rate over steps (server/lr_schedule.h). */
+/* The shapes of the rate over steps (server/rules/lr_schedule.h). */
 #define PS_LR_SCHEDULE_MAP(X)                                                                      \
     X(PS_LR_CONSTANT, "constant")                                                                  \
     X(PS_LR_STEP, "step")                                                                          \

@@ -83,7 +83,7 @@ typedef struct {
     /* Hostile peers (docs/reliability.md). */
     int max_connections;
     double handshake_timeout, max_grad_norm, max_clock_lead;
-    int max_row_ids; /* a rows request's IDs at most (server/row_wire.h) */
+    int max_row_ids; /* a rows request's IDs at most (server/rows/row_wire.h) */
     int verbose;
 } ps_job_options;
 

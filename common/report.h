@@ -28,7 +28,7 @@ typedef struct {
     int steps_per_epoch; /* steps per pass over the data */
 } ps_report_start;
 
-/* A program on libshardps (lib/job_report.h) knows no epochs and, unless
+/* A program on libshardps (lib/handle/job_report.h) knows no epochs and, unless
  * told, not the run's length: it says epoch 0 and steps 0 for "not known",
  * in "start" (steps, steps_per_epoch) and "progress" (epoch, steps). */
 typedef struct {

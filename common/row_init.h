@@ -3,7 +3,7 @@
  *
  * A table declares one initializer; a server answers a pull of a row it
  * does not store with these values, and stores them as the row's starting
- * point when its first gradient arrives (server/row_store). Because the
+ * point when its first gradient arrives (server/rows/row_store). Because the
  * values depend on nothing else (not on which server holds the row, when it
  * is first touched, or in which order rows are asked for), runs repeat and
  * a restore onto a different number of servers reads exactly the rows the

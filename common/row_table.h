@@ -10,7 +10,7 @@
  * receipt, field by field, each refusal naming the table and the field),
  * its translation to and from the wire, and the comparison that names the
  * first difference. What a server builds from a declaration is
- * server/row_store's; where a row lives is common/row_place's. */
+ * server/rows/row_store's; where a row lives is common/row_place's. */
 #ifndef PS_ROW_TABLE_H
 #define PS_ROW_TABLE_H
 
@@ -24,8 +24,8 @@
 #define PS_MAX_ROW_TABLES 256
 /* As a tensor's (model_spec.h's PS_MAX_NAME_BYTES, asserted there). */
 #define PS_ROW_TABLE_NAME_BYTES 255
-/* server/row_store.h's bounds, repeated here since common/ includes no
- * server header (asserted in server/rows.c). */
+/* server/rows/row_store.h's bounds, repeated here since common/ includes no
+ * server header (the dim's asserted in server/rows/row_wire.c). */
 #define PS_ROW_TABLE_MAX_DIM   65536
 #define PS_ROW_TABLE_MAX_ADMIT 65535
 #define PS_ROW_TABLE_MAX_CAP   ((uint64_t)UINT32_MAX - 1)
@@ -38,7 +38,7 @@ typedef struct {
     uint32_t dim;
     /* kind, lo, hi, mean, std; seed is the tensor table's (set on adoption). */
     ps_row_init init;
-    /* "" for the job's optimizer, else a name server/row_optimizer parses
+    /* "" for the job's optimizer, else a name server/rows/row_optimizer parses
      * (ps_row_table_optimizer_ok). */
     char optimizer[24];
     uint32_t admit_after;  /* 0, 1: stored at the first push; N: at the Nth */
@@ -47,7 +47,7 @@ typedef struct {
 } ps_row_table_spec;
 
 /* The per-row optimizer that only row tables have: Adagrad with one
- * accumulator per row (server/row_optimizer.h). */
+ * accumulator per row (server/rows/row_optimizer.h). */
 #define PS_ROW_TABLE_ROWWISE_ADAGRAD "rowwise-adagrad"
 
 /* Whether name is "" or one of the per-row optimizers' names: the job's
