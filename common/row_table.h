@@ -25,7 +25,7 @@
 /* As a tensor's (model_spec.h's PS_MAX_NAME_BYTES, asserted there). */
 #define PS_ROW_TABLE_NAME_BYTES 255
 /* server/rows/row_store.h's bounds, repeated here since common/ includes no
- * server header (the dim's asserted in server/rows/row_wire.c). */
+ * server header (asserted equal in server/rows/row_tables.c). */
 #define PS_ROW_TABLE_MAX_DIM   65536
 #define PS_ROW_TABLE_MAX_ADMIT 65535
 #define PS_ROW_TABLE_MAX_CAP   ((uint64_t)UINT32_MAX - 1)

@@ -164,8 +164,8 @@ void ps_chunks_apply_step(ps_chunks *d, int local)
 
 /* Async and ssp: applies the gradient now; its staleness is how many newer
  * steps this chunk has already taken in. */
-static uint64_t ps__chunks_push_now(ps_chunks *d, int local, uint64_t clock, const float *g,
-                                    ps__chunks_buf *buf)
+static uint64_t ps__chunks_push_now(ps_chunks *d, uint32_t rank, int local, uint64_t clock,
+                                    const float *g, ps__chunks_buf *buf)
 {
     uint64_t staleness = ps_consistency_staleness(d->units->clock[local].newest, clock);
 
@@ -175,7 +175,7 @@ static uint64_t ps__chunks_push_now(ps_chunks *d, int local, uint64_t clock, con
         return staleness;
     }
     ps__chunks_record_staleness(&d->n, staleness);
-    ps_units_applied(d->units, local, clock);
+    ps_units_applied(d->units, rank, local, clock);
     d->n.applied++;
     return staleness;
 }
@@ -305,7 +305,7 @@ static int ps__chunks_push_sync(ps_chunks *d, ps_peer *p, int local, uint64_t cl
         }
         ps__chunks_record_staleness(&d->n, 0);
     }
-    ps_units_count(d->units, local, part);
+    ps_units_count(d->units, p->rank, local, clock, part);
     if (clock + 1 > p->fed)
         p->fed = clock + 1;
     return 0;
@@ -360,7 +360,7 @@ int ps_chunks_push(ps_chunks *d, ps_peer *p, const ps_frame *f)
 
         if (payload)
             payload += numel * sizeof(float);
-        verdict = ps_units_take(d->units, p->rank, local, h->clock, sync);
+        verdict = ps_units_judge(d->units, p->rank, local, h->clock, sync);
         if (verdict == PS_UNIT_REPEAT) {
             /* A repeat (typically resent after a reconnect): this rank's
              * gradient for this step is already in. */
@@ -375,7 +375,7 @@ int ps_chunks_push(ps_chunks *d, ps_peer *p, const ps_frame *f)
         ok = h->unused || (usable && ps__chunks_chunk_usable(d, p, h->keys[i], g, numel));
         rejected += !ok;
         if (!sync) {
-            uint64_t st = ok ? ps__chunks_push_now(d, local, h->clock, g, buf) : 0;
+            uint64_t st = ok ? ps__chunks_push_now(d, p->rank, local, h->clock, g, buf) : 0;
             if (st > max_stale)
                 max_stale = st;
             dropped += !ok;

@@ -1,6 +1,6 @@
 /* Checkpoint files (see checkpoint.h): their names, listing and surveying a
  * directory, writing (through stdio while the CRC accumulates; the rows
- * section by server/checkpoint_rows), and the restore driver, which picks
+ * section by server/durability/checkpoint_rows), and the restore driver, which picks
  * the clock and the files to read and has server/checkpoint_file verify
  * each completely before the table is adopted and then copy it. */
 #include "checkpoint.h"

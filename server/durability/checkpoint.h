@@ -8,7 +8,7 @@
  * clock, planned steps, chunk count, job fingerprint), the job's tensor table
  * (u32 length and a packed TensorTable message, proto/shardps.proto), then per
  * chunk its key, sizes, clocks, update count, weights and state, then the
- * rows section (server/checkpoint_rows.h), and last a CRC32C of every byte
+ * rows section (server/durability/checkpoint_rows.h), and last a CRC32C of every byte
  * before it. Files of older versions, which lacked the rows' counters (5),
  * the rows (4), the job fingerprint or the table (3 and older), are refused
  * with that reason: a server restored from one could not know its job, its

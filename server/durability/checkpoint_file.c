@@ -2,7 +2,7 @@
  * header and the tensor table are checked first, then the file's size
  * against what its server's share of that table needs under the file's
  * own plan (computed from the partition, nothing allocated for the file's
- * sake; the rows section, server/checkpoint_rows, takes the rest), then the
+ * sake; the rows section, server/durability/checkpoint_rows, takes the rest), then the
  * body is streamed once through the CRC, and only after the caller has
  * adopted the table is it read again into the shard and row stores. */
 #include "checkpoint_file.h"

@@ -1,4 +1,4 @@
-/* One checkpoint file read for a restore (server/checkpoint.c's format):
+/* One checkpoint file read for a restore (server/durability/checkpoint.c's format):
  * opened with its identity checked, verified completely, then copied into
  * a shard and row stores, either those of the plan it was written for or
  * those of another (a different number of servers or chunk size).
@@ -10,12 +10,12 @@
  * (ps_checkpoint_keep names this server in the new plan), every part of a
  * file's chunk that falls into one of this shard's chunks is copied there
  * (weights and the optimizer state of each weight, which sit together:
- * server/optimizer.h), a chunk's clocks and update count come from the old
+ * server/rules/optimizer.h), a chunk's clocks and update count come from the old
  * chunk that held its first word, and only the rows common/row_place puts
  * on this server are kept; a restore reads every old file this way, so
  * every word and row lands somewhere exactly once.
  *
- * Internal to server/checkpoint.c; tests use it through checkpoint.h. */
+ * Internal to server/durability/checkpoint.c; tests use it through checkpoint.h. */
 #ifndef PS_CHECKPOINT_FILE_H
 #define PS_CHECKPOINT_FILE_H
 

@@ -1,4 +1,4 @@
-/* The embedding rows of a checkpoint (server/checkpoint.c's file, format 6):
+/* The embedding rows of a checkpoint (server/durability/checkpoint.c's file, format 6):
  * the section after the dense chunks that holds every row table of the
  * server with its clocks, its counters, its admission sketch and every
  * stored row with its optimizer state and counters, so a restore is exact

@@ -5,13 +5,14 @@
  *
  * A checkpoint asked for takes the clocks of everything submitted so far
  * (the apply queue's next number); it is written once the updates before
- * that number have run, and pulls numbered after it wait for it (held.h),
- * so in sync mode a checkpoint of a step is on disk before any worker sees
- * that step's weights. Embedding rows are written as they are when the
- * file is written, with their tables' clocks (rows are applied on the loop,
- * and a sync pull waits for a due checkpoint, so a worker that pulls before
- * it pushes has pushed the checkpoint's step and nothing after); a sync
- * step pushed but not yet applied is not kept, for rows as for chunks.
+ * that number have run, and dense pulls numbered after it wait for it
+ * (held.h), so in sync mode a checkpoint of a step is on disk before any
+ * worker sees that step's weights. Embedding rows are written as they are
+ * when the file is written, with their tables' clocks (rows are applied on
+ * the loop, and a worker's dense pull waits for a due checkpoint, so a
+ * worker that pulls before it pushes has pushed the checkpoint's step and
+ * nothing after); a sync step pushed but not yet applied is not kept, for
+ * rows as for chunks.
  *
  * The timers and the sequence that asks are the front's; this module keeps
  * what is due and does the writing and reading. Loop thread only. */

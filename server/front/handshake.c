@@ -272,10 +272,8 @@ void ps_handshake_evaluator(ps_handshake *hs, ps_peer *p, const Shardps__Hello *
     (void)ps__handshake_welcome(hs, p, request_id, clock, 0, 0);
 }
 
-int ps_handshake_admit(ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello,
-                       uint64_t request_id, int declared)
+void ps_handshake_place(ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello)
 {
-    const ps_tensors *t = hs->tensors;
     ps_consistency_view v;
 
     p->rank = hello->rank;
@@ -289,15 +287,19 @@ int ps_handshake_admit(ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello
     p->clock = ps_consistency_join_clock(&v, hs->job->resume_clock);
     p->earned = p->clock;
     ps__handshake_open(hs, p);
-    ps_job_admit(hs->job, p);
     snprintf(p->name, sizeof(p->name), "worker %u (%s)", p->rank, ps_conn_peer(p->conn));
+}
+
+int ps_handshake_welcome(ps_handshake *hs, ps_peer *p, uint64_t request_id, int declared)
+{
+    const ps_tensors *t = hs->tensors;
+
     /* Only the declaring rank 0 has the model's own values to send. */
-    if (ps__handshake_welcome(hs, p, request_id, p->clock, declared,
-                              p->rank == 0 && declared && ps_values_wanted(&t->values, &t->life)) <
-        0)
-        return 1;
-    ps_job_joined(hs->job, p);
-    return 0;
+    return ps__handshake_welcome(hs, p, request_id, p->clock, declared,
+                                 p->rank == 0 && declared &&
+                                     ps_values_wanted(&t->values, &t->life)) < 0
+               ? -1
+               : 0;
 }
 
 /* Keeps a deep copy of the HELLO while its sender is challenged: packed and

@@ -8,10 +8,12 @@
  * evaluator's role is admitted read-only, without a rank (and told the
  * table as a joiner is).
  *
- * The handshake judges; what its verdict asks of the rest of the server (a
- * table adopted or withdrawn, the job starting) is the front's to carry
- * out, in kv_server.c: a HELLO that is ready to be judged comes back to the
- * front as PS_HS_READY. */
+ * The handshake judges, and moves a peer through its handshake's states; an
+ * evaluator it admits takes a connection slot and no place in the job.
+ * What its verdict asks of the rest of the server (a table adopted or
+ * withdrawn, a worker admitted into the membership, the job starting) is
+ * the front's to carry out, in kv_server.c: a HELLO that is ready to be
+ * judged comes back to the front as PS_HS_READY. */
 #ifndef PS_HANDSHAKE_H
 #define PS_HANDSHAKE_H
 
@@ -26,7 +28,7 @@
 
 typedef struct {
     const ps_kv_server_config *cfg; /* borrowed, as the rest */
-    ps_job *job;
+    const ps_job *job;
     ps_peers *peers;
     const ps_tensors *tensors;
     const ps_units *units;
@@ -55,12 +57,14 @@ ps_hs_verdict ps_handshake_frame(ps_handshake *hs, ps_peer *p, const ps_frame *f
  * OUTRANKS leaves the difference in why. */
 ps_hs_verdict ps_handshake_judge(ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello,
                                  const ps_model_spec *spec, char *why, size_t why_len);
-/* Admits p, judged, as its rank's worker at the job's clock and welcomes
- * it (declared: it declared the table, so it is not sent one). Returns 0,
- * 1 when it is admitted but its WELCOME could not be sent (the connection
- * closes), or -1 after refusing it. */
-int ps_handshake_admit(ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello,
-                       uint64_t request_id, int declared);
+/* p, judged, takes its rank and the job's clock (where a worker joining
+ * now starts), and an admitted peer's limits. The front then admits it into
+ * the membership (membership.h) and welcomes it. */
+void ps_handshake_place(ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello);
+/* The WELCOME of p, placed (declared: it declared the table, so it is not
+ * sent one; the declaring rank 0 is asked for its values). Returns 0, or -1
+ * when it could not be sent (the connection closes). */
+int ps_handshake_welcome(ps_handshake *hs, ps_peer *p, uint64_t request_id, int declared);
 /* Judges an evaluator's HELLO and admits it read-only. */
 void ps_handshake_evaluator(ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello,
                             uint64_t request_id);

@@ -230,7 +230,6 @@ static unsigned ps__kv_admit(ps_kv_server *s, ps_peer *p, const Shardps__Hello *
 {
     char why[512];
     ps_hs_verdict v;
-    int rc;
 
     if (hello != NULL && hello->role == SHARDPS__ROLE__ROLE_EVALUATOR) {
         ps_handshake_evaluator(&s->hs, p, hello, request_id);
@@ -244,13 +243,17 @@ static unsigned ps__kv_admit(ps_kv_server *s, ps_peer *p, const Shardps__Hello *
     }
     if (v == PS_HS_REFUSED || (v == PS_HS_ADOPT && ps_front_declare(s, p, hello, spec) < 0))
         return 0;
-    rc = ps_handshake_admit(&s->hs, p, hello, request_id, spec != NULL);
+    ps_handshake_place(&s->hs, p, hello);
+    ps_job_admit(&s->job, p);
     ps_units_rank_joined(&s->units, p->rank);
     if (spec != NULL) {
         p->declarer = 1;
         ps_tensors_event(&s->tensors, PS_TABLE_DECLARER_JOINED);
     }
-    return rc == 0 ? PS__KV_JOINED : 0;
+    if (ps_handshake_welcome(&s->hs, p, request_id, spec != NULL) < 0)
+        return 0;
+    ps_job_joined(&s->job, p);
+    return PS__KV_JOINED;
 }
 
 /* ---- frames ------------------------------------------------------------- */

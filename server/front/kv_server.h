@@ -46,7 +46,7 @@ typedef struct {
     uint64_t memory_bytes; /* weights, optimizer state and sync accumulators */
     /* Embedding rows (all row tables): requests served, rows carried, rows
      * requests refused (a NaN or Inf gradient, an ID named twice), and the
-     * row stores' counters (server/row_store.h). */
+     * row stores' counters (server/rows/row_store.h). */
     int row_tables;
     uint64_t row_pulls, row_pushes, rows_out, rows_in, rows_refused;
     uint64_t rows_stored, rows_created, rows_admitted, rows_evicted, rows_memory;

@@ -1,8 +1,8 @@
 /* The optimizer update of one embedding row: the dense rules of
- * server/optimizer.c applied to a row's D weights and its own state, plus
+ * server/rules/optimizer.c applied to a row's D weights and its own state, plus
  * row-wise Adagrad.
  *
- * A row's state exists only once the row is stored (server/row_store keeps
+ * A row's state exists only once the row is stored (server/rows/row_store keeps
  * it beside the weights, zero at creation) and is laid out as optimizer.c
  * lays out a chunk's: momentum one float per weight, Adagrad's sums one,
  * Adam's m and v interleaved, two. Row-wise Adagrad keeps one accumulator
@@ -14,7 +14,7 @@
  * SparseAdam: a row that is not pushed in a step is not updated at all (no
  * momentum carried forward, no weight decay), and Adam's bias correction
  * counts the row's own updates (row_step), not the global step. The rate
- * is the caller's: the table's schedule (server/lr_schedule) at the step
+ * is the caller's: the table's schedule (server/rules/lr_schedule) at the step
  * being applied, as for dense chunks.
  *
  * Every update is checked: when a weight or state value would become Inf

@@ -261,7 +261,7 @@ int ps_row_store_check(const ps_row_store_config *cfg, char *why, size_t why_len
     if (cfg->dim < 1 || cfg->dim > PS_ROW_MAX_DIM)
         return ps_err_printf(why, why_len, -EINVAL, "table %u: dimension %u is not in 1..%d",
                              cfg->table_id, cfg->dim, PS_ROW_MAX_DIM);
-    if (cfg->expect_rows > ((uint64_t)1 << 31) || cfg->capacity > PS__MAX_SLOTS)
+    if (cfg->expect_rows > ((uint64_t)1 << 31) || cfg->capacity > PS_ROW_MAX_CAPACITY)
         return ps_err_printf(why, why_len, -EINVAL,
                              "table %u: expected rows %llu (at most 2^31) or capacity %llu (at "
                              "most 2^32 - 2) too large",
@@ -272,7 +272,7 @@ int ps_row_store_check(const ps_row_store_config *cfg, char *why, size_t why_len
     if ((rc = ps_row_opt_check(&cfg->opt, why, why_len)) < 0)
         return rc;
     if (cfg->admit_after > 1) {
-        if (cfg->admit_after > UINT16_MAX)
+        if (cfg->admit_after > PS_ROW_MAX_ADMIT)
             return ps_err_printf(why, why_len, -EINVAL,
                                  "table %u: admission after %u pushes, at most %u", cfg->table_id,
                                  cfg->admit_after, UINT16_MAX);

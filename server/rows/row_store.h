@@ -9,12 +9,12 @@
  * never values: the caller hands a batch of unique IDs with their summed
  * gradients and the factor to scale them by (1/W in sync mode, as dense
  * chunks take the mean), and the rate of the step (the table's schedule,
- * server/lr_schedule). A row whose update would not be finite is refused
+ * server/rules/lr_schedule). A row whose update would not be finite is refused
  * and left as it was; the others go on.
  *
  * Policies, all optional:
  *   admission   a row is stored only at the admit_after-th push of its ID,
- *               counted in a bounded sketch (server/row_admit); the pushes
+ *               counted in a bounded sketch (server/rows/row_admit); the pushes
  *               before are counted and dropped.
  *   expiry      a row not updated in the last expire_after steps reads as
  *               new (its initializer's values) from step last + T on, and
@@ -33,7 +33,7 @@
  * Memory: each row is one record in a slab of 2-4 MiB mapped from the
  * kernel (no per-row malloc): a 16-byte header (ID, last step updated,
  * update count), the values, then the optimizer state; plus 16-byte entries
- * of the ID index (server/row_map) at most 3/4 full. At D = 64 that is
+ * of the ID index (server/rows/row_map) at most 3/4 full. At D = 64 that is
  * 528 + ~26 bytes per row with Adagrad (1.08x its 512 bytes of values and
  * state) and 784 + ~26 with Adam (1.05x of 768); bench-rows measures it.
  *
@@ -62,6 +62,10 @@
 #define PS_ROW_MAX_DIM 65536
 /* Steps are stored in 32 bits; the largest step a store accepts. */
 #define PS_ROW_MAX_STEP (UINT32_MAX - 1)
+/* The most pushes admission counts (admit_after), and the most rows a
+ * capacity may name (the slots a store can number). */
+#define PS_ROW_MAX_ADMIT    UINT16_MAX
+#define PS_ROW_MAX_CAPACITY ((uint64_t)UINT32_MAX - 1)
 
 /* A plain value, the caller's. */
 typedef struct {
@@ -157,7 +161,7 @@ long ps_row_store_sweep(ps_row_store *st, uint64_t step, size_t max_slots);
 
 void ps_row_store_counters(const ps_row_store *st, ps_row_counters *out);
 
-/* A restore's counts (a checkpoint's, server/checkpoint_rows): adds c's
+/* A restore's counts (a checkpoint's, server/durability/checkpoint_rows): adds c's
  * created, admitted, filtered, evicted, expired and refused to the store's,
  * so they go on from where the checkpointed store's were; stored and bytes
  * stay the store's own. */

@@ -6,6 +6,14 @@
 #include <string.h>
 
 #include "ps_log.h"
+#include "row_table.h"
+
+/* The declarations' bounds (common/row_table.h, which includes no server
+ * header) are the stores'. */
+_Static_assert(PS_ROW_TABLE_MAX_DIM == PS_ROW_MAX_DIM &&
+                   PS_ROW_TABLE_MAX_ADMIT == PS_ROW_MAX_ADMIT &&
+                   PS_ROW_TABLE_MAX_CAP == PS_ROW_MAX_CAPACITY,
+               "row_table.h's bounds are row_store.h's");
 
 /* Admission sketches: 4 rows of 2^20 counters (8 MiB per table that uses
  * admission), about 1% overcounting at a few million distinct IDs. */

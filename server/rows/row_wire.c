@@ -12,9 +12,7 @@
 #include "half.h"
 #include "ps_error.h"
 #include "row_store.h"
-#include "row_table.h"
 
-_Static_assert(PS_ROW_TABLE_MAX_DIM == PS_ROW_MAX_DIM, "row_table.h's bounds are row_store.h's");
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "IDs and values travel little-endian and are read in place");
 

@@ -1,5 +1,5 @@
 /* The rules of a rows request (PULL_ROWS, PUSH_ROWS; proto/shardps.proto)
- * as pure functions, as server/validate.h holds those of dense frames: what
+ * as pure functions, as server/rules/validate.h holds those of dense frames: what
  * its header may announce (checked before any payload byte is buffered),
  * and the payload taken apart into IDs and float32 gradients, refusing
  * repeated IDs and non-finite gradients. The server calls them before a

@@ -212,7 +212,7 @@ int ps_rows_push(ps_rows *r, ps_peer *p, const ps_frame *f)
         goto out;
     usable = usable == 0;
     rejected = usable ? 0 : (int)(n < INT32_MAX ? n : INT32_MAX);
-    verdict = ps_units_take(r->units, p->rank, unit, h->clock, sync);
+    verdict = ps_units_judge(r->units, p->rank, unit, h->clock, sync);
     if (verdict != PS_UNIT_NEW) {
         /* A repeat after a reconnect, or late for a step applied without
          * it: dropped, as a chunk's. */
@@ -228,7 +228,7 @@ int ps_rows_push(ps_rows *r, ps_peer *p, const ps_frame *f)
         }
         if (h->clock + 1 > p->fed)
             p->fed = h->clock + 1;
-        ps_units_count(r->units, unit,
+        ps_units_count(r->units, p->rank, unit, h->clock,
                        !usable ? PS_UNIT_REFUSED
                        : n > 0 ? PS_UNIT_GRAD
                                : PS_UNIT_UNUSED);
@@ -241,7 +241,7 @@ int ps_rows_push(ps_rows *r, ps_peer *p, const ps_frame *f)
         err = ps_row_store_apply(t->store, ids, grads, n, h->clock,
                                  ps_job_rate(r->job, h->clock, staleness), 1.0f, &res);
         ps__rows_applied(r, h->row_table, err, &res);
-        ps_units_applied(r->units, unit, h->clock);
+        ps_units_applied(r->units, p->rank, unit, h->clock);
     }
     r->n.pushes++;
     r->n.rows_in += n;

@@ -31,7 +31,7 @@ typedef struct {
     uint64_t pulls, pushes; /* rows requests served */
     uint64_t rows_out, rows_in;
     uint64_t bytes_in;  /* push payload bytes */
-    uint64_t refused;   /* requests refused: a NaN or Inf gradient */
+    uint64_t refused;   /* requests refused: a NaN or Inf gradient, an ID named twice */
     uint64_t nonfinite; /* of those, for NaN or Inf */
     uint64_t dropped;   /* pushes dropped: repeats, late for their step */
     uint64_t unstable;  /* row updates refused: they would make a row non-finite */

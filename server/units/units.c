@@ -52,31 +52,30 @@ static void ps__units_mark(ps_units *u, int unit)
     u->dirty[u->n_dirty++] = unit;
 }
 
-ps_unit_verdict ps_units_take(ps_units *u, uint32_t rank, int unit, uint64_t step, int sync)
+ps_unit_verdict ps_units_judge(const ps_units *u, uint32_t rank, int unit, uint64_t step, int sync)
 {
-    uint64_t *rec = &ps_units_record(u, rank)[unit];
-
-    if (*rec > step)
+    if (ps_units_record(u, rank)[unit] > step)
         return PS_UNIT_REPEAT;
-    *rec = step + 1;
     /* Pushes ahead of the unit were refused before anything changed. */
     if (sync && ps_consistency_sync_push(u->clock[unit].clock, step) == PS_CLOCK_BEHIND)
         return PS_UNIT_LATE;
     return PS_UNIT_NEW;
 }
 
-void ps_units_count(ps_units *u, int unit, ps_unit_part part)
+void ps_units_count(ps_units *u, uint32_t rank, int unit, uint64_t step, ps_unit_part part)
 {
     ps_chunk_clock *c = &u->clock[unit];
 
+    ps_units_record(u, rank)[unit] = step + 1;
     c->used += part == PS_UNIT_GRAD;
     c->pushes += part != PS_UNIT_REFUSED;
     c->live_pushes++;
     ps__units_mark(u, unit);
 }
 
-void ps_units_applied(ps_units *u, int unit, uint64_t step)
+void ps_units_applied(ps_units *u, uint32_t rank, int unit, uint64_t step)
 {
+    ps_units_record(u, rank)[unit] = step + 1;
     if (step + 1 > u->clock[unit].newest)
         u->clock[unit].newest = step + 1;
 }

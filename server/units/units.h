@@ -9,13 +9,16 @@
  * completed step does to a unit's values is its kind's; when it is done is
  * decided here, once, for both.
  *
- * A push is taken in two moves, so that a push refused half-way changes
- * nothing: ps_units_take judges one unit's share (a repeat, late for a step
- * applied without it, or new) and records it in the rank's push record;
- * once the kind has kept the gradient, ps_units_count counts it toward its
- * step. Units whose step may have completed are remembered (dirty) until
- * the front asks which are complete (ps_units_next_complete) and applies
- * them. Plain memory, no sockets; the loop thread only. */
+ * A push is taken in two moves, so that what is recorded is exactly what
+ * was kept: ps_units_judge says what one unit's share is (a repeat, late
+ * for a step applied without it, or new) and changes nothing; once the
+ * kind has kept the gradient, ps_units_count (sync) or ps_units_applied
+ * (async, ssp) records it in the rank's push record and counts it toward
+ * its step. A share the kind could not keep (out of memory: the peer is
+ * closed) is not recorded, so the rank's resend after it reconnects is
+ * taken, not dropped as a repeat. Units whose step may have completed are
+ * remembered (dirty) until the front asks which are complete
+ * (ps_units_next_complete) and applies  * them. Plain memory, no sockets; the loop thread only. */
 #ifndef PS_UNITS_H
 #define PS_UNITS_H
 
@@ -69,13 +72,15 @@ uint64_t *ps_units_record(const ps_units *u, uint32_t rank);
  * barrier, its clock UINT64_MAX, which the server's clock passes over. */
 void ps_units_set_static(ps_units *u, int unit);
 
-/* Judges rank's share of a push computed at step for unit (sync: whether
- * that step is still accumulated) and, unless it is a repeat, records it. */
-ps_unit_verdict ps_units_take(ps_units *u, uint32_t rank, int unit, uint64_t step, int sync);
-/* Sync: a new share counts toward the unit's step. */
-void ps_units_count(ps_units *u, int unit, ps_unit_part part);
-/* Async, ssp: a gradient computed at step was applied to the unit. */
-void ps_units_applied(ps_units *u, int unit, uint64_t step);
+/* What rank's share of a push computed at step for unit is (sync: whether
+ * that step is still accumulated). Changes nothing. */
+ps_unit_verdict ps_units_judge(const ps_units *u, uint32_t rank, int unit, uint64_t step, int sync);
+/* Sync: rank's new share of step, kept by its kind, counts toward the
+ * unit's step and is recorded. */
+void ps_units_count(ps_units *u, uint32_t rank, int unit, uint64_t step, ps_unit_part part);
+/* Async, ssp: rank's gradient computed at step was applied to the unit
+ * (and is recorded). */
+void ps_units_applied(ps_units *u, uint32_t rank, int unit, uint64_t step);
 /* A restore: the unit's step accumulated and 1 + its newest step applied,
  * as the checkpoint kept them. */
 void ps_units_restored(ps_units *u, int unit, uint64_t clock, uint64_t newest);

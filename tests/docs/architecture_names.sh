@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # docs/architecture.md must name every source file and program of the tree
 # (issue 13, item 6): a module by its name in backticks (`shard`), or a file
-# by a path ending in its name (`server/shard.c`). Run by ctest as
+# by a path ending in its name (`server/dense/shard.c`). Run by ctest as
 # doc_architecture; fails listing each file the page does not name, so a new
 # module cannot land without its line in the map.
 set -euo pipefail

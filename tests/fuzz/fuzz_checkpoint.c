@@ -1,4 +1,4 @@
-/* libFuzzer target: the checkpoint loader (server/checkpoint.c) on one file
+/* libFuzzer target: the checkpoint loader (server/durability/checkpoint.c) on one file
  * made of the input's bytes, in a scratch directory, as a restoring server
  * reads it (server 0 of 1, Adam, the fuzz model's 64-byte chunks, a table of
  * at most 1 MiB): the header and table checks, the size its table's shard

@@ -1,5 +1,5 @@
 /* libFuzzer target for the server's network face: a real ps_kv_server
- * (server/kv_server.c over common/transport.c) on its own libuv loop,
+ * (server/front/kv_server.c over common/transport.c) on its own libuv loop,
  * listening on 127.0.0.1 port 0, driven in-process over loopback TCP. Each
  * input becomes the byte stream of one connection (fuzz_common.h: the first
  * byte may put a valid HELLO in front, and may ask for the rest to be read as

@@ -1,4 +1,4 @@
-/* libFuzzer target: the rows request rules (server/row_wire.c), what a
+/* libFuzzer target: the rows request rules (server/rows/row_wire.c), what a
  * server runs on every PULL_ROWS and PUSH_ROWS: the header's checks, then
  * the payload taken apart. The input is 12 bytes standing for the header
  * (byte 0: bit 0 set for a push; byte 1: the dtype; bytes 2-3: the table's

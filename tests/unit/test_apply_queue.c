@@ -1,4 +1,4 @@
-/* Tests for the apply queue (server/apply_queue.c) on a real libuv loop and
+/* Tests for the apply queue (server/dense/apply_queue.c) on a real libuv loop and
  * thread pool: jobs on one chunk never overlap and run in submission order,
  * chunks run independently, a hold keeps later jobs from starting, and
  * "settled before N" is true exactly when every earlier job has finished and

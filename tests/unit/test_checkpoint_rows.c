@@ -1,4 +1,4 @@
-/* Embedding rows in checkpoint files (server/checkpoint_rows, issue 24
+/* Embedding rows in checkpoint files (server/durability/checkpoint_rows, issue 24
  * point 5), with real files in a scratch directory and real row stores:
  *  - rows trained for 12 steps (Adam rows with admission and expiry, an SGD
  *    table beside them), written at clock 12 and restored into fresh stores,

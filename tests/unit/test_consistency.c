@@ -1,5 +1,5 @@
-/* The consistency rules (server/consistency.h) and the frame shape rules
- * (server/validate.h) stated directly: plain numbers in, decisions out; no
+/* The consistency rules (server/rules/consistency.h) and the frame shape rules
+ * (server/rules/validate.h) stated directly: plain numbers in, decisions out; no
  * server, no sockets. */
 #include <criterion/criterion.h>
 #include <errno.h>

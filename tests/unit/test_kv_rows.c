@@ -1,4 +1,4 @@
-/* Embedding rows over the wire (server/rows.c, lib/transfer/kv_rows.c, the public
+/* Embedding rows over the wire (server/rows/rows.c, lib/transfer/kv_rows.c, the public
  * shardps_*_rows) against a real server in a thread (kv_fixture):
  *  - through libshardps, rows read as their initializer until pushed, a
  *    push's repeated IDs are summed, and the rows equal a plain-C per-row

@@ -1,4 +1,4 @@
-/* A model's own initial values (issue 23, point 2; server/values.c): the
+/* A model's own initial values (issue 23, point 2; server/dense/values.c and writes.c): the
  * rank 0 that declares a table with INIT_VALUES tensors WRITEs their values
  * once, and every rank's first pull equals them bit for bit, whichever rank
  * started first: rank 1 pulling before rank 0 has even connected waits for

@@ -1,4 +1,4 @@
-/* The rules of a rows request (server/row_wire), called directly: the
+/* The rules of a rows request (server/rows/row_wire), called directly: the
  * header's checks (a count over --max-row-ids, 100 million IDs among them,
  * refused before any payload byte; a payload whose size disagrees with its
  * count; keys, an undeclared table, dtypes), and the parser (IDs and

@@ -1,4 +1,4 @@
-/* The tensor table's life on a server (server/table_life.c), rule by rule:
+/* The tensor table's life on a server (server/rules/table_life.c), rule by rule:
  * no sockets, no server; each test walks the states with events and checks
  * the action each asks for. */
 #include <criterion/criterion.h>
