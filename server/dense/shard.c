@@ -177,14 +177,12 @@ int ps_shard_apply_accumulated(ps_shard *s, int local, int count, float lr)
 int ps_shard_apply_grad(ps_shard *s, int local, const float *g, float lr)
 {
     ps__shard_chunk *c = &s->chunks[local];
-    ps_optimizer_config opt = s->opt;
     int rc;
 
     if (c->weights == NULL)
         return -ENOMEM;
-    opt.lr = lr;
-    rc = ps_optimizer_apply_checked(&opt, c->weights, c->state, g, c->desc.numel, c->updates + 1,
-                                    &c->bounds);
+    rc = ps_optimizer_apply_checked(&s->opt, lr, c->weights, c->state, g, c->desc.numel,
+                                    c->updates + 1, &c->bounds);
     if (rc == 0)
         c->updates++;
     return rc;

@@ -20,8 +20,8 @@ typedef struct {
     /* The job's tensors when the embedding program declares them (read
      * during init only); NULL: the first worker's HELLO declares them. */
     const ps_model_spec *table;
-    size_t max_model_bytes; /* a declared table's float32 bytes at most; 0: no limit */
-    ps_optimizer_config opt;
+    size_t max_model_bytes;  /* a declared table's float32 bytes at most; 0: no limit */
+    ps_optimizer_config opt; /* the update rule; its rate per step comes from lr below */
     int server_index;
     int num_servers;
     size_t chunk_bytes;
@@ -38,7 +38,7 @@ typedef struct {
     int reject_nonfinite;  /* drop pushes holding NaN or Inf (counted, logged) */
     int pool_updates;      /* large chunks' updates on libuv's thread pool; 0: all on the loop */
     size_t pool_min_bytes; /* with pool_updates: chunks from this size go to the pool */
-    ps_lr_schedule lr;     /* the rate over steps, from base_lr (--lr); opt.lr is unused */
+    ps_lr_schedule lr;     /* the rate over steps, from base_lr (--lr) */
     const char *checkpoint_dir;    /* NULL: no checkpoints (borrowed, must outlive s) */
     uint32_t checkpoint_every;     /* steps between checkpoints; 0 = not by steps */
     double checkpoint_seconds;     /* seconds between checkpoints; 0 = not by time */

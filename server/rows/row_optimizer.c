@@ -93,10 +93,7 @@ static int ps__rowwise_adagrad(const ps_optimizer_config *o, float lr, float *w,
 int ps_row_opt_apply(const ps_row_opt_config *cfg, float lr, float *w, float *state, const float *g,
                      uint32_t dim, uint64_t row_step)
 {
-    ps_optimizer_config o = cfg->opt;
-
     if (cfg->rowwise)
         return ps__rowwise_adagrad(&cfg->opt, lr, w, state, g, dim);
-    o.lr = lr;
-    return ps_optimizer_apply_checked(&o, w, state, g, dim, row_step, NULL);
+    return ps_optimizer_apply_checked(&cfg->opt, lr, w, state, g, dim, row_step, NULL);
 }

@@ -31,8 +31,8 @@
 
 /* A plain value. */
 typedef struct {
-    /* kind, momentum, weight_decay, beta1, beta2, eps as for dense tensors;
-     * lr is not read (each apply passes the step's rate). */
+    /* kind, momentum, weight_decay, beta1, beta2, eps as for dense tensors
+     * (the rate is each apply's, from the table's schedule). */
     ps_optimizer_config opt;
     int rowwise; /* with PS_OPT_ADAGRAD: one accumulator per row */
 } ps_row_opt_config;

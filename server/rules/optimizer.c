@@ -21,7 +21,7 @@ typedef enum { PS__PLAIN, PS__MOMENTUM, PS__ADAM, PS__ADAGRAD } ps__rule;
 
 typedef struct {
     ps__rule rule;
-    float lr;
+    float lr;  /* the step's rate, as the caller passed it */
     float l2;  /* weight decay folded into the gradient */
     int no_l2; /* l2 is +0: plain SGD may skip it (see ps__span) */
     /* Momentum: v = mu*v + g, then w -= lr*(g_coef*g + v_coef*v), which is
@@ -41,22 +41,9 @@ void ps_optimizer_defaults(ps_optimizer_config *cfg, ps_optimizer_kind kind)
     cfg->beta1 = 0.9f;
     cfg->beta2 = 0.999f;
     cfg->eps = 1e-8f;
-    switch (kind) {
-    case PS_OPT_ADAM:
-        cfg->lr = 1e-3f;
-        break;
-    case PS_OPT_ADAMW:
-        cfg->lr = 1e-3f;
-        /* AdamW without decay is Adam; torch.optim.AdamW defaults to 1e-2. */
+    /* AdamW without decay is Adam; torch.optim.AdamW defaults to 1e-2. */
+    if (kind == PS_OPT_ADAMW)
         cfg->weight_decay = 1e-2f;
-        break;
-    case PS_OPT_ADAGRAD:
-        cfg->lr = 0.01f;
-        break;
-    default:
-        cfg->lr = 0.1f;
-        break;
-    }
 }
 
 static ps__rule ps__rule_of(const ps_optimizer_config *cfg)
@@ -159,11 +146,13 @@ ps__span(const ps__coef *c, float *restrict w, float *restrict s, const float *r
 #define PS__CLONES
 #endif
 
-static void ps__coef_init(const ps_optimizer_config *cfg, uint64_t step, ps__coef *c)
+/* The prepared form of one update: cfg's rule at the step's rate lr, with
+ * step's bias corrections. */
+static void ps__coef_init(const ps_optimizer_config *cfg, float lr, uint64_t step, ps__coef *c)
 {
     *c = (ps__coef){
         .rule = ps__rule_of(cfg),
-        .lr = cfg->lr,
+        .lr = lr,
         .l2 = cfg->weight_decay,
         .no_l2 = cfg->weight_decay == 0.0f && !signbit(cfg->weight_decay),
         .mu = cfg->momentum,
@@ -177,10 +166,10 @@ static void ps__coef_init(const ps_optimizer_config *cfg, uint64_t step, ps__coe
     if (c->rule == PS__ADAM) {
         /* step counts from 1; 0 would divide by a zero bias correction. */
         double t = step ? (double)step : 1.0;
-        c->step_size = (float)(cfg->lr / (1.0 - pow(cfg->beta1, t)));
+        c->step_size = (float)(lr / (1.0 - pow(cfg->beta1, t)));
         c->inv_sqrt_bc2 = (float)(1.0 / sqrt(1.0 - pow(cfg->beta2, t)));
         if (cfg->kind == PS_OPT_ADAMW) {
-            c->decay = (float)(1.0 - (double)cfg->lr * cfg->weight_decay);
+            c->decay = (float)(1.0 - (double)lr * cfg->weight_decay);
             c->l2 = 0.0f;
         }
     }
@@ -357,12 +346,12 @@ ps__stays_finite(const ps__coef *c, const float *w, const float *state, const fl
     return 1;
 }
 
-PS__CLONES void ps_optimizer_apply(const ps_optimizer_config *cfg, float *w, float *state,
+PS__CLONES void ps_optimizer_apply(const ps_optimizer_config *cfg, float lr, float *w, float *state,
                                    const float *g, size_t n, uint64_t step)
 {
     ps__coef c;
 
-    ps__coef_init(cfg, step, &c);
+    ps__coef_init(cfg, lr, step, &c);
     ps__apply(&c, w, state, g, n);
 }
 
@@ -372,15 +361,15 @@ PS__CLONES void ps_optimizer_apply(const ps_optimizer_config *cfg, float *w, flo
  * of the chunk (one read-only pass over g, the usual case); from the largest
  * magnitudes of the weights and state read again (nothing known, or the
  * known bounds too loose); or exactly, computed into a stack copy. */
-PS__CLONES int ps_optimizer_apply_checked(const ps_optimizer_config *cfg, float *w, float *state,
-                                          const float *g, size_t n, uint64_t step,
+PS__CLONES int ps_optimizer_apply_checked(const ps_optimizer_config *cfg, float lr, float *w,
+                                          float *state, const float *g, size_t n, uint64_t step,
                                           ps_optimizer_bounds *bounds)
 {
     size_t stride;
     double G, ow, os;
     ps__coef c;
 
-    ps__coef_init(cfg, step, &c);
+    ps__coef_init(cfg, lr, step, &c);
     stride = ps__stride(c.rule);
     G = ps__max_abs(g, n);
     if (!(bounds && bounds->known &&

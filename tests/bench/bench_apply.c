@@ -49,6 +49,7 @@ typedef struct {
     float *w, *g, *s, *dst;
     size_t n;
     ps_optimizer_config cfg;
+    float lr; /* the rate of every step, as the server's schedule would give it */
     uint64_t step;
     ps_optimizer_bounds bounds; /* kept across calls, as the server keeps one per chunk */
     ps__rule rule;
@@ -61,7 +62,7 @@ typedef void (*ps__kernel)(ps__arrays *a);
 
 static void ps__k_server(ps__arrays *a)
 {
-    ps_optimizer_apply(&a->cfg, a->w, a->s, a->g, a->n, ++a->step);
+    ps_optimizer_apply(&a->cfg, a->lr, a->w, a->s, a->g, a->n, ++a->step);
 }
 
 /* What the server runs since issue 18: the update only if it stays finite
@@ -69,15 +70,15 @@ static void ps__k_server(ps__arrays *a)
  * previous call). */
 static void ps__k_checked(ps__arrays *a)
 {
-    a->sink ^= (uint32_t)ps_optimizer_apply_checked(&a->cfg, a->w, a->s, a->g, a->n, ++a->step,
-                                                    &a->bounds);
+    a->sink ^= (uint32_t)ps_optimizer_apply_checked(&a->cfg, a->lr, a->w, a->s, a->g, a->n,
+                                                    ++a->step, &a->bounds);
 }
 
 /* The baselines are kept out of line and without restrict, as a plain loop
  * somebody would write; GCC still vectorises them behind an alias check. */
 __attribute__((noinline)) static void ps__k_base_sgd(ps__arrays *a)
 {
-    float *w = a->w, lr = a->cfg.lr;
+    float *w = a->w, lr = a->lr;
     const float *g = a->g;
 
     for (size_t i = 0; i < a->n; i++)
@@ -110,7 +111,7 @@ __attribute__((noinline)) static void ps__k_base_adam(ps__arrays *a)
 /* The update rules as one naive loop each (torch.optim's formulas). */
 __attribute__((noinline)) static void ps__k_naive_momentum(ps__arrays *a)
 {
-    float *w = a->w, *v = a->s, lr = a->cfg.lr, mu = a->cfg.momentum;
+    float *w = a->w, *v = a->s, lr = a->lr, mu = a->cfg.momentum;
     const float *g = a->g;
 
     for (size_t i = 0; i < a->n; i++) {
@@ -125,7 +126,7 @@ __attribute__((noinline)) static void ps__k_naive_adam(ps__arrays *a)
     const float *g = a->g;
     float b1 = a->cfg.beta1, b2 = a->cfg.beta2, eps = a->cfg.eps;
     double t = (double)++a->step;
-    float step_size = (float)(a->cfg.lr / (1.0 - pow(b1, t)));
+    float step_size = (float)(a->lr / (1.0 - pow(b1, t)));
     float bc2 = (float)(1.0 - pow(b2, t));
 
     for (size_t i = 0; i < a->n; i++) {
@@ -283,7 +284,7 @@ static int ps__alloc_arrays(ps__arrays *a, size_t n, ps__rule rule)
     memset(a->dst, 0, n * sizeof(float));
     ps_optimizer_defaults(&a->cfg, rule == PS__ADAM ? PS_OPT_ADAM : PS_OPT_SGD);
     /* Tiny steps keep the weights O(1) over thousands of repeated updates. */
-    a->cfg.lr = 1e-6f;
+    a->lr = 1e-6f;
     a->cfg.momentum = rule == PS__MOMENTUM ? 0.9f : 0.0f;
     return 0;
 }

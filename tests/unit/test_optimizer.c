@@ -60,10 +60,10 @@ static void make_weights(float *w, size_t n)
 
 /* One step of the torch.optim algorithm for element-wise state a, b (the
  * momentum buffer, Adam's m and v, Adagrad's sum), t counted from 1. */
-static void ref_step(const ps_optimizer_config *c, double *w, double *a, double *b, const float *g,
-                     size_t n, int t)
+static void ref_step(const ps_optimizer_config *c, double lr, double *w, double *a, double *b,
+                     const float *g, size_t n, int t)
 {
-    double lr = c->lr, wd = c->weight_decay, mu = c->momentum;
+    double wd = c->weight_decay, mu = c->momentum;
     double b1 = c->beta1, b2 = c->beta2, eps = c->eps;
 
     for (size_t i = 0; i < n; i++) {
@@ -97,6 +97,23 @@ static void ref_step(const ps_optimizer_config *c, double *w, double *a, double 
     }
 }
 
+/* The rate each rule is tested at unless a test says otherwise: torch.optim's
+ * defaults (0.1 for the SGD family, 1e-3 for Adam and AdamW, 0.01 for
+ * Adagrad). The server takes its rate from the schedule; here it is passed
+ * as the server passes it, one argument per apply. */
+static float rate(ps_optimizer_kind kind)
+{
+    switch (kind) {
+    case PS_OPT_ADAM:
+    case PS_OPT_ADAMW:
+        return 1e-3f;
+    case PS_OPT_ADAGRAD:
+        return 0.01f;
+    default:
+        return 0.1f;
+    }
+}
+
 static ps_optimizer_config config(ps_optimizer_kind kind, float momentum, float weight_decay)
 {
     ps_optimizer_config c;
@@ -107,7 +124,7 @@ static ps_optimizer_config config(ps_optimizer_kind kind, float momentum, float 
     return c;
 }
 
-static void check_against_reference(ps_optimizer_config c, const char *what)
+static void check_against_reference(ps_optimizer_config c, float lr, const char *what)
 {
     float *w = xcalloc(N, sizeof(float)), *g = xcalloc(N, sizeof(float));
     float *state = xcalloc(ps_optimizer_state_floats(&c, N), sizeof(float));
@@ -120,8 +137,8 @@ static void check_against_reference(ps_optimizer_config c, const char *what)
         rw[i] = w[i];
     for (int t = 1; t <= STEPS; t++) {
         make_grad(g, N, t);
-        ps_optimizer_apply(&c, w, state, g, N, (uint64_t)t);
-        ref_step(&c, rw, ra, rb, g, N, t);
+        ps_optimizer_apply(&c, lr, w, state, g, N, (uint64_t)t);
+        ref_step(&c, lr, rw, ra, rb, g, N, t);
         for (size_t i = 0; i < N; i++) {
             double err = fabs(w[i] - rw[i]);
             cr_assert_leq(err, TOL * (fabs(rw[i]) + 1), "%s: step %d w[%zu] = %.9g, reference %.9g",
@@ -146,55 +163,55 @@ static void check_against_reference(ps_optimizer_config c, const char *what)
 
 Test(optimizer, sgd_plain)
 {
-    check_against_reference(config(PS_OPT_SGD, 0.0f, 0.0f), "sgd");
-    check_against_reference(config(PS_OPT_SGD, 0.0f, 0.05f), "sgd wd");
+    check_against_reference(config(PS_OPT_SGD, 0.0f, 0.0f), rate(PS_OPT_SGD), "sgd");
+    check_against_reference(config(PS_OPT_SGD, 0.0f, 0.05f), rate(PS_OPT_SGD), "sgd wd");
 }
 
 Test(optimizer, sgd_momentum)
 {
-    check_against_reference(config(PS_OPT_SGD, 0.9f, 0.0f), "momentum");
-    check_against_reference(config(PS_OPT_SGD, 0.5f, 0.05f), "momentum wd");
+    check_against_reference(config(PS_OPT_SGD, 0.9f, 0.0f), rate(PS_OPT_SGD), "momentum");
+    check_against_reference(config(PS_OPT_SGD, 0.5f, 0.05f), rate(PS_OPT_SGD), "momentum wd");
 }
 
 Test(optimizer, nesterov)
 {
-    check_against_reference(config(PS_OPT_NESTEROV, 0.9f, 0.0f), "nesterov");
-    check_against_reference(config(PS_OPT_NESTEROV, 0.8f, 0.05f), "nesterov wd");
+    check_against_reference(config(PS_OPT_NESTEROV, 0.9f, 0.0f), rate(PS_OPT_NESTEROV), "nesterov");
+    check_against_reference(config(PS_OPT_NESTEROV, 0.8f, 0.05f), rate(PS_OPT_NESTEROV),
+                            "nesterov wd");
 }
 
 Test(optimizer, adam)
 {
-    check_against_reference(config(PS_OPT_ADAM, 0.0f, 0.0f), "adam");
-    check_against_reference(config(PS_OPT_ADAM, 0.0f, 0.1f), "adam wd");
+    check_against_reference(config(PS_OPT_ADAM, 0.0f, 0.0f), rate(PS_OPT_ADAM), "adam");
+    check_against_reference(config(PS_OPT_ADAM, 0.0f, 0.1f), rate(PS_OPT_ADAM), "adam wd");
     ps_optimizer_config c = config(PS_OPT_ADAM, 0.0f, 0.0f);
-    c.lr = 0.05f;
     c.beta1 = 0.8f;
     c.beta2 = 0.95f;
     c.eps = 1e-6f;
-    check_against_reference(c, "adam large lr");
+    check_against_reference(c, 0.05f, "adam large lr");
 }
 
 Test(optimizer, adamw)
 {
-    check_against_reference(config(PS_OPT_ADAMW, 0.0f, 0.0f), "adamw no decay");
-    check_against_reference(config(PS_OPT_ADAMW, 0.0f, 0.01f), "adamw");
+    check_against_reference(config(PS_OPT_ADAMW, 0.0f, 0.0f), rate(PS_OPT_ADAMW), "adamw no decay");
+    check_against_reference(config(PS_OPT_ADAMW, 0.0f, 0.01f), rate(PS_OPT_ADAMW), "adamw");
     ps_optimizer_config c = config(PS_OPT_ADAMW, 0.0f, 0.5f);
-    c.lr = 0.05f;
-    check_against_reference(c, "adamw strong decay");
+    check_against_reference(c, 0.05f, "adamw strong decay");
 }
 
 Test(optimizer, adagrad)
 {
-    check_against_reference(config(PS_OPT_ADAGRAD, 0.0f, 0.0f), "adagrad");
-    check_against_reference(config(PS_OPT_ADAGRAD, 0.0f, 0.05f), "adagrad wd");
+    check_against_reference(config(PS_OPT_ADAGRAD, 0.0f, 0.0f), rate(PS_OPT_ADAGRAD), "adagrad");
+    check_against_reference(config(PS_OPT_ADAGRAD, 0.0f, 0.05f), rate(PS_OPT_ADAGRAD),
+                            "adagrad wd");
 }
 
 /* Runs the given steps on single-element arrays. */
-static void run_scalar(const ps_optimizer_config *c, float *w, float *state, const float *grads,
-                       int steps)
+static void run_scalar(const ps_optimizer_config *c, float lr, float *w, float *state,
+                       const float *grads, int steps)
 {
     for (int t = 1; t <= steps; t++)
-        ps_optimizer_apply(c, w, state, &grads[t - 1], 1, (uint64_t)t);
+        ps_optimizer_apply(c, lr, w, state, &grads[t - 1], 1, (uint64_t)t);
 }
 
 #define cr_assert_near(x, want, tol)                                                               \
@@ -209,30 +226,30 @@ Test(optimizer, hand_computed)
     /* Heavy ball, lr 0.1, mu 0.9: v = 1, w = 0.9; then v = 1.9, w = 0.71. */
     c = config(PS_OPT_SGD, 0.9f, 0.0f);
     w = 1.0f, s[0] = 0.0f;
-    ps_optimizer_apply(&c, &w, s, (const float[]){1.0f}, 1, 1);
+    ps_optimizer_apply(&c, 0.1f, &w, s, (const float[]){1.0f}, 1, 1);
     cr_assert_near(w, 0.9, 1e-7);
-    ps_optimizer_apply(&c, &w, s, (const float[]){1.0f}, 1, 2);
+    ps_optimizer_apply(&c, 0.1f, &w, s, (const float[]){1.0f}, 1, 2);
     cr_assert_near(w, 0.71, 1e-7);
     cr_assert_near(s[0], 1.9, 1e-7);
 
     /* Plain SGD with L2: g = 1 + 0.5 * 2 = 2, w = 2 - 0.1 * 2 = 1.8. */
     c = config(PS_OPT_SGD, 0.0f, 0.5f);
     w = 2.0f;
-    ps_optimizer_apply(&c, &w, NULL, (const float[]){1.0f}, 1, 1);
+    ps_optimizer_apply(&c, 0.1f, &w, NULL, (const float[]){1.0f}, 1, 1);
     cr_assert_near(w, 1.8, 1e-7);
 
     /* Nesterov, lr 0.1, mu 0.9: v = 1, w = 1 - 0.1 * (1 + 0.9) = 0.81;
      * then v = 1.9, w = 0.81 - 0.1 * (1 + 1.71) = 0.539. */
     c = config(PS_OPT_NESTEROV, 0.9f, 0.0f);
     w = 1.0f, s[0] = 0.0f;
-    run_scalar(&c, &w, s, (const float[]){1.0f, 1.0f}, 2);
+    run_scalar(&c, 0.1f, &w, s, (const float[]){1.0f, 1.0f}, 2);
     cr_assert_near(w, 0.539, 1e-7);
 
-    /* Adam: bias correction makes m^ = g and v^ = g^2 while g is constant, so
-     * each step moves w by lr * g / (|g| + eps) ~ lr. */
+    /* Adam, lr 1e-3: bias correction makes m^ = g and v^ = g^2 while g is
+     * constant, so each step moves w by lr * g / (|g| + eps) ~ lr. */
     c = config(PS_OPT_ADAM, 0.0f, 0.0f);
     w = 1.0f, s[0] = s[1] = 0.0f;
-    run_scalar(&c, &w, s, (const float[]){0.5f, 0.5f}, 2);
+    run_scalar(&c, 1e-3f, &w, s, (const float[]){0.5f, 0.5f}, 2);
     cr_assert_near(w, 0.998, 1e-7);
     /* m = (1 - b1) g (1 + b1) = 0.095 and v = (1 - b2) g^2 (1 + b2) =
      * 0.00049975 for b1 = 0.9, b2 = 0.999, taken as the floats they are
@@ -244,28 +261,26 @@ Test(optimizer, hand_computed)
      * equals eps, so the step is lr / 2 (eps inside the root would give
      * ~1e-7 lr). */
     w = 1.0f, s[0] = s[1] = 0.0f;
-    ps_optimizer_apply(&c, &w, s, (const float[]){1e-8f}, 1, 1);
+    ps_optimizer_apply(&c, 1e-3f, &w, s, (const float[]){1e-8f}, 1, 1);
     cr_assert_near(w, 0.9995, 1e-7);
 
     /* AdamW with a zero gradient only decays: w = 1 * (1 - 0.1 * 0.1). */
     c = config(PS_OPT_ADAMW, 0.0f, 0.1f);
-    c.lr = 0.1f;
     w = 1.0f, s[0] = s[1] = 0.0f;
-    ps_optimizer_apply(&c, &w, s, (const float[]){0.0f}, 1, 1);
+    ps_optimizer_apply(&c, 0.1f, &w, s, (const float[]){0.0f}, 1, 1);
     cr_assert_near(w, 0.99, 1e-7);
 
     /* Adagrad, lr 0.1: s = 4, w = 1 - 0.1 * 2 / 2 = 0.9; then s = 8,
      * w = 0.9 - 0.2 / sqrt(8) = 0.829289322. */
     c = config(PS_OPT_ADAGRAD, 0.0f, 0.0f);
-    c.lr = 0.1f;
     w = 1.0f, s[0] = 0.0f;
-    run_scalar(&c, &w, s, (const float[]){2.0f, 2.0f}, 2);
+    run_scalar(&c, 0.1f, &w, s, (const float[]){2.0f, 2.0f}, 2);
     cr_assert_near(w, 0.829289322, 1e-7);
     cr_assert_near(s[0], 8.0, 0.0);
 
     /* Adagrad's eps is also outside the root: g = 1e-8 gives lr / 2. */
     w = 1.0f, s[0] = 0.0f;
-    ps_optimizer_apply(&c, &w, s, (const float[]){1e-8f}, 1, 1);
+    ps_optimizer_apply(&c, 0.1f, &w, s, (const float[]){1e-8f}, 1, 1);
     cr_assert_near(w, 0.95, 1e-7);
 }
 
@@ -277,6 +292,7 @@ Test(optimizer, resumed_from_copied_state_is_exact)
 {
     for (size_t k = 0; k < N_KINDS; k++) {
         ps_optimizer_config c = config(all_kinds[k], 0.9f, 0.01f);
+        float lr = rate(all_kinds[k]);
         size_t ns = ps_optimizer_state_floats(&c, N);
         float *w1 = xcalloc(N, sizeof(float)), *s1 = xcalloc(ns, sizeof(float));
         float *w2 = xcalloc(N, sizeof(float)), *s2 = xcalloc(ns, sizeof(float));
@@ -287,9 +303,9 @@ Test(optimizer, resumed_from_copied_state_is_exact)
         memcpy(w2, w1, N * sizeof(float));
         for (int t = 1; t <= 10; t++) {
             make_grad(g, N, t);
-            ps_optimizer_apply(&c, w1, s1, g, N, (uint64_t)t);
+            ps_optimizer_apply(&c, lr, w1, s1, g, N, (uint64_t)t);
             if (t <= 5)
-                ps_optimizer_apply(&c, w2, s2, g, N, (uint64_t)t);
+                ps_optimizer_apply(&c, lr, w2, s2, g, N, (uint64_t)t);
             if (t == 5) {
                 memcpy(w3, w2, N * sizeof(float));
                 memcpy(s3, s2, ns * sizeof(float));
@@ -297,7 +313,7 @@ Test(optimizer, resumed_from_copied_state_is_exact)
                 memset(s2, 0xff, ns * sizeof(float));
             }
             if (t > 5)
-                ps_optimizer_apply(&c, w3, s3, g, N, (uint64_t)t);
+                ps_optimizer_apply(&c, lr, w3, s3, g, N, (uint64_t)t);
         }
         cr_assert_eq(memcmp(w1, w3, N * sizeof(float)), 0, "%s weights",
                      ps_optimizer_name(all_kinds[k]));
@@ -320,6 +336,7 @@ Test(optimizer, checked_apply_commits_only_finite_results)
 {
     for (size_t k = 0; k < N_KINDS; k++) {
         ps_optimizer_config c = config(all_kinds[k], 0.9f, 0.01f);
+        float lr = rate(all_kinds[k]);
         size_t ns = ps_optimizer_state_floats(&c, N);
         float *w1 = xcalloc(N, sizeof(float)), *s1 = xcalloc(ns + 1, sizeof(float));
         float *w2 = xcalloc(N, sizeof(float)), *s2 = xcalloc(ns + 1, sizeof(float));
@@ -331,8 +348,8 @@ Test(optimizer, checked_apply_commits_only_finite_results)
         memcpy(w2, w1, N * sizeof(float));
         for (int t = 1; t <= 3; t++) {
             make_grad(g, N, t);
-            ps_optimizer_apply(&c, w1, s1, g, N, (uint64_t)t);
-            cr_assert_eq(ps_optimizer_apply_checked(&c, w2, s2, g, N, (uint64_t)t, &b), 0, "%s",
+            ps_optimizer_apply(&c, lr, w1, s1, g, N, (uint64_t)t);
+            cr_assert_eq(ps_optimizer_apply_checked(&c, lr, w2, s2, g, N, (uint64_t)t, &b), 0, "%s",
                          name);
         }
         cr_assert(b.known, "%s: a sane update leaves the bounds known", name);
@@ -342,12 +359,13 @@ Test(optimizer, checked_apply_commits_only_finite_results)
         /* One huge value in the last, partial block. */
         make_grad(g, N, 4);
         g[N - 1] = 3e38f;
-        c.lr = 10.0f;
-        cr_assert_eq(ps_optimizer_apply_checked(&c, w2, s2, g, N, 4, &b), -ERANGE, "%s", name);
+        lr = 10.0f;
+        cr_assert_eq(ps_optimizer_apply_checked(&c, lr, w2, s2, g, N, 4, &b), -ERANGE, "%s", name);
         cr_assert_eq(memcmp(w1, w2, N * sizeof(float)), 0, "%s weights changed", name);
         cr_assert_eq(memcmp(s1, s2, ns * sizeof(float)), 0, "%s state changed", name);
         cr_assert_eq(memcmp(&b, &kept, sizeof(b)), 0, "%s bounds changed", name);
-        cr_assert_eq(ps_optimizer_apply_checked(&c, w2, s2, g, N, 4, NULL), -ERANGE, "%s", name);
+        cr_assert_eq(ps_optimizer_apply_checked(&c, lr, w2, s2, g, N, 4, NULL), -ERANGE, "%s",
+                     name);
         cr_assert_eq(memcmp(w1, w2, N * sizeof(float)), 0, "%s weights changed", name);
         free(g);
         free(s2);
@@ -359,8 +377,8 @@ Test(optimizer, checked_apply_commits_only_finite_results)
 
 /* The plain reference for the checked update: the update made on copies,
  * every value of the copies scanned, and committed only if all are finite. */
-static int checked_ref(const ps_optimizer_config *c, float *w, float *s, const float *g, size_t n,
-                       uint64_t step)
+static int checked_ref(const ps_optimizer_config *c, float lr, float *w, float *s, const float *g,
+                       size_t n, uint64_t step)
 {
     size_t ns = ps_optimizer_state_floats(c, n);
     float *wc = xcalloc(n, sizeof(float)), *sc = xcalloc(ns, sizeof(float));
@@ -368,7 +386,7 @@ static int checked_ref(const ps_optimizer_config *c, float *w, float *s, const f
 
     memcpy(wc, w, n * sizeof(float));
     memcpy(sc, s, ns * sizeof(float));
-    ps_optimizer_apply(c, wc, ns ? sc : NULL, g, n, step);
+    ps_optimizer_apply(c, lr, wc, ns ? sc : NULL, g, n, step);
     for (size_t i = 0; i < n; i++)
         finite &= isfinite(wc[i]) != 0;
     for (size_t i = 0; i < ns; i++)
@@ -395,6 +413,7 @@ Test(optimizer, checked_apply_refuses_late_overflow_untouched)
 {
     for (size_t k = 0; k < N_KINDS; k++) {
         ps_optimizer_config c = config(all_kinds[k], 0.9f, 0.01f);
+        float lr = rate(all_kinds[k]);
         size_t ns = ps_optimizer_state_floats(&c, NL), late = NL - 100;
         float *w = xcalloc(NL, sizeof(float)), *s = xcalloc(ns + 1, sizeof(float));
         float *w0 = xcalloc(NL, sizeof(float)), *s0 = xcalloc(ns + 1, sizeof(float));
@@ -405,7 +424,7 @@ Test(optimizer, checked_apply_refuses_late_overflow_untouched)
         make_weights(w, NL);
         for (int t = 1; t <= 3; t++) {
             make_grad(g, NL, t);
-            cr_assert_eq(ps_optimizer_apply_checked(&c, w, s, g, NL, (uint64_t)t, &b), 0, "%s",
+            cr_assert_eq(ps_optimizer_apply_checked(&c, lr, w, s, g, NL, (uint64_t)t, &b), 0, "%s",
                          name);
         }
         memcpy(w0, w, NL * sizeof(float));
@@ -413,8 +432,8 @@ Test(optimizer, checked_apply_refuses_late_overflow_untouched)
         kept = b;
         make_grad(g, NL, 4);
         g[late] = 3e38f;
-        c.lr = 10.0f;
-        cr_assert_eq(ps_optimizer_apply_checked(&c, w, s, g, NL, 4, &b), -ERANGE, "%s", name);
+        lr = 10.0f;
+        cr_assert_eq(ps_optimizer_apply_checked(&c, lr, w, s, g, NL, 4, &b), -ERANGE, "%s", name);
         cr_assert_eq(memcmp(w, w0, NL * sizeof(float)), 0, "%s weights changed", name);
         cr_assert_eq(memcmp(s, s0, ns * sizeof(float)), 0, "%s state changed", name);
         cr_assert_eq(memcmp(&b, &kept, sizeof(b)), 0, "%s bounds changed", name);
@@ -431,7 +450,7 @@ Test(optimizer, checked_apply_refuses_late_overflow_untouched)
         c.weight_decay = all_kinds[k] == PS_OPT_ADAMW                                    ? -0.05f
                          : all_kinds[k] == PS_OPT_ADAM || all_kinds[k] == PS_OPT_ADAGRAD ? 1e3f
                                                                                          : 0.01f;
-        cr_assert_eq(ps_optimizer_apply_checked(&c, w, s, g, NL, 5, &b), -ERANGE, "%s", name);
+        cr_assert_eq(ps_optimizer_apply_checked(&c, lr, w, s, g, NL, 5, &b), -ERANGE, "%s", name);
         cr_assert_eq(memcmp(w, w0, NL * sizeof(float)), 0, "%s weights changed", name);
         cr_assert_eq(memcmp(s, s0, ns * sizeof(float)), 0, "%s state changed", name);
         free(g);
@@ -475,6 +494,7 @@ Test(optimizer, checked_apply_matches_reference)
 
     for (size_t k = 0; k < N_KINDS; k++) {
         ps_optimizer_config c = config(all_kinds[k], 0.9f, 0.01f);
+        float lr = rate(all_kinds[k]);
         size_t ns = ps_optimizer_state_floats(&c, n);
         float *w = xcalloc(n, sizeof(float)), *s = xcalloc(ns + 1, sizeof(float));
         float *rw = xcalloc(n, sizeof(float)), *rs = xcalloc(ns + 1, sizeof(float));
@@ -487,6 +507,7 @@ Test(optimizer, checked_apply_matches_reference)
         rng_state = 4242 + k;
         for (uint64_t t = 1; t <= 400; t++) {
             ps_optimizer_config ct = c;
+            float lt = lr;
             size_t at = (size_t)((rng_uniform() * 0.5f + 0.5f) * (float)(n - 1));
             int kind = (int)(t % 11), rc, want;
             char what[96];
@@ -512,11 +533,11 @@ Test(optimizer, checked_apply_matches_reference)
             } else if (kind == 9) {
                 ct.eps = 0.0f;
             } else if (kind == 6)
-                ct.lr = 1e30f;
+                lt = 1e30f;
             snprintf(what, sizeof(what), "%s step %llu (case %d, at %zu)",
                      ps_optimizer_name(all_kinds[k]), (unsigned long long)t, kind, at);
-            want = checked_ref(&ct, rw, rs, g, n, t);
-            rc = ps_optimizer_apply_checked(&ct, w, s, g, n, t, &b);
+            want = checked_ref(&ct, lt, rw, rs, g, n, t);
+            rc = ps_optimizer_apply_checked(&ct, lt, w, s, g, n, t, &b);
             cr_assert_eq(rc, want, "%s: %d, reference %d", what, rc, want);
             cr_assert_eq(memcmp(w, rw, n * sizeof(float)), 0, "%s: weights", what);
             cr_assert_eq(memcmp(s, rs, ns * sizeof(float)), 0, "%s: state", what);
@@ -553,6 +574,7 @@ Test(optimizer, chunk_updated_in_pieces)
 
     for (size_t k = 0; k < N_KINDS; k++) {
         ps_optimizer_config c = config(all_kinds[k], 0.9f, 0.01f);
+        float lr = rate(all_kinds[k]);
         size_t ns = ps_optimizer_state_floats(&c, N), per = ns / N;
         float *w1 = xcalloc(N, sizeof(float)), *s1 = xcalloc(ns, sizeof(float));
         float *w2 = xcalloc(N, sizeof(float)), *s2 = xcalloc(ns, sizeof(float));
@@ -563,9 +585,9 @@ Test(optimizer, chunk_updated_in_pieces)
         for (int t = 1; t <= 6; t++) {
             size_t cut = cuts[(size_t)t % (sizeof(cuts) / sizeof(cuts[0]))];
             make_grad(g, N, t);
-            ps_optimizer_apply(&c, w1, s1, g, N, (uint64_t)t);
-            ps_optimizer_apply(&c, w2, s2, g, cut, (uint64_t)t);
-            ps_optimizer_apply(&c, w2 + cut, s2 + per * cut, g + cut, N - cut, (uint64_t)t);
+            ps_optimizer_apply(&c, lr, w1, s1, g, N, (uint64_t)t);
+            ps_optimizer_apply(&c, lr, w2, s2, g, cut, (uint64_t)t);
+            ps_optimizer_apply(&c, lr, w2 + cut, s2 + per * cut, g + cut, N - cut, (uint64_t)t);
         }
         for (size_t i = 0; i < N; i++)
             cr_assert_leq(fabsf(w1[i] - w2[i]), 1e-6f * fabsf(w1[i]), "%s w[%zu]",
@@ -588,7 +610,7 @@ Test(optimizer, plain_sgd_needs_no_state)
         w[i] = 1.0f;
         g[i] = (float)i;
     }
-    ps_optimizer_apply(&c, w, NULL, g, 200, 1);
+    ps_optimizer_apply(&c, 0.1f, w, NULL, g, 200, 1);
     for (int i = 0; i < 200; i++)
         cr_assert_eq(w[i], 1.0f - 0.1f * (float)i, "w[%d]", i);
 }
@@ -603,18 +625,18 @@ Test(optimizer, plain_sgd_without_decay_is_the_rule)
     ps_optimizer_config c = config(PS_OPT_SGD, 0.0f, 0.0f);
     float w[NV * NV], want[NV * NV], g[NV * NV];
 
-    for (int lr = 0; lr < 3; lr++) {
-        c.lr = lr == 0 ? 0.1f : lr == 1 ? -0.25f : 0.0f;
+    for (int k = 0; k < 3; k++) {
+        float lr = k == 0 ? 0.1f : k == 1 ? -0.25f : 0.0f;
         for (int i = 0; i < NV * NV; i++) {
             w[i] = vals[i / NV];
             g[i] = vals[i % NV];
-            want[i] = w[i] - c.lr * (g[i] + 0.0f * w[i]);
+            want[i] = w[i] - lr * (g[i] + 0.0f * w[i]);
         }
-        ps_optimizer_apply(&c, w, NULL, g, NV * NV, 1);
+        ps_optimizer_apply(&c, lr, w, NULL, g, NV * NV, 1);
         for (int i = 0; i < NV * NV; i++)
             cr_assert_eq(memcmp(&w[i], &want[i], sizeof(float)), 0,
-                         "lr %g, w %g, g %g: %a, the rule %a", c.lr, vals[i / NV], vals[i % NV],
-                         w[i], want[i]);
+                         "lr %g, w %g, g %g: %a, the rule %a", lr, vals[i / NV], vals[i % NV], w[i],
+                         want[i]);
     }
 }
 
@@ -638,22 +660,18 @@ Test(optimizer, defaults)
 
     ps_optimizer_defaults(&c, PS_OPT_SGD);
     cr_assert_eq(c.kind, PS_OPT_SGD);
-    cr_assert_eq(c.lr, 0.1f);
     cr_assert_eq(c.momentum, 0.9f);
     cr_assert_eq(c.weight_decay, 0.0f);
     ps_optimizer_defaults(&c, PS_OPT_NESTEROV);
-    cr_assert_eq(c.lr, 0.1f);
+    cr_assert_eq(c.kind, PS_OPT_NESTEROV);
     ps_optimizer_defaults(&c, PS_OPT_ADAM);
-    cr_assert_eq(c.lr, 1e-3f);
     cr_assert_eq(c.beta1, 0.9f);
     cr_assert_eq(c.beta2, 0.999f);
     cr_assert_eq(c.eps, 1e-8f);
     cr_assert_eq(c.weight_decay, 0.0f);
     ps_optimizer_defaults(&c, PS_OPT_ADAMW);
-    cr_assert_eq(c.lr, 1e-3f);
     cr_assert_eq(c.weight_decay, 1e-2f);
     ps_optimizer_defaults(&c, PS_OPT_ADAGRAD);
-    cr_assert_eq(c.lr, 0.01f);
     cr_assert_eq(c.eps, 1e-8f);
 }
 
