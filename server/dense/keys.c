@@ -30,14 +30,6 @@ void ps_keys_begin(ps_keys *k)
     }
 }
 
-int ps_keys_named(ps_keys *k, int local)
-{
-    if (k->seen[local] == k->stamp)
-        return 1;
-    k->seen[local] = k->stamp;
-    return 0;
-}
-
 long long ps_keys_resolve(ps_keys *k, const ps_shard *shard, int server_index, ps_peer *p,
                           const Shardps__Header *h, int *locals)
 {

@@ -22,7 +22,13 @@ void ps_keys_free(ps_keys *k);
 /* A new request: no chunk is named in it yet. */
 void ps_keys_begin(ps_keys *k);
 /* Marks chunk local as named by this request; 1 when it was already. */
-int ps_keys_named(ps_keys *k, int local);
+static inline int ps_keys_named(ps_keys *k, int local)
+{
+    if (k->seen[local] == k->stamp)
+        return 1;
+    k->seen[local] = k->stamp;
+    return 0;
+}
 
 /* Resolves and checks a request's keys against shard (server server_index):
  * at least one, at most the shard's chunks, each held here and named once.

@@ -39,16 +39,6 @@ void ps_tensors_free(ps_tensors *t)
     memset(&t->life, 0, sizeof(t->life));
 }
 
-int ps_tensors_chunk_static(const ps_tensors *t, int local)
-{
-    return ps_tensors_of(t, local)->kind != PS_KIND_PARAMETER;
-}
-
-const ps_tensor_spec *ps_tensors_of(const ps_tensors *t, int local)
-{
-    return &t->table.tensors[ps_shard_chunk(t->shard, local)->tensor_id];
-}
-
 int ps_tensors_adopt(ps_tensors *t, const ps_model_spec *spec, ps_table_event how,
                      void (*settled)(void *arg), void *arg, uint64_t applied)
 {

@@ -77,10 +77,16 @@ int ps_tensors_adopt(ps_tensors *t, const ps_model_spec *spec, ps_table_event ho
 /* Frees what ps_tensors_adopt built; t holds no table after. */
 void ps_tensors_free(ps_tensors *t);
 
-/* Chunk local belongs to a buffer or a frozen tensor: never pushed. */
-int ps_tensors_chunk_static(const ps_tensors *t, int local);
 /* The tensor chunk local is of. */
-const ps_tensor_spec *ps_tensors_of(const ps_tensors *t, int local);
+static inline const ps_tensor_spec *ps_tensors_of(const ps_tensors *t, int local)
+{
+    return &t->table.tensors[ps_shard_chunk(t->shard, local)->tensor_id];
+}
+/* Chunk local belongs to a buffer or a frozen tensor: never pushed. */
+static inline int ps_tensors_chunk_static(const ps_tensors *t, int local)
+{
+    return ps_tensors_of(t, local)->kind != PS_KIND_PARAMETER;
+}
 
 /* Applies a lifecycle event and returns what it asks for; PS_TABLE_FILL
  * (every rank has joined: start) is carried out here, handing every

@@ -233,6 +233,10 @@ void ps_held_release(ps_held *h)
     if (t->updates == NULL)
         return;
     hold = h->dur->due ? h->dur->seq : UINT64_MAX;
+    if (h->head == NULL) {
+        ps_apply_queue_hold_from(t->updates, hold);
+        return;
+    }
     ps_clocks_view(h->job, h->units, -1, &chunks);
     while (*pp) {
         ps_pull *q = *pp;

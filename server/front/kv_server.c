@@ -165,22 +165,27 @@ static void ps__kv_settle(ps_kv_server *s, unsigned changes, ps_peer *left)
 {
     ps_tensors *t = &s->tensors;
 
-    if (ps_tensors_settle(t, s->chunks.n.applied) == PS_TABLE_WITHDRAW)
+    /* Each step is skipped at the cost of one test when it has nothing to
+     * do, as it mostly has: the sequence runs after every frame. */
+    if (t->life.state == PS_TABLE_FILLING &&
+        ps_tensors_settle(t, s->chunks.n.applied) == PS_TABLE_WITHDRAW)
         ps_front_withdraw(s, t->fill_why);
     if (changes & PS__KV_JOINED)
         ps__kv_maybe_start(s);
-    ps__kv_apply_completed(s);
-    if (s->tensors.has_table && s->cfg.staleness == 0)
-        ps_writes_release(&s->tensors, ps_units_server_clock(&s->units));
+    if (s->units.n_dirty > 0)
+        ps__kv_apply_completed(s);
+    if (t->values.parked)
+        ps_writes_release(t, ps_units_server_clock(&s->units));
     if (left)
         ps__kv_declarer_left(s, left);
-    if ((changes & PS__KV_PUSHED) &&
+    if ((changes & PS__KV_PUSHED) && s->cfg.checkpoint_every != 0 &&
         ps_durability_periodic_due(&s->dur, ps_units_progress_clock(&s->units, s->cfg.staleness)))
         ps__kv_checkpoint(s, "periodic");
-    if (t->has_table)
+    if (s->dur.due)
         ps_durability_try_write(&s->dur, t, &s->units, &s->tables, s->job.total_steps);
     ps_held_release(&s->held);
-    ps__kv_maybe_quiesced(s);
+    if (s->quiesce_cb)
+        ps__kv_maybe_quiesced(s);
     if ((changes & PS__KV_LEFT) && ps_job_over(&s->job) && s->done)
         s->done(s, s->done_arg);
 }

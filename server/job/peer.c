@@ -41,11 +41,6 @@ static void ps__peer_on_refusal_sent(ps_conn *c, int status, void *arg)
     ps_conn_close(c, 0);
 }
 
-int ps_peer_handshaking(const ps_peer *p)
-{
-    return p->state == PS_PEER_HANDSHAKE || p->state == PS_PEER_AUTH || p->state == PS_PEER_TABLE;
-}
-
 void ps_peer_refuse(ps_peer *p, int err, char *reason)
 {
     Shardps__Header h = SHARDPS__HEADER__INIT;

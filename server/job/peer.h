@@ -82,7 +82,10 @@ void ps_peers_add(ps_peers *set, ps_peer *p);
 void ps_peers_remove(ps_peers *set, ps_peer *p);
 
 /* In the handshake still: HELLO, AUTH_RESPONSE or TABLE awaited. */
-int ps_peer_handshaking(const ps_peer *p);
+static inline int ps_peer_handshaking(const ps_peer *p)
+{
+    return p->state == PS_PEER_HANDSHAKE || p->state == PS_PEER_AUTH || p->state == PS_PEER_TABLE;
+}
 /* Refuses p with reason (REJECT during the handshake, ERROR after) and
  * closes once it is written; nothing p sends after this is looked at. Not
  * logged or counted: the caller does that. */

@@ -9,7 +9,8 @@ void ps_clocks_view(const ps_job *j, const ps_units *u, int unit, ps_consistency
     v->started = j->started;
     v->server_clock = ps_units_server_clock(u);
     v->min_live_clock = ps_job_min_live_clock(j);
-    v->progress_clock = ps_units_progress_clock(u, staleness);
+    /* In sync mode progress is the steps applied: one pass, not two. */
+    v->progress_clock = staleness == 0 ? v->server_clock : ps_units_progress_clock(u, staleness);
     v->restored_clock = j->restored_clock;
     v->clock_lead = j->clock_lead;
     if (staleness == 0 && unit >= u->n_chunks)

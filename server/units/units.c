@@ -34,11 +34,6 @@ void ps_units_free(ps_units *u)
     memset(u, 0, sizeof(*u));
 }
 
-uint64_t *ps_units_record(const ps_units *u, uint32_t rank)
-{
-    return &u->pushed[(size_t)rank * (size_t)u->n];
-}
-
 void ps_units_set_static(ps_units *u, int unit)
 {
     u->clock[unit].clock = UINT64_MAX;

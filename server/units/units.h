@@ -22,6 +22,7 @@
 #ifndef PS_UNITS_H
 #define PS_UNITS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "consistency.h"
@@ -66,7 +67,10 @@ static inline int ps_units_table(const ps_units *u, int t)
     return u->n_chunks + t;
 }
 /* rank's push record (n entries). */
-uint64_t *ps_units_record(const ps_units *u, uint32_t rank);
+static inline uint64_t *ps_units_record(const ps_units *u, uint32_t rank)
+{
+    return &u->pushed[(size_t)rank * (size_t)u->n];
+}
 
 /* The unit is never pushed (a buffer, a frozen tensor): out of the sync
  * barrier, its clock UINT64_MAX, which the server's clock passes over. */
