@@ -69,8 +69,9 @@ int ps_front_adopt(ps_kv_server *s, const ps_model_spec *spec, ps_table_event ho
 /* Frees what ps_front_adopt built; the server holds no table after. */
 void ps_front_free_table(ps_kv_server *s);
 /* Nothing of a withdrawn table survives (why: for the log and its peers):
- * the peers that joined it are closed, who joined the job and what the job
- * was to do is forgotten, and the table is freed once drained. */
+ * the peers that joined it, workers and evaluators, are closed with why,
+ * who joined the job and what the job was to do is forgotten, and the table
+ * is freed once drained. */
 void ps_front_withdraw(ps_kv_server *s, const char *why);
 /* A withdrawn table whose work has drained is freed. */
 void ps_front_release_withdrawn(ps_kv_server *s);

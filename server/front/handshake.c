@@ -241,35 +241,46 @@ static void ps__handshake_open(const ps_handshake *hs, ps_peer *p)
 /* An evaluator reads the job's weights and nothing else: it joins the table
  * the workers declared (declaring none), takes no rank and an evaluator slot
  * (validate.h) instead of a worker's, so no number of evaluators can keep a
- * worker out, and is in no barrier, quorum or count the job waits on. */
-void ps_handshake_evaluator(ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello,
-                            uint64_t request_id)
+ * worker out, and is in no barrier, quorum or count the job waits on. When
+ * every evaluator slot is taken, the one that has read least lately gives
+ * way to it (peer.h): otherwise whoever took them first, strangers without
+ * the token included, would keep the job's evaluator out for as long as
+ * they stayed. */
+ps_hs_verdict ps_handshake_evaluator(ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello,
+                                     uint64_t request_id, ps_peer **gives_way)
 {
     uint64_t clock = ps_units_progress_clock(hs->units, hs->cfg->staleness);
     char why[256];
     int rc;
 
+    *gives_way = NULL;
     if (hello->table_digest.len > 0) {
         ps_peer_fail(p, -PS_EPROTO, "an evaluator declares no tensors: it reads the job's");
-        return;
+        return PS_HS_REFUSED;
     }
     if (ps__handshake_check_settings(hs, p, hello) < 0 ||
         ps__handshake_check_table(hs, p, hello, NULL, why, sizeof(why)) == PS_HS_REFUSED ||
         ps__handshake_check_partition(hs, p, hello) < 0)
-        return;
+        return PS_HS_REFUSED;
     rc = ps_validate_evaluator_slot(hs->max_connections, hs->cfg->world, hs->peers->n_evaluators,
                                     why, sizeof(why));
-    if (rc < 0) {
+    if (rc < 0 && (*gives_way = ps_peers_evaluator_to_replace(hs->peers)) == NULL) {
         ps_peer_fail(p, rc, "%s", why);
-        return;
+        return PS_HS_REFUSED;
     }
     p->state = PS_PEER_EVALUATOR;
+    p->last_read = p->last_seen;
     hs->peers->n_evaluators++;
     ps__handshake_open(hs, p);
     snprintf(p->name, sizeof(p->name), "evaluator (%s)", ps_conn_peer(p->conn));
     ps_info("%s joined at clock %" PRIu64 "; it reads the weights and holds no rank", p->name,
             clock);
-    (void)ps__handshake_welcome(hs, p, request_id, clock, 0, 0);
+    if (ps__handshake_welcome(hs, p, request_id, clock, 0, 0) < 0) {
+        /* Closing: it takes nobody's slot. */
+        *gives_way = NULL;
+        return PS_HS_REFUSED;
+    }
+    return PS_HS_JOIN;
 }
 
 void ps_handshake_place(ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello)

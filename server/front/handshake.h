@@ -65,9 +65,12 @@ void ps_handshake_place(ps_handshake *hs, ps_peer *p, const Shardps__Hello *hell
  * sent one; the declaring rank 0 is asked for its values). Returns 0, or -1
  * when it could not be sent (the connection closes). */
 int ps_handshake_welcome(ps_handshake *hs, ps_peer *p, uint64_t request_id, int declared);
-/* Judges an evaluator's HELLO and admits it read-only. */
-void ps_handshake_evaluator(ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello,
-                            uint64_t request_id);
+/* Judges an evaluator's HELLO and admits it read-only: PS_HS_JOIN, or
+ * PS_HS_REFUSED (p refused or closed). When every evaluator slot was taken,
+ * *gives_way is the admitted evaluator whose slot p took (peer.h's
+ * ps_peers_evaluator_to_replace), for the front to let go; else NULL. */
+ps_hs_verdict ps_handshake_evaluator(ps_handshake *hs, ps_peer *p, const Shardps__Hello *hello,
+                                     uint64_t request_id, ps_peer **gives_way);
 /* At start, without auth: one line (server 0's) on what a stranger can do. */
 void ps_handshake_say_strangers(const ps_kv_server_config *cfg);
 

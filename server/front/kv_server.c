@@ -211,9 +211,7 @@ static void ps__kv_on_settled(void *arg)
  * waited for it may complete. An evaluator just goes. Returns what changed. */
 static unsigned ps__kv_leave(ps_kv_server *s, ps_peer *p, const char *why)
 {
-    if (p->state == PS_PEER_EVALUATOR) {
-        p->state = PS_PEER_GONE;
-        s->peers.n_evaluators--;
+    if (ps_peers_evaluator_leave(&s->peers, p)) {
         ps_held_drop(&s->held, p);
         ps_info("%s left (%s); the job goes on", p->name, why);
         return 0;
@@ -224,6 +222,22 @@ static unsigned ps__kv_leave(ps_kv_server *s, ps_peer *p, const char *why)
     if (s->tensors.has_table)
         ps_units_rank_left(&s->units, p->rank);
     return PS__KV_LEFT;
+}
+
+/* Every evaluator slot was taken: old, the evaluator that read least
+ * lately, gives way to the newcomer (peer.h). Its connection is closed as
+ * a silent evaluator's is, without an ERROR, so that an evaluator of the
+ * job that was made to give way reconnects (shardps-eval --follow does on
+ * a lost connection), and then it is the newcomer that read least. */
+static void ps__kv_evaluator_gives_way(ps_kv_server *s, ps_peer *old, const ps_peer *newcomer)
+{
+    s->peers.replaced++;
+    if (s->peers.replaced == 1 || s->peers.replaced % 100 == 0)
+        ps_warn("closing %s for %s: every evaluator slot is taken, and it has gone longest "
+                "without a pull (%" PRIu64 " so far)",
+                old->name, newcomer->name, s->peers.replaced);
+    ps__kv_leave(s, old, "gave way to a newer evaluator");
+    ps_conn_close(old->conn, 0);
 }
 
 /* A HELLO is ready to be judged (handshake.h): the table it declares is
@@ -237,7 +251,9 @@ static unsigned ps__kv_admit(ps_kv_server *s, ps_peer *p, const Shardps__Hello *
     ps_hs_verdict v;
 
     if (hello != NULL && hello->role == SHARDPS__ROLE__ROLE_EVALUATOR) {
-        ps_handshake_evaluator(&s->hs, p, hello, request_id);
+        ps_peer *old;
+        if (ps_handshake_evaluator(&s->hs, p, hello, request_id, &old) == PS_HS_JOIN && old)
+            ps__kv_evaluator_gives_way(s, old, p);
         return 0;
     }
     v = ps_handshake_judge(&s->hs, p, hello, spec, why, sizeof(why));
@@ -344,6 +360,8 @@ static unsigned ps__kv_evaluator_frame(ps_kv_server *s, ps_peer *p, const ps_fra
         ps_peer_fail(p, -PS_EPROTO, "%s", why);
         return 0;
     }
+    if (f->hdr->type == SHARDPS__MSG_TYPE__PULL)
+        p->last_read = p->last_seen;
     if (f->hdr->type == SHARDPS__MSG_TYPE__PULL && (q = ps_chunks_pull(&s->chunks, p, f)) != NULL)
         ps_held_add(&s->held, q);
     else if (f->hdr->type == SHARDPS__MSG_TYPE__BYE)

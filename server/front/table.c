@@ -59,13 +59,16 @@ void ps_front_release_withdrawn(ps_kv_server *s)
     ps_info("the withdrawn tensor table is released; waiting for a worker to declare the tensors");
 }
 
-/* Nothing of a withdrawn table survives: the peers that joined it are
- * closed, who joined the job and what the job was to do is forgotten, and
- * the table itself is freed once the work in flight on it has drained. */
+/* Nothing of a withdrawn table survives: the peers that joined it, workers
+ * and evaluators, are closed, who joined the job and what the job was to
+ * do is forgotten, and the table itself is freed once the work in flight
+ * on it has drained. An evaluator left admitted would read (or, leaving,
+ * drop pulls against) a table that is gone, or one declared after it that
+ * it never agreed on. */
 void ps_front_withdraw(ps_kv_server *s, const char *why)
 {
     uint64_t now = uv_now(s->loop);
-    char reason[1024];
+    char reason[1024], read[1024];
 
     ps_warn("the tensor table of %d tensors is withdrawn: %s; nothing of it is kept, and the next "
             "worker to declare the tensors declares them anew",
@@ -74,7 +77,16 @@ void ps_front_withdraw(ps_kv_server *s, const char *why)
              "the tensor table this worker joined was withdrawn (%s); connect again to declare or "
              "join the job's tensors",
              why);
+    snprintf(read, sizeof(read),
+             "the tensor table this evaluator read was withdrawn (%s); connect again to read the "
+             "job's tensors once a worker has declared them",
+             why);
     for (ps_peer *p = s->peers.head; p; p = p->next) {
+        if (ps_peers_evaluator_leave(&s->peers, p)) {
+            ps_held_drop(&s->held, p);
+            ps_peer_fail(p, -PS_EMISMATCH, "%s", read);
+            continue;
+        }
         if (!ps_job_leave(&s->job, p, "its tensor table was withdrawn", now))
             continue;
         ps_held_drop(&s->held, p);

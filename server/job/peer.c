@@ -105,3 +105,25 @@ void ps_peers_make_room(ps_peers *set, ps_peer *newcomer, int max_connections, i
     set->refused++;
     ps_peer_refuse(oldest, -EAGAIN, reason);
 }
+
+ps_peer *ps_peers_evaluator_to_replace(const ps_peers *set)
+{
+    ps_peer *idlest = NULL;
+
+    /* The list is newest first: among those idle equally long, the one
+     * admitted first gives way. */
+    for (ps_peer *p = set->head; p; p = p->next)
+        if (p->state == PS_PEER_EVALUATOR && !p->failed &&
+            (idlest == NULL || p->last_read <= idlest->last_read))
+            idlest = p;
+    return idlest;
+}
+
+int ps_peers_evaluator_leave(ps_peers *set, ps_peer *p)
+{
+    if (p->state != PS_PEER_EVALUATOR)
+        return 0;
+    p->state = PS_PEER_GONE;
+    set->n_evaluators--;
+    return 1;
+}

@@ -57,7 +57,10 @@ struct ps_peer {
     uint64_t fed;    /* sync: 1 + step its last push went into (0: none) */
     uint64_t n_pushes, n_pulls, bytes_in, bytes_out;
     uint64_t last_seen; /* loop time (ms) of its last frame */
-    char name[96];      /* "worker 1 (127.0.0.1:40000)" for logs */
+    /* An evaluator: loop time (ms) of its admission or its last PULL, so
+     * the one that reads least gives way when its slots are all taken. */
+    uint64_t last_read;
+    char name[96]; /* "worker 1 (127.0.0.1:40000)" for logs */
     /* Authentication or the declared table in progress: the HELLO waits
      * here until it is proven and its TABLE has come, a deep copy (owned:
      * shardps__hello__free_unpacked), as the frame goes away. */
@@ -71,11 +74,12 @@ struct ps_peer {
 };
 
 struct ps_peers {
-    ps_peer *head;    /* every open connection, newest first */
-    int n;            /* open connections */
-    int n_evaluators; /* of those, admitted evaluators */
-    uint64_t refused; /* peers refused or closed for a fault */
-    uint64_t capped;  /* handshakes closed to make room (--max-connections) */
+    ps_peer *head;     /* every open connection, newest first */
+    int n;             /* open connections */
+    int n_evaluators;  /* of those, admitted evaluators */
+    uint64_t refused;  /* peers refused or closed for a fault */
+    uint64_t capped;   /* handshakes closed to make room (--max-connections) */
+    uint64_t replaced; /* evaluators closed to make room for another */
 };
 
 void ps_peers_add(ps_peers *set, ps_peer *p);
@@ -105,5 +109,19 @@ void ps_peer_send(ps_peer *p, Shardps__Header *h);
  * a round trip or two, so connections that idle until their deadline
  * cannot keep it out. The log names the first and every hundredth. */
 void ps_peers_make_room(ps_peers *set, ps_peer *newcomer, int max_connections, int world);
+
+/* Evaluator slots (how many: validate.h's ps_validate_evaluator_slot). When
+ * a newcomer finds them all taken, the admitted evaluator that has gone
+ * longest without a pull (since its admission, if it never pulled) gives
+ * way, as a handshake does above: evaluators that only hold their slot
+ * cannot keep out one that reads, such as the job's, which pulls after
+ * every score. Returns it (the front lets it go), or NULL when none may
+ * (every one is closing already). */
+ps_peer *ps_peers_evaluator_to_replace(const ps_peers *set);
+/* p, an admitted evaluator, leaves (a goodbye, silence, its table
+ * withdrawn, giving way to a newcomer): its slot is free at once and its
+ * frames are no longer looked at. Returns 1, or 0 when p was not an
+ * admitted evaluator (nothing changed). */
+int ps_peers_evaluator_leave(ps_peers *set, ps_peer *p);
 
 #endif

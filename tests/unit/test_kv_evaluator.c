@@ -5,7 +5,10 @@
  * handshake slot; its push is refused with the reason and the job goes on
  * as if it had never come; its pull is a snapshot answered while the sync
  * barrier holds the workers, carrying the lowest and highest steps applied
- * among its chunks; and the job ends while it is still connected.
+ * among its chunks; and the job ends while it is still connected. When
+ * every evaluator slot is taken, the one that read least lately gives way
+ * (issue 34, point 12); a table withdrawn before the start closes its
+ * evaluators with the reason, with and without auth (point 1).
  * Synchronisation is by replies and by the server closing connections. */
 #include <criterion/criterion.h>
 
@@ -13,7 +16,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "auth.h"
 #include "kv_fixture.h"
 #include "kv_peer.h"
 #include "ps_error.h"
@@ -78,8 +83,8 @@ static void push_first_key(peer *p, uint64_t clock, float v)
 
 /* Before any worker declared the tensors there is nothing to read: come
  * back. Then it is admitted without a rank: both ranks of a 2-worker job
- * still join, and evaluators beyond their slots are told to come back while
- * a worker still gets in. */
+ * still join, and an evaluator beyond the slots takes the slot of the one
+ * there (which is closed) while a worker still gets in. */
 Test(evaluator, holds_no_rank_and_no_worker_slot)
 {
     ps_kv_server_config cfg;
@@ -95,13 +100,224 @@ Test(evaluator, holds_no_rank_and_no_worker_slot)
     peer_expect_refusal(&e1, SHARDPS__MSG_TYPE__REJECT, "no tensor table yet", "evaluator first");
     peer_join(&r0, 0, 2);
     evaluator_join(&e1);
-    evaluator_hello(&e2);
-    peer_expect_refusal(&e2, SHARDPS__MSG_TYPE__REJECT, "all 1 evaluator slots", "evaluator 2");
+    evaluator_join(&e2);
+    expect_closed(e1.fd, "the evaluator that gave way");
+    e1.fd = -1;
     /* Rank 1 is free, and a worker's connection is not an evaluator's. */
     peer_join(&r1, 1, 2);
     peer_close(&r0);
     peer_close(&r1);
     peer_close(&e1);
+    peer_close(&e2);
+}
+
+/* A snapshot pull and its reply, after a pause that puts it later on the
+ * server's millisecond clock than whatever happened before it. */
+static void read_snapshot(peer *e, float *w, const char *what)
+{
+    uint64_t lo, hi;
+
+    usleep(20 * 1000);
+    peer_pull(e, 0);
+    snapshot_reply(e, w, &lo, &hi, what);
+}
+
+/* Issue 34, point 12: strangers that take every evaluator slot and hold it
+ * keep nobody out. The evaluator that has gone longest without a pull gives
+ * way to a newcomer, closed without an ERROR as a silent one is, so that
+ * the job's evaluator reconnects if it was the one; an evaluator that reads
+ * keeps its slot while newcomers take the idle ones'. Before, the newcomer
+ * was refused ("all 2 evaluator slots ... are taken") for as long as the
+ * strangers stayed. */
+Test(evaluator, a_slot_held_without_reading_gives_way)
+{
+    ps_kv_server_config cfg;
+    peer r0, s1, s2, s3, e;
+    float *w;
+
+    kv_fixture_config(&cfg);
+    /* One worker, and 5 connections beside it: 2 evaluator slots. */
+    cfg.max_connections = 6;
+    peer_server_up(&cfg, 1, 0, "sync");
+    w = malloc(ks.total * sizeof(float));
+    cr_assert_not_null(w);
+    peer_join(&r0, 0, 1);
+    evaluator_join(&s1);
+    usleep(20 * 1000);
+    evaluator_join(&e);
+    read_snapshot(&e, w, "the job's evaluator");
+    /* Both slots are taken: the stranger, which never read, gives way. */
+    evaluator_join(&s2);
+    expect_closed(s1.fd, "the first stranger");
+    s1.fd = -1;
+    /* The job's evaluator reads after the second stranger came: the
+     * stranger has read least lately, and gives way to the third. */
+    read_snapshot(&e, w, "after the second stranger");
+    evaluator_join(&s3);
+    expect_closed(s2.fd, "the second stranger");
+    s2.fd = -1;
+    read_snapshot(&e, w, "after the third stranger");
+    peer_close(&s1);
+    peer_close(&s2);
+    peer_close(&s3);
+    peer_close(&e);
+    peer_close(&r0);
+    free(w);
+}
+
+/* Issue 34, point 1: a table withdrawn before the start (its last declarer
+ * left) closes the evaluators that joined it, told why, as it closes its
+ * workers: one left admitted would read, or leave with a held pull
+ * against, a table that is gone (on 26cad0c its pull or its leaving
+ * touched the freed apply queue: SIGSEGV, or UBSan in
+ * ps_apply_queue_hold_from). The server then serves a table declared anew
+ * to a new evaluator. join and eval: how a declarer and an evaluator
+ * connect (with auth or without). */
+static void withdrawn_table_closes_its_evaluator(void (*join)(peer *, int, uint32_t),
+                                                 void (*eval)(peer *))
+{
+    peer r0, r1, e, e2;
+    float *w = malloc(ks.total * sizeof(float));
+    uint64_t lo, hi;
+
+    cr_assert_not_null(w);
+    join(&r0, 1, 0);
+    eval(&e);
+    /* Held: no snapshot before the job starts. */
+    peer_pull(&e, 0);
+    /* The declarer dies before the first step. */
+    peer_close(&r0);
+    peer_expect_refusal(&e, SHARDPS__MSG_TYPE__ERROR,
+                        "the tensor table this evaluator read was withdrawn",
+                        "the evaluator of the withdrawn table");
+    /* The job declared anew; a new evaluator reads it. */
+    join(&r0, 1, 0);
+    join(&r1, 1, 1);
+    eval(&e2);
+    peer_pull(&e2, 0);
+    snapshot_reply(&e2, w, &lo, &hi, "the table declared anew");
+    cr_assert_eq(lo, 0);
+    peer_close(&e2);
+    peer_close(&r0);
+    peer_close(&r1);
+    free(w);
+}
+
+/* A declarer of rank of 2, retried while the old table drains (-EAGAIN), as
+ * ps_kv_client retries. */
+static void plain_join(peer *p, int retry, uint32_t rank)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+    ps_frame f;
+
+    for (;;) {
+        peer_open(p);
+        make_hello_as(&h, &hello, &fx.spec, rank, 2);
+        raw_send_frame(p->fd, &h);
+        raw_read_frame(p->fd, p->dec, &f, "declarer");
+        if (f.hdr->type == SHARDPS__MSG_TYPE__WELCOME)
+            return;
+        cr_assert(retry && f.hdr->type == SHARDPS__MSG_TYPE__REJECT && f.hdr->status == -EAGAIN,
+                  "declarer refused: %s", f.hdr->reason ? f.hdr->reason : "");
+        peer_close(p);
+        usleep(10 * 1000);
+    }
+}
+
+Test(evaluator, a_withdrawn_table_closes_its_evaluators)
+{
+    ps_kv_server_config cfg;
+
+    kv_fixture_config(&cfg);
+    cfg.table = NULL;
+    peer_server_up(&cfg, 2, 0, "sync");
+    withdrawn_table_closes_its_evaluator(plain_join, evaluator_join);
+}
+
+/* ---- with --auth-token-file ---------------------------------------------- */
+
+static const uint8_t auth_key[PS_AUTH_KEY_BYTES] = {7, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+
+/* p's HELLO h, proven: the HELLO alone (its TABLE, if it declares one, must
+ * wait for the proof), the server's challenge checked, our answer. */
+static void auth_prove(peer *p, Shardps__Header *h)
+{
+    uint8_t nonce[PS_AUTH_NONCE_BYTES], mac[PS_AUTH_MAC_BYTES];
+    ps_frame f;
+    Shardps__Header r = SHARDPS__HEADER__INIT;
+
+    ps_auth_nonce(nonce);
+    h->hello->client_nonce.len = sizeof(nonce);
+    h->hello->client_nonce.data = nonce;
+    peer_send(p, h, NULL, 0);
+    peer_expect(p, SHARDPS__MSG_TYPE__AUTH_CHALLENGE, &f, "challenge");
+    cr_assert_eq(f.hdr->auth_nonce.len, PS_AUTH_NONCE_BYTES);
+    cr_assert(ps_auth_check(auth_key, "server", nonce, f.hdr->auth_nonce.data, f.hdr->auth_mac.data,
+                            f.hdr->auth_mac.len),
+              "the server proves the token");
+    ps_auth_mac(auth_key, "worker", f.hdr->auth_nonce.data, nonce, mac);
+    r.type = SHARDPS__MSG_TYPE__AUTH_RESPONSE;
+    r.request_id = h->request_id;
+    r.auth_mac.len = sizeof(mac);
+    r.auth_mac.data = mac;
+    peer_send(p, &r, NULL, 0);
+}
+
+static void auth_join(peer *p, int retry, uint32_t rank)
+{
+    Shardps__Header h, t = SHARDPS__HEADER__INIT;
+    Shardps__Hello hello;
+    uint8_t *packed;
+    size_t len;
+    ps_frame f;
+
+    cr_assert_eq(ps_tensor_table_pack(&fx.spec, &packed, &len), 0);
+    for (;;) {
+        peer_open(p);
+        make_hello_as(&h, &hello, &fx.spec, rank, 2);
+        auth_prove(p, &h);
+        t.type = SHARDPS__MSG_TYPE__TABLE;
+        t.request_id = h.request_id;
+        peer_send(p, &t, packed, len);
+        raw_read_frame(p->fd, p->dec, &f, "proven declarer");
+        if (f.hdr->type == SHARDPS__MSG_TYPE__WELCOME)
+            break;
+        cr_assert(retry && f.hdr->type == SHARDPS__MSG_TYPE__REJECT && f.hdr->status == -EAGAIN,
+                  "proven declarer refused: %s", f.hdr->reason ? f.hdr->reason : "");
+        peer_close(p);
+        usleep(10 * 1000);
+    }
+    free(packed);
+}
+
+static void auth_evaluator_join(peer *p)
+{
+    Shardps__Header h;
+    Shardps__Hello hello;
+    ps_frame f;
+
+    peer_open(p);
+    make_hello_as(&h, &hello, &fx.spec, 0, 0);
+    hello.role = SHARDPS__ROLE__ROLE_EVALUATOR;
+    hello.table_digest.len = 0;
+    auth_prove(p, &h);
+    peer_expect(p, SHARDPS__MSG_TYPE__TABLE, &f, "proven evaluator's table");
+    peer_expect(p, SHARDPS__MSG_TYPE__WELCOME, &f, "proven evaluator");
+}
+
+/* The same with auth: the evaluator holds the token, and the worker that
+ * declared the table dies before the first step. */
+Test(evaluator, with_auth_a_withdrawn_table_closes_its_evaluators)
+{
+    ps_kv_server_config cfg;
+
+    kv_fixture_config(&cfg);
+    cfg.table = NULL;
+    cfg.auth = 1;
+    memcpy(cfg.auth_key, auth_key, sizeof(auth_key));
+    peer_server_up(&cfg, 2, 0, "sync");
+    withdrawn_table_closes_its_evaluator(auth_join, auth_evaluator_join);
 }
 
 /* The refusal names the rule; the workers then train as if no evaluator had
