@@ -21,7 +21,8 @@ int ps_values_init(ps_values *v, const ps_shard *shard, const ps_model_spec *spe
         return -ENOMEM;
     }
     for (int i = 0; i < v->n; i++)
-        v->left += ps_values_takes(shard, spec, i);
+        v->takes += ps_values_takes(shard, spec, i);
+    v->left = v->takes;
     v->parked_tail = &v->parked;
     return 0;
 }
@@ -44,6 +45,25 @@ void ps_values_free(ps_values *v)
 int ps_values_wanted(const ps_values *v, const ps_table_life *life)
 {
     return v->left > 0 && life->state != PS_TABLE_COMMITTED;
+}
+
+int ps_values_forget(ps_values *v, const ps_table_life *life)
+{
+    int forgotten = v->takes - v->left;
+
+    if (forgotten == 0 || (life->state != PS_TABLE_DECLARED && life->state != PS_TABLE_FILLING))
+        return 0;
+    memset(v->written, 0, (size_t)v->n);
+    v->left = v->takes;
+    /* Declared, nothing is submitted yet: what came waits here alone.
+     * Filling, each fill job reads its chunk's pending values on the pool
+     * and ps_values_filled frees them; the copies already queued still
+     * count in inflight and run before the next rank 0's. */
+    for (int i = 0; life->state == PS_TABLE_DECLARED && i < v->n; i++) {
+        free(v->pending[i]);
+        v->pending[i] = NULL;
+    }
+    return forgotten;
 }
 
 int ps_values_done(const ps_values *v)

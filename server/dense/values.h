@@ -12,7 +12,13 @@
  * (ps_values_fill); one that arrives later is copied in by a job queued
  * behind the fill. A restored table is committed: its values are the
  * checkpoint's, and none is wanted. A buffer's refresh in sync mode waits
- * here for the step it belongs to (parked). */
+ * here for the step it belongs to (parked).
+ *
+ * The values are the rank 0's that wrote them only while it stays: one
+ * that leaves before the table is filled takes them with it
+ * (ps_values_forget), and the next rank 0 is asked for its own, so a
+ * stranger posing as rank 0 before the real one cannot set the values the
+ * job starts from by writing them and going. */
 #ifndef PS_VALUES_H
 #define PS_VALUES_H
 
@@ -33,7 +39,8 @@ struct ps_values_refresh {
 
 typedef struct {
     int n;            /* local chunks */
-    int left;         /* chunks of INIT_VALUES tensors whose values have not come */
+    int takes;        /* chunks of INIT_VALUES tensors */
+    int left;         /* of those, chunks whose values have not come */
     int inflight;     /* of the initial values that came, those still being copied in */
     uint8_t *written; /* per local chunk: its initial values came */
     float **pending;  /* per local chunk: values that came before its fill (owned) */
@@ -50,6 +57,13 @@ void ps_values_free(ps_values *v);
 int ps_values_takes(const ps_shard *shard, const ps_model_spec *spec, int local);
 /* The WELCOME of the declaring rank 0 asks for them. */
 int ps_values_wanted(const ps_values *v, const ps_table_life *life);
+/* The rank 0 that wrote the values left: unless the table is filled by now
+ * (or committed, or withdrawn), every chunk's initial values are wanted
+ * again, from the next rank 0, and those that came before the fill was
+ * submitted are freed (those the fills hold are freed as they run, and
+ * the next rank 0's are copied in behind them). Returns how many chunks'
+ * values were forgotten. */
+int ps_values_forget(ps_values *v, const ps_table_life *life);
 /* Every value has come and been copied in. */
 int ps_values_done(const ps_values *v);
 /* On the pool, right after chunk local's fill: its values, if they came

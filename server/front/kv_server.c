@@ -6,8 +6,9 @@
  *
  *   the table's fills settled -> the job started, once every rank is here
  *   -> the steps that completed applied, and the buffers' refreshes that
- *   waited for them queued -> a table whose last declarer left withdrawn
- *   -> a checkpoint asked for if due, written once its updates ran -> the
+ *   waited for them queued -> a table whose last declarer left withdrawn,
+ *   or one that stays forgetting the values of a rank 0 that left before
+ *   it filled -> a checkpoint asked for if due, written once its updates ran -> the
  *   held pulls released -> a quiesce told -> the end.
  *
  * The checkpoint is decided before the pulls are released, so that in sync
@@ -94,17 +95,28 @@ static void ps__kv_apply_completed(ps_kv_server *s)
 /* A worker that declared the table left: if it was the last declarer and no
  * step was applied, the table is withdrawn. One that finished its run stays
  * counted (its table served); a server that is stopping withdraws nothing:
- * it goes away itself. */
+ * it goes away itself. A table that stays forgets the initial values a
+ * rank 0 wrote unless it is filled by now (values.h): the next rank 0 is
+ * asked for its own, so a stranger's do not outlive him. */
 static void ps__kv_declarer_left(ps_kv_server *s, ps_peer *p)
 {
     char why[200];
+    int forgotten;
 
-    if (!p->declarer || (s->job.started && s->job.finished[p->rank]) || s->stopping)
+    if (!p->declarer || s->stopping)
         return;
-    p->declarer = 0;
-    ps_tensors_note_applied(&s->tensors, s->chunks.n.applied);
-    snprintf(why, sizeof(why), "%s, its last declarer, left before a step was applied", p->name);
-    ps_front_table_event(s, PS_TABLE_DECLARER_LEFT, why);
+    if (!(s->job.started && s->job.finished[p->rank])) {
+        p->declarer = 0;
+        ps_tensors_note_applied(&s->tensors, s->chunks.n.applied);
+        snprintf(why, sizeof(why), "%s, its last declarer, left before a step was applied",
+                 p->name);
+        ps_front_table_event(s, PS_TABLE_DECLARER_LEFT, why);
+    }
+    /* A withdrawn table's values go with it (ps_values_forget: none). */
+    if (p->rank == 0 && (forgotten = ps_values_forget(&s->tensors.values, &s->tensors.life)) > 0)
+        ps_info("%s left before the tensor table was filled: the initial values it wrote (%d "
+                "chunks) are forgotten, and the next rank 0 is asked for its own",
+                p->name, forgotten);
 }
 
 /* Only a committed table (a step applied, or restored) is checkpointed. */

@@ -6,17 +6,26 @@
  * beside them keep the servers' values. Anyone else's WRITE, or a second
  * one, is refused; a restored checkpoint's values win over rank 0's.
  * Buffers and frozen tensors (point 3) come from rank 0 and are never
- * pushed. Real ps_kv_clients (each pull in a thread of its own) against the
- * server in a thread (kv_fixture). */
+ * pushed. Values are the rank 0's that wrote them only while it stays
+ * (issue 34, points 2 and 3): a rank 0 that leaves before the table is
+ * filled takes them with it, whether the table stays (the next rank 0 is
+ * asked for its own) or is withdrawn (they are freed). Real ps_kv_clients
+ * (each pull in a thread of its own) against the server in a thread
+ * (kv_fixture). */
 #include <criterion/criterion.h>
 
 #include <errno.h>
+#include <malloc.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/allocator_interface.h>
+#endif
 
 #include "checkpoint.h"
 #include "job_options.h"
@@ -62,6 +71,9 @@ static void make_table(void)
     }
 }
 
+/* Workers in the job: 2, unless a test sets more before start. */
+static int job_world = 2;
+
 static void start(void)
 {
     ps_kv_server_config cfg;
@@ -69,11 +81,11 @@ static void start(void)
     kv_fixture_config(&cfg);
     make_table();
     cfg.table = NULL;
-    cfg.world = 2;
+    cfg.world = job_world;
     server_up_with(&cfg);
 }
 
-/* rank of 2 connected to the fixture's server, declaring spec with vals
+/* rank of job_world connected to the fixture's server, declaring spec with vals
  * (rank 0's own values; NULL for a rank that sends none); *clock is where
  * the server starts it. */
 static ps_kv_client *connect_as(const ps_model_spec *spec, const void *const *vals, int rank,
@@ -86,7 +98,7 @@ static ps_kv_client *connect_as(const ps_model_spec *spec, const void *const *va
     cfg.spec = *spec;
     cfg.values = vals;
     cfg.rank = rank;
-    cfg.world = 2;
+    cfg.world = job_world;
     cfg.servers = servers;
     cfg.n_servers = 1;
     cfg.chunk_bytes = CHUNK_BYTES;
@@ -208,6 +220,129 @@ Test(kv_values, writes_by_anyone_else_or_for_seeded_tensors_are_refused, .timeou
     refused_write(0, 1, "of tensor fc.bias: the servers initialise it");
     server_down();
     ps_model_spec_free(&table);
+}
+
+/* ---- a rank 0 that leaves (issue 34, points 2 and 3) -------------------- */
+
+/* A rank 0 of job_world on a raw connection declares spec (cut in chunk_bytes),
+ * is asked for its values, WRITEs every value of every INIT_VALUES chunk
+ * of this server as v, and goes: once the server has closed the
+ * connection, it has read the WRITE and seen the peer leave. */
+static void rank_0_writes_and_goes(const ps_model_spec *spec, size_t chunk_bytes, float v)
+{
+    Shardps__Header h, w = SHARDPS__HEADER__INIT;
+    Shardps__Hello hello;
+    ps_frame_decoder *dec;
+    ps_partition *part;
+    ps_frame f;
+    uint64_t keys[64];
+    size_t n = 0, words = 0;
+    float *vals;
+    int fd = raw_connect();
+
+    cr_assert_eq(ps_partition_init(&part, spec, 1, chunk_bytes), 0);
+    for (int i = 0; i < ps_partition_chunk_count(part); i++) {
+        const ps_chunk *c = ps_partition_chunk(part, i);
+        if (spec->tensors[c->tensor_id].init != PS_INIT_VALUES)
+            continue;
+        cr_assert_lt(n, 64);
+        keys[n++] = c->key;
+        words += c->numel;
+    }
+    ps_partition_free(part);
+    vals = malloc(words * sizeof(float));
+    cr_assert_not_null(vals);
+    for (size_t i = 0; i < words; i++)
+        vals[i] = v;
+    cr_assert_eq(ps_frame_decoder_init(&dec, PS_TABLE_MAX_BYTES), 0);
+    make_hello_as(&h, &hello, spec, 0, (uint32_t)job_world);
+    hello.chunk_bytes = chunk_bytes;
+    raw_send_frame(fd, &h);
+    raw_read_frame(fd, dec, &f, "the leaving rank 0's welcome");
+    cr_assert_eq(f.hdr->type, SHARDPS__MSG_TYPE__WELCOME, "%s", f.hdr->reason ? f.hdr->reason : "");
+    cr_assert(f.hdr->welcome->values_wanted, "the first rank 0 is asked for its values");
+    w.type = SHARDPS__MSG_TYPE__WRITE;
+    w.request_id = 2;
+    w.n_keys = n;
+    w.keys = keys;
+    raw_send_payload(fd, &w, vals, words * sizeof(float));
+    cr_assert_eq(shutdown(fd, SHUT_WR), 0);
+    expect_closed(fd, "the leaving rank 0");
+    ps_frame_decoder_free(dec);
+    free(vals);
+}
+
+/* Point 2: in a job of 3, a stranger posing as rank 0 declares the table
+ * rank 1 declared, writes its own values and leaves before the job starts
+ * (rank 2 is not there yet). Rank 1 still declares the table, so it stays;
+ * the real rank 0 must be asked for its values (values_wanted), and every
+ * rank must start from them. Before, it was welcomed with values_wanted 0
+ * and every rank pulled the stranger's 42s. */
+Test(kv_values, a_rank_0_that_leaves_takes_its_values_with_it, .timeout = 60)
+{
+    static puller p[3];
+
+    job_world = 3;
+    start();
+    p[1].c = connect_rank(1);
+    rank_0_writes_and_goes(&table, CHUNK_BYTES, 42.0f);
+    p[0].c = connect_rank(0);
+    p[2].c = connect_rank(2);
+    for (int r = 0; r < 3; r++) {
+        pull_first(&p[r]);
+        expect_first(&p[r], r);
+        ps_kv_client_close(p[r].c);
+    }
+    server_down();
+    ps_model_spec_free(&table);
+}
+
+/* Bytes the process has allocated and not freed: the sanitizer's count
+ * under ASan (its allocator replaces malloc's), else glibc's arenas and
+ * mmapped chunks. */
+static size_t live_bytes(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    return __sanitizer_get_current_allocated_bytes();
+#else
+    struct mallinfo2 m = mallinfo2();
+    return m.uordblks + m.hblkhd;
+#endif
+}
+
+/* Point 3: values written before the start are freed when the table is
+ * withdrawn. Rank 0 declares a table of 4 MiB of its own values, writes
+ * them and leaves, its table's only declarer, 4 times; with nobody
+ * connected the server must hold none of them. On 26cad0c each round left
+ * its 4 MiB behind (the values were freed by a count set to 0 first). */
+Test(kv_values, values_written_before_the_start_are_freed_on_withdrawal, .timeout = 60)
+{
+    enum { rounds = 4, floats = 1 << 20 };
+    int shape[1] = {floats};
+    ps_tensor_decl d = {"encoder.embedding.weight", 1,           shape, PS_INIT_VALUES, 1, 1,
+                        PS_KIND_PARAMETER,          PS_DTYPE_F32};
+    ps_kv_server_config cfg;
+    ps_model_spec big;
+    size_t before, after;
+
+    kv_fixture_config(&cfg);
+    memset(&big, 0, sizeof(big));
+    big.seed = 5;
+    cr_assert_eq(ps_model_spec_add(&big, &d), 0);
+    cfg.table = NULL;
+    cfg.world = 2;
+    cfg.chunk_bytes = (size_t)1 << 20;
+    cfg.max_payload = (size_t)8 << 20;
+    before = live_bytes();
+    server_up_with(&cfg);
+    for (int i = 0; i < rounds; i++)
+        rank_0_writes_and_goes(&big, cfg.chunk_bytes, (float)i);
+    server_down();
+    after = live_bytes();
+    cr_assert_lt(after, before + (size_t)floats * sizeof(float),
+                 "%zu bytes more allocated after %d rounds of %zu bytes of values, withdrawn",
+                 after - before, rounds, (size_t)floats * sizeof(float));
+    ps_model_spec_free(&big);
 }
 
 /* ---- through libshardps (shardps_declare_values) ----------------------- */
