@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "kv_client.h"
 #include "kv_fixture.h"
 #include "kv_peer.h"
 #include "ps_error.h"
@@ -161,6 +162,81 @@ Test(evaluator, a_slot_held_without_reading_gives_way)
     peer_close(&s2);
     peer_close(&s3);
     peer_close(&e);
+    peer_close(&r0);
+    free(w);
+}
+
+/* The job's evaluator as shardps-eval --follow connects it: a library
+ * client (kv_client.h) in the evaluator's role. */
+static ps_kv_client *library_evaluator(void)
+{
+    const char *servers[1] = {fx.addr};
+    ps_kv_client_config cfg = {0};
+    ps_kv_client *c = NULL;
+    uint64_t clock;
+
+    cfg.evaluator = 1;
+    cfg.servers = servers;
+    cfg.n_servers = 1;
+    cfg.chunk_bytes = CHUNK_BYTES;
+    cfg.connect_timeout_s = 5.0;
+    cfg.request_timeout_s = 5.0;
+    cfg.max_payload = (size_t)1 << 20;
+    cr_assert_eq(ps_kv_client_init(&c, &cfg), 0);
+    cr_assert_eq(ps_kv_client_connect(c, &clock), 0, "%s", ps_kv_client_last_error(c));
+    return c;
+}
+
+/* A snapshot into w, one tensor after another (ks.total floats). Returns
+ * the client's code. */
+static int library_snapshot(ps_kv_client *c, float *w)
+{
+    float *params[64];
+    size_t at = 0;
+    int rc;
+
+    cr_assert_lt(fx.spec.n_tensors, 64);
+    for (int t = 0; t < fx.spec.n_tensors; t++) {
+        params[t] = w + at;
+        at += fx.spec.tensors[t].numel;
+    }
+    rc = ps_kv_client_pull(c, 0, params);
+    return rc < 0 ? rc : ps_kv_client_wait(c);
+}
+
+/* The job's evaluator made to give way (here a stranger takes the one
+ * slot) sees its connection lost, not a refusal: shardps-eval --follow
+ * reconnects on a lost connection (follow.c) and ends on anything else.
+ * Reconnected, it takes the slot back from the stranger, which never
+ * read. */
+Test(evaluator, the_evaluator_made_to_give_way_sees_a_lost_connection)
+{
+    ps_kv_server_config cfg;
+    ps_kv_client *e;
+    peer r0, s1;
+    float *w;
+    int rc;
+
+    kv_fixture_config(&cfg);
+    /* One worker, and 2 connections beside it: 1 evaluator slot. */
+    cfg.max_connections = 3;
+    peer_server_up(&cfg, 1, 0, "sync");
+    w = malloc(ks.total * sizeof(float));
+    cr_assert_not_null(w);
+    peer_join(&r0, 0, 1);
+    e = library_evaluator();
+    cr_assert_eq(library_snapshot(e, w), 0, "%s", ps_kv_client_last_error(e));
+    evaluator_join(&s1);
+    rc = library_snapshot(e, w);
+    cr_assert(ps_error_is_connection_loss(rc), "the evaluator that gave way got %d (%s)", rc,
+              ps_kv_client_last_error(e));
+    ps_kv_client_abandon(e);
+    e = library_evaluator();
+    expect_closed(s1.fd, "the stranger");
+    s1.fd = -1;
+    cr_assert_eq(library_snapshot(e, w), 0, "%s", ps_kv_client_last_error(e));
+    ps_kv_client_close(e);
+    peer_close(&s1);
     peer_close(&r0);
     free(w);
 }
