@@ -112,6 +112,23 @@ Test(evaluator, holds_no_rank_and_no_worker_slot)
     peer_close(&e2);
 }
 
+/* A job of one worker, r0, admitted, on a server of max_connections: the
+ * worker's and max_connections - 1 beside it, half of them for evaluators.
+ * Returns room for a snapshot (ks.total floats; the caller frees it). */
+static float *one_worker_job(int max_connections, peer *r0)
+{
+    ps_kv_server_config cfg;
+    float *w;
+
+    kv_fixture_config(&cfg);
+    cfg.max_connections = max_connections;
+    peer_server_up(&cfg, 1, 0, "sync");
+    w = malloc(ks.total * sizeof(float));
+    cr_assert_not_null(w);
+    peer_join(r0, 0, 1);
+    return w;
+}
+
 /* A snapshot pull and its reply, after a pause that puts it later on the
  * server's millisecond clock than whatever happened before it. */
 static void read_snapshot(peer *e, float *w, const char *what)
@@ -132,17 +149,9 @@ static void read_snapshot(peer *e, float *w, const char *what)
  * strangers stayed. */
 Test(evaluator, a_slot_held_without_reading_gives_way)
 {
-    ps_kv_server_config cfg;
     peer r0, s1, s2, s3, e;
-    float *w;
+    float *w = one_worker_job(6, &r0); /* 2 evaluator slots */
 
-    kv_fixture_config(&cfg);
-    /* One worker, and 5 connections beside it: 2 evaluator slots. */
-    cfg.max_connections = 6;
-    peer_server_up(&cfg, 1, 0, "sync");
-    w = malloc(ks.total * sizeof(float));
-    cr_assert_not_null(w);
-    peer_join(&r0, 0, 1);
     evaluator_join(&s1);
     usleep(20 * 1000);
     evaluator_join(&e);
@@ -171,17 +180,16 @@ Test(evaluator, a_slot_held_without_reading_gives_way)
 static ps_kv_client *library_evaluator(void)
 {
     const char *servers[1] = {fx.addr};
-    ps_kv_client_config cfg = {0};
+    ps_kv_client_config cfg = {.servers = servers,
+                               .n_servers = 1,
+                               .chunk_bytes = CHUNK_BYTES,
+                               .connect_timeout_s = 5.0,
+                               .request_timeout_s = 5.0,
+                               .max_payload = (size_t)1 << 20,
+                               .evaluator = 1};
     ps_kv_client *c = NULL;
     uint64_t clock;
 
-    cfg.evaluator = 1;
-    cfg.servers = servers;
-    cfg.n_servers = 1;
-    cfg.chunk_bytes = CHUNK_BYTES;
-    cfg.connect_timeout_s = 5.0;
-    cfg.request_timeout_s = 5.0;
-    cfg.max_payload = (size_t)1 << 20;
     cr_assert_eq(ps_kv_client_init(&c, &cfg), 0);
     cr_assert_eq(ps_kv_client_connect(c, &clock), 0, "%s", ps_kv_client_last_error(c));
     return c;
@@ -211,20 +219,11 @@ static int library_snapshot(ps_kv_client *c, float *w)
  * read. */
 Test(evaluator, the_evaluator_made_to_give_way_sees_a_lost_connection)
 {
-    ps_kv_server_config cfg;
-    ps_kv_client *e;
     peer r0, s1;
-    float *w;
+    float *w = one_worker_job(3, &r0); /* 1 evaluator slot */
+    ps_kv_client *e = library_evaluator();
     int rc;
 
-    kv_fixture_config(&cfg);
-    /* One worker, and 2 connections beside it: 1 evaluator slot. */
-    cfg.max_connections = 3;
-    peer_server_up(&cfg, 1, 0, "sync");
-    w = malloc(ks.total * sizeof(float));
-    cr_assert_not_null(w);
-    peer_join(&r0, 0, 1);
-    e = library_evaluator();
     cr_assert_eq(library_snapshot(e, w), 0, "%s", ps_kv_client_last_error(e));
     evaluator_join(&s1);
     rc = library_snapshot(e, w);
@@ -241,82 +240,13 @@ Test(evaluator, the_evaluator_made_to_give_way_sees_a_lost_connection)
     free(w);
 }
 
-/* Issue 34, point 1: a table withdrawn before the start (its last declarer
- * left) closes the evaluators that joined it, told why, as it closes its
- * workers: one left admitted would read, or leave with a held pull
- * against, a table that is gone (on 26cad0c its pull or its leaving
- * touched the freed apply queue: SIGSEGV, or UBSan in
- * ps_apply_queue_hold_from). The server then serves a table declared anew
- * to a new evaluator. join and eval: how a declarer and an evaluator
- * connect (with auth or without). */
-static void withdrawn_table_closes_its_evaluator(void (*join)(peer *, int, uint32_t),
-                                                 void (*eval)(peer *))
-{
-    peer r0, r1, e, e2;
-    float *w = malloc(ks.total * sizeof(float));
-    uint64_t lo, hi;
-
-    cr_assert_not_null(w);
-    join(&r0, 1, 0);
-    eval(&e);
-    /* Held: no snapshot before the job starts. */
-    peer_pull(&e, 0);
-    /* The declarer dies before the first step. */
-    peer_close(&r0);
-    peer_expect_refusal(&e, SHARDPS__MSG_TYPE__ERROR,
-                        "the tensor table this evaluator read was withdrawn",
-                        "the evaluator of the withdrawn table");
-    /* The job declared anew; a new evaluator reads it. */
-    join(&r0, 1, 0);
-    join(&r1, 1, 1);
-    eval(&e2);
-    peer_pull(&e2, 0);
-    snapshot_reply(&e2, w, &lo, &hi, "the table declared anew");
-    cr_assert_eq(lo, 0);
-    peer_close(&e2);
-    peer_close(&r0);
-    peer_close(&r1);
-    free(w);
-}
-
-/* A declarer of rank of 2, retried while the old table drains (-EAGAIN), as
- * ps_kv_client retries. */
-static void plain_join(peer *p, int retry, uint32_t rank)
-{
-    Shardps__Header h;
-    Shardps__Hello hello;
-    ps_frame f;
-
-    for (;;) {
-        peer_open(p);
-        make_hello_as(&h, &hello, &fx.spec, rank, 2);
-        raw_send_frame(p->fd, &h);
-        raw_read_frame(p->fd, p->dec, &f, "declarer");
-        if (f.hdr->type == SHARDPS__MSG_TYPE__WELCOME)
-            return;
-        cr_assert(retry && f.hdr->type == SHARDPS__MSG_TYPE__REJECT && f.hdr->status == -EAGAIN,
-                  "declarer refused: %s", f.hdr->reason ? f.hdr->reason : "");
-        peer_close(p);
-        usleep(10 * 1000);
-    }
-}
-
-Test(evaluator, a_withdrawn_table_closes_its_evaluators)
-{
-    ps_kv_server_config cfg;
-
-    kv_fixture_config(&cfg);
-    cfg.table = NULL;
-    peer_server_up(&cfg, 2, 0, "sync");
-    withdrawn_table_closes_its_evaluator(plain_join, evaluator_join);
-}
-
-/* ---- with --auth-token-file ---------------------------------------------- */
+/* ---- a withdrawn table (issue 34, point 1) ------------------------------- */
 
 static const uint8_t auth_key[PS_AUTH_KEY_BYTES] = {7, 1, 2, 3, 4, 5, 6, 7, 8, 9};
 
-/* p's HELLO h, proven: the HELLO alone (its TABLE, if it declares one, must
- * wait for the proof), the server's challenge checked, our answer. */
+/* p's HELLO h, proven with auth_key (--auth-token-file): the HELLO alone
+ * (its TABLE, if it declares one, must wait for the proof), the server's
+ * challenge checked, our answer. */
 static void auth_prove(peer *p, Shardps__Header *h)
 {
     uint8_t nonce[PS_AUTH_NONCE_BYTES], mac[PS_AUTH_MAC_BYTES];
@@ -340,7 +270,9 @@ static void auth_prove(peer *p, Shardps__Header *h)
     peer_send(p, &r, NULL, 0);
 }
 
-static void auth_join(peer *p, int retry, uint32_t rank)
+/* A declarer of rank of 2 (proven first with auth), retried while the old
+ * table drains (-EAGAIN), as ps_kv_client retries. */
+static void declarer_join(peer *p, uint32_t rank, int auth)
 {
     Shardps__Header h, t = SHARDPS__HEADER__INIT;
     Shardps__Hello hello;
@@ -352,27 +284,36 @@ static void auth_join(peer *p, int retry, uint32_t rank)
     for (;;) {
         peer_open(p);
         make_hello_as(&h, &hello, &fx.spec, rank, 2);
-        auth_prove(p, &h);
-        t.type = SHARDPS__MSG_TYPE__TABLE;
-        t.request_id = h.request_id;
-        peer_send(p, &t, packed, len);
-        raw_read_frame(p->fd, p->dec, &f, "proven declarer");
+        if (auth) {
+            auth_prove(p, &h);
+            t.type = SHARDPS__MSG_TYPE__TABLE;
+            t.request_id = h.request_id;
+            peer_send(p, &t, packed, len);
+        } else {
+            raw_send_frame(p->fd, &h); /* with its TABLE */
+        }
+        raw_read_frame(p->fd, p->dec, &f, "declarer");
         if (f.hdr->type == SHARDPS__MSG_TYPE__WELCOME)
             break;
-        cr_assert(retry && f.hdr->type == SHARDPS__MSG_TYPE__REJECT && f.hdr->status == -EAGAIN,
-                  "proven declarer refused: %s", f.hdr->reason ? f.hdr->reason : "");
+        cr_assert(f.hdr->type == SHARDPS__MSG_TYPE__REJECT && f.hdr->status == -EAGAIN,
+                  "declarer refused: %s", f.hdr->reason ? f.hdr->reason : "");
         peer_close(p);
         usleep(10 * 1000);
     }
     free(packed);
 }
 
-static void auth_evaluator_join(peer *p)
+/* An evaluator admitted (proven first with auth). */
+static void evaluator_join_as(peer *p, int auth)
 {
     Shardps__Header h;
     Shardps__Hello hello;
     ps_frame f;
 
+    if (!auth) {
+        evaluator_join(p);
+        return;
+    }
     peer_open(p);
     make_hello_as(&h, &hello, &fx.spec, 0, 0);
     hello.role = SHARDPS__ROLE__ROLE_EVALUATOR;
@@ -382,18 +323,58 @@ static void auth_evaluator_join(peer *p)
     peer_expect(p, SHARDPS__MSG_TYPE__WELCOME, &f, "proven evaluator");
 }
 
-/* The same with auth: the evaluator holds the token, and the worker that
- * declared the table dies before the first step. */
-Test(evaluator, with_auth_a_withdrawn_table_closes_its_evaluators)
+/* A table withdrawn before the start (its last declarer left) closes the
+ * evaluators that joined it, told why, as it closes its workers: one left
+ * admitted would read, or leave with a held pull against, a table that is
+ * gone (on 26cad0c its pull or its leaving touched the freed apply queue:
+ * SIGSEGV, or UBSan in ps_apply_queue_hold_from). The server then serves a
+ * table declared anew to a new evaluator. With auth, the evaluator holds
+ * the token and the worker that declared the table dies before the first
+ * step. */
+static void withdrawn_table_closes_its_evaluator(int auth)
 {
     ps_kv_server_config cfg;
+    peer r0, r1, e, e2;
+    float *w;
+    uint64_t lo, hi;
 
     kv_fixture_config(&cfg);
     cfg.table = NULL;
-    cfg.auth = 1;
+    cfg.auth = auth;
     memcpy(cfg.auth_key, auth_key, sizeof(auth_key));
     peer_server_up(&cfg, 2, 0, "sync");
-    withdrawn_table_closes_its_evaluator(auth_join, auth_evaluator_join);
+    w = malloc(ks.total * sizeof(float));
+    cr_assert_not_null(w);
+    declarer_join(&r0, 0, auth);
+    evaluator_join_as(&e, auth);
+    /* Held: no snapshot before the job starts. */
+    peer_pull(&e, 0);
+    /* The declarer dies before the first step. */
+    peer_close(&r0);
+    peer_expect_refusal(&e, SHARDPS__MSG_TYPE__ERROR,
+                        "the tensor table this evaluator read was withdrawn",
+                        "the evaluator of the withdrawn table");
+    /* The job declared anew; a new evaluator reads it. */
+    declarer_join(&r0, 0, auth);
+    declarer_join(&r1, 1, auth);
+    evaluator_join_as(&e2, auth);
+    peer_pull(&e2, 0);
+    snapshot_reply(&e2, w, &lo, &hi, "the table declared anew");
+    cr_assert_eq(lo, 0);
+    peer_close(&e2);
+    peer_close(&r0);
+    peer_close(&r1);
+    free(w);
+}
+
+Test(evaluator, a_withdrawn_table_closes_its_evaluators)
+{
+    withdrawn_table_closes_its_evaluator(0);
+}
+
+Test(evaluator, with_auth_a_withdrawn_table_closes_its_evaluators)
+{
+    withdrawn_table_closes_its_evaluator(1);
 }
 
 /* The refusal names the rule; the workers then train as if no evaluator had
