@@ -8,8 +8,8 @@
  *   -> the steps that completed applied, and the buffers' refreshes that
  *   waited for them queued -> a table whose last declarer left withdrawn,
  *   or one that stays forgetting the values of a rank 0 that left before
- *   it filled -> a checkpoint asked for if due, written once its updates ran -> the
- *   held pulls released -> a quiesce told -> the end.
+ *   it filled -> a checkpoint asked for if due, written once its updates
+ *   ran -> the held pulls released -> a quiesce told -> the end.
  *
  * The checkpoint is decided before the pulls are released, so that in sync
  * mode a checkpoint of a step is on disk before any worker sees that
