@@ -495,6 +495,7 @@ void ps_handshake_say_strangers(const ps_kv_server_config *cfg)
     ps_info("without --auth-token-file anyone who can reach this server is a worker to this job: "
             "a stranger can take a free rank before its worker (which is then refused), push "
             "gradients as that rank, and end a rank's run by saying goodbye as it; it cannot keep "
-            "a table it declared once it leaves, have one checkpointed, stall the server with a "
-            "large one, or set the schedule (docs/reliability.md)");
+            "a table it declared or values it wrote once it leaves, have a table checkpointed, "
+            "stall the server with a large one, keep the evaluator out, or set the schedule "
+            "(docs/reliability.md)");
 }
