@@ -161,8 +161,10 @@ int shardps_declare(shardps *h, const char *name, int ndim, const int64_t *shape
  * to 255 bytes); kind SHARDPS_KIND_*, dtype SHARDPS_DTYPE_* (int64 only for
  * a buffer or a frozen tensor); values its elements in row-major order,
  * nbytes long (numel times 4 or 8, else -EINVAL naming the tensor),
- * borrowed until shardps_connect returns. Only rank 0's values are sent (to
- * servers that ask for them: one restored from a checkpoint does not), and
+ * borrowed until shardps_connect returns (a rank 0 that then reconnects
+ * before the job has started, and so is asked for them again, is refused:
+ * start it anew). Only rank 0's values are sent (to servers that ask for
+ * them: one restored from a checkpoint does not), and
  * every rank's first pull holds them bit for bit, whichever rank connects
  * first (the others wait for them within the connect timeout). Every rank
  * must declare the same table; the other ranks' values are never read, but

@@ -371,6 +371,13 @@ static int ps__shardps_connect(shardps *h)
         (rc = ps_model_spec_copy(&h->cfg.spec, ps_kv_client_spec(h->kv))) < 0)
         return ps_shardps_err(h, rc, "out of memory");
     h->declared = 1;
+    /* The caller's values were lent until now (shardps_declare_values):
+     * nothing keeps a pointer to them that a reconnect could read after
+     * they are freed. A rank 0 asked for them again (it left before the
+     * table was filled, and the servers forgot them) is refused by name. */
+    free(h->values);
+    h->values = NULL;
+    h->n_values = 0;
     /* Once per handle: a reconnect goes on with the same run. An
      * evaluator is no worker of the run. */
     if (!h->report.started && !h->cfg.evaluator)

@@ -329,7 +329,8 @@ int ps__transfer_write(ps__remote *sv, int initial, const void *const *values)
             rc = -EINVAL;
             ps__failf(c, rc,
                       "server %d (%s) asks for the initial values of tensor %s, which this "
-                      "worker does not hold (they are sent once, by rank 0 when it declares)",
+                      "worker does not hold (they are sent once, by rank 0 when it declares; "
+                      "a rank 0 that left before the job started declares anew: restart it)",
                       sv->index, sv->addr_text, c->cfg.spec.tensors[ch->tensor_id].name);
             goto out;
         }
