@@ -33,7 +33,7 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
     int rc;
 
     rc = ps_durability_restore(&s->dur, &b, &s->tensors, &s->tables, max_clock, s->job.total_steps,
-                               &got, path, sizeof(path), err, err_len);
+                               s->job.clock_lead, &got, path, sizeof(path), err, err_len);
     if (rc < 0)
         return rc;
     /* Buffers and frozen tensors stay out of the barrier whatever the file

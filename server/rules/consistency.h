@@ -9,6 +9,7 @@
 #ifndef PS_CONSISTENCY_H
 #define PS_CONSISTENCY_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define PS_STALENESS_UNBOUNDED UINT32_MAX
@@ -79,10 +80,12 @@ uint64_t ps_consistency_staleness(uint64_t newest, uint64_t clock);
 uint64_t ps_consistency_join_clock(const ps_consistency_view *v, uint64_t resume_clock);
 
 /* The highest clock a worker may name: sync, one step past the steps
- * applied; async and ssp, clock_lead past the furthest of the job's progress
- * here, the clock restored from a checkpoint, and what this rank has earned
- * (its join clock, or 1 + the step of its last complete push). Earned, not
- * asked: no request moves the ceiling by itself. */
+ * applied; async and ssp, clock_lead past the furthest of the
+ * job's progress here, the clock restored from a checkpoint, and what this
+ * rank has earned (its join clock, or 1 + the step of its last complete
+ * push). Earned, not asked: no request moves the ceiling by itself. Never
+ * past UINT64_MAX: a clock at the top saturates rather than wrapping to a
+ * ceiling of 0. */
 uint64_t ps_consistency_clock_ceiling(const ps_consistency_view *v, uint64_t earned);
 /* A PULL for `asked` by a rank at `rank_clock`, `earned` as above, with
  * keys_pushed keys of its current step pushed so far. */
@@ -102,5 +105,34 @@ const char *ps_consistency_verdict_text(ps_clock_verdict verdict);
 /* Where the job resumes once a rank at `earned` leaves with nobody live:
  * the furthest clock any rank earned, never one it only asked for. */
 uint64_t ps_consistency_resume_clock(uint64_t resume_clock, uint64_t earned);
+
+/* What a unit's clocks in a checkpoint are held to, before the file is
+ * adopted: the relation they have with the file's own clock (its header's:
+ * the progress clock when it was asked for) in the job's mode. With C the
+ * file's clock:
+ *  - sync, a parameter's chunk: C <= clock <= C + 1 (the server's clock is
+ *    the lowest chunk's, and no chunk takes a push past one step beyond
+ *    it), newest = clock (each step applied moves both);
+ *  - sync, a row table: newest = clock <= C + 1;
+ *  - async and ssp, a parameter's chunk: clock <= C (nothing is
+ *    accumulated: 0), newest <= C (C is the newest of them);
+ *  - async and ssp, a row table: clock <= C (0), newest <= C + 1 + lead
+ *    (a rows push names at most the ceiling, lead past the job's clock);
+ *  - a buffer's or a frozen tensor's chunk, any mode: newest = 0 (it never
+ *    takes a step; its clock is set aside on restore).
+ * A clock of 2^64 - 1 in a parameter's chunk would leave it out of every
+ * step, and in a row table make its ceiling wrap; neither is a clock any
+ * file of C holds. */
+typedef enum {
+    PS_SAVED_PARAMETER, /* a parameter's chunk */
+    PS_SAVED_STATIC,    /* a buffer's or a frozen tensor's chunk */
+    PS_SAVED_ROWS,      /* a row table */
+} ps_saved_kind;
+/* 0 when (clock, newest) of a unit of kind can be in a file of clock
+ * file_clock for the mode of staleness and the clock lead; -PS_EFORMAT
+ * with the relation broken in why. */
+int ps_consistency_saved_clocks(uint32_t staleness, uint64_t lead, uint64_t file_clock,
+                                ps_saved_kind kind, uint64_t clock, uint64_t newest, char *why,
+                                size_t why_len);
 
 #endif
