@@ -33,6 +33,19 @@ uint64_t ps_consistency_server_clock(const ps_chunk_clock *chunks, int n)
     return m == UINT64_MAX ? 0 : m;
 }
 
+uint64_t ps_consistency_stepless_clock(uint32_t staleness, uint64_t followed,
+                                       const ps_chunk_clock *tables, int n_tables)
+{
+    uint64_t m = followed;
+
+    for (int i = 0; i < n_tables; i++) {
+        uint64_t c = staleness == 0 ? tables[i].clock : tables[i].newest;
+        if (c > m)
+            m = c;
+    }
+    return m;
+}
+
 uint64_t ps_consistency_progress_clock(uint32_t staleness, const ps_chunk_clock *chunks, int n)
 {
     uint64_t m = 0;
@@ -49,6 +62,8 @@ int ps_consistency_pull_ready(const ps_consistency_view *v, uint64_t clock, uint
 {
     if (!v->started)
         return 0;
+    if (v->stepless)
+        return 1;
     if (v->staleness == 0)
         return clock <= v->server_clock && fed <= v->server_clock;
     if (v->staleness == PS_STALENESS_UNBOUNDED)
@@ -98,7 +113,8 @@ uint64_t ps_consistency_clock_ceiling(const ps_consistency_view *v, uint64_t ear
     uint64_t base = v->progress_clock;
 
     if (v->staleness == 0) {
-        return ps__consistency_add(v->server_clock, 1);
+        base = v->stepless && earned > v->server_clock ? earned : v->server_clock;
+        return ps__consistency_add(base, 1);
     }
     if (v->restored_clock > base)
         base = v->restored_clock;

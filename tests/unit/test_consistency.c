@@ -233,6 +233,38 @@ Test(consistency, a_sync_ceiling_at_the_top_saturates)
     cr_assert_eq(ps_consistency_clock_ceiling(&v, 0), UINT64_MAX);
 }
 
+/* Issue 34 point 13 (issue 33 point 1): a server whose chunks are all
+ * buffers or frozen tensors has no step of its own. Its pulls are answered
+ * at once in every mode, a worker may ask one past what it earned there
+ * (its pulls earn it), and its clock is the job's as it reaches it. */
+Test(consistency, a_stepless_server_holds_no_step_back)
+{
+    ps_consistency_view v = view(0, 0, 0);
+    ps_chunk_clock tables[2] = {{.clock = 7, .newest = 7}, {.clock = 9, .newest = 9}};
+    ps_chunk_clock async_tables[1] = {{.clock = 0, .newest = 12}};
+
+    /* Without a step of its own a sync pull past clock 0 waited for good,
+     * and a worker at clock 3 could ask for no more than 1. */
+    cr_assert_not(ps_consistency_pull_ready(&v, 4, 4));
+    cr_assert_eq(ps_consistency_check_pull(&v, 3, 3, 0, 4), PS_CLOCK_AHEAD);
+    v.stepless = 1;
+    cr_assert(ps_consistency_pull_ready(&v, 4, 4));
+    cr_assert_eq(ps_consistency_check_pull(&v, 3, 3, 0, 4), PS_CLOCK_OK);
+    cr_assert_eq(ps_consistency_check_pull(&v, 3, 3, 0, 5), PS_CLOCK_AHEAD, "asked, not earned");
+    cr_assert_eq(ps_consistency_clock_ceiling(&v, UINT64_MAX), UINT64_MAX);
+    v.started = 0;
+    cr_assert_not(ps_consistency_pull_ready(&v, 0, 0), "still nothing before the start");
+    v = view(2, 0, 0);
+    v.stepless = 1;
+    cr_assert(ps_consistency_pull_ready(&v, 10, 0), "ssp: nothing here to be stale");
+    /* Its clock: what its live workers pulled, or its row tables' steps. */
+    cr_assert_eq(ps_consistency_stepless_clock(0, 4, NULL, 0), 4);
+    cr_assert_eq(ps_consistency_stepless_clock(0, 4, tables, 2), 9);
+    cr_assert_eq(ps_consistency_stepless_clock(0, 11, tables, 2), 11);
+    cr_assert_eq(ps_consistency_stepless_clock(PS_STALENESS_UNBOUNDED, 4, async_tables, 1), 12);
+    cr_assert_eq(ps_consistency_join_clock(&(ps_consistency_view){.server_clock = 9}, 0), 9);
+}
+
 /* Issue 34 point 9: what each clock of a checkpoint may be, given the
  * file's own clock C = 10. */
 Test(consistency, saved_clocks_are_held_to_the_files_clock)
