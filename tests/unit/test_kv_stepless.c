@@ -153,30 +153,30 @@ typedef struct {
     uint64_t start; /* the clock the job welcomed it at */
     float head0;    /* head[0] at the start clock */
     int sync;
+    float head[HEAD], backbone[BACKBONE], bn[BN]; /* declared */
     int ok;
     char why[512];
 } rank_state;
 
-/* What each rank declares: rank 0's values are the job's. */
-static void declare(shardps *h, int rank)
+/* What each rank declares (rank 0's values are the job's), into r's
+ * arrays, which the handle borrows until it has connected. */
+static void declare(shardps *h, rank_state *r)
 {
-    float head[HEAD], backbone[BACKBONE], bn[BN];
-
     for (int i = 0; i < HEAD; i++)
-        head[i] = (rank == 0 ? 1.0f : -9.0f) + (float)i;
+        r->head[i] = (r->rank == 0 ? 1.0f : -9.0f) + (float)i;
     for (int i = 0; i < BACKBONE; i++)
-        backbone[i] = (rank == 0 ? 2.0f : -9.0f) * (float)i;
+        r->backbone[i] = (r->rank == 0 ? 2.0f : -9.0f) * (float)i;
     for (int i = 0; i < BN; i++)
-        bn[i] = rank == 0 ? 0.5f : -9.0f;
+        r->bn[i] = r->rank == 0 ? 0.5f : -9.0f;
     cr_assert_eq(shardps_declare_values(h, "head", 1, (int64_t[]){HEAD}, SHARDPS_KIND_PARAMETER,
-                                        SHARDPS_DTYPE_FLOAT32, head, sizeof(head)),
+                                        SHARDPS_DTYPE_FLOAT32, r->head, sizeof(r->head)),
                  0, "%s", shardps_last_error(h));
     cr_assert_eq(shardps_declare_values(h, "backbone", 1, (int64_t[]){BACKBONE},
-                                        SHARDPS_KIND_FROZEN, SHARDPS_DTYPE_FLOAT32, backbone,
-                                        sizeof(backbone)),
+                                        SHARDPS_KIND_FROZEN, SHARDPS_DTYPE_FLOAT32, r->backbone,
+                                        sizeof(r->backbone)),
                  0, "%s", shardps_last_error(h));
     cr_assert_eq(shardps_declare_values(h, "bn", 1, (int64_t[]){BN}, SHARDPS_KIND_BUFFER,
-                                        SHARDPS_DTYPE_FLOAT32, bn, sizeof(bn)),
+                                        SHARDPS_DTYPE_FLOAT32, r->bn, sizeof(r->bn)),
                  0, "%s", shardps_last_error(h));
 }
 
@@ -270,7 +270,7 @@ static void *run_rank(void *arg)
         shardps_abandon(h);
         return NULL;
     }
-    declare(h, r->rank);
+    declare(h, r);
     r->ok = train(r, h) == 0;
     shardps_close(h);
     return NULL;
