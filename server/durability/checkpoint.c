@@ -439,12 +439,13 @@ static int ps__pick(const char *dir, uint64_t clock, int own, int zero, int any_
     ps_checkpoint_plan plan;
     char reason[512];
     uint32_t self = meta->server_index;
-    int rc = zero ? ps__open_at(first, dir, 0, clock, meta, file, file_len, reason, sizeof(reason))
-                  : ps_err_printf(reason, sizeof(reason), -ENOENT, "missing");
-    int zero_plan = 0;
+    int zero_rc =
+        zero ? ps__open_at(first, dir, 0, clock, meta, file, file_len, reason, sizeof(reason))
+             : ps_err_printf(reason, sizeof(reason), -ENOENT, "missing");
+    int zero_plan = 0, rc;
 
     *same = 0;
-    if (rc == 0) {
+    if (zero_rc == 0) {
         ps_checkpoint_file_plan(*first, &plan);
         zero_plan = plan.num_servers == meta->num_servers && plan.chunk_bytes == meta->chunk_bytes;
         if (self == 0 || !zero_plan || (!own && !any_own)) {
@@ -454,11 +455,11 @@ static int ps__pick(const char *dir, uint64_t clock, int own, int zero, int any_
         ps_checkpoint_file_close(*first);
         *first = NULL;
     }
-    if (!own && any_own && (rc == 0 || self == 0))
+    if (!own && any_own && zero_rc == 0)
         return 1;
     if (!own || self == 0) {
         ps__file_name(file, file_len, dir, 0, clock);
-        return ps_err_printf(why, why_len, rc, "%s", reason);
+        return ps_err_printf(why, why_len, zero_rc, "%s", reason);
     }
     rc = ps__open_at(first, dir, self, clock, meta, file, file_len, why, why_len);
     if (rc < 0)
@@ -467,19 +468,16 @@ static int ps__pick(const char *dir, uint64_t clock, int own, int zero, int any_
     if (*same)
         return 0;
     /* This server's file of another plan than its own: the set it belongs
-     * to is re-placed from server 0's file, which is of this plan (a stale
-     * file of an older plan) or unreadable. */
+     * to is re-placed from server 0's file, which is of this plan (this
+     * server's is left from an earlier plan) or unreadable. */
     ps_checkpoint_file_close(*first);
     *first = NULL;
     ps__file_name(file, file_len, dir, 0, clock);
-    return ps_err_printf(why, why_len,
-                         zero_plan ? -PS_EMISMATCH
-                         : rc < 0  ? rc
-                                   : -PS_EFORMAT,
-                         "%s",
-                         zero_plan ? "written for this plan, where this server's file of that "
-                                     "clock is of another (left from an earlier plan)"
-                                   : reason);
+    if (zero_plan)
+        return ps_err_printf(why, why_len, -PS_EMISMATCH,
+                             "written for this plan, where this server's file of that clock is "
+                             "of another (left from an earlier plan)");
+    return ps_err_printf(why, why_len, zero_rc, "%s", reason);
 }
 
 /* Reads the files of one restore at clock (ps__pick): this server's own
@@ -490,9 +488,9 @@ static int ps__pick(const char *dir, uint64_t clock, int own, int zero, int any_
  * server verifies the same set the same way; once it has, that clock is
  * this restore's: what fails in the copy after (this server's memory, a
  * row its store refuses) is -ENOTRECOVERABLE, since an older clock would
- * put this server at another clock than the others. Writes the file (or a description of
- * the files) read into file. Returns 0, 1 (not a clock for this server),
- * or a negative code with the reason in why. */
+ * put this server at another clock than the others. Writes the file (or a
+ * description of the files) read into file. Returns 0, 1 (not a clock for
+ * this server), or a negative code with the reason in why. */
 static int ps__load(const char *dir, uint64_t clock, int own, int zero, int any_own,
                     ps_checkpoint_meta *meta, const ps_checkpoint_sink *sink,
                     ps_checkpoint_clocks *clocks, ps_checkpoint_rows *rows, char *file,
