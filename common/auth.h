@@ -19,11 +19,14 @@
 #define PS_AUTH_MAC_BYTES   32
 #define PS_AUTH_MIN_TOKEN   16
 
-/* Reads the token file and derives the key. Returns 0 (with *loose set when
- * the file is readable by group or others, worth a warning), or a negative
- * code with a one-line reason in err: -ENOENT/-EACCES, -EINVAL (shorter than
- * PS_AUTH_MIN_TOKEN characters after trailing whitespace, or over 4 KiB), or
- * -ENOMEM if libsodium cannot start. */
+/* Reads the token file and derives the key. The file is opened without
+ * blocking and must be a regular file (a link to one is followed), so that
+ * a FIFO, a device or a directory named by mistake is refused at once
+ * rather than read or waited on. Returns 0 (with *loose set when the file
+ * is readable by group or others, worth a warning), or a negative code
+ * with a one-line reason in err: -ENOENT/-EACCES, -EINVAL (not a regular
+ * file; shorter than PS_AUTH_MIN_TOKEN characters after trailing
+ * whitespace, or over 4 KiB), or -ENOMEM if libsodium cannot start. */
 int ps_auth_load_key(const char *path, uint8_t key[PS_AUTH_KEY_BYTES], int *loose, char *err,
                      size_t err_len);
 

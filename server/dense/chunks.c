@@ -455,6 +455,14 @@ ps_pull *ps_chunks_pull(ps_chunks *d, ps_peer *p, const ps_frame *f)
     }
     if (h->clock > p->clock && p->state != PS_PEER_EVALUATOR)
         p->clock = h->clock;
+    /* A server none of whose chunks is pushed has nothing to push for: a
+     * worker's step there is complete once it asks for the next, so the
+     * pull earns its clock, and the server's clock follows its slowest live
+     * worker (units.h). */
+    if (v.stepless && p->state != PS_PEER_EVALUATOR) {
+        p->earned = p->clock;
+        ps_units_follow(d->units, ps_job_min_live_clock(d->job));
+    }
     return q;
 oom:
     ps_conn_close(p->conn, -ENOMEM);

@@ -314,49 +314,76 @@ static void ps__checkpoint_append(char *err, size_t len, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Reads the files of one restore at clock: this server's own file when
- * first, the file of server first_server, was written for this server's
- * plan; else every file of the plan first was written for (a different
- * number of servers or chunk size), re-placed. Every file is verified
- * completely before the table (file 0's) is adopted; each file's table must
- * be file 0's. Writes the file (or a description of the files) read into
- * file. Returns 0 or a negative code with the reason in why. */
-static int ps__load(const char *dir, uint64_t clock, uint32_t first_server,
-                    ps_checkpoint_meta *meta, const ps_checkpoint_sink *sink,
-                    ps_checkpoint_clocks *clocks, ps_checkpoint_rows *rows, char *file,
-                    size_t file_len, char *why, size_t why_len)
+/* Opens the file of server k at clock for a restore and holds its header
+ * clock to its name's, so that a set of one clock is of one clock. Returns
+ * 0 with *out, or a negative code with the reason in why. */
+static int ps__open_at(ps_checkpoint_file **out, const char *dir, uint32_t k, uint64_t clock,
+                       const ps_checkpoint_meta *meta, char *name, size_t name_len, char *why,
+                       size_t why_len)
 {
-    ps_checkpoint_keep keep = {meta->num_servers, meta->server_index};
-    ps_checkpoint_file *cf = NULL, *first = NULL;
-    ps_checkpoint_plan plan, other;
-    ps_shard *shard = NULL;
-    char name[4096], reason[256];
-    uint32_t n_files;
-    int rc, same;
+    ps_checkpoint_plan plan;
+    int rc;
 
-    ps__file_name(name, sizeof(name), dir, first_server, clock);
-    snprintf(file, file_len, "%s", name);
-    rc = ps_checkpoint_file_open(&first, name, first_server, meta, why, why_len);
+    ps__file_name(name, name_len, dir, k, clock);
+    rc = ps_checkpoint_file_open(out, name, k, meta, why, why_len);
     if (rc < 0)
         return rc;
-    ps_checkpoint_file_plan(first, &plan);
-    same = plan.num_servers == meta->num_servers && plan.chunk_bytes == meta->chunk_bytes &&
-           first_server == meta->server_index;
-    n_files = same ? 1 : plan.num_servers;
-    if (!same && first_server != 0) {
-        ps_checkpoint_file_close(first);
-        ps__file_name(name, sizeof(name), dir, 0, clock);
-        rc = ps_checkpoint_file_open(&first, name, 0, meta, reason, sizeof(reason));
-        if (rc < 0)
-            return ps_err_printf(why, why_len, rc, "server 0's file of that clock: %s", reason);
+    ps_checkpoint_file_plan(*out, &plan);
+    if (plan.clock == clock)
+        return 0;
+    ps_checkpoint_file_close(*out);
+    *out = NULL;
+    return ps_err_printf(why, why_len, -PS_EFORMAT,
+                         "says clock %" PRIu64 " where its name says %" PRIu64, plan.clock, clock);
+}
+
+/* After the table is adopted: the n_files files into the sink's shard and
+ * stores (first is file 0's, open; the others are opened again), then the
+ * sketches handed over. Returns 0 or a negative code with the reason in
+ * why; the caller withdraws the table on failure. */
+static int ps__copy_all(const char *dir, uint64_t clock, uint32_t n_files, int same,
+                        ps_checkpoint_file *first, const ps_checkpoint_meta *meta, ps_shard *shard,
+                        ps_checkpoint_clocks *clocks, ps_checkpoint_rows *rows, char *why,
+                        size_t why_len)
+{
+    ps_checkpoint_keep keep = {meta->num_servers, meta->server_index};
+    ps_checkpoint_file *cf = NULL;
+    char name[4096];
+    int rc = 0;
+
+    if (rows->n != ps_checkpoint_file_table(first)->n_row_tables)
+        return ps_err_printf(why, why_len, -PS_EMISMATCH,
+                             "this server holds %d row tables where the file has %d", rows->n,
+                             ps_checkpoint_file_table(first)->n_row_tables);
+    for (uint32_t k = 0; k < n_files && rc == 0; k++) {
+        if (k > 0 &&
+            (rc = ps__open_at(&cf, dir, k, clock, meta, name, sizeof(name), why, why_len)) < 0)
+            break;
+        rc = ps_checkpoint_file_copy(k > 0 ? cf : first, shard, clocks, rows, k == 0,
+                                     same ? NULL : &keep, why, why_len);
+        ps_checkpoint_file_close(cf);
+        cf = NULL;
     }
-    snprintf(file, file_len, "%s", name);
-    /* Every file verified before anything is adopted. */
+    return rc < 0 ? rc : ps_checkpoint_rows_finish(rows, 1, why, why_len);
+}
+
+/* Every file of one restore verified completely, before anything is
+ * adopted: file 0 (first, open) and, re-placing, files 1 .. n_files - 1,
+ * each of first's plan and model. Returns 0 or a negative code with the
+ * reason in why. */
+static int ps__verify_all(const char *dir, uint64_t clock, uint32_t n_files, int same,
+                          ps_checkpoint_file *first, const ps_checkpoint_meta *meta, char *why,
+                          size_t why_len)
+{
+    ps_checkpoint_plan plan, other;
+    ps_checkpoint_file *cf = NULL;
+    char name[4096], reason[512];
+    int rc = 0;
+
+    ps_checkpoint_file_plan(first, &plan);
     for (uint32_t k = 0; k < n_files; k++) {
-        if (k > 0) {
-            ps__file_name(name, sizeof(name), dir, k, clock);
-            rc = ps_checkpoint_file_open(&cf, name, k, meta, reason, sizeof(reason));
-        }
+        if (k > 0)
+            rc = ps__open_at(&cf, dir, k, clock, meta, name, sizeof(name), reason, sizeof(reason));
         if (rc == 0 && k > 0) {
             ps_checkpoint_file_plan(cf, &other);
             if (other.num_servers != plan.num_servers || other.chunk_bytes != plan.chunk_bytes ||
@@ -369,45 +396,140 @@ static int ps__load(const char *dir, uint64_t clock, uint32_t first_server,
             rc = ps_checkpoint_file_verify(k > 0 ? cf : first, reason, sizeof(reason));
         ps_checkpoint_file_close(cf);
         cf = NULL;
-        if (rc < 0) {
-            if (same)
-                snprintf(why, why_len, "%s", reason);
-            else /* a member missing or unreadable makes the set unusable */
-                rc = ps_err_printf(why, why_len,
-                                   rc > -PS__ERR_BASE && rc != -ENOMEM ? -PS_EFORMAT : rc,
-                                   "re-placing the %" PRIu32 " files of clock %" PRIu64
-                                   ": server %" PRIu32 "'s: %s",
-                                   n_files, clock, k, reason);
-            goto out;
-        }
+        if (rc == 0)
+            continue;
+        if (same)
+            return ps_err_printf(why, why_len, rc, "%s", reason);
+        /* A member missing or unreadable makes the set unusable. */
+        return ps_err_printf(why, why_len, rc > -PS__ERR_BASE && rc != -ENOMEM ? -PS_EFORMAT : rc,
+                             "re-placing the %" PRIu32 " files of clock %" PRIu64
+                             ": server %" PRIu32 "'s: %s",
+                             n_files, clock, k, reason);
     }
+    return 0;
+}
+
+/* Whether a file's plan is this server's (meta's): a restore reads it
+ * alone. */
+static int ps__same_plan(const ps_checkpoint_file *cf, const ps_checkpoint_meta *meta)
+{
+    ps_checkpoint_plan plan;
+
+    ps_checkpoint_file_plan(cf, &plan);
+    return plan.num_servers == meta->num_servers && plan.chunk_bytes == meta->chunk_bytes &&
+           plan.server_index == meta->server_index;
+}
+
+/* Which files of clock a restore reads. The plan they were written for is
+ * server 0's file's, so that every server of a restore makes the same
+ * choice: another plan than this server's, and every file of that clock is
+ * re-placed; this plan, and this server reads its own file alone (a server
+ * whose files are all gone re-places the others' as a new one does). With
+ * server 0's file unreadable or absent (a volume of this server's alone),
+ * this server's own file decides. own, zero: this server's and server 0's
+ * file of clock are listed; any_own: this server has files of other
+ * clocks. Opens the file the restore starts from into *first (*same: this
+ * server's own, of its plan). Returns 0; 1 when clock is not one for this
+ * server (only server 0 checkpointed it); or a negative code with the
+ * reason in why and the file it is about in file. */
+static int ps__pick(const char *dir, uint64_t clock, int own, int zero, int any_own,
+                    const ps_checkpoint_meta *meta, ps_checkpoint_file **first, int *same,
+                    char *file, size_t file_len, char *why, size_t why_len)
+{
+    ps_checkpoint_plan plan;
+    char reason[512];
+    uint32_t self = meta->server_index;
+    int zero_rc =
+        zero ? ps__open_at(first, dir, 0, clock, meta, file, file_len, reason, sizeof(reason))
+             : ps_err_printf(reason, sizeof(reason), -ENOENT, "missing");
+    int zero_plan = 0, rc;
+
+    *same = 0;
+    if (zero_rc == 0) {
+        ps_checkpoint_file_plan(*first, &plan);
+        zero_plan = plan.num_servers == meta->num_servers && plan.chunk_bytes == meta->chunk_bytes;
+        if (self == 0 || !zero_plan || (!own && !any_own)) {
+            *same = self == 0 && zero_plan;
+            return 0;
+        }
+        ps_checkpoint_file_close(*first);
+        *first = NULL;
+    }
+    if (!own && any_own && zero_rc == 0)
+        return 1;
+    if (!own || self == 0) {
+        ps__file_name(file, file_len, dir, 0, clock);
+        return ps_err_printf(why, why_len, zero_rc, "%s", reason);
+    }
+    rc = ps__open_at(first, dir, self, clock, meta, file, file_len, why, why_len);
+    if (rc < 0)
+        return rc;
+    *same = ps__same_plan(*first, meta);
+    if (*same)
+        return 0;
+    /* This server's file of another plan than its own: the set it belongs
+     * to is re-placed from server 0's file, which is of this plan (this
+     * server's is left from an earlier plan) or unreadable. */
+    ps_checkpoint_file_close(*first);
+    *first = NULL;
+    ps__file_name(file, file_len, dir, 0, clock);
+    if (zero_plan)
+        return ps_err_printf(why, why_len, -PS_EMISMATCH,
+                             "written for this plan, where this server's file of that clock is "
+                             "of another (left from an earlier plan)");
+    return ps_err_printf(why, why_len, zero_rc, "%s", reason);
+}
+
+/* Reads the files of one restore at clock (ps__pick): this server's own
+ * file of its plan alone, or every file of the plan server 0's was written
+ * for (a different number of servers or chunk size), re-placed. Every file
+ * is verified completely before the table (file 0's) is adopted. A
+ * re-placing restore reads what every server of the job reads, so every
+ * server verifies the same set the same way; once it has, that clock is
+ * this restore's: what fails in the copy after (this server's memory, a
+ * row its store refuses) is -ENOTRECOVERABLE, since an older clock would
+ * put this server at another clock than the others. Writes the file (or a
+ * description of the files) read into file. Returns 0, 1 (not a clock for
+ * this server), or a negative code with the reason in why. */
+static int ps__load(const char *dir, uint64_t clock, int own, int zero, int any_own,
+                    ps_checkpoint_meta *meta, const ps_checkpoint_sink *sink,
+                    ps_checkpoint_clocks *clocks, ps_checkpoint_rows *rows, char *file,
+                    size_t file_len, char *why, size_t why_len)
+{
+    ps_checkpoint_file *first = NULL;
+    ps_checkpoint_plan plan;
+    ps_shard *shard = NULL;
+    char reason[512];
+    uint32_t n_files;
+    int rc, same = 0;
+
+    rc =
+        ps__pick(dir, clock, own, zero, any_own, meta, &first, &same, file, file_len, why, why_len);
+    if (rc != 0)
+        return rc;
+    ps_checkpoint_file_plan(first, &plan);
+    n_files = same ? 1 : plan.num_servers;
+    rc = ps__verify_all(dir, clock, n_files, same, first, meta, why, why_len);
+    if (rc < 0)
+        goto out;
     /* Every check passed: only now is the table adopted and the shard
      * touched. */
     memset(rows, 0, sizeof(*rows));
-    shard = sink->adopt(sink->arg, ps_checkpoint_file_table(first), clocks, rows, why, why_len);
-    rc = -PS_EMISMATCH;
-    if (shard == NULL)
-        goto out;
-    if (rows->n != ps_checkpoint_file_table(first)->n_row_tables) {
-        snprintf(why, why_len, "this server holds %d row tables where the file has %d", rows->n,
-                 ps_checkpoint_file_table(first)->n_row_tables);
-        goto out;
-    }
-    for (uint32_t k = 0; k < n_files; k++) {
-        if (k > 0) {
-            ps__file_name(name, sizeof(name), dir, k, clock);
-            rc = ps_checkpoint_file_open(&cf, name, k, meta, why, why_len);
-            if (rc < 0)
-                goto out;
-        }
-        rc = ps_checkpoint_file_copy(k > 0 ? cf : first, shard, clocks, rows, k == 0,
-                                     same ? NULL : &keep, why, why_len);
-        ps_checkpoint_file_close(cf);
-        cf = NULL;
-        if (rc < 0)
-            goto out;
-    }
-    rc = ps_checkpoint_rows_finish(rows, 1, why, why_len);
+    shard = sink->adopt(sink->arg, ps_checkpoint_file_table(first), clocks, rows, reason,
+                        sizeof(reason));
+    rc = shard == NULL ? -PS_EMISMATCH
+                       : ps__copy_all(dir, clock, n_files, same, first, meta, shard, clocks, rows,
+                                      reason, sizeof(reason));
+    /* A table this server cannot adopt is refused as usual: every server
+     * holds the same table to it, and it is the file's, not the clock's. */
+    if (rc < 0 && (same || shard == NULL))
+        snprintf(why, why_len, "%s", reason);
+    else if (rc < 0)
+        rc = ps_err_printf(why, why_len, -ENOTRECOVERABLE,
+                           "the %" PRIu32 " files of clock %" PRIu64
+                           " passed every check, so the other servers restore that clock, but "
+                           "this server cannot take its share: %s",
+                           n_files, clock, reason);
     if (rc < 0)
         goto out;
     if (!same)
@@ -428,39 +550,69 @@ out:
     return rc;
 }
 
+/* Whether clock is in the n clocks of list. */
+static int ps__has_clock(const uint64_t *list, int n, uint64_t clock)
+{
+    for (int i = 0; i < n; i++)
+        if (list[i] == clock)
+            return 1;
+    return 0;
+}
+
 int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_meta *meta,
                           const ps_checkpoint_sink *sink, ps_checkpoint_clocks *clocks,
                           ps_checkpoint_rows *rows, char *path, size_t path_len, char *err,
                           size_t err_len)
 {
-    uint64_t *found = NULL;
-    uint32_t first = meta->server_index;
-    int n = ps__list(dir, first, meta->job, 1, &found, NULL), rc = -ENOENT;
+    uint64_t *own = NULL, *zero = NULL;
+    uint32_t self = meta->server_index;
+    int n_own = ps__list(dir, self, meta->job, 1, &own, NULL), n_zero = 0, rc = -ENOENT;
+    int a = 0, b = 0;
 
     err[0] = '\0';
-    /* A server new to the job (the set grew) has no files of its own: the
-     * clocks of server 0's say which restores there are. */
-    if (n == 0 && first != 0) {
-        free(found);
-        first = 0;
-        n = ps__list(dir, first, meta->job, 1, &found, NULL);
+    if (n_own < 0) {
+        ps__checkpoint_append(err, err_len, "%s: %s; ", dir, strerror(-n_own));
+        return n_own;
     }
-    if (n < 0) {
-        ps__checkpoint_append(err, err_len, "%s: %s; ", dir, strerror(-n));
-        return n;
+    /* Server 0's clocks too: they say which restores there are for a
+     * server new to the job (the set grew), and which plan each clock was
+     * written for. */
+    if (self != 0 && (n_zero = ps__list(dir, 0, meta->job, 1, &zero, NULL)) < 0)
+        n_zero = 0;
+    if (self == 0) {
+        zero = own;
+        n_zero = n_own;
     }
-    for (int i = 0; i < n; i++) {
-        char file[4096], why[512];
-        if (found[i] > max_clock)
+    /* Every clock of either list, newest first. */
+    while (a < n_own || b < n_zero) {
+        uint64_t clock = a < n_own && (b >= n_zero || own[a] >= zero[b]) ? own[a] : zero[b];
+        char file[4096], why[768];
+        int load;
+        while (a < n_own && own[a] == clock)
+            a++;
+        while (b < n_zero && zero[b] == clock)
+            b++;
+        if (clock > max_clock)
             continue;
-        rc = ps__load(dir, found[i], first, meta, sink, clocks, rows, file, sizeof(file), why,
-                      sizeof(why));
+        load = ps__load(dir, clock, ps__has_clock(own, n_own, clock),
+                        ps__has_clock(zero, n_zero, clock), n_own > 0, meta, sink, clocks, rows,
+                        file, sizeof(file), why, sizeof(why));
+        if (load == 1)
+            continue;
+        rc = load;
         if (rc == 0) {
             snprintf(path, path_len, "%s", file);
             break;
         }
+        if (rc == -ENOTRECOVERABLE) {
+            /* One sentence: the older clocks are not this server's to try. */
+            snprintf(err, err_len, "%s", why);
+            break;
+        }
         ps__checkpoint_append(err, err_len, "%s: %s; ", file, why);
     }
-    free(found);
-    return n == 0 ? -ENOENT : rc;
+    if (zero != own)
+        free(zero);
+    free(own);
+    return n_own == 0 && n_zero == 0 ? -ENOENT : rc;
 }

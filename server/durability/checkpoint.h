@@ -50,10 +50,14 @@ typedef struct {
     uint64_t total_steps;
     uint64_t job; /* ps_job_fingerprint of the job's settings */
     /* A restore's expectations, not stored: the optimizer state floats per
-     * weight (ps_optimizer_state_floats of one), and the most float32 bytes
-     * of a table the server takes (0: no limit). */
+     * weight (ps_optimizer_state_floats of one), the most float32 bytes of
+     * a table the server takes (0: no limit), and the job's mode and clock
+     * lead, which the clocks a file holds are judged by
+     * (ps_consistency_saved_clocks). */
     uint64_t state_per_weight;
     uint64_t max_table_bytes;
+    uint32_t staleness;
+    uint64_t clock_lead;
 } ps_checkpoint_meta;
 
 /* Per local chunk clocks saved with the weights; arrays of the shard's chunk
@@ -114,16 +118,26 @@ int ps_checkpoint_survey_dir(const char *dir, const ps_checkpoint_meta *meta,
  * most max_clock from dir into the shard, clocks and row stores the sink
  * gives for its table, writes the row tables' clocks into rows and its
  * clock into meta->clock. meta's server index and count and chunk size are
- * this server's plan: a file of server meta->server_index written for it is
- * read alone; otherwise (a file written for another plan, or no file of
- * this server: it is new, and server 0's clocks are looked at) all the
- * files of that clock are read and re-placed (checkpoint_file.h). Files
- * that are truncated, corrupt, hold a table over meta->max_table_bytes, or
- * belong to another model or optimizer, and sets missing a file, are
- * refused before a table is adopted: each refusal is appended to err as
- * "FILE: reason; ". Returns 0, -ENOENT when no checkpoint of this job
- * exists for this server, or -PS_EFORMAT / -PS_EMISMATCH when none of them
- * is usable. */
+ * this server's plan. The clocks tried are this server's files' and server
+ * 0's, newest first, and which files of a clock are read is decided by
+ * server 0's file of it, so that every server of a restore makes the same
+ * choice: written for this plan, this server's own file is read alone
+ * (each server falls back to its own older file on its own); for another
+ * plan (another number of servers or chunk size), or when this server has
+ * no file at all (it is new), every file of that clock is read and
+ * re-placed (checkpoint_file.h). Without server 0's file (a directory of
+ * this server's alone) this server's own decides. Files that are
+ * truncated, corrupt, hold a table over meta->max_table_bytes, belong to
+ * another model or optimizer, say another clock than their name, or hold
+ * clocks their own clock cannot (ps_consistency_saved_clocks) or rows a
+ * store would refuse, and sets missing a file, are refused before a table
+ * is adopted: each refusal is appended to err as "FILE: reason; ". A
+ * re-placing set that passed every check is the restore of every server
+ * that reads it: should this server then fail to take its share (memory,
+ * a row its store refuses), no older clock is tried, and err holds that
+ * one sentence. Returns 0, -ENOENT when no checkpoint of this job exists
+ * for this server, -ENOTRECOVERABLE for the failed share, or -PS_EFORMAT /
+ * -PS_EMISMATCH when none of them is usable. */
 int ps_checkpoint_restore(const char *dir, uint64_t max_clock, ps_checkpoint_meta *meta,
                           const ps_checkpoint_sink *sink, ps_checkpoint_clocks *clocks,
                           ps_checkpoint_rows *rows, char *path, size_t path_len, char *err,

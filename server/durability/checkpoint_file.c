@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "consistency.h"
 #include "crc32c.h"
 #include "partition.h"
 #include "ps_error.h"
@@ -40,6 +41,10 @@ struct ps_checkpoint_file {
     int n;
     size_t state_per_weight;
     uint64_t bytes;
+    /* What its clocks are held to besides its own clock: the job's mode and
+     * clock lead (meta's). */
+    uint32_t staleness;
+    uint64_t clock_lead;
 };
 
 void ps_checkpoint_file_close(ps_checkpoint_file *cf)
@@ -177,6 +182,8 @@ static int ps__checkpoint_file_layout(ps_checkpoint_file *cf, const ps_checkpoin
     if (cf->chunk == NULL)
         return ps_err_printf(why, why_len, -ENOMEM, "out of memory");
     cf->state_per_weight = meta->state_per_weight;
+    cf->staleness = meta->staleness;
+    cf->clock_lead = meta->clock_lead;
     cf->bytes = cf->head_len + sizeof(uint32_t);
     for (int i = 0; i < ps_partition_chunk_count(cf->part); i++) {
         const ps_chunk *c = ps_partition_chunk(cf->part, i);
@@ -253,13 +260,43 @@ static int ps__read_crc(FILE *f, uint32_t *want)
     return 0;
 }
 
+/* What the file's rows section is held to. */
+static void ps__rows_rule(const ps_checkpoint_file *cf, ps_checkpoint_rows_rule *rule)
+{
+    *rule = (ps_checkpoint_rows_rule){.clock = cf->plan.clock,
+                                      .lead = cf->clock_lead,
+                                      .staleness = cf->staleness,
+                                      .server = cf->plan.server_index,
+                                      .servers = cf->plan.num_servers};
+}
+
+/* A chunk header's clocks against the file's own clock (consistency.h):
+ * 0, or -PS_EFORMAT with the reason in why. */
+static int ps__chunk_clocks(const ps_checkpoint_file *cf, const ps_chunk *c, const uint8_t *ch,
+                            char *why, size_t why_len)
+{
+    const ps_tensor_spec *t = &cf->spec.tensors[c->tensor_id];
+    char reason[200];
+    int rc = ps_consistency_saved_clocks(
+        cf->staleness, cf->clock_lead, cf->plan.clock,
+        t->kind == PS_KIND_PARAMETER ? PS_SAVED_PARAMETER : PS_SAVED_STATIC, ps_le_get64(ch + 24),
+        ps_le_get64(ch + 32), reason, sizeof(reason));
+
+    if (rc < 0)
+        ps_err_printf(why, why_len, rc, "chunk %" PRIu32 " of tensor %s: %s", c->chunk_index,
+                      t->name, reason);
+    return rc;
+}
+
 int ps_checkpoint_file_verify(ps_checkpoint_file *cf, char *why, size_t why_len)
 {
     uint32_t crc = ps_crc32c(0, cf->head, cf->head_len), want;
     uint8_t ch[PS__CHUNK_HEADER_BYTES];
-    char rows_why[256];
-    int bad_chunk = -1, rows_rc;
+    ps_checkpoint_rows_rule rule;
+    char rows_why[256], clock_why[320];
+    int bad_chunk = -1, bad_clock = 0, rows_rc;
 
+    ps__rows_rule(cf, &rule);
     if (fseek(cf->f, (long)cf->head_len, SEEK_SET) != 0)
         goto short_read;
     for (int i = 0; i < cf->n; i++) {
@@ -271,9 +308,13 @@ int ps_checkpoint_file_verify(ps_checkpoint_file *cf, char *why, size_t why_len)
         if (bad_chunk < 0 && (ps_le_get64(ch) != c->key || ps_le_get64(ch + 8) != c->numel ||
                               ps_le_get64(ch + 16) != c->numel * cf->state_per_weight))
             bad_chunk = i;
+        if (bad_clock == 0)
+            bad_clock = ps__chunk_clocks(cf, c, ch, clock_why, sizeof(clock_why));
     }
-    rows_rc = ps_checkpoint_rows_verify(cf->f, &cf->spec, cf->size - cf->bytes, cf->blk, &crc,
-                                        rows_why, sizeof(rows_why));
+    rows_rc = ps_checkpoint_rows_verify(cf->f, &cf->spec, &rule, cf->size - cf->bytes, cf->blk,
+                                        &crc, rows_why, sizeof(rows_why));
+    if (rows_rc == -ENOMEM)
+        return ps_err_printf(why, why_len, rows_rc, "out of memory for one of its rows");
     if (rows_rc == -EIO || ps__read_crc(cf->f, &want) < 0)
         goto short_read;
     if (crc != want)
@@ -281,6 +322,8 @@ int ps_checkpoint_file_verify(ps_checkpoint_file *cf, char *why, size_t why_len)
     if (bad_chunk >= 0)
         return ps_err_printf(why, why_len, -PS_EMISMATCH,
                              "chunk %d does not match this shard's layout", bad_chunk);
+    if (bad_clock < 0)
+        return ps_err_printf(why, why_len, bad_clock, "%s", clock_why);
     if (rows_rc < 0)
         snprintf(why, why_len, "%s", rows_why);
     return rows_rc;
@@ -373,8 +416,10 @@ int ps_checkpoint_file_copy(ps_checkpoint_file *cf, ps_shard *shard, ps_checkpoi
 {
     static const ps_checkpoint_keep all = {0, 0};
     uint32_t crc = ps_crc32c(0, cf->head, cf->head_len), want;
+    ps_checkpoint_rows_rule rule;
     int rc;
 
+    ps__rows_rule(cf, &rule);
     if (fseek(cf->f, (long)cf->head_len, SEEK_SET) != 0)
         goto changed;
     if (keep == NULL && ps_shard_chunk_count(shard) != cf->n)
@@ -387,7 +432,7 @@ int ps_checkpoint_file_copy(ps_checkpoint_file *cf, ps_shard *shard, ps_checkpoi
     if (rc < 0)
         goto changed;
     rc = ps_checkpoint_rows_copy(
-        cf->f, rows, first, keep ? keep : &all,
+        cf->f, rows, first, keep ? keep : &all, &rule,
         ps_checkpoint_rows_counted(cf->plan.server_index, cf->plan.num_servers, keep), &crc, why,
         why_len);
     if (rc < 0)

@@ -3,9 +3,11 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "consistency.h"
 #include "crc32c.h"
 #include "ps_error.h"
 #include "row_admit.h"
@@ -149,11 +151,65 @@ static int ps__skip(FILE *f, uint64_t left, uint8_t *blk, uint32_t *crc, int rc)
     return ps_checkpoint_stream(f, (size_t)left, NULL, blk, crc) < 0 ? -EIO : rc;
 }
 
-int ps_checkpoint_rows_verify(FILE *f, const ps_model_spec *table, uint64_t left, uint8_t *blk,
+/* Whether n floats are all finite: a store refuses any other row. */
+static int ps__rows_section_finite(const float *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i]))
+            return 0;
+    return 1;
+}
+
+/* Streams one table's rows (rows records of rec bytes, dim values and
+ * state floats each) through the CRC a block at a time (a record larger
+ * than a block on its own), judging each as a store would take it; the
+ * first fault goes into *fault and why, and the rest is still read.
+ * Returns 0, -EIO on a short read, or -ENOMEM. */
+static int ps__rows_section_records(FILE *f, const ps_row_table_spec *t, uint64_t rows, size_t rec,
+                                    uint64_t newest, uint8_t *blk, uint32_t *crc, int *fault,
+                                    char *why, size_t why_len)
+{
+    size_t per = rec <= PS_CHECKPOINT_BLOCK_BYTES ? PS_CHECKPOINT_BLOCK_BYTES / rec : 1;
+    size_t floats = (rec - PS__ROW_HEADER) / sizeof(float);
+    uint8_t *buf = rec <= PS_CHECKPOINT_BLOCK_BYTES ? blk : malloc(rec);
+    int rc = 0;
+
+    if (buf == NULL)
+        return -ENOMEM;
+    for (uint64_t r = 0; r < rows && rc == 0; r += per) {
+        size_t k = rows - r < per ? (size_t)(rows - r) : per;
+        if (ps_checkpoint_stream(f, k * rec, buf, NULL, crc) < 0) {
+            rc = -EIO;
+            break;
+        }
+        for (size_t i = 0; i < k && *fault == 0; i++) {
+            const uint8_t *at = buf + i * rec;
+            uint32_t last = ps_le_get32(at + 8);
+            if (last > PS_ROW_MAX_STEP || last >= newest)
+                *fault = ps_err_printf(why, why_len, -PS_EFORMAT,
+                                       "row table %s: row %" PRIu64 " last updated at step %" PRIu32
+                                       ", where the table's newest step is %" PRIu64,
+                                       t->name, ps_le_get64(at), last, newest ? newest - 1 : 0);
+            else if (!ps__rows_section_finite((const float *)(at + PS__ROW_HEADER), floats))
+                *fault = ps_err_printf(why, why_len, -PS_EFORMAT,
+                                       "row table %s: row %" PRIu64
+                                       " holds a value or a state that is not finite",
+                                       t->name, ps_le_get64(at));
+        }
+    }
+    if (buf != blk)
+        free(buf);
+    return rc;
+}
+
+int ps_checkpoint_rows_verify(FILE *f, const ps_model_spec *table,
+                              const ps_checkpoint_rows_rule *rule, uint64_t left, uint8_t *blk,
                               uint32_t *crc, char *why, size_t why_len)
 {
     uint8_t h[PS__TABLE_HEADER];
+    char reason[200];
     uint32_t n;
+    int fault = 0, rc;
 
     if (left < 4)
         return ps__skip(f, left, blk, crc,
@@ -168,7 +224,7 @@ int ps_checkpoint_rows_verify(FILE *f, const ps_model_spec *table, uint64_t left
                                       "holds %" PRIu32 " row tables where its table has %d", n,
                                       table->n_row_tables));
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t sketch, rows, rec;
+        uint64_t sketch, rows, rec, clock, newest;
         uint32_t dim, state;
 
         if (left < PS__TABLE_HEADER + 8)
@@ -193,6 +249,15 @@ int ps_checkpoint_rows_verify(FILE *f, const ps_model_spec *table, uint64_t left
                                           "row table %s: a sketch of %" PRIu64
                                           " bytes where %" PRIu64 " are left",
                                           table->row_tables[i].name, sketch, left - 8));
+        /* The table's clocks against the file's (consistency.h): a fault,
+         * not a break in the structure, so the rest is read as usual. */
+        clock = ps_le_get64(h + 12);
+        newest = ps_le_get64(h + 20);
+        if (fault == 0 && (rc = ps_consistency_saved_clocks(rule->staleness, rule->lead,
+                                                            rule->clock, PS_SAVED_ROWS, clock,
+                                                            newest, reason, sizeof(reason))) < 0)
+            fault = ps_err_printf(why, why_len, rc, "row table %s: %s", table->row_tables[i].name,
+                                  reason);
         if (ps_checkpoint_stream(f, (size_t)sketch, NULL, blk, crc) < 0 ||
             ps_checkpoint_stream(f, 8, h, NULL, crc) < 0)
             return -EIO;
@@ -205,15 +270,17 @@ int ps_checkpoint_rows_verify(FILE *f, const ps_model_spec *table, uint64_t left
                                           "row table %s: %" PRIu64 " rows of %" PRIu64
                                           " bytes where %" PRIu64 " bytes are left",
                                           table->row_tables[i].name, rows, rec, left));
-        if (ps_checkpoint_stream(f, (size_t)(rows * rec), NULL, blk, crc) < 0)
-            return -EIO;
+        rc = ps__rows_section_records(f, &table->row_tables[i], rows, (size_t)rec, newest, blk, crc,
+                                      &fault, why, why_len);
+        if (rc < 0)
+            return rc;
         left -= rows * rec;
     }
     if (left != 0)
         return ps__skip(f, left, blk, crc,
                         ps_err_printf(why, why_len, -PS_EFORMAT,
                                       "%" PRIu64 " bytes after its rows section", left));
-    return 0;
+    return fault;
 }
 
 /* A table's sketch of len bytes, added into *sum (taken over when NULL). */
@@ -253,10 +320,21 @@ static int ps__copy_sketch(FILE *f, const ps_row_store *st, uint64_t len, ps_row
     return 0;
 }
 
-/* A table's rows into its store, one record at a time: those keep selects. */
+/* Whether row id of table is one the file (own: its server of servers)
+ * holds as its own and keep selects. */
+static int ps__rows_kept(uint32_t table, uint64_t id, const ps_checkpoint_keep *own,
+                         const ps_checkpoint_keep *keep)
+{
+    return (own->servers <= 1 || ps_row_place(table, id, own->servers) == own->server) &&
+           (keep->servers == 0 || ps_row_place(table, id, keep->servers) == keep->server);
+}
+
+/* A table's rows into its store, one record at a time: the file's own rows
+ * that keep selects. */
 static int ps__copy_table(FILE *f, ps_row_store *st, uint32_t table, size_t dim, size_t state,
-                          uint64_t rows, const ps_checkpoint_keep *keep, uint32_t *crc,
-                          const char *name, char *why, size_t why_len)
+                          uint64_t rows, const ps_checkpoint_keep *own,
+                          const ps_checkpoint_keep *keep, uint32_t *crc, const char *name,
+                          char *why, size_t why_len)
 {
     size_t rec = PS__ROW_HEADER + (dim + state) * sizeof(float);
     uint8_t *buf = malloc(rec);
@@ -271,7 +349,7 @@ static int ps__copy_table(FILE *f, ps_row_store *st, uint32_t table, size_t dim,
             break;
         }
         v.id = ps_le_get64(buf);
-        if (keep->servers && ps_row_place(table, v.id, keep->servers) != keep->server)
+        if (!ps__rows_kept(table, v.id, own, keep))
             continue;
         v.last_step = ps_le_get32(buf + 8);
         v.updates = ps_le_get32(buf + 12);
@@ -308,9 +386,10 @@ int ps_checkpoint_rows_counted(uint32_t file_server, uint32_t file_servers,
 }
 
 int ps_checkpoint_rows_copy(FILE *f, ps_checkpoint_rows *rows, int first,
-                            const ps_checkpoint_keep *keep, int counted, uint32_t *crc, char *why,
-                            size_t why_len)
+                            const ps_checkpoint_keep *keep, const ps_checkpoint_rows_rule *rule,
+                            int counted, uint32_t *crc, char *why, size_t why_len)
 {
+    ps_checkpoint_keep own = {rule->servers, rule->server};
     uint8_t h[PS__TABLE_HEADER];
     int rc;
 
@@ -342,8 +421,8 @@ int ps_checkpoint_rows_copy(FILE *f, ps_checkpoint_rows *rows, int first,
             return rc;
         if (ps_checkpoint_stream(f, 8, h, NULL, crc) < 0)
             goto changed;
-        rc = ps__copy_table(f, st, (uint32_t)i, dim, state, ps_le_get64(h), keep, crc, name, why,
-                            why_len);
+        rc = ps__copy_table(f, st, (uint32_t)i, dim, state, ps_le_get64(h), &own, keep, crc, name,
+                            why, why_len);
         if (rc < 0)
             return rc;
     }

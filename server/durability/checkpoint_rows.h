@@ -72,6 +72,15 @@ typedef struct {
     uint32_t servers, server;
 } ps_checkpoint_keep;
 
+/* What a file's rows section is held to: the file's own clock, the job's
+ * mode and clock lead (a table's clocks by ps_consistency_saved_clocks),
+ * and the plan the file was written for (its server of servers). */
+typedef struct {
+    uint64_t clock, lead;
+    uint32_t staleness;
+    uint32_t server, servers;
+} ps_checkpoint_rows_rule;
+
 /* Streams n bytes of f through the CRC, into dst when it is not NULL, else
  * through blk (PS_CHECKPOINT_BLOCK_BYTES). Returns 0, or -1 on a short
  * read. */
@@ -84,22 +93,33 @@ int ps_checkpoint_rows_write(ps_crc_writer *w, const ps_checkpoint_rows *rows);
 
 /* Reads exactly left bytes of f (the section: all that lies between the
  * chunks and the CRC) through the CRC and checks them against table's row
- * tables. Returns 0; -PS_EFORMAT or -PS_EMISMATCH with the reason in why
- * (the rest of the section is still read, so the caller can tell a damaged
- * file by its CRC first); or -EIO on a short read. */
-int ps_checkpoint_rows_verify(FILE *f, const ps_model_spec *table, uint64_t left, uint8_t *blk,
+ * tables and rule: each table's clocks against the file's, and every row
+ * as a store holds it (its last step below its table's newest and within
+ * PS_ROW_MAX_STEP, every value and state float finite), so that a file
+ * that any store would refuse a row of is refused here, before anything is
+ * adopted, by every server that reads it. Returns 0; -PS_EFORMAT or
+ * -PS_EMISMATCH with the reason in why (the rest of the section is still
+ * read, so the caller can tell a damaged file by its CRC first); -ENOMEM
+ * (a row larger than a block, and no memory for it); or -EIO on a short
+ * read. */
+int ps_checkpoint_rows_verify(FILE *f, const ps_model_spec *table,
+                              const ps_checkpoint_rows_rule *rule, uint64_t left, uint8_t *blk,
                               uint32_t *crc, char *why, size_t why_len);
 
 /* Reads the verified section of one file again into rows->store[] (rows->n
  * of them, the table's): the rows keep selects, inserted; the admission
  * sketches added into rows->sketch[]; with counted, the file's counters
  * added to the stores' (rows->counted counts such files); the clocks taken
- * from the first file (first) and newest the most of all files'. Returns 0
- * or a negative code with the reason in why: a row or a sketch the store
- * refuses, or a short read (the file changed since it was verified). */
+ * from the first file (first) and newest the most of all files'. A row that
+ * common/row_place does not put on the file's own server (rule's server of
+ * servers) is not restored: no client sends it there (a peer that did
+ * could not have it read back), and so no ID comes from two files of a
+ * set. Returns 0 or a negative code with the reason in why: a row or a
+ * sketch the store refuses, or a short read (the file changed since it was
+ * verified). */
 int ps_checkpoint_rows_copy(FILE *f, ps_checkpoint_rows *rows, int first,
-                            const ps_checkpoint_keep *keep, int counted, uint32_t *crc, char *why,
-                            size_t why_len);
+                            const ps_checkpoint_keep *keep, const ps_checkpoint_rows_rule *rule,
+                            int counted, uint32_t *crc, char *why, size_t why_len);
 
 /* Whether a file written by server file_server of file_servers gives its
  * counters to server keep->server of keep->servers (keep NULL: a restore of

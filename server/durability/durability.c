@@ -276,8 +276,8 @@ static void ps__durability_withdraw(void *arg)
 
 int ps_durability_restore(ps_durability *d, const ps_durability_builder *b, ps_tensors *t,
                           ps_row_tables *r, uint64_t max_clock, uint64_t total_steps,
-                          ps_durability_restored *out, char *path, size_t path_len, char *err,
-                          size_t err_len)
+                          uint64_t clock_lead, ps_durability_restored *out, char *path,
+                          size_t path_len, char *err, size_t err_len)
 {
     ps__durability_sink k = {d, b, t, r};
     ps_checkpoint_sink sink = {ps__durability_adopt, ps__durability_withdraw, &k};
@@ -294,6 +294,8 @@ int ps_durability_restore(ps_durability *d, const ps_durability_builder *b, ps_t
     err[0] = '\0';
     meta.state_per_weight = ps_optimizer_state_floats(&d->cfg->opt, 1);
     meta.max_table_bytes = d->cfg->max_model_bytes;
+    meta.staleness = d->cfg->staleness;
+    meta.clock_lead = clock_lead;
     memset(out, 0, sizeof(*out));
     rc = ps_checkpoint_restore(d->cfg->checkpoint_dir, max_clock, &meta, &sink, &clocks, &out->rows,
                                path, path_len, err, err_len);

@@ -92,13 +92,15 @@ int ps_durability_timer_due(const ps_durability *d, uint64_t progress);
 /* Loads the newest usable checkpoint at or before max_clock, adopting its
  * table through b when t holds none (t's own otherwise, which the file must
  * hold), into the shard and r's stores; fills out (its span: the file's or
- * total_steps, the job's so far, whichever is longer). Returns 0, or a
- * negative code with every refused file and its reason in err (see
- * ps_checkpoint_restore); path gets the file's. */
+ * total_steps, the job's so far, whichever is longer). The files' clocks
+ * are held to their own clock in the job's mode, clock_lead being the
+ * job's (ps_consistency_saved_clocks). Returns 0, or a negative code with
+ * every refused file and its reason in err (see ps_checkpoint_restore);
+ * path gets the file's. */
 int ps_durability_restore(ps_durability *d, const ps_durability_builder *b, ps_tensors *t,
                           ps_row_tables *r, uint64_t max_clock, uint64_t total_steps,
-                          ps_durability_restored *out, char *path, size_t path_len, char *err,
-                          size_t err_len);
+                          uint64_t clock_lead, ps_durability_restored *out, char *path,
+                          size_t path_len, char *err, size_t err_len);
 /* After a restore: what the rows' counters of the summary and /metrics go
  * on from (stored: the rows restored; counted: the files whose counters the
  * stores took), said now and kept for the summary (rows_note). */

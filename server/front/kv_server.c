@@ -43,8 +43,28 @@
 enum {
     PS__KV_JOINED = 1 << 0, /* a worker was admitted: the job may start */
     PS__KV_LEFT = 1 << 1,   /* a worker left or a rank was lost: the job may be over */
-    PS__KV_PUSHED = 1 << 2, /* a dense push was taken: a periodic checkpoint may be due */
+    /* A dense push was taken, or the clock of a server without a pushable
+     * chunk moved (a pull, a rows push): a periodic checkpoint may be due. */
+    PS__KV_PUSHED = 1 << 2,
 };
+
+/* What the table's life counts as steps applied: the chunks' updates, and
+ * on a server none of whose chunks is pushed the clock it follows the job
+ * by (units.h), which moves with no update of its own; a table adopted
+ * there starts at 0 of it. */
+static uint64_t ps__kv_applied(const ps_kv_server *s)
+{
+    const ps_units *u = &s->units;
+
+    return s->chunks.n.applied +
+           (ps_units_stepless(u) ? ps_units_progress_clock(u, s->cfg.staleness) : 0);
+}
+
+/* A stepless server's clock moves with its pulls and rows pushes. */
+static unsigned ps__kv_moved(const ps_kv_server *s)
+{
+    return ps_units_stepless(&s->units) ? PS__KV_PUSHED : 0;
+}
 
 /* ---- the sequence ------------------------------------------------------- */
 
@@ -59,7 +79,7 @@ static void ps__kv_maybe_start(ps_kv_server *s)
     if (!ps_job_complete(&s->job) || !ps_table_life_holds(&t->life))
         return;
     ps_tensors_event(t, PS_TABLE_START);
-    if (ps_tensors_settle(t, s->chunks.n.applied) == PS_TABLE_WITHDRAW)
+    if (ps_tensors_settle(t, ps__kv_applied(s)) == PS_TABLE_WITHDRAW)
         ps_front_withdraw(s, t->fill_why);
     if (!ps_table_life_holds(&t->life))
         return;
@@ -107,7 +127,7 @@ static void ps__kv_declarer_left(ps_kv_server *s, ps_peer *p)
         return;
     if (!(s->job.started && s->job.finished[p->rank])) {
         p->declarer = 0;
-        ps_tensors_note_applied(&s->tensors, s->chunks.n.applied);
+        ps_tensors_note_applied(&s->tensors, ps__kv_applied(s));
         snprintf(why, sizeof(why), "%s, its last declarer, left before a step was applied",
                  p->name);
         ps_front_table_event(s, PS_TABLE_DECLARER_LEFT, why);
@@ -122,7 +142,7 @@ static void ps__kv_declarer_left(ps_kv_server *s, ps_peer *p)
 /* Only a committed table (a step applied, or restored) is checkpointed. */
 static int ps__kv_may_checkpoint(ps_kv_server *s)
 {
-    ps_tensors_note_applied(&s->tensors, s->chunks.n.applied);
+    ps_tensors_note_applied(&s->tensors, ps__kv_applied(s));
     return ps_table_life_may_checkpoint(&s->tensors.life);
 }
 
@@ -180,7 +200,7 @@ static void ps__kv_settle(ps_kv_server *s, unsigned changes, ps_peer *left)
     /* Each step is skipped at the cost of one test when it has nothing to
      * do, as it mostly has: the sequence runs after every frame. */
     if (t->life.state == PS_TABLE_FILLING &&
-        ps_tensors_settle(t, s->chunks.n.applied) == PS_TABLE_WITHDRAW)
+        ps_tensors_settle(t, ps__kv_applied(s)) == PS_TABLE_WITHDRAW)
         ps_front_withdraw(s, t->fill_why);
     if (changes & PS__KV_JOINED)
         ps__kv_maybe_start(s);
@@ -335,9 +355,10 @@ static unsigned ps__kv_worker_frame(ps_kv_server *s, ps_peer *p, const ps_frame 
     switch (f->hdr->type) {
     case SHARDPS__MSG_TYPE__PULL:
         q = ps_chunks_pull(&s->chunks, p, f);
-        if (q)
-            ps_held_add(&s->held, q);
-        return 0;
+        if (q == NULL)
+            return 0;
+        ps_held_add(&s->held, q);
+        return ps__kv_moved(s);
     case SHARDPS__MSG_TYPE__PUSH:
         return ps_chunks_push(&s->chunks, p, f) == 0 ? PS__KV_PUSHED : 0;
     case SHARDPS__MSG_TYPE__PULL_ROWS:
@@ -346,8 +367,7 @@ static unsigned ps__kv_worker_frame(ps_kv_server *s, ps_peer *p, const ps_frame 
             ps_held_add(&s->held, q);
         return 0;
     case SHARDPS__MSG_TYPE__PUSH_ROWS:
-        ps_rows_push(&s->rows, p, f);
-        return 0;
+        return ps_rows_push(&s->rows, p, f) == 0 ? ps__kv_moved(s) : 0;
     case SHARDPS__MSG_TYPE__WRITE:
         ps_writes_handle(&s->tensors, p, f, ps_units_server_clock(&s->units));
         return 0;

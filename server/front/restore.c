@@ -33,7 +33,7 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
     int rc;
 
     rc = ps_durability_restore(&s->dur, &b, &s->tensors, &s->tables, max_clock, s->job.total_steps,
-                               &got, path, sizeof(path), err, err_len);
+                               s->job.clock_lead, &got, path, sizeof(path), err, err_len);
     if (rc < 0)
         return rc;
     /* Buffers and frozen tensors stay out of the barrier whatever the file
@@ -44,6 +44,9 @@ int ps_kv_server_restore(ps_kv_server *s, uint64_t max_clock, char *err, size_t 
                           s->dur.newest[i]);
     for (int i = 0; i < u->n_tables; i++)
         ps_units_restored(u, ps_units_table(u, i), got.rows.clock[i], got.rows.newest[i]);
+    /* A server none of whose chunks is pushed goes on from the file's
+     * clock: it has no step of its own to say where the job is. */
+    ps_units_follow(u, got.clock);
     /* The embedding program's table, now with a checkpoint's values. */
     if (s->tensors.life.state == PS_TABLE_DECLARED)
         ps_tensors_event(&s->tensors, PS_TABLE_RESTORE);

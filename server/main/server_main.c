@@ -108,8 +108,10 @@ static int ps__report_port(int fd, int port)
 
 /* --restore: resume from this job's newest usable checkpoint; auto starts
  * fresh without one (a first start, or a directory of other jobs only), and
- * also, said loudly, when every file of this job is unusable. Returns 0 or
- * -1 after the error line. */
+ * also, said loudly, when every file of this job is unusable. A re-placing
+ * set this server cannot take its share of is refused even with auto: the
+ * other servers restore it, and a fresh start here would put the job at
+ * two clocks. Returns 0 or -1 after the error line. */
 static int ps__restore(ps__server_app *app, const ps_job_options *jo)
 {
     char err[4096];
@@ -119,6 +121,10 @@ static int ps__restore(ps__server_app *app, const ps_job_options *jo)
 
     if (rc == 0)
         return 0;
+    if (rc == -ENOTRECOVERABLE) {
+        ps_error("cannot restore from %s: %s", jo->checkpoint_dir, err);
+        return -1;
+    }
     if (jo->restore == PS_RESTORE_AUTO && rc == -ENOENT)
         ps_info("--restore auto: no checkpoint of this job in %s; starting fresh at clock 0",
                 jo->checkpoint_dir);

@@ -3,6 +3,16 @@
  * numbers; these decide. */
 #include "consistency.h"
 
+#include <inttypes.h>
+
+#include "ps_error.h"
+
+/* a + b, held at UINT64_MAX rather than wrapping. */
+static uint64_t ps__consistency_add(uint64_t a, uint64_t b)
+{
+    return a + b < a ? UINT64_MAX : a + b;
+}
+
 uint64_t ps_consistency_min_clock(const uint64_t *clocks, int n)
 {
     uint64_t m = UINT64_MAX;
@@ -23,6 +33,19 @@ uint64_t ps_consistency_server_clock(const ps_chunk_clock *chunks, int n)
     return m == UINT64_MAX ? 0 : m;
 }
 
+uint64_t ps_consistency_stepless_clock(uint32_t staleness, uint64_t followed,
+                                       const ps_chunk_clock *tables, int n_tables)
+{
+    uint64_t m = followed;
+
+    for (int i = 0; i < n_tables; i++) {
+        uint64_t c = staleness == 0 ? tables[i].clock : tables[i].newest;
+        if (c > m)
+            m = c;
+    }
+    return m;
+}
+
 uint64_t ps_consistency_progress_clock(uint32_t staleness, const ps_chunk_clock *chunks, int n)
 {
     uint64_t m = 0;
@@ -39,6 +62,8 @@ int ps_consistency_pull_ready(const ps_consistency_view *v, uint64_t clock, uint
 {
     if (!v->started)
         return 0;
+    if (v->stepless)
+        return 1;
     if (v->staleness == 0)
         return clock <= v->server_clock && fed <= v->server_clock;
     if (v->staleness == PS_STALENESS_UNBOUNDED)
@@ -87,13 +112,15 @@ uint64_t ps_consistency_clock_ceiling(const ps_consistency_view *v, uint64_t ear
 {
     uint64_t base = v->progress_clock;
 
-    if (v->staleness == 0)
-        return v->server_clock + 1;
+    if (v->staleness == 0) {
+        base = v->stepless && earned > v->server_clock ? earned : v->server_clock;
+        return ps__consistency_add(base, 1);
+    }
     if (v->restored_clock > base)
         base = v->restored_clock;
     if (earned > base)
         base = earned;
-    return base + v->clock_lead < base ? UINT64_MAX : base + v->clock_lead;
+    return ps__consistency_add(base, v->clock_lead);
 }
 
 ps_clock_verdict ps_consistency_check_pull(const ps_consistency_view *v, uint64_t rank_clock,
@@ -150,4 +177,42 @@ const char *ps_consistency_verdict_text(ps_clock_verdict verdict)
 uint64_t ps_consistency_resume_clock(uint64_t resume_clock, uint64_t earned)
 {
     return earned > resume_clock ? earned : resume_clock;
+}
+
+int ps_consistency_saved_clocks(uint32_t staleness, uint64_t lead, uint64_t file_clock,
+                                ps_saved_kind kind, uint64_t clock, uint64_t newest, char *why,
+                                size_t why_len)
+{
+    uint64_t most = kind == PS_SAVED_PARAMETER ? file_clock : ps__consistency_add(file_clock, 1);
+    const char *what = kind == PS_SAVED_ROWS ? "its clocks" : "its chunk clocks";
+
+    if (kind == PS_SAVED_STATIC) {
+        if (newest == 0)
+            return 0;
+        return ps_err_printf(why, why_len, -PS_EFORMAT,
+                             "newest step %" PRIu64
+                             " where a buffer's or a frozen tensor's chunk takes none",
+                             newest);
+    }
+    if (staleness == 0) {
+        if (newest == clock && clock <= ps__consistency_add(file_clock, 1) &&
+            (kind == PS_SAVED_ROWS || clock >= file_clock))
+            return 0;
+        return ps_err_printf(why, why_len, -PS_EFORMAT,
+                             "%s (step %" PRIu64 ", newest %" PRIu64
+                             ") cannot be a sync file's of clock %" PRIu64
+                             ": they must be equal and %sat most %" PRIu64,
+                             what, clock, newest, file_clock,
+                             kind == PS_SAVED_ROWS ? "" : "at least the file's clock and ",
+                             ps__consistency_add(file_clock, 1));
+    }
+    if (kind == PS_SAVED_ROWS)
+        most = ps__consistency_add(most, lead);
+    if (clock <= file_clock && newest <= most)
+        return 0;
+    return ps_err_printf(why, why_len, -PS_EFORMAT,
+                         "%s (step %" PRIu64 ", newest %" PRIu64
+                         ") cannot be a file's of clock %" PRIu64 ": the step at most %" PRIu64
+                         " and the newest at most %" PRIu64,
+                         what, clock, newest, file_clock, file_clock, most);
 }

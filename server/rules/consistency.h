@@ -9,6 +9,7 @@
 #ifndef PS_CONSISTENCY_H
 #define PS_CONSISTENCY_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define PS_STALENESS_UNBOUNDED UINT32_MAX
@@ -31,6 +32,11 @@ typedef struct {
     uint64_t progress_clock; /* ps_consistency_progress_clock of the chunks */
     uint64_t restored_clock; /* the clock restored from a checkpoint (0: none) */
     uint64_t clock_lead;     /* async, ssp: how far past the job a clock may be */
+    /* The chunks' view on a server none of whose chunks is pushed (buffers
+     * and frozen tensors only, or none): it has no step of its own, so
+     * server_clock and progress_clock are ps_consistency_stepless_clock's,
+     * the job's as it reaches this server. */
+    int stepless;
 } ps_consistency_view;
 
 /* Why a worker's clock is refused (0: it is not). */
@@ -47,6 +53,16 @@ typedef enum {
 uint64_t ps_consistency_min_clock(const uint64_t *clocks, int n);
 /* Sync: steps applied to every one of the n chunks (0 without chunks). */
 uint64_t ps_consistency_server_clock(const ps_chunk_clock *chunks, int n);
+/* The clock of a server with no pushable chunk (a stepless view): no push
+ * comes to it, so its clock follows the job: the lowest clock its live
+ * workers have pulled, kept as they come and go (followed: it never goes
+ * back), or its row tables' (tables, n_tables of them: sync, the steps
+ * applied to the furthest; async and ssp, 1 + the newest step applied to
+ * any), whichever is further. Its sync pulls are then answered at once,
+ * and each pull earns its worker its clock (there is nothing to push for
+ * it here), so no step of the job waits for this server. */
+uint64_t ps_consistency_stepless_clock(uint32_t staleness, uint64_t followed,
+                                       const ps_chunk_clock *tables, int n_tables);
 /* How far training has come: steps applied (sync) or 1 + the newest step
  * applied to any chunk (async, ssp). */
 uint64_t ps_consistency_progress_clock(uint32_t staleness, const ps_chunk_clock *chunks, int n);
@@ -54,7 +70,8 @@ uint64_t ps_consistency_progress_clock(uint32_t staleness, const ps_chunk_clock 
  * fed - 1 (fed 0: none) may be answered. Nothing is answered before the job
  * has started. Sync: the server's clock has passed both the step asked for
  * and the step the worker fed, so it never gets back the weights it just
- * pushed for. Ssp: clock - (lowest live clock) <= staleness. Async: always. */
+ * pushed for. Ssp: clock - (lowest live clock) <= staleness. Async, and a
+ * stepless view in every mode (its weights take no step): always. */
 int ps_consistency_pull_ready(const ps_consistency_view *v, uint64_t clock, uint64_t fed);
 /* The clock a pull reply reports: in sync mode the steps applied (a worker
  * that fell behind catches up to it); otherwise the step asked for. */
@@ -79,10 +96,13 @@ uint64_t ps_consistency_staleness(uint64_t newest, uint64_t clock);
 uint64_t ps_consistency_join_clock(const ps_consistency_view *v, uint64_t resume_clock);
 
 /* The highest clock a worker may name: sync, one step past the steps
- * applied; async and ssp, clock_lead past the furthest of the job's progress
- * here, the clock restored from a checkpoint, and what this rank has earned
- * (its join clock, or 1 + the step of its last complete push). Earned, not
- * asked: no request moves the ceiling by itself. */
+ * applied (a stepless view: past those or what this rank has earned, which
+ * its pulls there earn); async and ssp, clock_lead past the furthest of the
+ * job's progress here, the clock restored from a checkpoint, and what this
+ * rank has earned (its join clock, or 1 + the step of its last complete
+ * push). Earned, not asked: no request moves the ceiling by itself. Never
+ * past UINT64_MAX: a clock at the top saturates rather than wrapping to a
+ * ceiling of 0. */
 uint64_t ps_consistency_clock_ceiling(const ps_consistency_view *v, uint64_t earned);
 /* A PULL for `asked` by a rank at `rank_clock`, `earned` as above, with
  * keys_pushed keys of its current step pushed so far. */
@@ -102,5 +122,34 @@ const char *ps_consistency_verdict_text(ps_clock_verdict verdict);
 /* Where the job resumes once a rank at `earned` leaves with nobody live:
  * the furthest clock any rank earned, never one it only asked for. */
 uint64_t ps_consistency_resume_clock(uint64_t resume_clock, uint64_t earned);
+
+/* What a unit's clocks in a checkpoint are held to, before the file is
+ * adopted: the relation they have with the file's own clock (its header's:
+ * the progress clock when it was asked for) in the job's mode. With C the
+ * file's clock:
+ *  - sync, a parameter's chunk: C <= clock <= C + 1 (the server's clock is
+ *    the lowest chunk's, and no chunk takes a push past one step beyond
+ *    it), newest = clock (each step applied moves both);
+ *  - sync, a row table: newest = clock <= C + 1;
+ *  - async and ssp, a parameter's chunk: clock <= C (nothing is
+ *    accumulated: 0), newest <= C (C is the newest of them);
+ *  - async and ssp, a row table: clock <= C (0), newest <= C + 1 + lead
+ *    (a rows push names at most the ceiling, lead past the job's clock);
+ *  - a buffer's or a frozen tensor's chunk, any mode: newest = 0 (it never
+ *    takes a step; its clock is set aside on restore).
+ * A clock of 2^64 - 1 in a parameter's chunk would leave it out of every
+ * step, and in a row table make its ceiling wrap; neither is a clock any
+ * file of C holds. */
+typedef enum {
+    PS_SAVED_PARAMETER, /* a parameter's chunk */
+    PS_SAVED_STATIC,    /* a buffer's or a frozen tensor's chunk */
+    PS_SAVED_ROWS,      /* a row table */
+} ps_saved_kind;
+/* 0 when (clock, newest) of a unit of kind can be in a file of clock
+ * file_clock for the mode of staleness and the clock lead; -PS_EFORMAT
+ * with the relation broken in why. */
+int ps_consistency_saved_clocks(uint32_t staleness, uint64_t lead, uint64_t file_clock,
+                                ps_saved_kind kind, uint64_t clock, uint64_t newest, char *why,
+                                size_t why_len);
 
 #endif

@@ -13,6 +13,9 @@ void ps_clocks_view(const ps_job *j, const ps_units *u, int unit, ps_consistency
     v->progress_clock = staleness == 0 ? v->server_clock : ps_units_progress_clock(u, staleness);
     v->restored_clock = j->restored_clock;
     v->clock_lead = j->clock_lead;
+    /* A row table has its own step, even on a server whose chunks have
+     * none. */
+    v->stepless = unit < u->n_chunks && ps_units_stepless(u);
     if (staleness == 0 && unit >= u->n_chunks)
         v->server_clock = u->clock[unit].clock;
 }

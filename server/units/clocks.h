@@ -9,8 +9,9 @@
 #include "membership.h"
 #include "units.h"
 
-/* The view as of now, for unit's kind: the chunks (unit < n_chunks, or -1)
- * or, in sync mode, the row table's own step. */
+/* The view as of now, for unit's kind: the chunks (unit < n_chunks, or -1;
+ * stepless when none of them is pushed) or, in sync mode, the row table's
+ * own step. */
 void ps_clocks_view(const ps_job *j, const ps_units *u, int unit, ps_consistency_view *v);
 
 #endif

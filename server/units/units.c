@@ -36,7 +36,19 @@ void ps_units_free(ps_units *u)
 
 void ps_units_set_static(ps_units *u, int unit)
 {
+    u->n_static += u->clock[unit].clock != UINT64_MAX;
     u->clock[unit].clock = UINT64_MAX;
+}
+
+int ps_units_stepless(const ps_units *u)
+{
+    return u->n_static == u->n_chunks;
+}
+
+void ps_units_follow(ps_units *u, uint64_t clock)
+{
+    if (ps_units_stepless(u) && clock != UINT64_MAX && clock > u->followed)
+        u->followed = clock;
 }
 
 static void ps__units_mark(ps_units *u, int unit)
@@ -139,13 +151,25 @@ void ps_units_clean(ps_units *u)
     u->n_dirty = u->next_dirty = 0;
 }
 
+/* A stepless server's clock in the mode of staleness. Units without a
+ * table hold no clocks at all. */
+static uint64_t ps__units_stepless_clock(const ps_units *u, uint32_t staleness)
+{
+    return ps_consistency_stepless_clock(staleness, u->followed,
+                                         u->clock ? u->clock + u->n_chunks : NULL, u->n_tables);
+}
+
 uint64_t ps_units_server_clock(const ps_units *u)
 {
+    if (ps_units_stepless(u))
+        return ps__units_stepless_clock(u, 0);
     return ps_consistency_server_clock(u->clock, u->n_chunks);
 }
 
 uint64_t ps_units_progress_clock(const ps_units *u, uint32_t staleness)
 {
+    if (ps_units_stepless(u))
+        return ps__units_stepless_clock(u, staleness);
     return ps_consistency_progress_clock(staleness, u->clock, u->n_chunks);
 }
 

@@ -40,6 +40,12 @@ typedef struct {
     int *dirty;
     uint8_t *is_dirty;
     int n_dirty, next_dirty;
+    /* Chunks that are never pushed (ps_units_set_static); when every chunk
+     * is one, the server has no step of its own and followed is the lowest
+     * clock its live workers have pulled, kept as they come and go, or the
+     * clock it was restored at (ps_units_follow). */
+    int n_static;
+    uint64_t followed;
 } ps_units;
 
 /* What one unit's share of a push is. */
@@ -75,6 +81,15 @@ static inline uint64_t *ps_units_record(const ps_units *u, uint32_t rank)
 /* The unit is never pushed (a buffer, a frozen tensor): out of the sync
  * barrier, its clock UINT64_MAX, which the server's clock passes over. */
 void ps_units_set_static(ps_units *u, int unit);
+/* No chunk here is ever pushed (every one static, or none at all): the
+ * server has no step of its own, and its clocks follow the job
+ * (consistency.h's ps_consistency_stepless_clock). */
+int ps_units_stepless(const ps_units *u);
+/* A stepless server: the job has reached clock here (the lowest clock of
+ * its live workers after a pull, or a restored clock); the server's clock
+ * never goes back. UINT64_MAX (nobody live) and a server with a step of its
+ * own change nothing. */
+void ps_units_follow(ps_units *u, uint64_t clock);
 
 /* What rank's share of a push computed at step for unit is (sync: whether
  * that step is still accumulated). Changes nothing. */
@@ -107,7 +122,8 @@ void ps_units_clean(ps_units *u);
 
 /* Steps applied to every chunk (sync), and how far training has come:
  * that, or 1 + the newest step applied to any chunk (async, ssp). Row
- * tables keep their own clocks. */
+ * tables keep their own clocks. A stepless server's are the job's as it
+ * reaches it (ps_units_follow and its row tables'). */
 uint64_t ps_units_server_clock(const ps_units *u);
 uint64_t ps_units_progress_clock(const ps_units *u, uint32_t staleness);
 /* Sync: every chunk at one clock with nothing of that step pushed: a

@@ -12,6 +12,22 @@ chmod 600 "$TMP/token" "$TMP/wrong"
 "$CLUSTER" --servers 2 --workers 2 --steps 60 --progress-every 30 --auth-token-file "$TMP/token" \
     --json >"$TMP/ok.out" 2>"$TMP/ok.err" || { cat "$TMP/ok.err" >&2; fail "authenticated cluster failed"; }
 
+# A FIFO named as the token file (issue 34 point 10) is refused at once,
+# with one line, by everything that reads the token; it used to block each
+# of them in open(2) until a writer came (never: "timeout" is the bound).
+mkfifo "$TMP/token.fifo"
+refuses_fifo() { # program args...
+    local rc=0
+    timeout 30 "$BUILD/$1" --auth-token-file "$TMP/token.fifo" "${@:2}" >/dev/null \
+        2>"$TMP/fifo.err" || rc=$?
+    [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "$1 with a FIFO as its token file: exit $rc"
+    grep -q "token.fifo: the auth token file must be a regular file; it is a FIFO" "$TMP/fifo.err" ||
+        { cat "$TMP/fifo.err" >&2; fail "$1: no line naming the FIFO"; }
+}
+refuses_fifo shardps-run --check -- true
+refuses_fifo shardps-server --listen 127.0.0.1:0 --workers 1
+refuses_fifo shardps-worker --servers 127.0.0.1:1 --steps 1
+
 # A failed check must not leave a server waiting for workers that never come.
 server=
 trap 'if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; fi; rm -rf "$TMP"' EXIT

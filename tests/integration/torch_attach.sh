@@ -15,7 +15,13 @@
 #  4. examples/torch_models.py under shardps-run: torchvision's ResNet-18
 #     unmodified and the ViT, with nothing but attach(model, total_steps=3)
 #     added to their loops, train 3 steps, the launcher's progress line
-#     showing them out of the 3 they told attach.
+#     showing them out of the 3 they told attach;
+#  5. the fine-tuning recipe (tests/python/torch_frozen.py): ResNet-18 frozen
+#     under a new head on 2 servers, one of which holds frozen tensors and
+#     buffers only (issue 33 point 1, issue 34 point 13), trains 3 steps in
+#     sync and in async: the backbone as rank 0 began it, the head moved,
+#     and in sync both ranks' parameters equal. It used to wait for good
+#     after step 0 (sync) or be refused its clock (async).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/python_lib.sh"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
@@ -74,3 +80,27 @@ for model in resnet18 vit; do
     grep -E "^$model: 3 steps" "$TMP/$model.out" || fail "$model: rank 0 did not finish"
 done
 echo "PASS: torchvision's resnet18 and the ViT train under shardps-run with attach(model) alone"
+
+# The frozen backbone on 2 servers, in both modes.
+for mode in sync async; do
+    "$BUILD/shardps-run" --servers 2 --workers 2 --mode $mode --optimizer sgd --lr 0.05 \
+        --lr-schedule constant --request-timeout 20 -- "${PY[@]}" "$PY_TESTS/torch_frozen.py" 3 \
+        "$TMP/frozen.$mode" >"$TMP/frozen.$mode.out" 2>"$TMP/frozen.$mode.err" ||
+        { cat "$TMP/frozen.$mode.err" "$TMP/frozen.$mode.out" >&2; fail "frozen backbone, $mode: failed"; }
+    "$PYTHON" -c "import sys, torch
+mode, out = sys.argv[1], sys.argv[2]
+end = [torch.load(f'{out}.{r}') for r in (0, 1)]
+start = torch.load(f'{out}.0.start')
+params = [k for k in start if not k.startswith('fc.') and 'running' not in k and 'batches' not in k]
+moved = [k for k in params if not torch.equal(start[k], end[0][k])]
+if moved:
+    sys.exit(f'frozen tensors moved: {moved[:3]}')
+if torch.equal(start['fc.weight'], end[0]['fc.weight']):
+    sys.exit('the head did not train')
+if mode == 'sync':
+    differ = [k for k in params + ['fc.weight', 'fc.bias'] if not torch.equal(end[0][k], end[1][k])]
+    if differ:
+        sys.exit(f'the ranks differ: {differ[:3]}')" $mode "$TMP/frozen.$mode" ||
+        fail "frozen backbone, $mode: wrong weights"
+done
+echo "PASS: a frozen ResNet-18 backbone under a new head trains on 2 servers, in sync and async"

@@ -19,11 +19,21 @@
  *    missing is refused naming the missing file;
  *  - the counters of a 2-server set: restored onto 2 servers with other
  *    chunks, each server takes its own file's; onto 3, server 0 takes their
- *    sum and the others none. */
+ *    sum and the others none;
+ *  - clocks a file of its clock cannot hold (a chunk's or a row table's at
+ *    2^64 - 1, a row last updated past its table's newest step) and a NaN
+ *    row are refused before anything is adopted (issue 34 point 9);
+ *  - a re-placing restore onto 3 servers leaves every server at one clock:
+ *    a file of the newest set refused (a NaN row) sends all of them to the
+ *    older set, a file left from an earlier plan splits nobody, and a share
+ *    one server cannot take (an ID twice) refuses that server's restore in
+ *    one sentence rather than sending it alone to an older clock (issue 34
+ *    point 13). */
 #include <criterion/criterion.h>
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +55,8 @@ static ps_model_spec spec;
 /* The plan files are written for, and the one a restore is made into. */
 static uint32_t file_servers, servers, server;
 static size_t file_chunk, chunk;
+/* The clock files are written at, and the one the last restore gave. */
+static uint64_t file_clock, restored_clock;
 static ps_optimizer_config opt;
 
 /* What a restore adopted: a shard and a row store per row table. */
@@ -98,6 +110,7 @@ static void setup(void)
     file_servers = servers = 1;
     server = 0;
     file_chunk = chunk = CHUNK_BYTES;
+    file_clock = CLOCK;
 }
 
 static void teardown(void)
@@ -262,7 +275,7 @@ static void meta_for(ps_checkpoint_meta *meta)
     meta->optimizer = PS_OPT_ADAM;
     meta->fingerprint = ps_model_spec_fingerprint(&spec);
     meta->chunk_bytes = chunk;
-    meta->clock = CLOCK;
+    meta->clock = file_clock;
     meta->job = ps_job_fingerprint(NULL, 0);
     meta->state_per_weight = ps_optimizer_state_floats(&opt, 1);
     meta->max_table_bytes = 1 << 20;
@@ -276,7 +289,7 @@ static float word_value(uint32_t t, size_t w, int plane)
 }
 
 /* The file of a checkpoint of st (and a shard of spec, its words numbered
- * by word_value) at CLOCK for server `server` of file_servers. */
+ * by word_value) at file_clock for server `server` of file_servers. */
 static void write_file(ps_row_store **st, char *path, size_t len)
 {
     ps_checkpoint_meta meta;
@@ -302,7 +315,7 @@ static void write_file(ps_row_store **st, char *path, size_t len)
                 ps_shard_state_mut(shard, i)[2 * j + (size_t)p - 1] =
                     word_value(ch->tensor_id, ch->offset + j, p);
         }
-        c[i] = n[i] = CLOCK;
+        c[i] = n[i] = file_clock;
         ps_shard_set_updates(shard, i, CLOCK);
     }
     servers = restore_servers;
@@ -312,8 +325,9 @@ static void write_file(ps_row_store **st, char *path, size_t len)
     for (int i = 0; i < 2; i++) {
         rows.store[i] = st[i];
         rows.dim[i] = spec.row_tables[i].dim;
-        rows.clock[i] = CLOCK + (uint64_t)i;
-        rows.newest[i] = CLOCK - (uint64_t)i;
+        /* A sync file's: a table's step is the one after the steps applied
+         * to it, at most one past the file's clock. */
+        rows.clock[i] = rows.newest[i] = file_clock + (uint64_t)i;
     }
     cr_assert_eq(ps_checkpoint_write(dir, 10, &meta, &spec, shard, &clocks, &rows, path, len), 0);
     rows.n = 1;
@@ -329,11 +343,14 @@ static int restore(sink_state *k, ps_checkpoint_rows *rows, char *err, size_t le
     ps_checkpoint_meta meta;
     ps_checkpoint_clocks clocks = {NULL, NULL};
     char path[256];
+    int rc;
 
     meta_for(&meta);
     memset(k, 0, sizeof(*k));
-    return ps_checkpoint_restore(dir, UINT64_MAX, &meta, &sink, &clocks, rows, path, sizeof(path),
-                                 err, len);
+    rc = ps_checkpoint_restore(dir, UINT64_MAX, &meta, &sink, &clocks, rows, path, sizeof(path),
+                               err, len);
+    restored_clock = rc == 0 ? meta.clock : UINT64_MAX;
+    return rc;
 }
 
 static void trained(ps_row_store **st, uint64_t steps)
@@ -361,7 +378,7 @@ Test(checkpoint_rows, a_restore_trains_on_bit_for_bit, .init = setup, .fini = te
     cr_assert_eq(k.adopted, 1);
     for (int i = 0; i < 2; i++) {
         cr_assert_eq(rows.clock[i], CLOCK + (uint64_t)i);
-        cr_assert_eq(rows.newest[i], CLOCK - (uint64_t)i);
+        cr_assert_eq(rows.newest[i], CLOCK + (uint64_t)i);
         assert_same(whole[i], k.store[i], spec.row_tables[i].dim, CLOCK);
         assert_same_counts(k.store[i], whole[i], "restored");
     }
@@ -501,6 +518,233 @@ Test(checkpoint_rows, damaged_or_wrong_rows_are_refused_before_adoption, .init =
                    "no counts of its embedding rows (created, admitted, evicted), which a "
                    "restore would start from 0 again); this build reads version 6");
     unlink(path);
+}
+
+/* Issue 34 point 9: clocks a file of its clock cannot hold. Offsets: the
+ * first chunk's header follows the table; a row table's clocks are 12
+ * bytes into its header; the items table's last row ends before the CRC. */
+static size_t first_chunk(const uint8_t *b)
+{
+    uint32_t tlen;
+
+    memcpy(&tlen, b + 72, 4);
+    return 8 + 4 * 4 + 6 * 8 + 4 + tlen;
+}
+
+static void chunk_clock_top(uint8_t *b, size_t len)
+{
+    uint64_t top = UINT64_MAX;
+
+    (void)len;
+    memcpy(b + first_chunk(b) + 24, &top, 8);
+}
+
+static void rows_clock_top(uint8_t *b, size_t len)
+{
+    uint64_t top = UINT64_MAX;
+    uint32_t tlen;
+
+    (void)len;
+    memcpy(&tlen, b + 72, 4);
+    locate(tlen);
+    memcpy(b + rows_at + 4 + 12, &top, 8);
+    memcpy(b + rows_at + 4 + 20, &top, 8);
+}
+
+static void last_row_in_the_future(uint8_t *b, size_t len)
+{
+    memcpy(b + len - 4 - items_rec + 8, &(uint32_t){1000}, 4);
+}
+
+static void last_row_nan(uint8_t *b, size_t len)
+{
+    memcpy(b + len - 4 - items_rec + 16, &(float){NAN}, 4);
+}
+
+/* A chunk clock of 2^64 - 1 left its chunk out of every step, untrained; a
+ * row table's made its ceiling wrap to 0; a row last updated past its
+ * table's newest step (it would never expire) was taken; a NaN row was
+ * refused only once the table was adopted, by the one server it fell on.
+ * Each is refused now before anything is adopted, naming it. */
+Test(checkpoint_rows, clocks_and_rows_a_file_cannot_hold_are_refused_before_adoption, .init = setup,
+     .fini = teardown)
+{
+    char path[256];
+
+    assert_refused(path, chunk_clock_top, 1,
+                   "chunk 0 of tensor fc1.weight: its chunk clocks (step 18446744073709551615, "
+                   "newest 12) cannot be a sync file's of clock 12");
+    unlink(path);
+    assert_refused(path, rows_clock_top, 1,
+                   "row table users: its clocks (step 18446744073709551615, newest "
+                   "18446744073709551615) cannot be a sync file's of clock 12");
+    unlink(path);
+    assert_refused(path, last_row_in_the_future, 1,
+                   "last updated at step 1000, where the table's newest step is 12");
+    unlink(path);
+    assert_refused(path, last_row_nan, 1, "holds a value or a state that is not finite");
+    unlink(path);
+}
+
+/* The rows of st that row_place puts on server `at` of `of`, in stores of
+ * their own: that server's share, as its file holds it. */
+static void share_of(ps_row_store **st, uint32_t at, uint32_t of, ps_row_store **out)
+{
+    for (int t = 0; t < 2; t++) {
+        rows_seen *r = calloc(1, sizeof(*r));
+        uint64_t cursor = 0;
+        out[t] = make_store(t);
+        cr_assert_eq(ps_row_store_visit(st[t], 0, &cursor, SIZE_MAX, collect, r), 0);
+        for (int i = 0; i < r->n; i++)
+            if (ps_row_place((uint32_t)t, r->row[i].id, of) == at)
+                cr_assert_eq(ps_row_store_insert(out[t], &r->row[i]), 0);
+        free(r);
+    }
+}
+
+/* The set of file_servers files at file_clock, each its server's share of
+ * stores trained up to that clock; the path of server 1's in last. */
+static void write_set(char *last, size_t len)
+{
+    ps_row_store *whole[2], *mine[2];
+
+    trained(whole, file_clock);
+    for (server = 0; server < file_servers; server++) {
+        share_of(whole, server, file_servers, mine);
+        write_file(mine, last, len);
+        ps_row_store_free(mine[0]);
+        ps_row_store_free(mine[1]);
+    }
+    ps_row_store_free(whole[0]);
+    ps_row_store_free(whole[1]);
+    snprintf(last, len, "%s/server-1-clock-%012llu.ckpt", dir, (unsigned long long)file_clock);
+}
+
+/* The ID of the last row of server 1's file at path (an items row). */
+static uint64_t last_row_id(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    uint64_t id;
+
+    cr_assert_not_null(f);
+    cr_assert_eq(fseek(f, -(long)(4 + items_rec), SEEK_END), 0);
+    cr_assert_eq(fread(&id, 8, 1, f), 1);
+    fclose(f);
+    return id;
+}
+
+static void set_items_rec(void)
+{
+    ps_row_store *st = make_store(1);
+
+    items_rec = 16 + (3 + ps_row_store_state_floats(st)) * sizeof(float);
+    ps_row_store_free(st);
+}
+
+static void last_row_twice(uint8_t *b, size_t len)
+{
+    memcpy(b + len - 4 - items_rec, b + len - 4 - 2 * items_rec, 8);
+}
+
+/* Sets of 2 files at clocks 10 and 12, server 1's file at 12 changed by
+ * fn, to be restored onto 3 servers (servers is set): returns the new
+ * server the last row of that file falls on. */
+static uint32_t two_sets(void (*fn)(uint8_t *, size_t))
+{
+    char path[256];
+
+    set_items_rec();
+    file_servers = 2;
+    file_clock = 10;
+    write_set(path, sizeof(path));
+    file_clock = 12;
+    write_set(path, sizeof(path));
+    rewrite(path, fn, 1);
+    servers = 3;
+    return ps_row_place(1, last_row_id(path), 3);
+}
+
+/* Each of the `servers` servers restores clock want, words among the
+ * reasons of what it refused. */
+static void every_server_restores(uint64_t want, const char *words)
+{
+    ps_checkpoint_rows rows;
+    char err[2048];
+
+    for (server = 0; server < servers; server++) {
+        sink_state k;
+        cr_assert_eq(restore(&k, &rows, err, sizeof(err)), 0, "%s", err);
+        cr_assert_eq(restored_clock, want, "server %u restored clock %llu", server,
+                     (unsigned long long)restored_clock);
+        cr_assert_not_null(strstr(err, words), "'%s' not in '%s'", words, err);
+        sink_free(&k);
+    }
+}
+
+/* Issue 34 point 13: a 2-server set at clocks 10 and 12, re-placed onto 3
+ * servers, where one row of server 1's file at 12 is NaN. Its store, on
+ * one new server only, refused it after the table was adopted: that server
+ * restored 10 and the others 12. Every server refuses that file now, each
+ * for the same reason, and all three restore 10. */
+Test(checkpoint_rows, a_refused_file_of_a_re_placing_restore_leaves_every_server_at_one_clock,
+     .init = setup, .fini = teardown)
+{
+    uint32_t bad = two_sets(last_row_nan);
+
+    cr_assert_lt(bad, 3);
+    every_server_restores(10, "server 1's: row table items: row");
+}
+
+/* A set of 3 files at clock 10, then a restore onto 2 servers trained on
+ * to 12 (files of servers 0 and 1): server 2's file of clock 10 stays,
+ * nobody's to prune. Restored onto 3 again, new server 2 took its own old
+ * file alone (its plan's), clock 10, while the others re-placed 12. The
+ * plan of a clock is server 0's file's now: all three re-place 12. */
+Test(checkpoint_rows, a_file_left_from_an_earlier_plan_does_not_split_the_servers, .init = setup,
+     .fini = teardown)
+{
+    char path[256];
+
+    file_servers = 3;
+    file_clock = 10;
+    write_set(path, sizeof(path));
+    file_servers = 2;
+    file_clock = 12;
+    write_set(path, sizeof(path));
+    servers = 3;
+    every_server_restores(12, "");
+}
+
+/* A file of a set that passes every check but holds one ID twice (no
+ * store writes that; the set is whole otherwise): only the new server the
+ * ID falls on can tell, once it copies. It used to fall back to clock 10
+ * alone; now it refuses the restore in one sentence, and the others take
+ * 12, the clock every server verified. */
+Test(checkpoint_rows, a_share_a_server_cannot_take_refuses_its_restore_in_one_sentence,
+     .init = setup, .fini = teardown)
+{
+    ps_checkpoint_rows rows;
+    char err[2048];
+    uint32_t dup = two_sets(last_row_twice);
+
+    for (server = 0; server < 3; server++) {
+        sink_state k;
+        int rc = restore(&k, &rows, err, sizeof(err));
+        if (server != dup) {
+            cr_assert_eq(rc, 0, "%s", err);
+            cr_assert_eq(restored_clock, 12);
+            sink_free(&k);
+            continue;
+        }
+        cr_assert_eq(rc, -ENOTRECOVERABLE, "server %u of the repeated ID: %d (%s)", server, rc,
+                     err);
+        cr_assert_not_null(strstr(err, "the 2 files of clock 12 passed every check, so the other "
+                                       "servers restore that clock, but this server cannot take "
+                                       "its share: row table 1: row"),
+                           "%s", err);
+        cr_assert_null(strstr(err, "; "), "more than one sentence: %s", err);
+        cr_assert_eq(k.withdrawn, 1);
+    }
 }
 
 /* A newer format is not even taken for this job's: the survey names it as

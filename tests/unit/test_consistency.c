@@ -221,6 +221,100 @@ Test(consistency, resume_clock_only_from_earned_clocks)
     cr_assert_eq(ps_consistency_resume_clock(5, 8), 8);
 }
 
+/* Issue 34 point 9: a sync clock at the top (a row table restored at
+ * 2^64 - 1) held every worker to "at most 0" when its ceiling wrapped. */
+Test(consistency, a_sync_ceiling_at_the_top_saturates)
+{
+    ps_consistency_view v = view(0, UINT64_MAX, 3);
+
+    cr_assert_eq(ps_consistency_clock_ceiling(&v, 0), UINT64_MAX);
+    cr_assert_eq(ps_consistency_check_pull(&v, 3, 3, 0, 4), PS_CLOCK_OK);
+    v.server_clock = UINT64_MAX - 1;
+    cr_assert_eq(ps_consistency_clock_ceiling(&v, 0), UINT64_MAX);
+}
+
+/* Issue 34 point 13 (issue 33 point 1): a server whose chunks are all
+ * buffers or frozen tensors has no step of its own. Its pulls are answered
+ * at once in every mode, a worker may ask one past what it earned there
+ * (its pulls earn it), and its clock is the job's as it reaches it. */
+Test(consistency, a_stepless_server_holds_no_step_back)
+{
+    ps_consistency_view v = view(0, 0, 0);
+    ps_chunk_clock tables[2] = {{.clock = 7, .newest = 7}, {.clock = 9, .newest = 9}};
+    ps_chunk_clock async_tables[1] = {{.clock = 0, .newest = 12}};
+
+    /* Without a step of its own a sync pull past clock 0 waited for good,
+     * and a worker at clock 3 could ask for no more than 1. */
+    cr_assert_not(ps_consistency_pull_ready(&v, 4, 4));
+    cr_assert_eq(ps_consistency_check_pull(&v, 3, 3, 0, 4), PS_CLOCK_AHEAD);
+    v.stepless = 1;
+    cr_assert(ps_consistency_pull_ready(&v, 4, 4));
+    cr_assert_eq(ps_consistency_check_pull(&v, 3, 3, 0, 4), PS_CLOCK_OK);
+    cr_assert_eq(ps_consistency_check_pull(&v, 3, 3, 0, 5), PS_CLOCK_AHEAD, "asked, not earned");
+    cr_assert_eq(ps_consistency_clock_ceiling(&v, UINT64_MAX), UINT64_MAX);
+    v.started = 0;
+    cr_assert_not(ps_consistency_pull_ready(&v, 0, 0), "still nothing before the start");
+    v = view(2, 0, 0);
+    v.stepless = 1;
+    cr_assert(ps_consistency_pull_ready(&v, 10, 0), "ssp: nothing here to be stale");
+    /* Its clock: what its live workers pulled, or its row tables' steps. */
+    cr_assert_eq(ps_consistency_stepless_clock(0, 4, NULL, 0), 4);
+    cr_assert_eq(ps_consistency_stepless_clock(0, 4, tables, 2), 9);
+    cr_assert_eq(ps_consistency_stepless_clock(0, 11, tables, 2), 11);
+    cr_assert_eq(ps_consistency_stepless_clock(PS_STALENESS_UNBOUNDED, 4, async_tables, 1), 12);
+    cr_assert_eq(ps_consistency_join_clock(&(ps_consistency_view){.server_clock = 9}, 0), 9);
+}
+
+/* Issue 34 point 9: what each clock of a checkpoint may be, given the
+ * file's own clock C = 10. */
+Test(consistency, saved_clocks_are_held_to_the_files_clock)
+{
+    char why[256];
+    const uint32_t sync = 0, async = PS_STALENESS_UNBOUNDED;
+
+#define OK(st, kind, c, n)                                                                         \
+    cr_assert_eq(ps_consistency_saved_clocks(st, 2, 10, kind, c, n, why, sizeof(why)), 0, "%s", why)
+#define NO(st, kind, c, n)                                                                         \
+    cr_assert_eq(ps_consistency_saved_clocks(st, 2, 10, kind, c, n, why, sizeof(why)),             \
+                 -PS_EFORMAT, "(%llu, %llu) taken", (unsigned long long)(c),                       \
+                 (unsigned long long)(n))
+    /* Sync chunks: the server's clock is the lowest, and one step past it
+     * at most; both clocks move together. */
+    OK(sync, PS_SAVED_PARAMETER, 10, 10);
+    OK(sync, PS_SAVED_PARAMETER, 11, 11);
+    NO(sync, PS_SAVED_PARAMETER, 9, 9);
+    NO(sync, PS_SAVED_PARAMETER, 12, 12);
+    NO(sync, PS_SAVED_PARAMETER, 11, 10);
+    NO(sync, PS_SAVED_PARAMETER, UINT64_MAX, UINT64_MAX);
+    cr_assert(strstr(why, "chunk clocks") && strstr(why, "10"), "%s", why);
+    /* Sync row tables: their own step, at most one past the file's. */
+    OK(sync, PS_SAVED_ROWS, 0, 0);
+    OK(sync, PS_SAVED_ROWS, 11, 11);
+    NO(sync, PS_SAVED_ROWS, 12, 12);
+    NO(sync, PS_SAVED_ROWS, 5, 4);
+    NO(sync, PS_SAVED_ROWS, UINT64_MAX, UINT64_MAX);
+    /* Async and ssp: nothing accumulated, newest within the file's clock
+     * (rows: within the lead past it). */
+    OK(async, PS_SAVED_PARAMETER, 0, 10);
+    OK(async, PS_SAVED_PARAMETER, 0, 0);
+    NO(async, PS_SAVED_PARAMETER, 0, 11);
+    NO(async, PS_SAVED_PARAMETER, UINT64_MAX, 3);
+    OK(2, PS_SAVED_ROWS, 0, 13);
+    NO(2, PS_SAVED_ROWS, 0, 14);
+    NO(async, PS_SAVED_ROWS, 0, UINT64_MAX);
+    /* Buffers and frozen tensors never take a step; their clock is set
+     * aside. */
+    OK(sync, PS_SAVED_STATIC, UINT64_MAX, 0);
+    OK(async, PS_SAVED_STATIC, 0, 0);
+    NO(async, PS_SAVED_STATIC, UINT64_MAX, UINT64_MAX);
+    /* The top saturates: a file of clock 2^64 - 1 wraps nothing. */
+    cr_assert_eq(ps_consistency_saved_clocks(sync, UINT64_MAX, UINT64_MAX, PS_SAVED_ROWS,
+                                             UINT64_MAX, UINT64_MAX, why, sizeof(why)),
+                 0);
+#undef OK
+#undef NO
+}
+
 /* ---- frame shapes (validate.h) ------------------------------------------ */
 
 Test(validate, worker_types)
